@@ -1,0 +1,439 @@
+package erofs
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"math/bits"
+	"os"
+	"path"
+	"strings"
+	"time"
+)
+
+// Options control the image a Builder writes. The zero value is a 4 KiB-block
+// image that every kernel since 5.4 mounts.
+type Options struct {
+	// BlockSize is 4096 by default; 512 … 65536, a power of two. Kernels
+	// before 6.4 mount only images whose block size is the page size.
+	BlockSize int
+	// UUID is written to the superblock; it may also be set later with SetUUID.
+	UUID [16]byte
+	// BuildTime is recorded in the superblock and is the mtime of directories
+	// the input implies but never lists. Zero means: the most common mtime.
+	BuildTime time.Time
+	// VolumeName is the label (at most 15 bytes).
+	VolumeName string
+	// NoInlineData stores every regular file FLAT_PLAIN (containerd's
+	// -Enoinline_data): no tail is packed next to its inode.
+	NoInlineData bool
+	// TempDir holds the spool of inline tails (default os.TempDir()).
+	TempDir string
+	// ImpliedDir, if set, supplies the metadata of a directory that the input
+	// needs as a parent but has not listed (yet). Otherwise such a directory
+	// is 0755 root:root.
+	ImpliedDir func(path string) (Entry, bool)
+}
+
+// Builder writes an EROFS image from a stream of entries. It is not safe for
+// concurrent use.
+type Builder struct {
+	opt      Options
+	w        io.WriterAt
+	bs       int
+	blkbits  uint
+	out      *bufio.Writer // sequential writer from block firstBlk on
+	outBlk   uint64        // next block the sequential writer writes
+	root     *node
+	ninodes  int
+	chunked  bool
+	spool    *tailSpool
+	scratch  []byte // one block, reused
+	finished bool
+	err      error // sticky: after a failed Add the image is unusable
+}
+
+// node is a name in the tree; hard links are several nodes sharing an inode.
+type node struct {
+	name     string
+	parent   *node
+	ino      *inode
+	children map[string]*node // directories only
+}
+
+// inode is everything Finish needs to lay an inode out. It holds no file
+// data: full blocks are already on the output, tails are in the spool.
+type inode struct {
+	mode     uint32
+	uid, gid uint32
+	mtime    int64
+	nsec     uint32
+	size     uint64
+	rdev     uint32
+	xattrs   []Xattr // sorted by name
+	implied  bool    // a directory no entry declared
+	target   string  // symlink target
+	startBlk uint32  // first data block of streamed data
+	tail     tailRef // inline tail of a regular file, in the spool
+	chunks   []chunkRun
+	layout   uint8
+
+	// set by Finish
+	nlink uint32
+	nid   uint64
+	pos   uint64 // byte offset of the inode record from the meta area start
+	meta  metaPlan
+}
+
+// NewBuilder returns a Builder writing to w, which is normally an *os.File.
+// Bytes are written once, mostly in order; the superblock last.
+func NewBuilder(w io.WriterAt, opt Options) (*Builder, error) {
+	bs := opt.BlockSize
+	if bs == 0 {
+		bs = 4096
+	}
+	if bs < 512 || bs > 65536 || bs&(bs-1) != 0 {
+		return nil, fmt.Errorf("erofs: block size %d: want a power of two from 512 to 65536", bs)
+	}
+	if len(opt.VolumeName) > 15 {
+		return nil, fmt.Errorf("erofs: volume name %q: longer than 15 bytes", opt.VolumeName)
+	}
+	b := &Builder{
+		opt:     opt,
+		w:       w,
+		bs:      bs,
+		blkbits: uint(bits.TrailingZeros(uint(bs))),
+		scratch: make([]byte, bs),
+	}
+	b.opt.BlockSize = bs
+	b.outBlk = b.firstBlk()
+	b.out = bufio.NewWriterSize(io.NewOffsetWriter(w, int64(b.outBlk)*int64(bs)), 1<<20)
+	b.root = &node{ino: b.impliedInode(".")}
+	b.root.children = map[string]*node{}
+	b.ninodes = 1
+	return b, nil
+}
+
+// firstBlk is the first block after the superblock's checksummed region.
+func (b *Builder) firstBlk() uint64 {
+	end := SuperOffset + b.bs
+	if b.bs > SuperOffset {
+		end = b.bs
+	}
+	return uint64(end / b.bs)
+}
+
+// SetUUID sets the superblock UUID; callers that derive it from the input
+// (containerd derives it from the layer's diffID) call it before Finish.
+func (b *Builder) SetUUID(u [16]byte) { b.opt.UUID = u }
+
+// BlockSize returns the image block size.
+func (b *Builder) BlockSize() int { return b.bs }
+
+// cleanPath turns a tar-style name into a tree path: "" is the root.
+func cleanPath(p string) (string, error) {
+	if strings.IndexByte(p, 0) >= 0 {
+		return "", errors.New("name contains NUL")
+	}
+	p = path.Clean("/" + p)
+	if p == "/" {
+		return "", nil
+	}
+	p = p[1:]
+	for _, c := range strings.Split(p, "/") {
+		if len(c) > MaxNameLen {
+			return "", fmt.Errorf("name component longer than %d bytes", MaxNameLen)
+		}
+	}
+	return p, nil
+}
+
+// CleanPath reports the tree path the Builder uses for an entry name, or an
+// error for a name that cannot be stored. A name that escapes the root
+// ("../x") is an error: the Builder never silently re-roots it.
+func CleanPath(name string) (string, error) {
+	for _, c := range strings.Split(name, "/") {
+		if c == ".." {
+			return "", errors.New("name escapes the root")
+		}
+	}
+	return cleanPath(name)
+}
+
+func (b *Builder) fail(err error) error {
+	if b.err == nil {
+		b.err = err
+	}
+	return err
+}
+
+// Add adds one entry. data supplies a regular file's Size bytes and is not
+// read for other types. Parents that do not exist yet are created as implied
+// directories. A later entry for an existing path replaces it, except that a
+// directory over a directory only takes the new metadata.
+func (b *Builder) Add(e Entry, data io.Reader) error {
+	if b.err != nil {
+		return b.err
+	}
+	if b.finished {
+		return errors.New("erofs: Add after Finish")
+	}
+	p, err := CleanPath(e.Path)
+	if err != nil {
+		return fmt.Errorf("erofs: entry %q: %w", e.Path, err)
+	}
+	if e.HardLink != "" {
+		return b.addHardLink(p, e.HardLink)
+	}
+	ino, err := b.newInode(&e)
+	if err != nil {
+		return fmt.Errorf("erofs: entry %q: %w", e.Path, err)
+	}
+	if ino.mode&S_IFMT == S_IFREG && e.Size > 0 {
+		if err := b.writeData(ino, &e, data); err != nil {
+			// The output is now out of step with the tree.
+			return b.fail(fmt.Errorf("erofs: entry %q: %w", e.Path, err))
+		}
+	}
+	if p == "" {
+		if !ino.isDir() {
+			return fmt.Errorf("erofs: entry %q: the root must be a directory", e.Path)
+		}
+		b.root.ino = ino
+		return nil
+	}
+	parent, err := b.mkdirAll(path.Dir(p))
+	if err != nil {
+		return fmt.Errorf("erofs: entry %q: %w", e.Path, err)
+	}
+	name := path.Base(p)
+	if old := parent.children[name]; old != nil && old.ino.isDir() && ino.isDir() {
+		old.ino = ino
+		return nil
+	}
+	n := &node{name: name, parent: parent, ino: ino}
+	if ino.isDir() {
+		n.children = map[string]*node{}
+	}
+	parent.children[name] = n
+	b.ninodes++
+	return nil
+}
+
+func (b *Builder) addHardLink(p, target string) error {
+	tp, err := CleanPath(target)
+	if err != nil {
+		return fmt.Errorf("erofs: entry %q: hard link target %q: %w", p, target, err)
+	}
+	t := b.lookup(tp)
+	if t == nil {
+		return fmt.Errorf("erofs: entry %q: hard link to missing %q", p, target)
+	}
+	if t.ino.isDir() {
+		return fmt.Errorf("erofs: entry %q: hard link to directory %q", p, target)
+	}
+	if p == "" {
+		return fmt.Errorf("erofs: entry %q: hard link as the root", p)
+	}
+	if p == tp {
+		return nil
+	}
+	parent, err := b.mkdirAll(path.Dir(p))
+	if err != nil {
+		return fmt.Errorf("erofs: entry %q: %w", p, err)
+	}
+	name := path.Base(p)
+	parent.children[name] = &node{name: name, parent: parent, ino: t.ino}
+	return nil
+}
+
+// SetXattr sets an xattr on the entry at p, creating p as an implied
+// directory if it does not exist. Whiteout translation uses it for
+// directory markers whose directory entry may come later in the stream.
+func (b *Builder) SetXattr(p, name string, value []byte) error {
+	cp, err := CleanPath(p)
+	if err != nil {
+		return fmt.Errorf("erofs: entry %q: %w", p, err)
+	}
+	if _, _, err := xattrPrefix(name); err != nil {
+		return fmt.Errorf("erofs: entry %q: xattr %q: %w", p, name, err)
+	}
+	n, err := b.mkdirAll(cp)
+	if err != nil {
+		return fmt.Errorf("erofs: entry %q: %w", p, err)
+	}
+	n.ino.xattrs = setXattr(n.ino.xattrs, Xattr{Name: name, Value: append([]byte(nil), value...)})
+	return nil
+}
+
+// Lookup reports whether p exists in the tree and whether it is a directory.
+func (b *Builder) Lookup(p string) (exists, isDir bool) {
+	cp, err := CleanPath(p)
+	if err != nil {
+		return false, false
+	}
+	n := b.lookup(cp)
+	if n == nil {
+		return false, false
+	}
+	return true, n.ino.isDir()
+}
+
+func (b *Builder) lookup(p string) *node {
+	n := b.root
+	if p == "" {
+		return n
+	}
+	for _, c := range strings.Split(p, "/") {
+		if n.children == nil {
+			return nil
+		}
+		if n = n.children[c]; n == nil {
+			return nil
+		}
+	}
+	return n
+}
+
+// mkdirAll returns the directory at p, creating implied directories on the
+// way; an existing non-directory in the way is replaced, as tar extraction
+// would do.
+func (b *Builder) mkdirAll(p string) (*node, error) {
+	n := b.root
+	if p == "" || p == "." {
+		return n, nil
+	}
+	for i, c := range strings.Split(p, "/") {
+		next := n.children[c]
+		if next == nil || !next.ino.isDir() {
+			full := strings.Join(strings.Split(p, "/")[:i+1], "/")
+			next = &node{name: c, parent: n, ino: b.impliedInode(full), children: map[string]*node{}}
+			n.children[c] = next
+			b.ninodes++
+		}
+		n = next
+	}
+	return n, nil
+}
+
+func (b *Builder) impliedInode(p string) *inode {
+	if b.opt.ImpliedDir != nil {
+		if e, ok := b.opt.ImpliedDir(p); ok && e.IsDir() {
+			if ino, err := b.newInode(&e); err == nil {
+				return ino
+			}
+		}
+	}
+	return &inode{mode: S_IFDIR | 0o755, implied: true}
+}
+
+func (ino *inode) isDir() bool { return ino.mode&S_IFMT == S_IFDIR }
+
+// newInode validates an entry and turns its metadata into an inode.
+func (b *Builder) newInode(e *Entry) (*inode, error) {
+	ino := &inode{
+		mode: e.Mode,
+		uid:  e.Uid,
+		gid:  e.Gid,
+	}
+	if !e.Mtime.IsZero() {
+		ino.mtime = e.Mtime.Unix()
+		ino.nsec = uint32(e.Mtime.Nanosecond())
+	}
+	if e.Mode&^uint32(S_IFMT|0o7777) != 0 {
+		return nil, fmt.Errorf("mode %#o has unknown bits", e.Mode)
+	}
+	switch e.Mode & S_IFMT {
+	case S_IFREG:
+		if e.Size < 0 {
+			return nil, fmt.Errorf("negative size %d", e.Size)
+		}
+		ino.size = uint64(e.Size)
+	case S_IFDIR, S_IFIFO, S_IFSOCK:
+	case S_IFLNK:
+		if e.Linkname == "" {
+			return nil, errors.New("symlink with an empty target")
+		}
+		if len(e.Linkname) > 4095 {
+			return nil, fmt.Errorf("symlink target of %d bytes: the limit is 4095", len(e.Linkname))
+		}
+		if strings.IndexByte(e.Linkname, 0) >= 0 {
+			return nil, errors.New("symlink target contains NUL")
+		}
+		ino.target = e.Linkname
+		ino.size = uint64(len(e.Linkname))
+	case S_IFCHR, S_IFBLK:
+		if e.Devmajor > 0xFFF || e.Devminor > 0xFFFFF {
+			return nil, fmt.Errorf("device %d:%d outside the 12-bit major, 20-bit minor range", e.Devmajor, e.Devminor)
+		}
+		ino.rdev = encodeDev(e.Devmajor, e.Devminor)
+	default:
+		return nil, fmt.Errorf("mode %#o: unknown file type", e.Mode)
+	}
+	for _, x := range e.Xattrs {
+		if _, _, err := xattrPrefix(x.Name); err != nil {
+			return nil, fmt.Errorf("xattr %q: %w", x.Name, err)
+		}
+		if len(x.Value) > maxXattrValueSize {
+			return nil, fmt.Errorf("xattr %q: value of %d bytes exceeds %d", x.Name, len(x.Value), maxXattrValueSize)
+		}
+		ino.xattrs = setXattr(ino.xattrs, Xattr{Name: x.Name, Value: append([]byte(nil), x.Value...)})
+	}
+	return ino, nil
+}
+
+// Close releases temporary resources without writing the image; it is safe
+// to call after Finish.
+func (b *Builder) Close() error {
+	if b.spool != nil {
+		err := b.spool.close()
+		b.spool = nil
+		return err
+	}
+	return nil
+}
+
+// tailSpool keeps the inline tails of regular files until Finish lays them
+// out next to their inodes. It is an unlinked temp file, so memory stays
+// bounded by the number of entries, not by their data.
+type tailSpool struct {
+	f   *os.File
+	w   *bufio.Writer
+	off int64
+}
+
+type tailRef struct {
+	off int64
+	n   uint32
+}
+
+func (b *Builder) spoolTail(p []byte) (tailRef, error) {
+	if b.spool == nil {
+		f, err := os.CreateTemp(b.opt.TempDir, "ocierofs-tails-*")
+		if err != nil {
+			return tailRef{}, err
+		}
+		os.Remove(f.Name())
+		b.spool = &tailSpool{f: f, w: bufio.NewWriterSize(f, 256<<10)}
+	}
+	s := b.spool
+	if _, err := s.w.Write(p); err != nil {
+		return tailRef{}, fmt.Errorf("tail spool: %w", err)
+	}
+	r := tailRef{off: s.off, n: uint32(len(p))}
+	s.off += int64(len(p))
+	return r, nil
+}
+
+func (s *tailSpool) readAt(p []byte, off int64) error {
+	if s.w.Buffered() > 0 {
+		if err := s.w.Flush(); err != nil {
+			return err
+		}
+	}
+	_, err := s.f.ReadAt(p, off)
+	return err
+}
+
+func (s *tailSpool) close() error { return s.f.Close() }

@@ -1,0 +1,295 @@
+package erofs
+
+import (
+	"errors"
+	"fmt"
+)
+
+// metaPlan is where Finish puts an inode and what its record holds.
+type metaPlan struct {
+	compact   bool
+	icount    uint16
+	xsize     int
+	tableSize int    // chunk map bytes after the xattrs
+	inlineLen int    // inline tail bytes after core, xattrs and table
+	lateBlk   uint64 // dirs and symlinks: first block in the late area
+	lateBlks  uint64 // number of late blocks
+	dirents   []dirent
+	ino32     uint32 // i_ino
+}
+
+func (m *metaPlan) recordSize() int {
+	n := CompactInodeSize
+	if !m.compact {
+		n = ExtendedInodeSize
+	}
+	return n + m.xsize + m.tableSize + m.inlineLen
+}
+
+// Finish lays out the metadata after the data and writes the superblock.
+// The Builder cannot be used afterwards.
+func (b *Builder) Finish() error {
+	if b.err != nil {
+		return b.err
+	}
+	if b.finished {
+		return errors.New("erofs: Finish called twice")
+	}
+	b.finished = true
+	defer b.Close()
+	if err := b.finish(); err != nil {
+		return b.fail(fmt.Errorf("erofs: finish: %w", err))
+	}
+	return nil
+}
+
+func (b *Builder) finish() error {
+	order := b.collect()
+	epochSec, epochNsec := b.chooseEpoch(order)
+
+	shared := &sharedXattrs{count: map[string]int{}, id: map[string]uint32{}}
+	for _, ino := range order {
+		shared.countInode(ino)
+	}
+	for _, ino := range order {
+		shared.assign(ino)
+	}
+
+	bs := b.bs
+	for i, ino := range order {
+		m := &ino.meta
+		m.ino32 = uint32(i + 1)
+		m.compact = ino.mtime == epochSec && ino.nsec == epochNsec &&
+			ino.size <= 0xFFFFFFFF && ino.uid <= 0xFFFF && ino.gid <= 0xFFFF && ino.nlink <= 0xFFFF
+		m.xsize, m.icount = shared.area(ino)
+		if ino.layout == LayoutChunkBased {
+			m.tableSize = 4 * int((ino.size+uint64(bs)-1)>>b.blkbits)
+		}
+		base := m.recordSize()
+		switch ino.mode & S_IFMT {
+		case S_IFREG:
+			if ino.layout == LayoutFlatInline {
+				m.inlineLen = int(ino.tail.n)
+			}
+		case S_IFDIR:
+			size := dirSize(m.dirents, bs)
+			ino.size = size
+			tail := int(size % uint64(bs))
+			m.lateBlks = size / uint64(bs)
+			ino.layout = LayoutFlatPlain
+			if tail > 0 && base+tail <= bs {
+				ino.layout = LayoutFlatInline
+				m.inlineLen = tail
+			} else if tail > 0 {
+				m.lateBlks++
+			}
+		case S_IFLNK:
+			ino.layout = LayoutFlatPlain
+			if base+len(ino.target) <= bs {
+				ino.layout = LayoutFlatInline
+				m.inlineLen = len(ino.target)
+			} else {
+				m.lateBlks = 1
+			}
+		default:
+			ino.layout = LayoutFlatPlain
+		}
+	}
+
+	// Place inode records: nid 0 is never used, so the root (placed first)
+	// gets nid 1 and its nid fits the superblock's 16 bits.
+	metaBlks := b.place(order)
+	metaStart := b.outBlk
+	if order[0].nid == 0 || order[0].nid > 0xFFFF {
+		return fmt.Errorf("root nid %d does not fit 16 bits", order[0].nid)
+	}
+	tableBlk := metaStart + metaBlks
+	tableBlks := (uint64(len(shared.table)) + uint64(bs) - 1) >> b.blkbits
+	late := tableBlk + tableBlks
+	for _, ino := range order {
+		if ino.meta.lateBlks > 0 {
+			ino.meta.lateBlk = late
+			late += ino.meta.lateBlks
+		}
+	}
+	if late >= 1<<32 {
+		return errors.New("image exceeds 2^32 blocks")
+	}
+
+	if err := b.writeMeta(order, shared); err != nil {
+		return err
+	}
+	if len(shared.table) > 0 {
+		if err := b.writePadded(shared.table); err != nil {
+			return err
+		}
+	}
+	if err := b.writeLate(order); err != nil {
+		return err
+	}
+	if err := b.out.Flush(); err != nil {
+		return err
+	}
+	if b.outBlk != late {
+		return fmt.Errorf("internal: wrote %d blocks, planned %d", b.outBlk, late)
+	}
+
+	sb := superBlock{
+		Magic:         SuperMagic,
+		FeatureCompat: FeatureCompatSBChksum | FeatureCompatMtime,
+		BlkSzBits:     uint8(b.blkbits),
+		RootNid:       uint16(order[0].nid),
+		Inos:          uint64(len(order)),
+		Epoch:         uint64(epochSec),
+		FixedNsec:     epochNsec,
+		Blocks:        uint32(late),
+		MetaBlkAddr:   uint32(metaStart),
+		UUID:          b.opt.UUID,
+	}
+	if len(shared.table) > 0 {
+		sb.XattrBlkAddr = uint32(tableBlk)
+	}
+	if b.chunked {
+		sb.FeatureIncompat |= FeatureIncompatChunkedFile
+	}
+	if bt := b.opt.BuildTime; !bt.IsZero() {
+		if d := bt.Unix() - epochSec; d >= 0 && d < 1<<32 {
+			sb.BuildTime = uint32(d)
+		}
+	}
+	copy(sb.VolumeName[:], b.opt.VolumeName)
+	head := make([]byte, b.firstBlk()*uint64(bs))
+	sb.marshal(head[SuperOffset:])
+	le.PutUint32(head[SuperOffset+4:], superChecksum(head, bs))
+	_, err := b.w.WriteAt(head, 0)
+	return err
+}
+
+// collect walks the tree depth-first in name order and returns each inode
+// once (hard links share one), root first. It counts nlink on the way.
+func (b *Builder) collect() []*inode {
+	var order []*inode
+	seen := map[*inode]bool{}
+	var walk func(n *node)
+	walk = func(n *node) {
+		ino := n.ino
+		if ino.isDir() {
+			ino.nlink = 2
+			ino.meta.dirents = sortedDirents(n)
+		} else {
+			ino.nlink++
+		}
+		if !seen[ino] {
+			seen[ino] = true
+			order = append(order, ino)
+		}
+		if !ino.isDir() {
+			return
+		}
+		for _, d := range ino.meta.dirents {
+			if d.name == "." || d.name == ".." {
+				continue
+			}
+			if d.target.ino.isDir() {
+				ino.nlink++
+			}
+			walk(d.target)
+		}
+	}
+	walk(b.root)
+	return order
+}
+
+// chooseEpoch picks the superblock epoch: the most common mtime, so that as
+// many inodes as possible can be compact (old kernels give every compact
+// inode the epoch as its mtime). Implied directories get the build time, or
+// the epoch when none is set.
+func (b *Builder) chooseEpoch(order []*inode) (int64, uint32) {
+	type ts struct {
+		sec  int64
+		nsec uint32
+	}
+	hist := map[ts]int{}
+	for _, ino := range order {
+		if !ino.implied {
+			hist[ts{ino.mtime, ino.nsec}]++
+		}
+	}
+	var best ts
+	bestN := 0
+	for t, n := range hist {
+		if n > bestN || n == bestN && (t.sec < best.sec || t.sec == best.sec && t.nsec < best.nsec) {
+			best, bestN = t, n
+		}
+	}
+	implied := best
+	if bt := b.opt.BuildTime; !bt.IsZero() {
+		implied = ts{bt.Unix(), uint32(bt.Nanosecond())}
+		if bestN == 0 {
+			best = implied
+		}
+	}
+	for _, ino := range order {
+		if ino.implied {
+			ino.mtime, ino.nsec = implied.sec, implied.nsec
+		}
+	}
+	return best.sec, best.nsec
+}
+
+// place assigns every inode record a position in the meta area and returns
+// the number of blocks used. A record with inline data must not cross a
+// block (the kernel refuses that); records are kept inside one block
+// whenever they fit one, placed best-fit into the partly filled blocks so
+// little space is lost to padding.
+func (b *Builder) place(order []*inode) uint64 {
+	bs := uint64(b.bs)
+	slots := int(bs / SlotSize)
+	// buckets[k]: blocks with exactly k free slots at their end.
+	buckets := make([][]uint64, slots+1)
+	var nblk uint64
+	open := func(used int) uint64 {
+		blk := nblk
+		nblk++
+		if k := slots - used; k > 0 {
+			buckets[k] = append(buckets[k], blk)
+		}
+		return blk
+	}
+	open(1) // slot 0: nid 0 is reserved
+	for _, ino := range order {
+		size := uint64(ino.meta.recordSize())
+		need := int((size + SlotSize - 1) / SlotSize)
+		if need > slots {
+			// Larger than a block (huge xattrs or chunk map, never inline
+			// data): give it fresh consecutive blocks.
+			first := nblk
+			nblk += uint64(need / slots)
+			ino.pos = first * bs
+			if rest := need % slots; rest > 0 {
+				open(rest)
+			}
+			ino.nid = ino.pos / SlotSize
+			continue
+		}
+		k := need
+		for k <= slots && len(buckets[k]) == 0 {
+			k++
+		}
+		var blk uint64
+		if k > slots {
+			blk = open(0)
+			k = slots
+			buckets[k] = buckets[k][:len(buckets[k])-1]
+		} else {
+			blk = buckets[k][len(buckets[k])-1]
+			buckets[k] = buckets[k][:len(buckets[k])-1]
+		}
+		ino.pos = blk*bs + uint64(slots-k)*SlotSize
+		ino.nid = ino.pos / SlotSize
+		if left := k - need; left > 0 {
+			buckets[left] = append(buckets[left], blk)
+		}
+	}
+	return nblk
+}

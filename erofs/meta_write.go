@@ -1,0 +1,191 @@
+package erofs
+
+import (
+	"fmt"
+	"slices"
+)
+
+// writeMeta writes the meta area: inode records at their planned
+// positions, in position order, zero-filling the gaps.
+func (b *Builder) writeMeta(order []*inode, shared *sharedXattrs) error {
+	byPos := slices.Clone(order)
+	slices.SortFunc(byPos, func(x, y *inode) int {
+		switch {
+		case x.pos < y.pos:
+			return -1
+		case x.pos > y.pos:
+			return 1
+		}
+		return 0
+	})
+	var cur uint64 // bytes written into the meta area
+	var rec []byte
+	dirBuf := make([]byte, b.bs)
+	for _, ino := range byPos {
+		if err := b.writeZeros(ino.pos - cur); err != nil {
+			return err
+		}
+		var err error
+		rec, err = b.encodeRecord(rec[:0], ino, shared, dirBuf)
+		if err != nil {
+			return err
+		}
+		if _, err := b.out.Write(rec); err != nil {
+			return err
+		}
+		cur = ino.pos + uint64(len(rec))
+	}
+	return b.padBlock(cur)
+}
+
+// encodeRecord appends the whole on-disk record of one inode: core, xattr
+// area, chunk map and inline data.
+func (b *Builder) encodeRecord(dst []byte, ino *inode, shared *sharedXattrs, dirBuf []byte) ([]byte, error) {
+	m := &ino.meta
+	core := inodeCore{
+		Compact:    m.compact,
+		Layout:     ino.layout,
+		XattrCount: m.icount,
+		Mode:       uint16(ino.mode),
+		Nlink:      ino.nlink,
+		Size:       ino.size,
+		Ino:        m.ino32,
+		Uid:        ino.uid,
+		Gid:        ino.gid,
+		Mtime:      ino.mtime,
+		MtimeNsec:  ino.nsec,
+	}
+	switch ino.mode & S_IFMT {
+	case S_IFREG:
+		switch ino.layout {
+		case LayoutChunkBased:
+			core.U = 0 // one-block chunks, 4-byte block map
+		default:
+			if ino.size > 0 {
+				core.U = ino.startBlk
+			}
+		}
+	case S_IFDIR, S_IFLNK:
+		core.U = NullAddr
+		if m.lateBlks > 0 {
+			core.U = uint32(m.lateBlk)
+		}
+	case S_IFCHR, S_IFBLK:
+		core.U = ino.rdev
+	}
+	start := len(dst)
+	dst = append(dst, make([]byte, core.size())...)
+	core.marshal(dst[start:])
+	dst = shared.appendArea(dst, ino)
+	if ino.layout == LayoutChunkBased {
+		dst = appendBlockMap(dst, ino, b.bs)
+	}
+	if m.inlineLen > 0 {
+		switch ino.mode & S_IFMT {
+		case S_IFREG:
+			n := len(dst)
+			dst = append(dst, make([]byte, m.inlineLen)...)
+			if err := b.spool.readAt(dst[n:], ino.tail.off); err != nil {
+				return nil, fmt.Errorf("tail spool: %w", err)
+			}
+		case S_IFLNK:
+			dst = append(dst, ino.target...)
+		case S_IFDIR:
+			var last []byte
+			encodeDirBlocks(m.dirents, b.bs, dirBuf, func(blk []byte) error {
+				last = blk
+				return nil
+			})
+			dst = append(dst, last...)
+		}
+	}
+	if got := len(dst) - start; got != m.recordSize() {
+		return nil, fmt.Errorf("internal: inode record of %d bytes, planned %d", got, m.recordSize())
+	}
+	return dst, nil
+}
+
+// appendBlockMap appends one u32 per block: its address, or NullAddr for a hole.
+func appendBlockMap(dst []byte, ino *inode, bs int) []byte {
+	nblk := (ino.size + uint64(bs) - 1) / uint64(bs)
+	var l uint64
+	for _, c := range ino.chunks {
+		for ; l < c.lblk; l++ {
+			dst = le.AppendUint32(dst, NullAddr)
+		}
+		for i := uint64(0); i < c.count; i++ {
+			dst = le.AppendUint32(dst, c.pblk+uint32(i))
+		}
+		l = c.lblk + c.count
+	}
+	for ; l < nblk; l++ {
+		dst = le.AppendUint32(dst, NullAddr)
+	}
+	return dst
+}
+
+// writeLate writes the data blocks planned in Finish: directory blocks that
+// are not inline and symlink targets too long to be inline.
+func (b *Builder) writeLate(order []*inode) error {
+	buf := make([]byte, b.bs)
+	for _, ino := range order {
+		m := &ino.meta
+		if m.lateBlks == 0 {
+			continue
+		}
+		if b.outBlk != m.lateBlk {
+			return fmt.Errorf("internal: late block %d written at %d", m.lateBlk, b.outBlk)
+		}
+		switch ino.mode & S_IFMT {
+		case S_IFLNK:
+			if err := b.writeBlock([]byte(ino.target)); err != nil {
+				return err
+			}
+		case S_IFDIR:
+			left := m.lateBlks
+			err := encodeDirBlocks(m.dirents, b.bs, buf, func(blk []byte) error {
+				if left == 0 {
+					return nil // the inline tail
+				}
+				left--
+				return b.writeBlock(blk)
+			})
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// writePadded writes p and zero-pads to the next block boundary.
+func (b *Builder) writePadded(p []byte) error {
+	if _, err := b.out.Write(p); err != nil {
+		return err
+	}
+	return b.padBlock(uint64(len(p)))
+}
+
+// padBlock pads a region of n bytes that started at a block boundary to the
+// next block boundary and advances the block counter past it.
+func (b *Builder) padBlock(n uint64) error {
+	bs := uint64(b.bs)
+	if r := n % bs; r != 0 {
+		if err := b.writeZeros(bs - r); err != nil {
+			return err
+		}
+	}
+	b.outBlk += (n + bs - 1) / bs
+	return nil
+}
+
+func (b *Builder) writeZeros(n uint64) error {
+	for n > 0 {
+		k := min(n, uint64(len(zeroBlock)))
+		if _, err := b.out.Write(zeroBlock[:k]); err != nil {
+			return err
+		}
+		n -= k
+	}
+	return nil
+}
