@@ -31,9 +31,21 @@ type Options struct {
 	// TempDir holds the spool of inline tails (default os.TempDir()).
 	TempDir string
 	// ImpliedDir, if set, supplies the metadata of a directory that the input
-	// needs as a parent but has not listed (yet). Otherwise such a directory
-	// is 0755 root:root.
+	// needed as a parent but never listed; Finish calls it once per such
+	// directory, in depth-first name order ("" is the root). Otherwise, or
+	// when it returns false, such a directory is 0755 root:root.
 	ImpliedDir func(path string) (Entry, bool)
+}
+
+// Validate reports options no image can be built with.
+func (o *Options) Validate() error {
+	if bs := o.BlockSize; bs != 0 && (bs < 512 || bs > 65536 || bs&(bs-1) != 0) {
+		return fmt.Errorf("erofs: block size %d: want a power of two from 512 to 65536", bs)
+	}
+	if len(o.VolumeName) > 15 {
+		return fmt.Errorf("erofs: volume name %q: longer than 15 bytes", o.VolumeName)
+	}
+	return nil
 }
 
 // Builder writes an EROFS image from a stream of entries. It is not safe for
@@ -89,15 +101,12 @@ type inode struct {
 // NewBuilder returns a Builder writing to w, which is normally an *os.File.
 // Bytes are written once, mostly in order; the superblock last.
 func NewBuilder(w io.WriterAt, opt Options) (*Builder, error) {
+	if err := opt.Validate(); err != nil {
+		return nil, err
+	}
 	bs := opt.BlockSize
 	if bs == 0 {
 		bs = 4096
-	}
-	if bs < 512 || bs > 65536 || bs&(bs-1) != 0 {
-		return nil, fmt.Errorf("erofs: block size %d: want a power of two from 512 to 65536", bs)
-	}
-	if len(opt.VolumeName) > 15 {
-		return nil, fmt.Errorf("erofs: volume name %q: longer than 15 bytes", opt.VolumeName)
 	}
 	b := &Builder{
 		opt:     opt,
@@ -153,9 +162,16 @@ func cleanPath(p string) (string, error) {
 // error for a name that cannot be stored. A name that escapes the root
 // ("../x") is an error: the Builder never silently re-roots it.
 func CleanPath(name string) (string, error) {
+	depth := 0
 	for _, c := range strings.Split(name, "/") {
-		if c == ".." {
-			return "", errors.New("name escapes the root")
+		switch c {
+		case "", ".":
+		case "..":
+			if depth--; depth < 0 {
+				return "", errors.New("name escapes the root")
+			}
+		default:
+			depth++
 		}
 	}
 	return cleanPath(name)
@@ -280,6 +296,16 @@ func (b *Builder) Lookup(p string) (exists, isDir bool) {
 	return true, n.ino.isDir()
 }
 
+// IsWhiteout reports whether p is an overlayfs whiteout: a char device 0:0.
+func (b *Builder) IsWhiteout(p string) bool {
+	cp, err := CleanPath(p)
+	if err != nil {
+		return false
+	}
+	n := b.lookup(cp)
+	return n != nil && n.ino.mode&S_IFMT == S_IFCHR && n.ino.rdev == 0
+}
+
 func (b *Builder) lookup(p string) *node {
 	n := b.root
 	if p == "" {
@@ -297,8 +323,7 @@ func (b *Builder) lookup(p string) *node {
 }
 
 // mkdirAll returns the directory at p, creating implied directories on the
-// way; an existing non-directory in the way is replaced, as tar extraction
-// would do.
+// way. A non-directory in the way is an error, as it is for tar extraction.
 func (b *Builder) mkdirAll(p string) (*node, error) {
 	n := b.root
 	if p == "" || p == "." {
@@ -306,7 +331,10 @@ func (b *Builder) mkdirAll(p string) (*node, error) {
 	}
 	for i, c := range strings.Split(p, "/") {
 		next := n.children[c]
-		if next == nil || !next.ino.isDir() {
+		if next != nil && !next.ino.isDir() {
+			return nil, fmt.Errorf("parent %q is not a directory", strings.Join(strings.Split(p, "/")[:i+1], "/"))
+		}
+		if next == nil {
 			full := strings.Join(strings.Split(p, "/")[:i+1], "/")
 			next = &node{name: c, parent: n, ino: b.impliedInode(full), children: map[string]*node{}}
 			n.children[c] = next
@@ -317,15 +345,31 @@ func (b *Builder) mkdirAll(p string) (*node, error) {
 	return n, nil
 }
 
-func (b *Builder) impliedInode(p string) *inode {
-	if b.opt.ImpliedDir != nil {
-		if e, ok := b.opt.ImpliedDir(p); ok && e.IsDir() {
-			if ino, err := b.newInode(&e); err == nil {
-				return ino
-			}
-		}
-	}
+// impliedInode is a directory the input needs but has not declared; its
+// metadata is settled in Finish (see Options.ImpliedDir).
+func (b *Builder) impliedInode(string) *inode {
 	return &inode{mode: S_IFDIR | 0o755, implied: true}
+}
+
+// resolveImplied asks Options.ImpliedDir for the metadata of a directory
+// that is still implied when the input ends.
+func (b *Builder) resolveImplied(p string, ino *inode) error {
+	if b.opt.ImpliedDir == nil {
+		return nil
+	}
+	e, ok := b.opt.ImpliedDir(p)
+	if !ok {
+		return nil
+	}
+	if !e.IsDir() {
+		return fmt.Errorf("implied directory %q: metadata of a non-directory", p)
+	}
+	got, err := b.newInode(&e)
+	if err != nil {
+		return fmt.Errorf("implied directory %q: %w", p, err)
+	}
+	*ino = *got
+	return nil
 }
 
 func (ino *inode) isDir() bool { return ino.mode&S_IFMT == S_IFDIR }

@@ -44,7 +44,10 @@ func (b *Builder) Finish() error {
 }
 
 func (b *Builder) finish() error {
-	order := b.collect()
+	order, err := b.collect()
+	if err != nil {
+		return err
+	}
 	epochSec, epochNsec := b.chooseEpoch(order)
 
 	shared := &sharedXattrs{count: map[string]int{}, id: map[string]uint32{}}
@@ -89,7 +92,8 @@ func (b *Builder) finish() error {
 				ino.layout = LayoutFlatInline
 				m.inlineLen = len(ino.target)
 			} else {
-				m.lateBlks = 1
+				// Long targets (blocks smaller than 4 KiB) take several blocks.
+				m.lateBlks = (uint64(len(ino.target)) + uint64(bs) - 1) >> b.blkbits
 			}
 		default:
 			ino.layout = LayoutFlatPlain
@@ -98,14 +102,17 @@ func (b *Builder) finish() error {
 
 	// Place inode records: nid 0 is never used, so the root (placed first)
 	// gets nid 1 and its nid fits the superblock's 16 bits.
+	// The shared xattr table comes first, so that readers which fetch a
+	// whole block from an xattr's position (go-erofs) never run past the
+	// end of the image; then the inode area; then the late data.
 	metaBlks := b.place(order)
-	metaStart := b.outBlk
+	tableBlk := b.outBlk
+	tableBlks := (uint64(len(shared.table)) + uint64(bs) - 1) >> b.blkbits
+	metaStart := tableBlk + tableBlks
 	if order[0].nid == 0 || order[0].nid > 0xFFFF {
 		return fmt.Errorf("root nid %d does not fit 16 bits", order[0].nid)
 	}
-	tableBlk := metaStart + metaBlks
-	tableBlks := (uint64(len(shared.table)) + uint64(bs) - 1) >> b.blkbits
-	late := tableBlk + tableBlks
+	late := metaStart + metaBlks
 	for _, ino := range order {
 		if ino.meta.lateBlks > 0 {
 			ino.meta.lateBlk = late
@@ -116,13 +123,13 @@ func (b *Builder) finish() error {
 		return errors.New("image exceeds 2^32 blocks")
 	}
 
-	if err := b.writeMeta(order, shared); err != nil {
-		return err
-	}
 	if len(shared.table) > 0 {
 		if err := b.writePadded(shared.table); err != nil {
 			return err
 		}
+	}
+	if err := b.writeMeta(order, shared); err != nil {
+		return err
 	}
 	if err := b.writeLate(order); err != nil {
 		return err
@@ -161,18 +168,24 @@ func (b *Builder) finish() error {
 	head := make([]byte, b.firstBlk()*uint64(bs))
 	sb.marshal(head[SuperOffset:])
 	le.PutUint32(head[SuperOffset+4:], superChecksum(head, bs))
-	_, err := b.w.WriteAt(head, 0)
+	_, err = b.w.WriteAt(head, 0)
 	return err
 }
 
 // collect walks the tree depth-first in name order and returns each inode
-// once (hard links share one), root first. It counts nlink on the way.
-func (b *Builder) collect() []*inode {
+// once (hard links share one), root first. It counts nlink and settles
+// implied directories on the way.
+func (b *Builder) collect() ([]*inode, error) {
 	var order []*inode
 	seen := map[*inode]bool{}
-	var walk func(n *node)
-	walk = func(n *node) {
+	var walk func(n *node, p string) error
+	walk = func(n *node, p string) error {
 		ino := n.ino
+		if ino.implied {
+			if err := b.resolveImplied(p, ino); err != nil {
+				return err
+			}
+		}
 		if ino.isDir() {
 			ino.nlink = 2
 			ino.meta.dirents = sortedDirents(n)
@@ -184,7 +197,7 @@ func (b *Builder) collect() []*inode {
 			order = append(order, ino)
 		}
 		if !ino.isDir() {
-			return
+			return nil
 		}
 		for _, d := range ino.meta.dirents {
 			if d.name == "." || d.name == ".." {
@@ -193,11 +206,17 @@ func (b *Builder) collect() []*inode {
 			if d.target.ino.isDir() {
 				ino.nlink++
 			}
-			walk(d.target)
+			cp := d.name
+			if p != "" {
+				cp = p + "/" + d.name
+			}
+			if err := walk(d.target, cp); err != nil {
+				return err
+			}
 		}
+		return nil
 	}
-	walk(b.root)
-	return order
+	return order, walk(b.root, "")
 }
 
 // chooseEpoch picks the superblock epoch: the most common mtime, so that as

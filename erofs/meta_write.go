@@ -138,7 +138,7 @@ func (b *Builder) writeLate(order []*inode) error {
 		}
 		switch ino.mode & S_IFMT {
 		case S_IFLNK:
-			if err := b.writeBlock([]byte(ino.target)); err != nil {
+			if err := b.writePadded([]byte(ino.target)); err != nil {
 				return err
 			}
 		case S_IFDIR:

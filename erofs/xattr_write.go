@@ -32,6 +32,13 @@ func xattrPrefix(name string) (index uint8, suffix string, err error) {
 	return index, suffix, nil
 }
 
+// CheckXattrName reports whether an xattr name can be stored: EROFS names
+// only the user., trusted. and security. namespaces and the POSIX ACLs.
+func CheckXattrName(name string) error {
+	_, _, err := xattrPrefix(name)
+	return err
+}
+
 // setXattr inserts or replaces x in a name-sorted list.
 func setXattr(list []Xattr, x Xattr) []Xattr {
 	i := sort.Search(len(list), func(i int) bool { return list[i].Name >= x.Name })

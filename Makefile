@@ -1,0 +1,39 @@
+# ocierofs — build, test and measure.
+GO      ?= go
+BIN     := bin/ocierofs
+PKGS    := ./...
+FUZZTIME ?= 15s
+
+.PHONY: build test bench fuzz demo lint clean
+
+build:
+	$(GO) build -o $(BIN) ./cmd/ocierofs
+
+# Every test, including the ones that mount images (they need root and
+# skip with a reason elsewhere).
+test: lint
+	$(GO) test -count=1 -timeout 30m $(PKGS)
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3x -timeout 30m ./erofs/... ./convert/...
+
+# A short run of every fuzz target.
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzReader$$' -fuzztime $(FUZZTIME) ./erofs
+	$(GO) test -run '^$$' -fuzz '^FuzzTar$$' -fuzztime $(FUZZTIME) ./convert
+
+# The main job on data shipped in testdata: a layer tar (with whiteouts, an
+# opaque directory, a hard link, xattrs) into an image, then a look inside.
+demo: build
+	@mkdir -p testdata/gen
+	$(BIN) mkfs testdata/gen/demo.erofs testdata/demo-layer.tar.gz
+	$(BIN) inspect testdata/gen/demo.erofs
+	$(BIN) ls -l -R testdata/gen/demo.erofs
+	$(BIN) verify testdata/gen/demo.erofs testdata/demo-layer.tar.gz
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+clean:
+	rm -rf bin testdata/gen

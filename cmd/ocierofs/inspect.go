@@ -1,0 +1,331 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/ocierofs/ocierofs/erofs"
+)
+
+// openImage opens an image file; the caller closes the file.
+func openImage(name string) (*erofs.Image, *os.File, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	img, err := erofs.Open(f, fi.Size())
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return img, f, nil
+}
+
+var inspectCommand = &cli.Command{
+	Name:      "inspect",
+	Usage:     "show an image's superblock, features, minimum kernel and inode statistics",
+	ArgsUsage: "IMAGE",
+	Action: func(c *cli.Context) error {
+		if c.NArg() != 1 {
+			return fmt.Errorf("inspect: want IMAGE")
+		}
+		img, f, err := openImage(c.Args().First())
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		return inspect(c.App.Writer, img, c.Args().First())
+	},
+}
+
+func inspect(out io.Writer, img *erofs.Image, name string) error {
+	s := img.Super()
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "image:\t%s\n", name)
+	fmt.Fprintf(w, "block size:\t%d\n", s.BlockSize)
+	fmt.Fprintf(w, "blocks:\t%d (%d bytes)\n", s.Blocks, s.Blocks*uint64(s.BlockSize))
+	fmt.Fprintf(w, "uuid:\t%s\n", formatUUID(s.UUID))
+	if s.VolumeName != "" {
+		fmt.Fprintf(w, "label:\t%s\n", s.VolumeName)
+	}
+	fmt.Fprintf(w, "features:\t%s\n", strings.Join(erofs.FeatureNames(s.FeatureCompat, s.FeatureIncompat), " "))
+	fmt.Fprintf(w, "minimum kernel:\tLinux %s\n", erofs.MinKernel(s))
+	ck := "ok"
+	if !s.ChecksumOK {
+		ck = "MISMATCH"
+	}
+	if s.FeatureCompat&erofs.FeatureCompatSBChksum == 0 {
+		ck = "none"
+	}
+	fmt.Fprintf(w, "checksum:\t%#08x (%s)\n", s.Checksum, ck)
+	fmt.Fprintf(w, "epoch:\t%s\n", time.Unix(s.Epoch, int64(s.FixedNsec)).UTC().Format(time.RFC3339Nano))
+	if s.BuildTime != 0 {
+		fmt.Fprintf(w, "build time:\t%s\n", time.Unix(s.Epoch+int64(s.BuildTime), 0).UTC().Format(time.RFC3339))
+	}
+	fmt.Fprintf(w, "root nid:\t%d\n", s.RootNid)
+	fmt.Fprintf(w, "meta_blkaddr:\t%d\n", s.MetaBlkAddr)
+	if s.XattrBlkAddr != 0 {
+		fmt.Fprintf(w, "xattr_blkaddr:\t%d\n", s.XattrBlkAddr)
+	}
+	if s.ExtraDevices > 0 {
+		fmt.Fprintf(w, "extra devices:\t%d\n", s.ExtraDevices)
+	}
+
+	st, err := imageStats(img)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "inodes:\t%d (superblock says %d); %d compact, %d extended\n", st.inodes, s.Inos, st.compact, st.inodes-st.compact)
+	for _, k := range sortedKeys(st.byType) {
+		fmt.Fprintf(w, "  %s:\t%d\n", k, st.byType[k])
+	}
+	fmt.Fprintf(w, "layouts:\t\n")
+	for _, k := range sortedKeys(st.byLayout) {
+		fmt.Fprintf(w, "  %s:\t%d\n", k, st.byLayout[k])
+	}
+	total := int64(s.Blocks) * int64(s.BlockSize)
+	fmt.Fprintf(w, "file data:\t%d bytes in regular files (%d in data blocks, %d inline)\n", st.fileBytes, st.dataBlockBytes, st.inlineBytes)
+	fmt.Fprintf(w, "metadata:\t%d bytes (image size less data blocks)\n", total-st.dataBlockBytes)
+	return w.Flush()
+}
+
+type stats struct {
+	inodes, compact int
+	byType          map[string]int
+	byLayout        map[string]int
+	fileBytes       int64
+	dataBlockBytes  int64 // regular-file bytes that sit in data blocks
+	inlineBytes     int64
+}
+
+var layoutNames = map[uint8]string{
+	erofs.LayoutFlatPlain:         "flat_plain",
+	erofs.LayoutCompressedFull:    "compressed_full",
+	erofs.LayoutFlatInline:        "flat_inline",
+	erofs.LayoutCompressedCompact: "compressed_compact",
+	erofs.LayoutChunkBased:        "chunk_based",
+}
+
+func typeName(mode uint32) string {
+	switch mode & erofs.S_IFMT {
+	case erofs.S_IFREG:
+		return "regular"
+	case erofs.S_IFDIR:
+		return "directory"
+	case erofs.S_IFLNK:
+		return "symlink"
+	case erofs.S_IFCHR:
+		return "char device"
+	case erofs.S_IFBLK:
+		return "block device"
+	case erofs.S_IFIFO:
+		return "fifo"
+	case erofs.S_IFSOCK:
+		return "socket"
+	}
+	return "unknown"
+}
+
+// imageStats walks the whole tree once, counting each inode once.
+func imageStats(img *erofs.Image) (*stats, error) {
+	st := &stats{byType: map[string]int{}, byLayout: map[string]int{}}
+	seen := map[uint64]bool{}
+	bs := int64(img.Super().BlockSize)
+	err := fs.WalkDir(img, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		ino, err := img.Lstat(p)
+		if err != nil {
+			return err
+		}
+		if seen[ino.Nid] {
+			return nil
+		}
+		seen[ino.Nid] = true
+		st.inodes++
+		if ino.Compact {
+			st.compact++
+		}
+		st.byType[typeName(ino.Mode)]++
+		st.byLayout[layoutNames[ino.Layout]]++
+		if ino.Mode&erofs.S_IFMT == erofs.S_IFREG {
+			st.fileBytes += ino.Size
+			switch ino.Layout {
+			case erofs.LayoutFlatInline:
+				st.dataBlockBytes += ino.Size / bs * bs
+				st.inlineBytes += ino.Size % bs
+			case erofs.LayoutFlatPlain:
+				st.dataBlockBytes += (ino.Size + bs - 1) / bs * bs
+			default:
+				st.dataBlockBytes += ino.Size // upper bound (holes, chunks)
+			}
+		}
+		return nil
+	})
+	return st, err
+}
+
+func sortedKeys(m map[string]int) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+var lsCommand = &cli.Command{
+	Name:      "ls",
+	Usage:     "list a directory of an image",
+	ArgsUsage: "IMAGE [PATH]",
+	Flags: []cli.Flag{
+		&cli.BoolFlag{Name: "long", Aliases: []string{"l"}, Usage: "mode, owner, size, mtime, link target"},
+		&cli.BoolFlag{Name: "recursive", Aliases: []string{"R"}, Usage: "list subdirectories too"},
+	},
+	Action: func(c *cli.Context) error {
+		if c.NArg() < 1 || c.NArg() > 2 {
+			return fmt.Errorf("ls: want IMAGE [PATH]")
+		}
+		img, f, err := openImage(c.Args().First())
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		p := imagePath(c.Args().Get(1))
+		w := tabwriter.NewWriter(c.App.Writer, 0, 4, 1, ' ', 0)
+		defer w.Flush()
+		list := func(p string, d fs.DirEntry) error {
+			ino, err := img.Lstat(p)
+			if err != nil {
+				return err
+			}
+			name := p
+			if !c.Bool("recursive") {
+				name = path.Base(p)
+			}
+			if !c.Bool("long") {
+				fmt.Fprintf(w, "%s\n", name)
+				return nil
+			}
+			extra := ""
+			switch ino.Mode & erofs.S_IFMT {
+			case erofs.S_IFLNK:
+				t, err := img.Readlink(p)
+				if err != nil {
+					return err
+				}
+				extra = " -> " + t
+			}
+			size := fmt.Sprint(ino.Size)
+			if ino.Mode&erofs.S_IFMT == erofs.S_IFCHR || ino.Mode&erofs.S_IFMT == erofs.S_IFBLK {
+				size = fmt.Sprintf("%d, %d", ino.Devmajor, ino.Devminor)
+			}
+			fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%s\t%s\t%s%s\n", modeString(ino.Mode), ino.Nlink, ino.Uid, ino.Gid, size,
+				ino.Mtime.UTC().Format("2006-01-02 15:04:05"), name, extra)
+			return nil
+		}
+		ino, err := img.Lstat(p)
+		if err != nil {
+			return err
+		}
+		if !ino.IsDir() {
+			return list(p, nil)
+		}
+		if c.Bool("recursive") {
+			return fs.WalkDir(img, p, func(q string, d fs.DirEntry, err error) error {
+				if err != nil {
+					return err
+				}
+				if q == p {
+					return nil
+				}
+				return list(q, d)
+			})
+		}
+		ents, err := img.ReadDir(p)
+		if err != nil {
+			return err
+		}
+		for _, d := range ents {
+			if err := list(path.Join(p, d.Name()), d); err != nil {
+				return err
+			}
+		}
+		return nil
+	},
+}
+
+// imagePath turns a user path ("/etc/passwd", "etc/", "") into an io/fs name.
+func imagePath(p string) string {
+	p = path.Clean("/" + p)
+	if p == "/" {
+		return "."
+	}
+	return p[1:]
+}
+
+var catCommand = &cli.Command{
+	Name:      "cat",
+	Usage:     "write a file of an image to stdout",
+	ArgsUsage: "IMAGE PATH",
+	Action: func(c *cli.Context) error {
+		if c.NArg() != 2 {
+			return fmt.Errorf("cat: want IMAGE PATH")
+		}
+		img, f, err := openImage(c.Args().First())
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		r, err := img.Open(imagePath(c.Args().Get(1)))
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		_, err = io.Copy(c.App.Writer, r)
+		return err
+	},
+}
+
+// modeString renders st_mode the way ls -l does ("drwxr-xr-x", "-rwsr-xr-x").
+func modeString(m uint32) string {
+	t := map[uint32]byte{erofs.S_IFREG: '-', erofs.S_IFDIR: 'd', erofs.S_IFLNK: 'l', erofs.S_IFCHR: 'c',
+		erofs.S_IFBLK: 'b', erofs.S_IFIFO: 'p', erofs.S_IFSOCK: 's'}[m&erofs.S_IFMT]
+	if t == 0 {
+		t = '?'
+	}
+	b := []byte{t, 'r', 'w', 'x', 'r', 'w', 'x', 'r', 'w', 'x'}
+	for i := 0; i < 9; i++ {
+		if m&(1<<(8-i)) == 0 {
+			b[i+1] = '-'
+		}
+	}
+	special := func(i int, bit uint32, set, unset byte) {
+		if m&bit != 0 {
+			if b[i] == 'x' {
+				b[i] = set
+			} else {
+				b[i] = unset
+			}
+		}
+	}
+	special(3, 0o4000, 's', 'S')
+	special(6, 0o2000, 's', 'S')
+	special(9, 0o1000, 't', 'T')
+	return string(b)
+}

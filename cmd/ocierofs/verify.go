@@ -1,0 +1,73 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/ocierofs/ocierofs/convert"
+	"github.com/ocierofs/ocierofs/convert/fstree"
+)
+
+var verifyCommand = &cli.Command{
+	Name:      "verify",
+	Usage:     "compare an image with the tar (plain, gzip, zstd) or directory it was built from",
+	ArgsUsage: "IMAGE SOURCE",
+	Description: "Reads both through ocierofs' own reader, without mounting, and prints every\n" +
+		"difference: type, mode, owner, size, mtime, content, symlink target, device\n" +
+		"number, xattrs and hard links. Exits 1 if there is any.",
+	Flags: []cli.Flag{
+		&cli.StringFlag{Name: "whiteouts", Value: "overlay", Usage: "how the image was built: overlay or keep"},
+		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print only differences"},
+	},
+	Action: func(c *cli.Context) error {
+		if c.NArg() != 2 {
+			return fmt.Errorf("verify: want IMAGE SOURCE")
+		}
+		img, f, err := openImage(c.Args().First())
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		got, err := fstree.FromImage(img)
+		if err != nil {
+			return fmt.Errorf("reading %s: %w", c.Args().First(), err)
+		}
+		src := c.Args().Get(1)
+		var want *fstree.Tree
+		opt := fstree.DiffOptions{IgnoreImpliedMtime: true}
+		if fi, err := os.Stat(src); err == nil && fi.IsDir() {
+			want, err = fstree.FromDir(src)
+			if err != nil {
+				return err
+			}
+		} else {
+			r, err := os.Open(src)
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			rc, _, err := convert.Decompress(r)
+			if err != nil {
+				return fmt.Errorf("%s: %w", src, err)
+			}
+			defer rc.Close()
+			want, err = fstree.FromTar(rc, fstree.TarOptions{Whiteouts: c.String("whiteouts")})
+			if err != nil {
+				return fmt.Errorf("%s: %w", src, err)
+			}
+		}
+		diffs := fstree.Diff(want, got, opt)
+		for _, d := range diffs {
+			fmt.Fprintln(c.App.Writer, d)
+		}
+		if len(diffs) > 0 {
+			return cli.Exit(fmt.Sprintf("verify: %d differences between %s and %s", len(diffs), c.Args().First(), src), 1)
+		}
+		if !c.Bool("quiet") {
+			fmt.Fprintf(c.App.Writer, "%s matches %s: %d entries\n", c.Args().First(), src, len(want.Paths()))
+		}
+		return nil
+	},
+}

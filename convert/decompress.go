@@ -1,0 +1,61 @@
+package convert
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
+)
+
+// Compression of a layer stream, detected from its first bytes.
+type Compression string
+
+const (
+	Uncompressed Compression = "none"
+	Gzip         Compression = "gzip"
+	Zstd         Compression = "zstd"
+)
+
+var (
+	magicGzip  = []byte{0x1f, 0x8b}
+	magicZstd  = []byte{0x28, 0xb5, 0x2f, 0xfd}
+	magicXz    = []byte{0xfd, '7', 'z', 'X', 'Z', 0}
+	magicBzip2 = []byte("BZh")
+)
+
+// Decompress detects gzip or zstd by magic bytes (never by file name or
+// media type, which lie) and returns the uncompressed stream.
+func Decompress(r io.Reader) (io.ReadCloser, Compression, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	head, err := br.Peek(6)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, "", err
+	}
+	switch {
+	case bytes.HasPrefix(head, magicGzip):
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, Gzip, fmt.Errorf("gzip: %w", err)
+		}
+		return zr, Gzip, nil
+	case bytes.HasPrefix(head, magicZstd):
+		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(1<<31))
+		if err != nil {
+			return nil, Zstd, fmt.Errorf("zstd: %w", err)
+		}
+		return zstdCloser{zr}, Zstd, nil
+	case bytes.HasPrefix(head, magicXz):
+		return nil, "", errors.New("xz-compressed input is not supported (gzip, zstd or plain tar)")
+	case bytes.HasPrefix(head, magicBzip2):
+		return nil, "", errors.New("bzip2-compressed input is not supported (gzip, zstd or plain tar)")
+	}
+	return io.NopCloser(br), Uncompressed, nil
+}
+
+type zstdCloser struct{ *zstd.Decoder }
+
+func (z zstdCloser) Close() error { z.Decoder.Close(); return nil }

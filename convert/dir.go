@@ -1,0 +1,149 @@
+package convert
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ocierofs/ocierofs/erofs"
+)
+
+// BuildDir converts a directory tree, as lstat and listxattr see it, into an
+// image on w. Whiteout rules do not apply: a directory is taken literally.
+// Without a UUID in the options, the UUID is derived from a hash of every
+// entry's metadata and data, so the same tree gives the same image.
+func BuildDir(w io.WriterAt, root string, opt Options) (*Result, error) {
+	b, err := erofs.NewBuilder(w, opt.Erofs)
+	if err != nil {
+		return nil, err
+	}
+	defer b.Close()
+	h := sha256.New()
+	type devIno struct{ dev, ino uint64 }
+	links := map[devIno]string{}
+	res := &Result{}
+	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, p)
+		if err != nil {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		e := erofs.Entry{
+			Path:  rel,
+			Mode:  st.Mode,
+			Uid:   st.Uid,
+			Gid:   st.Gid,
+			Mtime: time.Unix(st.Mtim.Sec, st.Mtim.Nsec),
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR && st.Nlink > 1 {
+			k := devIno{st.Dev, st.Ino}
+			if first, ok := links[k]; ok {
+				fmt.Fprintf(h, "%s\x00link\x00%s\x00", rel, first)
+				res.Entries++
+				return b.Add(erofs.Entry{Path: rel, HardLink: first}, nil)
+			}
+			links[k] = rel
+		}
+		xs, err := readXattrs(p)
+		if err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		for _, x := range xs {
+			if err := erofs.CheckXattrName(x.Name); err != nil {
+				res.Warnings = append(res.Warnings, fmt.Sprintf("%s: xattr %q left out: %v", rel, x.Name, err))
+				continue
+			}
+			e.Xattrs = append(e.Xattrs, x)
+		}
+		var data io.Reader
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFREG:
+			e.Size = st.Size
+			f, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			// A file that changes while it is read must not desync the image.
+			data = io.TeeReader(io.LimitReader(f, st.Size), h)
+		case unix.S_IFLNK:
+			if e.Linkname, err = os.Readlink(p); err != nil {
+				return err
+			}
+		case unix.S_IFCHR, unix.S_IFBLK:
+			e.Devmajor, e.Devminor = unix.Major(st.Rdev), unix.Minor(st.Rdev)
+		}
+		fmt.Fprintf(h, "%s\x00%o %d %d %d.%09d %d %d:%d %s\x00", rel, e.Mode, e.Uid, e.Gid,
+			st.Mtim.Sec, st.Mtim.Nsec, e.Size, e.Devmajor, e.Devminor, e.Linkname)
+		for _, x := range e.Xattrs {
+			fmt.Fprintf(h, "%s=%x\x00", x.Name, x.Value)
+		}
+		res.Entries++
+		if err := b.Add(e, data); err != nil {
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	res.UUID = opt.Erofs.UUID
+	if res.UUID == ([16]byte{}) && !opt.KeepUUID {
+		res.UUID = LayerUUID("sha256:" + hex.EncodeToString(h.Sum(nil)))
+	}
+	b.SetUUID(res.UUID)
+	return res, b.Finish()
+}
+
+// readXattrs lists a file's xattrs without following a symlink.
+func readXattrs(p string) ([]erofs.Xattr, error) {
+	size, err := unix.Llistxattr(p, nil)
+	if err != nil || size == 0 {
+		if err == unix.ENOTSUP {
+			err = nil
+		}
+		return nil, err
+	}
+	buf := make([]byte, size)
+	size, err = unix.Llistxattr(p, buf)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, n := range strings.Split(string(buf[:size]), "\x00") {
+		if n != "" {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	var out []erofs.Xattr
+	for _, n := range names {
+		vs, err := unix.Lgetxattr(p, n, nil)
+		if err != nil {
+			return nil, fmt.Errorf("xattr %s: %w", n, err)
+		}
+		v := make([]byte, vs)
+		vs, err = unix.Lgetxattr(p, n, v)
+		if err != nil {
+			return nil, fmt.Errorf("xattr %s: %w", n, err)
+		}
+		out = append(out, erofs.Xattr{Name: n, Value: v[:vs]})
+	}
+	return out, nil
+}

@@ -1,0 +1,269 @@
+package fstree
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// DiffOptions relaxes Diff.
+type DiffOptions struct {
+	// IgnoreImpliedMtime skips the mtime of directories marked Implied in
+	// want: no entry gave them one, and extractors and builders differ.
+	IgnoreImpliedMtime bool
+	// IgnoreRootMeta skips mode, uid, gid, mtime and xattrs of ".", as when
+	// got is an extraction whose root is a temporary directory.
+	IgnoreRootMeta bool
+	// MtimeGranularity, when positive, compares mtimes truncated to it
+	// (time.Second for a format without nanoseconds). Zero is exact.
+	MtimeGranularity time.Duration
+	// Ignore, when set, drops a difference for which it returns true.
+	// field is one of "missing", "extra", "type", "mode", "uid", "gid",
+	// "mtime", "size", "content", "target", "rdev", "xattr:NAME" and
+	// "links"; a hard-link difference is dropped when Ignore is true for
+	// any path it involves.
+	Ignore func(path, field string) bool
+}
+
+// Diff lists every difference between want and got, one line each:
+//
+//	missing: a/b                                (in want, not in got)
+//	extra: c                                    (in got, not in want)
+//	etc/passwd: mode 0100644 != 0100600         (PATH: FIELD WANT != GOT)
+//	hard links: [a b] != [a] [b]
+//
+// Fields are type, mode (the 07777 bits; printed as full st_mode), uid,
+// gid, mtime, size and content (regular files), target (symlinks), rdev
+// (devices) and each xattr by name. Hard links are compared as groups among
+// the paths both trees have. Lines come in Paths order, hard links last;
+// the result is empty when the trees are equal.
+func Diff(want, got *Tree, opt DiffOptions) []string {
+	var out []string
+	ignore := func(p, field string) bool { return opt.Ignore != nil && opt.Ignore(p, field) }
+	add := func(p, field, format string, args ...any) {
+		if !ignore(p, field) {
+			out = append(out, p+": "+field+" "+fmt.Sprintf(format, args...))
+		}
+	}
+
+	all := want.Paths()
+	for _, p := range got.Paths() {
+		if want.nodes[p] == nil {
+			all = append(all, p)
+		}
+	}
+	sortPaths(all)
+
+	for _, p := range all {
+		w, g := want.nodes[p], got.nodes[p]
+		switch {
+		case g == nil:
+			if !ignore(p, "missing") {
+				out = append(out, "missing: "+p)
+			}
+			continue
+		case w == nil:
+			if !ignore(p, "extra") {
+				out = append(out, "extra: "+p)
+			}
+			continue
+		}
+		rootMeta := p == "." && opt.IgnoreRootMeta
+		sameType := w.Type() == g.Type()
+		if !sameType {
+			add(p, "type", "%s != %s", typeName(w.Mode), typeName(g.Mode))
+		}
+		if !rootMeta {
+			if w.Perm() != g.Perm() {
+				add(p, "mode", "%#o != %#o", w.Mode, g.Mode)
+			}
+			if w.Uid != g.Uid {
+				add(p, "uid", "%d != %d", w.Uid, g.Uid)
+			}
+			if w.Gid != g.Gid {
+				add(p, "gid", "%d != %d", w.Gid, g.Gid)
+			}
+			skipMtime := opt.IgnoreImpliedMtime && w.Implied && w.IsDir()
+			if !skipMtime && !sameMtime(w.Mtime, g.Mtime, opt.MtimeGranularity) {
+				add(p, "mtime", "%s != %s", fmtTime(w.Mtime), fmtTime(g.Mtime))
+			}
+		}
+		if sameType {
+			switch w.Type() {
+			case S_IFREG:
+				if w.Size != g.Size {
+					add(p, "size", "%d != %d", w.Size, g.Size)
+				}
+				if w.Digest != g.Digest {
+					add(p, "content", "sha256:%x != sha256:%x", w.Digest, g.Digest)
+				}
+			case S_IFLNK:
+				if w.Target != g.Target {
+					add(p, "target", "%q != %q", w.Target, g.Target)
+				}
+			case S_IFCHR, S_IFBLK:
+				if w.Devmajor != g.Devmajor || w.Devminor != g.Devminor {
+					add(p, "rdev", "%d:%d != %d:%d", w.Devmajor, w.Devminor, g.Devmajor, g.Devminor)
+				}
+			}
+		}
+		if !rootMeta {
+			out = append(out, diffXattrs(p, w.Xattrs, g.Xattrs, ignore)...)
+		}
+	}
+	return append(out, diffLinks(want, got, ignore)...)
+}
+
+func sameMtime(a, b time.Time, g time.Duration) bool {
+	if g > 0 {
+		return a.Truncate(g).Equal(b.Truncate(g))
+	}
+	return a.Equal(b)
+}
+
+func fmtTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+func typeName(mode uint32) string {
+	switch mode & S_IFMT {
+	case S_IFREG:
+		return "reg"
+	case S_IFDIR:
+		return "dir"
+	case S_IFLNK:
+		return "symlink"
+	case S_IFCHR:
+		return "char"
+	case S_IFBLK:
+		return "block"
+	case S_IFIFO:
+		return "fifo"
+	case S_IFSOCK:
+		return "socket"
+	}
+	return fmt.Sprintf("type%#o", mode&S_IFMT)
+}
+
+func diffXattrs(p string, w, g map[string]string, ignore func(p, field string) bool) []string {
+	var names []string
+	for k, v := range w {
+		if gv, ok := g[k]; !ok || gv != v {
+			names = append(names, k)
+		}
+	}
+	for k := range g {
+		if _, ok := w[k]; !ok {
+			names = append(names, k)
+		}
+	}
+	sort.Strings(names)
+	var out []string
+	val := func(m map[string]string, k string) string {
+		if v, ok := m[k]; ok {
+			return fmt.Sprintf("%q", v)
+		}
+		return "(none)"
+	}
+	for _, k := range names {
+		if !ignore(p, "xattr:"+k) {
+			out = append(out, fmt.Sprintf("%s: xattr %s %s != %s", p, k, val(w, k), val(g, k)))
+		}
+	}
+	return out
+}
+
+// diffLinks compares the hard-link partitions of the paths both trees
+// have. Paths linked in either tree form components; a component whose
+// partition differs between the trees is one line.
+func diffLinks(want, got *Tree, ignore func(p, field string) bool) []string {
+	parent := make(map[string]string)
+	var find func(string) string
+	find = func(p string) string {
+		q := parent[p]
+		if q == p {
+			return p
+		}
+		r := find(q)
+		parent[p] = r
+		return r
+	}
+	union := func(a, b string) {
+		ra, rb := find(a), find(b)
+		if ra != rb {
+			parent[ra] = rb
+		}
+	}
+	common := func(p string) bool { return want.nodes[p] != nil && got.nodes[p] != nil }
+	for _, t := range []*Tree{want, got} {
+		for _, g := range t.LinkGroups() {
+			first := ""
+			for _, p := range g {
+				if !common(p) {
+					continue
+				}
+				if _, ok := parent[p]; !ok {
+					parent[p] = p
+				}
+				if first == "" {
+					first = p
+				}
+				union(first, p)
+			}
+		}
+	}
+	comps := make(map[string][]string)
+	for p := range parent {
+		r := find(p)
+		comps[r] = append(comps[r], p)
+	}
+	var keys [][]string
+	for _, c := range comps {
+		if len(c) > 1 {
+			sortPaths(c)
+			keys = append(keys, c)
+		}
+	}
+	sort.Slice(keys, func(i, j int) bool { return pathLess(keys[i][0], keys[j][0]) })
+
+	var out []string
+	for _, c := range keys {
+		wp, gp := partition(want, c), partition(got, c)
+		if wp == gp {
+			continue
+		}
+		skip := false
+		for _, p := range c {
+			if ignore(p, "links") {
+				skip = true
+				break
+			}
+		}
+		if !skip {
+			out = append(out, "hard links: "+wp+" != "+gp)
+		}
+	}
+	return out
+}
+
+// partition formats how t groups the paths c (in Paths order) into inodes:
+// "[a b] [c]".
+func partition(t *Tree, c []string) string {
+	var groups [][]string
+	byID := make(map[int]int) // link id → index in groups
+	for _, p := range c {
+		id := t.nodes[p].link
+		if i, ok := byID[id]; ok && id != 0 {
+			groups[i] = append(groups[i], p)
+			continue
+		}
+		if id != 0 {
+			byID[id] = len(groups)
+		}
+		groups = append(groups, []string{p})
+	}
+	parts := make([]string, len(groups))
+	for i, g := range groups {
+		parts[i] = "[" + strings.Join(g, " ") + "]"
+	}
+	return strings.Join(parts, " ")
+}

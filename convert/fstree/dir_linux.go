@@ -1,0 +1,116 @@
+package fstree
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// FromDir takes a snapshot of the tree at dir. Symbolic links are never
+// followed, except that dir itself may be one. Hard links are found by
+// (device, inode) among non-directories.
+func FromDir(dir string) (*Tree, error) {
+	root, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return nil, fmt.Errorf("fstree: %w", err)
+	}
+	return FromFS(dirFS(root))
+}
+
+// dirFS is a StatFS over a directory of the host.
+type dirFS string
+
+func (d dirFS) path(name string) string {
+	if name == "." {
+		return string(d)
+	}
+	return string(d) + "/" + name
+}
+
+func (d dirFS) Open(name string) (fs.File, error) {
+	if !fs.ValidPath(name) {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrInvalid}
+	}
+	// O_NOFOLLOW: a file swapped for a symlink after Lstat is not read
+	// through.
+	return os.OpenFile(d.path(name), os.O_RDONLY|unix.O_NOFOLLOW, 0)
+}
+
+func (d dirFS) ReadDir(name string) ([]fs.DirEntry, error) { return os.ReadDir(d.path(name)) }
+
+func (d dirFS) Readlink(name string) (string, error) { return os.Readlink(d.path(name)) }
+
+func (d dirFS) Lstat(name string) (Info, error) {
+	var st unix.Stat_t
+	if err := unix.Lstat(d.path(name), &st); err != nil {
+		return Info{}, &fs.PathError{Op: "lstat", Path: name, Err: err}
+	}
+	fi := Info{
+		Mode:  st.Mode,
+		Uid:   st.Uid,
+		Gid:   st.Gid,
+		Size:  st.Size,
+		Mtime: time.Unix(st.Mtim.Sec, st.Mtim.Nsec),
+		Dev:   st.Dev,
+		Ino:   st.Ino,
+	}
+	if t := st.Mode & S_IFMT; t == S_IFCHR || t == S_IFBLK {
+		fi.Devmajor, fi.Devminor = unix.Major(st.Rdev), unix.Minor(st.Rdev)
+	}
+	return fi, nil
+}
+
+func (d dirFS) Xattrs(name string) ([]Xattr, error) {
+	p := d.path(name)
+	list, err := getBuf(func(b []byte) (int, error) { return unix.Llistxattr(p, b) })
+	if err != nil {
+		if errors.Is(err, unix.ENOTSUP) {
+			return nil, nil
+		}
+		return nil, &fs.PathError{Op: "llistxattr", Path: name, Err: err}
+	}
+	var xs []Xattr
+	for _, x := range strings.Split(string(list), "\x00") {
+		if x == "" {
+			continue
+		}
+		v, err := getBuf(func(b []byte) (int, error) { return unix.Lgetxattr(p, x, b) })
+		if errors.Is(err, unix.ENODATA) {
+			continue // removed since the listing
+		}
+		if err != nil {
+			return nil, &fs.PathError{Op: "lgetxattr " + x, Path: name, Err: err}
+		}
+		xs = append(xs, Xattr{Name: x, Value: v})
+	}
+	return xs, nil
+}
+
+// getBuf calls a size-returning xattr syscall twice: first for the size,
+// then for the bytes, again if the value grew in between.
+func getBuf(call func([]byte) (int, error)) ([]byte, error) {
+	for {
+		n, err := call(nil)
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			return []byte{}, nil
+		}
+		b := make([]byte, n)
+		n, err = call(b)
+		if errors.Is(err, unix.ERANGE) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return b[:n], nil
+	}
+}

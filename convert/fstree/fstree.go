@@ -1,0 +1,173 @@
+// Package fstree takes snapshots of filesystem trees and compares them.
+//
+// A Tree is what a round-trip test needs to know about a tree: for every path
+// its type, mode, owner, mtime, size and content digest, symlink target,
+// device number, xattrs, and which paths are hard links of one inode. Trees
+// come from a directory (FromDir), from any StatFS (FromFS), from an EROFS
+// image through its reader (FromImage) or, as the expected result of a
+// conversion, from a tar stream (FromTar, which applies the OCI whiteout
+// rules on its own, independently of the converter).
+//
+//	want, err := fstree.FromTar(layer, fstree.TarOptions{})
+//	got, err := fstree.FromImage(img)
+//	for _, d := range fstree.Diff(want, got, fstree.DiffOptions{IgnoreImpliedMtime: true}) {
+//		fmt.Println(d)
+//	}
+package fstree
+
+import (
+	"sort"
+	"strings"
+	"time"
+)
+
+// File type bits of Node.Mode (st_mode).
+const (
+	S_IFMT   = 0o170000
+	S_IFSOCK = 0o140000
+	S_IFLNK  = 0o120000
+	S_IFREG  = 0o100000
+	S_IFBLK  = 0o060000
+	S_IFDIR  = 0o040000
+	S_IFCHR  = 0o020000
+	S_IFIFO  = 0o010000
+
+	permMask = 0o7777
+)
+
+// Node is one path of a Tree.
+type Node struct {
+	// Path is "." for the root, else slash-separated without a leading
+	// slash ("a/b").
+	Path string
+	// Mode is the full st_mode: S_IFxxx type bits and the 07777 bits.
+	Mode     uint32
+	Uid, Gid uint32
+	// Size is the length of a regular file; 0 for every other type.
+	Size  int64
+	Mtime time.Time
+	// Devmajor and Devminor are the device number of a char or block device.
+	Devmajor, Devminor uint32
+	// Target is the target of a symbolic link.
+	Target string
+	// Xattrs maps full names ("user.a", "trusted.overlay.opaque") to raw
+	// values; nil and empty mean the same.
+	Xattrs map[string]string
+	// Digest is the SHA-256 of a regular file's content.
+	Digest [32]byte
+	// Implied marks a directory that FromTar created because no tar entry
+	// declared it; its metadata is the builder's default, not the tar's.
+	Implied bool
+
+	link     int  // hard-link group id; 0 = none
+	whiteout bool // FromTar: a char device made from a .wh. entry
+}
+
+// IsDir reports whether n is a directory.
+func (n *Node) IsDir() bool { return n.Mode&S_IFMT == S_IFDIR }
+
+// Type is the S_IFxxx bits of n.Mode.
+func (n *Node) Type() uint32 { return n.Mode & S_IFMT }
+
+// Perm is the permission, setuid, setgid and sticky bits of n.Mode.
+func (n *Node) Perm() uint32 { return n.Mode & permMask }
+
+// Tree is a snapshot of a filesystem tree: nodes by path, and the hard-link
+// groups among them.
+type Tree struct {
+	nodes    map[string]*Node
+	nextLink int
+}
+
+func newTree() *Tree { return &Tree{nodes: make(map[string]*Node)} }
+
+// Node returns the node at path ("." for the root), or nil.
+func (t *Tree) Node(path string) *Node { return t.nodes[path] }
+
+// Len is the number of paths in t, the root included.
+func (t *Tree) Len() int { return len(t.nodes) }
+
+// Paths returns every path of t in tree order: "." first, then paths
+// compared bytewise with '/' sorting before every other byte, so that a
+// directory's contents follow it directly.
+func (t *Tree) Paths() []string {
+	ps := make([]string, 0, len(t.nodes))
+	for p := range t.nodes {
+		ps = append(ps, p)
+	}
+	sortPaths(ps)
+	return ps
+}
+
+// LinkGroups returns the sets of paths that are one inode, each with at
+// least two paths. Each group is in Paths order and the groups are ordered
+// by their first path.
+func (t *Tree) LinkGroups() [][]string {
+	byID := make(map[int][]string)
+	for p, n := range t.nodes {
+		if n.link != 0 {
+			byID[n.link] = append(byID[n.link], p)
+		}
+	}
+	var gs [][]string
+	for _, g := range byID {
+		if len(g) >= 2 {
+			sortPaths(g)
+			gs = append(gs, g)
+		}
+	}
+	sort.Slice(gs, func(i, j int) bool { return pathLess(gs[i][0], gs[j][0]) })
+	return gs
+}
+
+// newLink returns a fresh hard-link group id.
+func (t *Tree) newLink() int {
+	t.nextLink++
+	return t.nextLink
+}
+
+// pathLess orders paths as Paths documents.
+func pathLess(a, b string) bool {
+	if a == b {
+		return false
+	}
+	if a == "." {
+		return true
+	}
+	if b == "." {
+		return false
+	}
+	n := min(len(a), len(b))
+	for i := 0; i < n; i++ {
+		ca, cb := a[i], b[i]
+		if ca == cb {
+			continue
+		}
+		if ca == '/' {
+			return true
+		}
+		if cb == '/' {
+			return false
+		}
+		return ca < cb
+	}
+	return len(a) < len(b)
+}
+
+func sortPaths(ps []string) { sort.Slice(ps, func(i, j int) bool { return pathLess(ps[i], ps[j]) }) }
+
+// parentOf returns the directory holding path p ("." for top-level names).
+func parentOf(p string) string {
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		return p[:i]
+	}
+	return "."
+}
+
+// joinPath joins a directory path and a name.
+func joinPath(dir, name string) string {
+	if dir == "." {
+		return name
+	}
+	return dir + "/" + name
+}

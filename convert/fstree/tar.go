@@ -1,0 +1,387 @@
+package fstree
+
+import (
+	"archive/tar"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"path"
+	"strings"
+	"time"
+)
+
+// Whiteout modes of TarOptions.
+const (
+	WhiteoutsOverlay = "overlay"
+	WhiteoutsKeep    = "keep"
+)
+
+// Names and xattrs of the OCI (aufs) and overlayfs whiteout forms.
+const (
+	whPrefix     = ".wh."
+	whMetaPrefix = ".wh..wh."
+	whOpaque     = ".wh..wh..opq"
+	xattrOpaque  = "trusted.overlay.opaque"
+	xattrOrigin  = "trusted.overlay.origin"
+)
+
+// TarOptions tells FromTar how to read a layer.
+type TarOptions struct {
+	// Whiteouts is "overlay" (the default when empty) to turn OCI
+	// whiteouts into their overlayfs form, or "keep" to take the tar
+	// literally.
+	Whiteouts string
+	// ImpliedDirMtime is the mtime of directories no entry declared.
+	ImpliedDirMtime time.Time
+}
+
+// FromTar returns the tree that an uncompressed tar stream describes, as a
+// converter is expected to lay it out:
+//
+//   - Names lose leading "/" and "./" and are cleaned; "" and "." are the
+//     root. A name that escapes the root or holds NUL is an error.
+//   - A later entry for a path replaces the earlier one. Directory over
+//     directory keeps the children and takes the later metadata; any other
+//     change of type drops the old subtree. A parent that is not a
+//     directory is an error.
+//   - Parents never declared are implied: mode 040755, uid and gid 0, mtime
+//     ImpliedDirMtime, Implied set (until an entry declares them).
+//   - A hard link names an earlier path (which must exist and not be a
+//     directory) and joins its inode: same metadata and content.
+//   - Xattrs come from PAX records SCHILY.xattr.NAME (raw value) and
+//     LIBARCHIVE.xattr.NAME (URL-encoded name, base64 value); SCHILY wins.
+//   - With overlay whiteouts, DIR/.wh..wh..opq sets trusted.overlay.opaque=y
+//     on DIR; DIR/.wh.NAME becomes a char device 0:0 DIR/NAME with the
+//     entry's permission bits, uid, gid and mtime (no xattrs); other
+//     .wh..wh.* names are dropped; and every directory that in the end holds
+//     such a whiteout device gets an empty trusted.overlay.origin. These
+//     xattrs are set after the whole stream is read, so entry order does
+//     not matter to them.
+func FromTar(r io.Reader, opt TarOptions) (*Tree, error) {
+	overlay := true
+	switch opt.Whiteouts {
+	case "", WhiteoutsOverlay:
+	case WhiteoutsKeep:
+		overlay = false
+	default:
+		return nil, fmt.Errorf("fstree: unknown whiteout mode %q", opt.Whiteouts)
+	}
+	b := &tarBuilder{
+		t:        newTree(),
+		children: make(map[string]map[string]struct{}),
+		opaque:   make(map[string]bool),
+		implied:  opt.ImpliedDirMtime,
+		buf:      make([]byte, 128<<10),
+	}
+	b.put(b.impliedDir("."))
+
+	tr := tar.NewReader(r)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("fstree: tar: %w", err)
+		}
+		if err := b.entry(hdr, tr, overlay); err != nil {
+			return nil, fmt.Errorf("fstree: tar entry %q: %w", hdr.Name, err)
+		}
+	}
+	b.finish()
+	return b.t, nil
+}
+
+type tarBuilder struct {
+	t *Tree
+	// children lists the names in each directory, so that replacing a
+	// directory drops its subtree without a scan of the whole tree.
+	children map[string]map[string]struct{}
+	opaque   map[string]bool // directories with a .wh..wh..opq entry
+	implied  time.Time
+	buf      []byte
+}
+
+// cleanName maps a tar name to a tree path.
+func cleanName(name string) (string, error) {
+	if strings.IndexByte(name, 0) >= 0 {
+		return "", errors.New("name holds NUL")
+	}
+	// Clean of a rooted path would swallow a leading "..", so look for it
+	// in the input first.
+	if escapes(name) {
+		return "", errors.New("name escapes the root")
+	}
+	p := path.Clean("/" + name)[1:] // also strips leading "/", "./", "//"
+	if p == "" {
+		return ".", nil
+	}
+	return p, nil
+}
+
+// escapes reports whether the relative path name (leading slashes ignored)
+// climbs above its root at some point.
+func escapes(name string) bool {
+	depth := 0
+	for _, c := range strings.Split(name, "/") {
+		switch c {
+		case "", ".":
+		case "..":
+			depth--
+			if depth < 0 {
+				return true
+			}
+		default:
+			depth++
+		}
+	}
+	return false
+}
+
+func (b *tarBuilder) impliedDir(p string) *Node {
+	return &Node{Path: p, Mode: S_IFDIR | 0o755, Mtime: b.implied, Implied: true}
+}
+
+func (b *tarBuilder) entry(hdr *tar.Header, r io.Reader, overlay bool) error {
+	switch hdr.Typeflag {
+	case tar.TypeXGlobalHeader:
+		return nil // PAX global records carry no file
+	}
+	p, err := cleanName(hdr.Name)
+	if err != nil {
+		return err
+	}
+	if overlay && p != "." {
+		dir, base := parentOf(p), path.Base(p)
+		switch {
+		case base == whOpaque:
+			if err := b.ensureDir(dir); err != nil {
+				return err
+			}
+			b.opaque[dir] = true
+			return nil
+		case strings.HasPrefix(base, whMetaPrefix):
+			return nil
+		case strings.HasPrefix(base, whPrefix):
+			name := base[len(whPrefix):]
+			if name == "" || name == "." || name == ".." {
+				return fmt.Errorf("bad whiteout name %q", base)
+			}
+			if err := b.ensureDir(dir); err != nil {
+				return err
+			}
+			n := &Node{
+				Path:     joinPath(dir, name),
+				Mode:     S_IFCHR | uint32(hdr.Mode)&permMask,
+				Mtime:    hdr.ModTime,
+				whiteout: true,
+			}
+			if n.Uid, n.Gid, err = owner(hdr); err != nil {
+				return err
+			}
+			b.put(n)
+			return nil
+		}
+	}
+
+	if hdr.Typeflag == tar.TypeLink {
+		return b.hardLink(p, hdr.Linkname)
+	}
+
+	n := &Node{Path: p, Mtime: hdr.ModTime}
+	perm := uint32(hdr.Mode) & permMask
+	if n.Uid, n.Gid, err = owner(hdr); err != nil {
+		return err
+	}
+	switch hdr.Typeflag {
+	case tar.TypeReg, tar.TypeGNUSparse, tar.TypeCont:
+		// The tar reader expands sparse files: the hash covers the holes.
+		n.Mode = S_IFREG | perm
+		h := sha256.New()
+		size, err := io.CopyBuffer(h, r, b.buf)
+		if err != nil {
+			return fmt.Errorf("read data: %w", err)
+		}
+		n.Size = size
+		h.Sum(n.Digest[:0])
+	case tar.TypeDir:
+		n.Mode = S_IFDIR | perm
+	case tar.TypeSymlink:
+		n.Mode = S_IFLNK | perm
+		n.Target = hdr.Linkname
+	case tar.TypeChar, tar.TypeBlock:
+		if hdr.Typeflag == tar.TypeChar {
+			n.Mode = S_IFCHR | perm
+		} else {
+			n.Mode = S_IFBLK | perm
+		}
+		if hdr.Devmajor < 0 || hdr.Devmajor > 1<<32-1 || hdr.Devminor < 0 || hdr.Devminor > 1<<32-1 {
+			return fmt.Errorf("device %d:%d out of range", hdr.Devmajor, hdr.Devminor)
+		}
+		n.Devmajor, n.Devminor = uint32(hdr.Devmajor), uint32(hdr.Devminor)
+	case tar.TypeFifo:
+		n.Mode = S_IFIFO | perm
+	default:
+		return fmt.Errorf("unsupported entry type %q", hdr.Typeflag)
+	}
+	if p == "." && !n.IsDir() {
+		return errors.New("the root must be a directory")
+	}
+	if n.Xattrs, err = tarXattrs(hdr); err != nil {
+		return err
+	}
+	if p != "." {
+		if err := b.ensureDir(parentOf(p)); err != nil {
+			return err
+		}
+	}
+	b.put(n)
+	return nil
+}
+
+func owner(hdr *tar.Header) (uid, gid uint32, err error) {
+	if hdr.Uid < 0 || hdr.Uid > 1<<32-1 || hdr.Gid < 0 || hdr.Gid > 1<<32-1 {
+		return 0, 0, fmt.Errorf("uid/gid %d/%d out of range", hdr.Uid, hdr.Gid)
+	}
+	return uint32(hdr.Uid), uint32(hdr.Gid), nil
+}
+
+// tarXattrs collects the xattrs of hdr's PAX records.
+func tarXattrs(hdr *tar.Header) (map[string]string, error) {
+	const schily, libarchive = "SCHILY.xattr.", "LIBARCHIVE.xattr."
+	var xs map[string]string
+	set := func(k, v string) {
+		if xs == nil {
+			xs = make(map[string]string)
+		}
+		xs[k] = v
+	}
+	for k, v := range hdr.PAXRecords {
+		if !strings.HasPrefix(k, libarchive) {
+			continue
+		}
+		name, err := url.PathUnescape(k[len(libarchive):])
+		if err != nil || name == "" {
+			return nil, fmt.Errorf("bad xattr record %q", k)
+		}
+		val, err := base64.RawStdEncoding.DecodeString(strings.TrimRight(v, "="))
+		if err != nil {
+			return nil, fmt.Errorf("xattr record %q: %w", k, err)
+		}
+		set(name, string(val))
+	}
+	for k, v := range hdr.PAXRecords {
+		if name, ok := strings.CutPrefix(k, schily); ok && name != "" {
+			set(name, v)
+		}
+	}
+	return xs, nil
+}
+
+// ensureDir makes sure p is a directory, creating it and its parents as
+// implied directories where missing.
+func (b *tarBuilder) ensureDir(p string) error {
+	n := b.t.nodes[p]
+	if n != nil {
+		if !n.IsDir() {
+			return fmt.Errorf("parent %q is not a directory", p)
+		}
+		return nil
+	}
+	if err := b.ensureDir(parentOf(p)); err != nil {
+		return err
+	}
+	b.put(b.impliedDir(p))
+	return nil
+}
+
+// put places n at n.Path, which must have a directory parent. What was
+// there goes away, with its subtree unless both are directories.
+func (b *tarBuilder) put(n *Node) {
+	p := n.Path
+	if old := b.t.nodes[p]; old != nil && !(old.IsDir() && n.IsDir()) {
+		b.remove(p)
+	}
+	b.t.nodes[p] = n
+	if p == "." {
+		return
+	}
+	dir := parentOf(p)
+	kids := b.children[dir]
+	if kids == nil {
+		kids = make(map[string]struct{})
+		b.children[dir] = kids
+	}
+	kids[p] = struct{}{}
+}
+
+// remove deletes p and everything below it.
+func (b *tarBuilder) remove(p string) {
+	for kid := range b.children[p] {
+		b.remove(kid)
+	}
+	delete(b.children, p)
+	delete(b.t.nodes, p)
+	if p != "." {
+		delete(b.children[parentOf(p)], p)
+	}
+}
+
+// hardLink makes p another name of the inode at the tar name target.
+func (b *tarBuilder) hardLink(p, target string) error {
+	tp, err := cleanName(target)
+	if err != nil {
+		return fmt.Errorf("link target %q: %w", target, err)
+	}
+	t := b.t.nodes[tp]
+	if t == nil {
+		return fmt.Errorf("link target %q does not exist", target)
+	}
+	if t.IsDir() {
+		return fmt.Errorf("link target %q is a directory", target)
+	}
+	if tp == p {
+		return nil
+	}
+	if t.link == 0 {
+		t.link = b.t.newLink()
+	}
+	n := *t
+	n.Path = p
+	if t.Xattrs != nil {
+		n.Xattrs = make(map[string]string, len(t.Xattrs))
+		for k, v := range t.Xattrs {
+			n.Xattrs[k] = v
+		}
+	}
+	if err := b.ensureDir(parentOf(p)); err != nil {
+		return err
+	}
+	b.put(&n)
+	return nil
+}
+
+// finish applies the whiteout xattrs to the final tree.
+func (b *tarBuilder) finish() {
+	set := func(dir, name, value string) {
+		d := b.t.nodes[dir]
+		if d == nil || !d.IsDir() {
+			return // the directory was replaced after its marker
+		}
+		if d.Xattrs == nil {
+			d.Xattrs = make(map[string]string)
+		}
+		d.Xattrs[name] = value
+	}
+	for dir := range b.opaque {
+		set(dir, xattrOpaque, "y")
+	}
+	for p, n := range b.t.nodes {
+		if n.whiteout {
+			set(parentOf(p), xattrOrigin, "")
+		}
+	}
+}

@@ -1,0 +1,548 @@
+package convert
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/partial"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/ocierofs/ocierofs/oci"
+)
+
+// ImageOptions control the conversion of whole images.
+type ImageOptions struct {
+	Layer Options
+	// LayerZstd wraps each EROFS layer in zstd (…+zstd media types).
+	LayerZstd bool
+	// SpecMediaTypes writes the draft EROFS image spec's media types
+	// (application/vnd.erofs[+zstd]) instead of containerd's.
+	SpecMediaTypes bool
+	// Jobs is how many layers convert at once (default 1).
+	Jobs int
+	// TempDir holds converted layers until they are published.
+	TempDir string
+	// NoIndexOSFeatures leaves platform.os.features out of index entries
+	// (some registries reject it); the config still carries "erofs".
+	NoIndexOSFeatures bool
+	// Referrer sets each converted manifest's subject to its source.
+	Referrer bool
+	// Platforms selects the manifests of an index; nil means all.
+	Platforms []v1.Platform
+	// Publish, if set, uploads a layer as soon as it is converted, so that
+	// uploads overlap the conversion of other layers.
+	Publish func(ctx context.Context, l v1.Layer) error
+	// Log receives one line per step.
+	Log func(string)
+}
+
+// LayerReport describes one layer of a converted image.
+type LayerReport struct {
+	Source         string   `json:"source"`
+	Digest         string   `json:"digest"`
+	DiffID         string   `json:"diffID"`
+	MediaType      string   `json:"mediaType"`
+	Size           int64    `json:"size"`
+	SourceSize     int64    `json:"sourceSize"`
+	Entries        int      `json:"entries,omitempty"`
+	Passthrough    bool     `json:"passthrough,omitempty"`
+	ConvertSeconds float64  `json:"convertSeconds"`
+	UploadSeconds  float64  `json:"uploadSeconds,omitempty"`
+	Warnings       []string `json:"warnings,omitempty"`
+}
+
+// ImageReport describes one converted image (manifest).
+type ImageReport struct {
+	Platform string        `json:"platform,omitempty"`
+	Source   string        `json:"source"`
+	Digest   string        `json:"digest"`
+	Layers   []LayerReport `json:"layers"`
+}
+
+// Converter converts images; layers shared by several images or platforms
+// are converted once. Close removes its temp files.
+type Converter struct {
+	opt  ImageOptions
+	tmp  string
+	sem  chan struct{}
+	mu   sync.Mutex
+	jobs map[string]*layerJob // by the chain of source digests up to the layer
+}
+
+type layerJob struct {
+	done   chan struct{}
+	ops    *dirOps
+	layer  v1.Layer // converted (a *fileLayer) or the source layer
+	report LayerReport
+	err    error
+}
+
+// NewConverter makes a Converter with its own temp directory.
+func NewConverter(opt ImageOptions) (*Converter, error) {
+	if opt.Jobs < 1 {
+		opt.Jobs = 1
+	}
+	tmp, err := os.MkdirTemp(opt.TempDir, "ocierofs-")
+	if err != nil {
+		return nil, err
+	}
+	return &Converter{opt: opt, tmp: tmp, sem: make(chan struct{}, opt.Jobs), jobs: map[string]*layerJob{}}, nil
+}
+
+// Close removes the converted layers kept for publishing.
+func (c *Converter) Close() error { return os.RemoveAll(c.tmp) }
+
+func (c *Converter) logf(format string, args ...any) {
+	if c.opt.Log != nil {
+		c.opt.Log(fmt.Sprintf(format, args...))
+	}
+}
+
+// Image converts one image. srcDesc is its descriptor (for annotations and
+// the referrer subject).
+func (c *Converter) Image(ctx context.Context, src v1.Image, srcDesc v1.Descriptor) (v1.Image, *ImageReport, error) {
+	m, err := src.Manifest()
+	if err != nil {
+		return nil, nil, fmt.Errorf("manifest %s: %w", srcDesc.Digest, err)
+	}
+	rawCfg, err := src.RawConfigFile()
+	if err != nil {
+		return nil, nil, fmt.Errorf("config of %s: %w", srcDesc.Digest, err)
+	}
+	cfg, err := src.ConfigFile()
+	if err != nil {
+		return nil, nil, fmt.Errorf("config of %s: %w", srcDesc.Digest, err)
+	}
+	if len(cfg.RootFS.DiffIDs) != len(m.Layers) {
+		return nil, nil, fmt.Errorf("image %s: %d layers but %d diff_ids", srcDesc.Digest, len(m.Layers), len(cfg.RootFS.DiffIDs))
+	}
+	jobs := make([]*layerJob, len(m.Layers))
+	var chain []string
+	var lowerOps []*dirOps
+	for i, d := range m.Layers {
+		chain = append(chain, d.Digest.String())
+		l, err := src.LayerByDigest(d.Digest)
+		if err != nil {
+			return nil, nil, fmt.Errorf("layer %s: %w", d.Digest, err)
+		}
+		jobs[i] = c.job(ctx, strings.Join(chain, ","), d, l, append([]*dirOps(nil), lowerOps...))
+		lowerOps = append(lowerOps, jobs[i].ops)
+	}
+	rep := &ImageReport{Source: srcDesc.Digest.String()}
+	out := &outImage{layers: map[v1.Hash]partial.CompressedLayer{}}
+	var diffIDs []string
+	mf := v1.Manifest{
+		SchemaVersion: 2,
+		MediaType:     types.OCIManifestSchema1,
+		Annotations:   map[string]string{},
+	}
+	for k, v := range m.Annotations {
+		mf.Annotations[k] = v
+	}
+	mf.Annotations[AnnotationSourceManifest] = srcDesc.Digest.String()
+	for i, j := range jobs {
+		select {
+		case <-j.done:
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+		if j.err != nil {
+			return nil, nil, j.err
+		}
+		rep.Layers = append(rep.Layers, j.report)
+		if j.report.Passthrough {
+			mf.Layers = append(mf.Layers, m.Layers[i])
+			out.layers[m.Layers[i].Digest] = j.layer
+			diffIDs = append(diffIDs, cfg.RootFS.DiffIDs[i].String())
+			continue
+		}
+		fl := j.layer.(*fileLayer)
+		ann := map[string]string{}
+		for k, v := range m.Layers[i].Annotations {
+			ann[k] = v
+		}
+		ann[AnnotationSourceLayer] = m.Layers[i].Digest.String()
+		if c.opt.SpecMediaTypes {
+			ann[AnnotationUncompressed] = fl.diffID.String()
+		}
+		mf.Layers = append(mf.Layers, v1.Descriptor{MediaType: fl.mediaType, Digest: fl.digest, Size: fl.size, Annotations: ann})
+		out.layers[fl.digest] = fl
+		diffIDs = append(diffIDs, fl.diffID.String())
+	}
+	newCfg, err := editConfig(rawCfg, diffIDs)
+	if err != nil {
+		return nil, nil, fmt.Errorf("config of %s: %w", srcDesc.Digest, err)
+	}
+	out.config = newCfg
+	cfgHash, cfgSize, err := v1.SHA256(bytes.NewReader(newCfg))
+	if err != nil {
+		return nil, nil, err
+	}
+	mf.Config = v1.Descriptor{MediaType: types.OCIConfigJSON, Digest: cfgHash, Size: cfgSize}
+	if c.opt.Referrer {
+		mf.Subject = &v1.Descriptor{MediaType: srcDesc.MediaType, Digest: srcDesc.Digest, Size: srcDesc.Size}
+	}
+	if out.manifest, err = json.Marshal(mf); err != nil {
+		return nil, nil, err
+	}
+	img, err := partial.CompressedToImage(out)
+	if err != nil {
+		return nil, nil, err
+	}
+	dg, err := img.Digest()
+	if err != nil {
+		return nil, nil, err
+	}
+	rep.Digest = dg.String()
+	return img, rep, nil
+}
+
+// editConfig sets rootfs.diff_ids and adds "erofs" to os.features, keeping
+// every other field of the source config as it was (numbers included).
+func editConfig(raw []byte, diffIDs []string) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var cfg map[string]any
+	if err := dec.Decode(&cfg); err != nil {
+		return nil, err
+	}
+	rootfs, _ := cfg["rootfs"].(map[string]any)
+	if rootfs == nil {
+		rootfs = map[string]any{"type": "layers"}
+	}
+	rootfs["diff_ids"] = diffIDs
+	cfg["rootfs"] = rootfs
+	feats, _ := cfg["os.features"].([]any)
+	has := false
+	for _, f := range feats {
+		if f == "erofs" {
+			has = true
+		}
+	}
+	if !has {
+		feats = append(feats, "erofs")
+	}
+	cfg["os.features"] = feats
+	return json.Marshal(cfg)
+}
+
+// job returns the (possibly shared) conversion of one layer, starting it.
+func (c *Converter) job(ctx context.Context, key string, d v1.Descriptor, l v1.Layer, lower []*dirOps) *layerJob {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if j := c.jobs[key]; j != nil {
+		return j
+	}
+	j := &layerJob{done: make(chan struct{}), ops: newDirOps()}
+	c.jobs[key] = j
+	// Layers take a job slot in the order they are asked for, so a layer
+	// waiting for the layers below it never holds a slot they need.
+	select {
+	case c.sem <- struct{}{}:
+	case <-ctx.Done():
+		j.err = ctx.Err()
+		j.ops.finish(false)
+		close(j.done)
+		return j
+	}
+	go func() {
+		defer func() { <-c.sem }()
+		defer close(j.done)
+		defer j.ops.finish(false)
+		j.err = c.convertLayer(ctx, j, d, l, lower)
+	}()
+	return j
+}
+
+// convertLayer converts or passes through one layer, retrying a download
+// that broke.
+func (c *Converter) convertLayer(ctx context.Context, j *layerJob, d v1.Descriptor, l v1.Layer, lower []*dirOps) error {
+	j.report = LayerReport{Source: d.Digest.String(), SourceSize: d.Size, MediaType: string(d.MediaType)}
+	switch {
+	case IsEROFS(d.MediaType), isNondistributable(d.MediaType):
+		j.layer = l
+		j.report.Passthrough = true
+		j.report.Digest = d.Digest.String()
+		j.report.Size = d.Size
+		j.ops.finish(true)
+		c.logf("layer %s: %s passed through", short(d.Digest), d.MediaType)
+		return nil
+	case !isTarLayer(d.MediaType):
+		return fmt.Errorf("layer %s: unsupported media type %q", d.Digest, d.MediaType)
+	}
+	start := time.Now()
+	var fl *fileLayer
+	var err error
+	for attempt := 1; ; attempt++ {
+		fl, err = c.buildLayer(ctx, j, d, l, lower)
+		if err == nil || attempt == 4 || !errors.As(err, new(*downloadError)) {
+			break
+		}
+		c.logf("layer %s: download broke (%v); retrying (%d/3)", short(d.Digest), err, attempt)
+		j.ops.ops = nil
+		select {
+		case <-time.After(time.Duration(attempt) * 500 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("layer %s: %w", d.Digest, err)
+	}
+	fl.convertSeconds = time.Since(start).Seconds()
+	c.logf("layer %s: converted in %.2fs (%d → %d bytes, %d entries)", short(d.Digest), fl.convertSeconds, d.Size, fl.size, fl.entries)
+	if c.opt.Publish != nil {
+		t := time.Now()
+		if err := c.opt.Publish(ctx, fl); err != nil {
+			return fmt.Errorf("layer %s: upload: %w", fl.digest, err)
+		}
+		fl.uploadSeconds = time.Since(t).Seconds()
+		c.logf("layer %s: uploaded %s in %.2fs", short(d.Digest), short(fl.digest), fl.uploadSeconds)
+	}
+	j.layer = fl
+	j.report.Digest, j.report.DiffID = fl.digest.String(), fl.diffID.String()
+	j.report.MediaType, j.report.Size = string(fl.mediaType), fl.size
+	j.report.Entries, j.report.Warnings = fl.entries, fl.warnings
+	j.report.ConvertSeconds, j.report.UploadSeconds = fl.convertSeconds, fl.uploadSeconds
+	return nil
+}
+
+// downloadError marks a failure of the source stream itself (as opposed to
+// its content), which is worth retrying.
+type downloadError struct{ err error }
+
+func (e *downloadError) Error() string { return e.err.Error() }
+func (e *downloadError) Unwrap() error { return e.err }
+
+// watchReader remembers the first error of the underlying stream.
+type watchReader struct {
+	r   io.Reader
+	err error
+}
+
+func (w *watchReader) Read(p []byte) (int, error) {
+	n, err := w.r.Read(p)
+	if err != nil && err != io.EOF && w.err == nil {
+		w.err = err
+	}
+	return n, err
+}
+
+func (c *Converter) buildLayer(ctx context.Context, j *layerJob, d v1.Descriptor, l v1.Layer, lower []*dirOps) (*fileLayer, error) {
+	rc, err := l.Compressed()
+	if err != nil {
+		if oci.Transient(err) {
+			return nil, &downloadError{err}
+		}
+		return nil, fmt.Errorf("download: %w", err)
+	}
+	defer rc.Close()
+	src := &watchReader{r: rc}
+	raw := filepath.Join(c.tmp, d.Digest.Hex+"-"+fmt.Sprint(len(lower))+".erofs")
+	f, err := os.Create(raw)
+	if err != nil {
+		return nil, err
+	}
+	opt := c.opt.Layer
+	opt.Erofs.TempDir = c.tmp
+	ld := &lowerDirs{ctx: ctx, layers: lower, states: map[int]*dirTree{}}
+	opt.Erofs.ImpliedDir = ld.impliedFor(len(lower))
+	res, err := buildTar(f, src, opt, j.ops)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(raw)
+		if src.err != nil && oci.Transient(src.err) {
+			return nil, &downloadError{fmt.Errorf("%w (stream error: %v)", err, src.err)}
+		}
+		return nil, err
+	}
+	fl := &fileLayer{raw: raw, blob: raw, sourceDigest: d.Digest, entries: res.Entries, warnings: res.Warnings}
+	if fl.diffID, fl.rawSize, err = hashFile(raw); err != nil {
+		return nil, err
+	}
+	fl.digest, fl.size = fl.diffID, fl.rawSize
+	fl.mediaType = MediaTypeLayer
+	if c.opt.SpecMediaTypes {
+		fl.mediaType = MediaTypeSpec
+	}
+	if c.opt.LayerZstd {
+		fl.blob = raw + ".zst"
+		if err := zstdFile(fl.blob, raw); err != nil {
+			return nil, fmt.Errorf("zstd: %w", err)
+		}
+		if fl.digest, fl.size, err = hashFile(fl.blob); err != nil {
+			return nil, err
+		}
+		fl.mediaType = MediaTypeLayerZstd
+		if c.opt.SpecMediaTypes {
+			fl.mediaType = MediaTypeSpecZstd
+		}
+	}
+	return fl, nil
+}
+
+func isTarLayer(mt types.MediaType) bool {
+	switch mt {
+	case types.DockerLayer, types.DockerUncompressedLayer, types.OCILayer, types.OCILayerZStd, types.OCIUncompressedLayer:
+		return true
+	}
+	return false
+}
+
+func isNondistributable(mt types.MediaType) bool {
+	switch mt {
+	case types.DockerForeignLayer, types.OCIRestrictedLayer, types.OCIUncompressedRestrictedLayer:
+		return true
+	}
+	return false
+}
+
+func short(h v1.Hash) string {
+	if len(h.Hex) > 12 {
+		return h.Algorithm + ":" + h.Hex[:12]
+	}
+	return h.String()
+}
+
+// outImage is a converted image as go-containerregistry's partial package
+// wants it: raw manifest and config, layers by digest.
+type outImage struct {
+	manifest, config []byte
+	layers           map[v1.Hash]partial.CompressedLayer
+}
+
+func (o *outImage) RawConfigFile() ([]byte, error)      { return o.config, nil }
+func (o *outImage) MediaType() (types.MediaType, error) { return types.OCIManifestSchema1, nil }
+func (o *outImage) RawManifest() ([]byte, error)        { return o.manifest, nil }
+func (o *outImage) LayerByDigest(h v1.Hash) (partial.CompressedLayer, error) {
+	if l, ok := o.layers[h]; ok {
+		return l, nil
+	}
+	return nil, fmt.Errorf("no layer %s", h)
+}
+
+// IndexReport describes a converted index.
+type IndexReport struct {
+	Digest string         `json:"digest"`
+	Images []*ImageReport `json:"images"`
+}
+
+// Index converts the selected platforms of an index into a new index.
+func (c *Converter) Index(ctx context.Context, src v1.ImageIndex, srcDesc v1.Descriptor) (v1.ImageIndex, *IndexReport, error) {
+	im, err := src.IndexManifest()
+	if err != nil {
+		return nil, nil, fmt.Errorf("index %s: %w", srcDesc.Digest, err)
+	}
+	type result struct {
+		img v1.Image
+		rep *ImageReport
+		err error
+	}
+	var sel []v1.Descriptor
+	for _, d := range im.Manifests {
+		if d.MediaType.IsIndex() || d.Platform == nil || d.Platform.OS == "unknown" {
+			c.logf("index %s: skipping %s (%s)", short(srcDesc.Digest), short(d.Digest), platformString(d.Platform))
+			continue
+		}
+		if c.selected(*d.Platform) {
+			sel = append(sel, d)
+		}
+	}
+	if len(sel) == 0 {
+		return nil, nil, fmt.Errorf("index %s: no manifest matches the selected platforms", srcDesc.Digest)
+	}
+	results := make([]result, len(sel))
+	var wg sync.WaitGroup
+	for i, d := range sel {
+		img, err := src.Image(d.Digest)
+		if err != nil {
+			return nil, nil, fmt.Errorf("manifest %s: %w", d.Digest, err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := &results[i]
+			r.img, r.rep, r.err = c.Image(ctx, img, d)
+			if r.rep != nil {
+				r.rep.Platform = platformString(d.Platform)
+			}
+		}()
+	}
+	wg.Wait()
+	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
+	rep := &IndexReport{}
+	for i, d := range sel {
+		if results[i].err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", platformString(d.Platform), results[i].err)
+		}
+		p := *d.Platform
+		if !c.opt.NoIndexOSFeatures && !contains(p.OSFeatures, "erofs") {
+			p.OSFeatures = append(append([]string(nil), p.OSFeatures...), "erofs")
+		}
+		ann := map[string]string{}
+		for k, v := range d.Annotations {
+			ann[k] = v
+		}
+		ann[AnnotationSourceManifest] = d.Digest.String()
+		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{
+			Add:        results[i].img,
+			Descriptor: v1.Descriptor{Platform: &p, Annotations: ann},
+		})
+		rep.Images = append(rep.Images, results[i].rep)
+	}
+	idxAnn := map[string]string{AnnotationSourceManifest: srcDesc.Digest.String()}
+	for k, v := range im.Annotations {
+		if _, ok := idxAnn[k]; !ok {
+			idxAnn[k] = v
+		}
+	}
+	idx = mutate.Annotations(idx, idxAnn).(v1.ImageIndex)
+	dg, err := idx.Digest()
+	if err != nil {
+		return nil, nil, err
+	}
+	rep.Digest = dg.String()
+	return idx, rep, nil
+}
+
+func (c *Converter) selected(p v1.Platform) bool {
+	if c.opt.Platforms == nil {
+		return true
+	}
+	for _, want := range c.opt.Platforms {
+		if p.Satisfies(want) {
+			return true
+		}
+	}
+	return false
+}
+
+func platformString(p *v1.Platform) string {
+	if p == nil {
+		return "no platform"
+	}
+	return p.String()
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

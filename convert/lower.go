@@ -1,0 +1,175 @@
+package convert
+
+import (
+	"context"
+	"strings"
+	"sync"
+
+	"github.com/ocierofs/ocierofs/erofs"
+)
+
+// A layer's directories, as the layers below it leave them, decide what a
+// directory the layer implies (lists a child of, but not itself) looks like:
+// applying the tars in order keeps the lower directory's mode, owner, mtime
+// and xattrs, and the stacked EROFS layers must show the same. Each layer
+// records what it did to the tree while it is read (dirOps); a layer asks
+// for the state below it only at Finish, so layers still convert
+// concurrently.
+
+type dirOpKind uint8
+
+const (
+	opDir      dirOpKind = iota // a directory entry (meta set)
+	opNonDir                    // a non-directory at path: hides what was there
+	opWhiteout                  // deletes path and everything below it
+	opOpaque                    // hides everything below path from lower layers
+)
+
+type dirOp struct {
+	kind dirOpKind
+	path string
+	meta *erofs.Entry
+}
+
+// dirOps is one layer's record; done is closed when the layer's tar has
+// been read completely (or failed: then ok is false).
+type dirOps struct {
+	ops  []dirOp
+	done chan struct{}
+	once sync.Once
+	ok   bool
+}
+
+func newDirOps() *dirOps { return &dirOps{done: make(chan struct{})} }
+
+func (d *dirOps) add(kind dirOpKind, p string, meta *erofs.Entry) {
+	if d == nil {
+		return
+	}
+	if meta != nil {
+		m := *meta
+		m.Xattrs = append([]erofs.Xattr(nil), meta.Xattrs...)
+		meta = &m
+	}
+	d.ops = append(d.ops, dirOp{kind, p, meta})
+}
+
+// finish publishes the record; only the first call counts.
+func (d *dirOps) finish(ok bool) {
+	if d == nil {
+		return
+	}
+	d.once.Do(func() {
+		d.ok = ok
+		close(d.done)
+	})
+}
+
+// dirTree is the directory state after some layers.
+type dirTree struct {
+	meta     *erofs.Entry // nil: no entry declared it
+	children map[string]*dirTree
+}
+
+func (t *dirTree) child(name string, create bool) *dirTree {
+	c := t.children[name]
+	if c == nil && create {
+		if t.children == nil {
+			t.children = map[string]*dirTree{}
+		}
+		c = &dirTree{}
+		t.children[name] = c
+	}
+	return c
+}
+
+// walk returns the node at p (nil if missing), its parent and its name;
+// with create, missing nodes on the way are made.
+func (t *dirTree) walk(p string, create bool) (parent, n *dirTree, base string) {
+	n = t
+	if p == "" {
+		return nil, t, ""
+	}
+	for _, c := range strings.Split(p, "/") {
+		parent, base = n, c
+		if n = n.child(c, create); n == nil {
+			return parent, nil, c
+		}
+	}
+	return parent, n, base
+}
+
+func (t *dirTree) apply(op dirOp) {
+	switch op.kind {
+	case opDir:
+		_, n, _ := t.walk(op.path, true)
+		n.meta = op.meta
+	case opNonDir, opWhiteout:
+		if op.path == "" {
+			return
+		}
+		if parent, n, base := t.walk(op.path, false); n != nil && parent != nil {
+			delete(parent.children, base)
+		}
+	case opOpaque:
+		if _, n, _ := t.walk(op.path, false); n != nil {
+			n.children = nil
+		}
+	}
+}
+
+// lowerDirs serves the implied-directory lookups of the layers of one image.
+type lowerDirs struct {
+	ctx    context.Context
+	layers []*dirOps
+	mu     sync.Mutex
+	states map[int]*dirTree
+}
+
+// below returns the directory state under layer i (after layers 0..i-1),
+// waiting until those layers have been read.
+func (l *lowerDirs) below(i int) *dirTree {
+	for _, d := range l.layers[:i] {
+		select {
+		case <-d.done:
+		case <-l.ctx.Done():
+			return nil
+		}
+		if !d.ok {
+			return nil
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if t, ok := l.states[i]; ok {
+		return t
+	}
+	t := &dirTree{}
+	for _, d := range l.layers[:i] {
+		for _, op := range d.ops {
+			t.apply(op)
+		}
+	}
+	l.states[i] = t
+	return t
+}
+
+// impliedFor returns the erofs.Options.ImpliedDir hook of layer i.
+func (l *lowerDirs) impliedFor(i int) func(string) (erofs.Entry, bool) {
+	if i == 0 {
+		return nil
+	}
+	return func(p string) (erofs.Entry, bool) {
+		t := l.below(i)
+		if t == nil {
+			return erofs.Entry{}, false
+		}
+		_, n, _ := t.walk(p, false)
+		if n == nil || n.meta == nil {
+			return erofs.Entry{}, false
+		}
+		e := *n.meta
+		e.Path = p
+		return e, true
+	}
+}

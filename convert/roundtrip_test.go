@@ -1,0 +1,965 @@
+package convert_test
+
+// Kernel round trip: every tar of the corpus (corpus_test.go), under every
+// option the matrix names, is converted, loop-mounted and compared with
+//
+//   A. GNU tar's extraction of the same tar as root, whiteouts mapped to
+//      their overlayfs form (the reference);
+//   B. fstree.FromTar, the expected tree worked out from the tar alone
+//      (implied directories 0755 root:root with the build time);
+//   C. the tree github.com/erofs/go-erofs reads from the image;
+//   D. the tree the project's own reader (erofs.Image) reads;
+//
+// and fsck.erofs (erofs-utils 1.5) must accept the image.
+
+import (
+	"archive/tar"
+	"bytes"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	kgzip "github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
+	"golang.org/x/sys/unix"
+
+	"github.com/ocierofs/ocierofs/convert"
+	"github.com/ocierofs/ocierofs/convert/fstree"
+	"github.com/ocierofs/ocierofs/convert/internal/roundtrip"
+	"github.com/ocierofs/ocierofs/erofs"
+	"github.com/ocierofs/ocierofs/whiteout"
+)
+
+// rtCase is one conversion of one corpus tar.
+type rtCase struct {
+	name  string
+	tar   string // corpus tar name
+	codec string // "", "gz" or "zst"
+	opt   convert.Options
+	// fsckExtract also runs fsck.erofs --extract and compares what it
+	// wrote with the mount.
+	fsckExtract bool
+}
+
+func (rc rtCase) whiteouts() string {
+	if rc.opt.Whiteouts == whiteout.Keep {
+		return fstree.WhiteoutsKeep
+	}
+	return fstree.WhiteoutsOverlay
+}
+
+func opts(bs int, noInline bool, buildTime time.Time) convert.Options {
+	return convert.Options{Erofs: erofs.Options{BlockSize: bs, NoInlineData: noInline, BuildTime: buildTime}}
+}
+
+func roundTripCases() []rtCase {
+	var cs []rtCase
+	add := func(tarName, variant string, o convert.Options, mod func(*rtCase)) {
+		rc := rtCase{name: tarName + "_" + variant, tar: tarName, opt: o}
+		if mod != nil {
+			mod(&rc)
+		}
+		cs = append(cs, rc)
+	}
+	// The big GNU-made tars under the whole block size × inline matrix; one
+	// of them without a build time (implied directories then take the most
+	// common mtime, which the comparisons ignore).
+	for _, name := range []string{"full-gnu", "full-pax"} {
+		for _, bs := range []int{4096, 512, 1024} {
+			for _, noInline := range []bool{false, true} {
+				v := fmt.Sprintf("bs%d", bs)
+				if noInline {
+					v += "-noinline"
+				}
+				bt := tBuild
+				if bs == 1024 && !noInline {
+					bt = time.Time{}
+					v += "-nobuildtime"
+				}
+				add(name, v, opts(bs, noInline, bt), func(rc *rtCase) {
+					rc.fsckExtract = bs == 4096 && !noInline
+				})
+			}
+		}
+	}
+	keep := opts(4096, false, tBuild)
+	keep.Whiteouts = whiteout.Keep
+	add("full-pax", "bs4096-keep", keep, nil)
+	add("full-pax", "bs4096-gzip", opts(4096, false, tBuild), func(rc *rtCase) { rc.codec = "gz" })
+	add("full-gnu", "bs512-noinline-zstd", opts(512, true, tBuild), func(rc *rtCase) { rc.codec = "zst" })
+	for _, name := range []string{"longlinks-gnu", "longlinks-pax"} {
+		add(name, "bs4096", opts(4096, false, tBuild), nil)
+		add(name, "bs512", opts(512, false, tBuild), nil)
+		add(name, "bs1024-noinline", opts(1024, true, tBuild), nil)
+	}
+	add("ustar", "bs4096", opts(4096, false, tBuild), nil)
+	add("ustar", "bs512-noinline", opts(512, true, tBuild), nil)
+	add("sparse-gnu", "bs4096", opts(4096, false, tBuild), nil)
+	add("sparse-gnu", "bs512", opts(512, false, tBuild), nil)
+	add("sparse-pax01", "bs4096", opts(4096, false, tBuild), nil)
+	add("sparse-pax01", "bs1024-noinline", opts(1024, true, tBuild), nil)
+	add("sparse-pax10", "bs4096-noinline", opts(4096, true, tBuild), nil)
+	add("sparse-pax10", "bs512", opts(512, false, tBuild), nil)
+	for _, name := range []string{"whiteouts", "wh-then-file", "dups", "paths", "libarchive", "replace"} {
+		add(name, "bs4096", opts(4096, false, tBuild), func(rc *rtCase) { rc.fsckExtract = name == "whiteouts" })
+		add(name, "bs512-noinline", opts(512, true, tBuild), nil)
+	}
+	add("whiteouts", "bs4096-keep", keep, nil)
+	add("whiteouts", "bs1024-gzip", opts(1024, false, tBuild2), func(rc *rtCase) { rc.codec = "gz" })
+	add("whiteouts", "bs4096-zstd-nobuildtime", opts(4096, false, time.Time{}), func(rc *rtCase) { rc.codec = "zst" })
+	add("paths", "bs4096-keep", keep, nil)
+	return cs
+}
+
+// refCache holds what several cases of one tar share: the expected trees
+// and the extracted references.
+type refCache struct {
+	dir       string
+	fromTar   map[string]*fstree.Tree
+	extracted map[string]*fstree.Tree
+}
+
+func (rc *refCache) want(t *testing.T, ct *corpusTar, wh string, implied time.Time) *fstree.Tree {
+	k := fmt.Sprintf("%s|%s|%d", ct.name, wh, implied.UnixNano())
+	if tr := rc.fromTar[k]; tr != nil {
+		return tr
+	}
+	tr := treeFromTar(t, ct.path, fstree.TarOptions{Whiteouts: wh, ImpliedDirMtime: implied})
+	rc.fromTar[k] = tr
+	return tr
+}
+
+func (rc *refCache) ref(t *testing.T, ct *corpusTar, wh string, want *fstree.Tree) *fstree.Tree {
+	k := ct.name + "|" + wh
+	if tr := rc.extracted[k]; tr != nil {
+		return tr
+	}
+	dir := filepath.Join(rc.dir, "ref-"+ct.name+"-"+wh)
+	must(t, os.MkdirAll(dir, 0o755))
+	roundtrip.ExtractGNU(t, ct.path, dir)
+	if wh == fstree.WhiteoutsOverlay {
+		roundtrip.MapWhiteouts(t, dir, want)
+	}
+	tr := treeFromDir(t, dir)
+	rc.extracted[k] = tr
+	return tr
+}
+
+func TestRoundTrip(t *testing.T) {
+	roundtrip.RequireMount(t)
+	base := roundtrip.WorkDir(t)
+	c := buildCorpus(t, base)
+	refs := &refCache{dir: base, fromTar: map[string]*fstree.Tree{}, extracted: map[string]*fstree.Tree{}}
+	for _, rc := range roundTripCases() {
+		t.Run(rc.name, func(t *testing.T) { runRoundTrip(t, c, refs, rc) })
+	}
+}
+
+func runRoundTrip(t *testing.T, c *corpus, refs *refCache, rc rtCase) {
+	ct := c.get(t, rc.tar)
+	src := ct.path
+	if rc.codec != "" {
+		src = roundtrip.Compress(t, src, rc.codec)
+	}
+	img, res := buildImage(t, roundtrip.WorkDir(t), src, rc.opt)
+	wantComp := map[string]convert.Compression{"": convert.Uncompressed, "gz": convert.Gzip, "zst": convert.Zstd}[rc.codec]
+	if res.Compression != wantComp {
+		t.Errorf("Result.Compression = %q, want %q", res.Compression, wantComp)
+	}
+	for _, w := range res.Warnings {
+		t.Logf("converter warning: %s", w)
+	}
+	// ROUNDTRIP_KEEP=DIR keeps a copy of every image and its tar there.
+	if d := os.Getenv("ROUNDTRIP_KEEP"); d != "" {
+		exec.Command("cp", img, filepath.Join(d, rc.name+".erofs")).Run()
+		exec.Command("cp", src, filepath.Join(d, rc.tar+".tar")).Run()
+	}
+	mnt := roundtrip.Mount(t, img)
+	got := treeFromDir(t, mnt)
+	if got.Len() < ct.minEntries {
+		t.Errorf("mounted tree has %d entries, want at least %d", got.Len(), ct.minEntries)
+	}
+
+	wh := rc.whiteouts()
+	bt := rc.opt.Erofs.BuildTime
+	want := refs.want(t, ct, wh, bt)
+	implied := func(p string) bool { n := want.Node(p); return n != nil && n.Implied }
+
+	// B: the tree the tar describes.
+	reportDiff(t, "FromTar vs mount", fstree.Diff(want, got, fstree.DiffOptions{IgnoreImpliedMtime: bt.IsZero()}))
+
+	// A: GNU tar's extraction. Directories tar had to create itself have
+	// the time of extraction, and without a root entry the root is the
+	// extraction directory.
+	if ct.refOK {
+		ref := refs.ref(t, ct, wh, want)
+		reportDiff(t, "GNU tar extraction vs mount", fstree.Diff(ref, got, fstree.DiffOptions{
+			IgnoreRootMeta: implied("."),
+			Ignore: func(p, field string) bool {
+				if field == "mtime" && implied(p) {
+					return true
+				}
+				return ct.refIgnore != nil && ct.refIgnore(p, field)
+			},
+		}))
+	}
+
+	// C and D: the independent reader and the project's reader.
+	if ge, err := roundtrip.GoErofsTree(img); err != nil {
+		t.Errorf("go-erofs cannot read the image: %v", err)
+	} else {
+		// go-erofs v0.3.1 does not list the POSIX ACL xattrs (name indexes 2
+		// and 3); everything else it must agree on.
+		reportDiff(t, "go-erofs vs mount", fstree.Diff(ge, got, fstree.DiffOptions{
+			Ignore: func(p, field string) bool { return strings.HasPrefix(field, "xattr:system.posix_acl_") },
+		}))
+	}
+	reportDiff(t, "erofs.Image vs mount", fstree.Diff(roundtrip.ProjectTree(t, img), got, fstree.DiffOptions{}))
+
+	bs := rc.opt.Erofs.BlockSize
+	if skip := roundtrip.Fsck(t, img, bs); skip != "" {
+		t.Logf("fsck.erofs skipped: %s", skip)
+	} else if rc.fsckExtract {
+		checkFsckExtract(t, img, bs, got)
+	}
+
+	checkDirect(t, ct, rc, img, mnt)
+}
+
+// checkFsckExtract compares what fsck.erofs 1.5 --extract writes with the
+// mount, on the fields it restores: it writes no xattrs and restores
+// neither hard links nor the times of symlinks.
+func checkFsckExtract(t *testing.T, img string, bs int, got *fstree.Tree) {
+	dir := filepath.Join(roundtrip.WorkDir(t), "x")
+	if skip := roundtrip.Fsck(t, img, bs, "--extract="+dir); skip != "" {
+		t.Logf("fsck.erofs --extract skipped: %s", skip)
+		return
+	}
+	ext := treeFromDir(t, dir)
+	r := readImage(t, img)
+	// The image is whole blocks, as many as the superblock says: a loop
+	// device drops a partial last sector.
+	if fi, err := os.Stat(img); err == nil {
+		if sb := r.Super(); fi.Size() != int64(sb.Blocks)*int64(sb.BlockSize) {
+			t.Errorf("direct: image is %d bytes, the superblock says %d blocks of %d (%d bytes)",
+				fi.Size(), sb.Blocks, sb.BlockSize, int64(sb.Blocks)*int64(sb.BlockSize))
+		}
+	}
+	reportDiff(t, "fsck.erofs --extract vs mount", fstree.Diff(ext, got, fstree.DiffOptions{
+		IgnoreRootMeta: true,
+		Ignore: func(p, field string) bool {
+			n := got.Node(p)
+			switch {
+			case strings.HasPrefix(field, "xattr:") || field == "links":
+				return true // 1.5 extracts neither
+			case n == nil:
+				return false
+			case field == "mtime":
+				return n.Type() == fstree.S_IFLNK
+			case field == "mode":
+				// 1.5 calls chmod before lchown, which clears them
+				// (fixed upstream after 1.5).
+				return n.Perm()&0o6000 != 0
+			case field == "size" || field == "content":
+				// Before 1.8 (erofs-utils b063ea3) extraction skips the
+				// holes of chunk-based files instead of seeking over them.
+				ino, err := r.Lstat(p)
+				return err == nil && ino.Layout == erofs.LayoutChunkBased
+			}
+			return false
+		},
+	}))
+}
+
+// checkDirect asserts a few things about the mount itself, so that the
+// comparisons above could not pass on a tree that is empty or wrong in
+// the same way everywhere.
+func checkDirect(t *testing.T, ct *corpusTar, rc rtCase, img, mnt string) {
+	overlay := rc.opt.Whiteouts == whiteout.Overlay
+	lstat := func(p string) *unix.Stat_t {
+		var st unix.Stat_t
+		if err := unix.Lstat(filepath.Join(mnt, p), &st); err != nil {
+			t.Errorf("direct: %v", err)
+			return nil
+		}
+		return &st
+	}
+	xattr := func(p, name string) (string, bool) {
+		b := make([]byte, 1<<16)
+		n, err := unix.Lgetxattr(filepath.Join(mnt, p), name, b)
+		if err != nil {
+			return "", false
+		}
+		return string(b[:n]), true
+	}
+	isWhiteout := func(p string) {
+		if st := lstat(p); st != nil && (st.Mode&unix.S_IFMT != unix.S_IFCHR || st.Rdev != 0) {
+			t.Errorf("direct: %s: mode %#o rdev %d:%d, want a whiteout (char 0:0)", p, st.Mode, unix.Major(st.Rdev), unix.Minor(st.Rdev))
+		}
+	}
+	isOpaque := func(p string) {
+		if v, ok := xattr(p, whiteout.OpaqueXattr); !ok || v != "y" {
+			t.Errorf("direct: %s: %s = %q (present %v), want \"y\"", p, whiteout.OpaqueXattr, v, ok)
+		}
+	}
+	r := readImage(t, img)
+
+	if ct.full {
+		ents, err := os.ReadDir(filepath.Join(mnt, pManyDir))
+		if err != nil || len(ents) != manyEntries {
+			t.Errorf("direct: %s has %d entries (%v), want %d", pManyDir, len(ents), err, manyEntries)
+		}
+		if st := lstat(pBig); st != nil && st.Size != bigSize {
+			t.Errorf("direct: %s: size %d, want %d", pBig, st.Size, bigSize)
+		}
+		// The kernel reports st_blocks from i_size for uncompressed files,
+		// so the holes show in the layout and in the image size instead.
+		if st := lstat(pSparse); st != nil && st.Size != sparseSize {
+			t.Errorf("direct: %s: size %d, want %d", pSparse, st.Size, sparseSize)
+		}
+		for _, p := range []string{pSparse, pAllHole} {
+			if ino, err := r.Lstat(p); err != nil || ino.Layout != erofs.LayoutChunkBased {
+				t.Errorf("direct: %s: layout %v (%v), want chunk-based with holes", p, layoutOf(ino), err)
+			}
+		}
+		if st := lstat(pBigChar); st != nil && (unix.Major(st.Rdev) != 4095 || unix.Minor(st.Rdev) != 1048575 || st.Mode&unix.S_IFMT != unix.S_IFCHR) {
+			t.Errorf("direct: %s: mode %#o rdev %d:%d, want char 4095:1048575", pBigChar, st.Mode, unix.Major(st.Rdev), unix.Minor(st.Rdev))
+		}
+		if st := lstat(pBigBlock); st != nil && (unix.Major(st.Rdev) != 259 || unix.Minor(st.Rdev) != 300000 || st.Mode&unix.S_IFMT != unix.S_IFBLK) {
+			t.Errorf("direct: %s: mode %#o rdev %d:%d, want block 259:300000", pBigBlock, st.Mode, unix.Major(st.Rdev), unix.Minor(st.Rdev))
+		}
+		if st := lstat(pHugeUID); st != nil && (st.Uid != 4294967294 || st.Gid != 4294967294) {
+			t.Errorf("direct: %s: uid/gid %d/%d, want 4294967294", pHugeUID, st.Uid, st.Gid)
+		}
+		if a, d := lstat("hard/a"), lstat("hard2/d"); a != nil && d != nil && (a.Ino != d.Ino || a.Nlink != 4) {
+			t.Errorf("direct: hard/a ino %d nlink %d, hard2/d ino %d: want one inode with 4 links", a.Ino, a.Nlink, d.Ino)
+		}
+		if st := lstat("perms/suid"); st != nil && st.Mode != unix.S_IFREG|0o4755 {
+			t.Errorf("direct: perms/suid: mode %#o", st.Mode)
+		}
+		if ct.name == "full-pax" {
+			if st := lstat(pNsTime); st != nil && (st.Mtim.Sec != tNs.Unix() || st.Mtim.Nsec != int64(tNs.Nanosecond())) {
+				t.Errorf("direct: %s: mtime %d.%09d, want %d.%09d", pNsTime, st.Mtim.Sec, st.Mtim.Nsec, tNs.Unix(), tNs.Nanosecond())
+			}
+			if v, _ := xattr(pBigXattr, "user.big"); len(v) != 3000 {
+				t.Errorf("direct: %s: user.big is %d bytes, want 3000", pBigXattr, len(v))
+			}
+			if v, _ := xattr(pCap, "security.capability"); v != string(capV2) {
+				t.Errorf("direct: %s: security.capability = %x, want %x", pCap, v, capV2)
+			}
+		}
+		if overlay {
+			isWhiteout(pLayerWh)
+			isOpaque(pLayerOpaque)
+			if _, err := os.Lstat(filepath.Join(mnt, "layer/.wh..wh.plnk")); err == nil {
+				t.Errorf("direct: layer/.wh..wh.plnk is in the image")
+			}
+		} else if st := lstat("layer/.wh.deleted-file"); st != nil && st.Mode&unix.S_IFMT != unix.S_IFREG {
+			t.Errorf("direct: whiteouts=keep: layer/.wh.deleted-file has mode %#o, want a regular file", st.Mode)
+		}
+	}
+	if ct.longLinks {
+		if tg, err := os.Readlink(filepath.Join(mnt, pLongTarget)); err != nil || tg != longTarget(longTargetLen) {
+			t.Errorf("direct: %s: target of %d bytes (%v), want %d", pLongTarget, len(tg), err, longTargetLen)
+		}
+	}
+	if ct.sparse {
+		// About 20 KiB of data in 56 MiB of files.
+		if fi, err := os.Stat(img); err != nil || fi.Size() > 1<<20 {
+			t.Errorf("direct: image of the sparse files is %d bytes (%v): the holes seem to be stored", fi.Size(), err)
+		}
+		for _, p := range []string{pSparse, pAllHole} {
+			if ino, err := r.Lstat(p); err != nil || ino.Layout != erofs.LayoutChunkBased {
+				t.Errorf("direct: %s: layout %v (%v), want chunk-based with holes", p, layoutOf(ino), err)
+			}
+		}
+	}
+	if ct.name == "whiteouts" && overlay {
+		isWhiteout(pWhGone)
+		if st := lstat(pWhGone); st != nil && (st.Mode&0o7777 != 0o600 || st.Uid != 1000 || st.Gid != 1001) {
+			t.Errorf("direct: %s: mode %#o uid %d gid %d, want 0600 1000:1001", pWhGone, st.Mode, st.Uid, st.Gid)
+		}
+		isOpaque(pWhOpaque)
+		isOpaque(pWhUnlisted)
+		isOpaque("late")
+		if st := lstat(pWhUnlisted); st != nil && (st.Mode != unix.S_IFDIR|0o755 || st.Uid != 0 || st.Gid != 0) {
+			t.Errorf("direct: implied %s: mode %#o %d:%d, want 040755 0:0", pWhUnlisted, st.Mode, st.Uid, st.Gid)
+		}
+		if v, ok := xattr(".", whiteout.OriginXattr); !ok || v != "" {
+			t.Errorf("direct: root: %s = %q (present %v), want empty", whiteout.OriginXattr, v, ok)
+		}
+	}
+	if rc.opt.Erofs.NoInlineData {
+		checkNoInline(t, r)
+	}
+}
+
+func layoutOf(ino *erofs.Inode) any {
+	if ino == nil {
+		return "none"
+	}
+	return ino.Layout
+}
+
+// checkNoInline asserts that NoInlineData left no regular file FLAT_INLINE.
+func checkNoInline(t *testing.T, r *erofs.Image) {
+	var walk func(dir string)
+	bad := 0
+	walk = func(dir string) {
+		ents, err := r.ReadDir(dir)
+		if err != nil {
+			t.Errorf("direct: ReadDir(%s): %v", dir, err)
+			return
+		}
+		for _, e := range ents {
+			p := e.Name()
+			if dir != "." {
+				p = dir + "/" + p
+			}
+			ino, err := r.Lstat(p)
+			if err != nil {
+				t.Errorf("direct: %v", err)
+				continue
+			}
+			if ino.IsRegular() && ino.Layout == erofs.LayoutFlatInline {
+				if bad++; bad <= 5 {
+					t.Errorf("direct: NoInlineData: %s is FLAT_INLINE", p)
+				}
+			}
+			if ino.IsDir() {
+				walk(p)
+			}
+		}
+	}
+	walk(".")
+}
+
+// TestCompressedInputSameImage: gzip and zstd input give the very bytes the
+// plain tar gives, since the UUID comes from the uncompressed diffID.
+func TestCompressedInputSameImage(t *testing.T) {
+	dir := roundtrip.WorkDir(t)
+	plain := filepath.Join(dir, "layer.tar")
+	in := detTar(t, true)
+	must(t, os.WriteFile(plain, in, 0o644))
+	ref, refRes := convertBytes(t, plain, convert.Options{})
+	if want := fmt.Sprintf("sha256:%x", sha256.Sum256(in)); refRes.DiffID != want {
+		t.Errorf("DiffID = %s, want the sha256 of the tar, %s", refRes.DiffID, want)
+	}
+	if u := convert.LayerUUID(refRes.DiffID); refRes.UUID != u {
+		t.Errorf("UUID = %x, want LayerUUID(diffID) = %x", refRes.UUID, u)
+	}
+	if sb := readImage(t, imageFile(t, dir, ref)).Super(); sb.UUID != refRes.UUID {
+		t.Errorf("superblock UUID %x, Result.UUID %x", sb.UUID, refRes.UUID)
+	}
+	// The CLIs when installed, and klauspost at another level.
+	inputs := map[string]string{
+		"gzip-cli": roundtrip.Compress(t, plain, "gz"),
+		"zstd-cli": roundtrip.Compress(t, plain, "zst"),
+	}
+	var gz bytes.Buffer
+	zw, err := kgzip.NewWriterLevel(&gz, kgzip.BestSpeed)
+	must(t, err)
+	zw.Write(in)
+	must(t, zw.Close())
+	p := filepath.Join(dir, "fast.tar.gz")
+	must(t, os.WriteFile(p, gz.Bytes(), 0o644))
+	inputs["gzip-fastest"] = p
+	for name, src := range inputs {
+		img, res := convertBytes(t, src, convert.Options{})
+		if !bytes.Equal(img, ref) {
+			t.Errorf("%s: image differs from the plain tar's (%d vs %d bytes)", name, len(img), len(ref))
+		}
+		if res.DiffID != refRes.DiffID || res.UUID != refRes.UUID {
+			t.Errorf("%s: diffID %s UUID %x; plain: %s %x", name, res.DiffID, res.UUID, refRes.DiffID, refRes.UUID)
+		}
+	}
+}
+
+// imageFile writes img into dir and returns its path.
+func imageFile(t testing.TB, dir string, img []byte) string {
+	f, err := os.CreateTemp(dir, "img-*.erofs")
+	must(t, err)
+	defer f.Close()
+	_, err = f.Write(img)
+	must(t, err)
+	return f.Name()
+}
+
+// TestDeterministic: the same tar and options give the same bytes, at
+// every block size and with or without inline data.
+func TestDeterministic(t *testing.T) {
+	in := detTar(t, true)
+	for _, o := range []convert.Options{
+		{},
+		opts(512, true, tBuild),
+		opts(1024, false, time.Time{}),
+		{Erofs: erofs.Options{BlockSize: 4096, UUID: [16]byte{1, 2, 3}}, Whiteouts: whiteout.Keep},
+	} {
+		a, _, err := buildMem(in, o)
+		if err != nil {
+			t.Fatalf("%+v: %v", o, err)
+		}
+		for i := 0; i < 2; i++ {
+			b, _, err := buildMem(in, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(a, b) {
+				t.Errorf("%+v: conversion %d differs from the first (first difference at byte %d)", o, i+2, firstDiff(a, b))
+			}
+		}
+	}
+}
+
+func firstDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
+
+// diffRanges lists the byte ranges [from, to) where a and b differ.
+func diffRanges(a, b []byte) [][2]int {
+	var rs [][2]int
+	n := max(len(a), len(b))
+	for i := 0; i < n; i++ {
+		if i < len(a) && i < len(b) && a[i] == b[i] {
+			continue
+		}
+		if len(rs) > 0 && rs[len(rs)-1][1] == i {
+			rs[len(rs)-1][1] = i + 1
+		} else {
+			rs = append(rs, [2]int{i, i + 1})
+		}
+	}
+	return rs
+}
+
+// TestBuildTime: the build time changes the superblock and the mtime of
+// implied directories, and nothing else.
+func TestBuildTime(t *testing.T) {
+	const sbStart, sbEnd = 1024, 1024 + 128
+	b1 := time.Unix(1700000500, 0)
+	b2 := time.Unix(1700009999, 42)
+	dir := roundtrip.WorkDir(t)
+
+	t.Run("no-implied-dirs", func(t *testing.T) {
+		in := detTar(t, false)
+		zero, _, err := buildMem(in, convert.Options{})
+		must(t, err)
+		for _, bt := range []time.Time{b1, b2} {
+			img, _, err := buildMem(in, convert.Options{Erofs: erofs.Options{BuildTime: bt}})
+			must(t, err)
+			rs := diffRanges(zero, img)
+			if len(rs) == 0 {
+				t.Errorf("build time %v: the image is the one without a build time", bt)
+			}
+			for _, r := range rs {
+				if r[0] < sbStart || r[1] > sbEnd {
+					t.Errorf("build time %v: bytes [%d, %d) differ outside the superblock", bt, r[0], r[1])
+				}
+			}
+			sb := readImage(t, imageFile(t, dir, img)).Super()
+			if got := sb.Epoch + int64(sb.BuildTime); got != bt.Unix() {
+				t.Errorf("build time %v: superblock epoch %d + build_time %d = %d", bt, sb.Epoch, sb.BuildTime, got)
+			}
+		}
+	})
+
+	t.Run("implied-dirs", func(t *testing.T) {
+		in := detTar(t, true)
+		want, err := fstree.FromTar(bytes.NewReader(in), fstree.TarOptions{})
+		must(t, err)
+		var implied []string
+		for _, p := range want.Paths() {
+			if want.Node(p).Implied {
+				implied = append(implied, p)
+			}
+		}
+		if len(implied) < 3 {
+			t.Fatalf("the tar implies only %v", implied)
+		}
+		imgs := map[time.Time][]byte{}
+		trees := map[time.Time]*fstree.Tree{}
+		for _, bt := range []time.Time{b1, b2} {
+			img, _, err := buildMem(in, convert.Options{Erofs: erofs.Options{BuildTime: bt}})
+			must(t, err)
+			imgs[bt] = img
+			r := readImage(t, imageFile(t, dir, img))
+			tr, err := fstree.FromImage(r)
+			must(t, err)
+			trees[bt] = tr
+			for _, p := range implied {
+				if n := tr.Node(p); n == nil || !n.Mtime.Equal(bt) {
+					t.Errorf("build time %v: implied %s has mtime %v", bt, p, n)
+				}
+			}
+		}
+		isImplied := func(p string) bool { n := want.Node(p); return n != nil && n.Implied }
+		for _, d := range fstree.Diff(trees[b1], trees[b2], fstree.DiffOptions{
+			Ignore: func(p, field string) bool { return field == "mtime" && isImplied(p) },
+		}) {
+			t.Errorf("build time changed more than implied mtimes: %s", d)
+		}
+		// Byte level: only the superblock and the implied inodes' cores.
+		r := readImage(t, imageFile(t, dir, imgs[b1]))
+		var allowed [][2]int64
+		for _, p := range implied {
+			ino, err := r.Lstat(p)
+			must(t, err)
+			allowed = append(allowed, [2]int64{ino.Offset(), ino.Offset() + erofs.ExtendedInodeSize})
+		}
+		inodeBytes := 0
+	next:
+		for _, rg := range diffRanges(imgs[b1], imgs[b2]) {
+			if rg[0] >= sbStart && rg[1] <= sbEnd {
+				continue
+			}
+			inodeBytes += rg[1] - rg[0]
+			for _, a := range allowed {
+				if int64(rg[0]) >= a[0] && int64(rg[1]) <= a[1] {
+					continue next
+				}
+			}
+			t.Errorf("bytes [%d, %d) differ outside the superblock and the implied directories' inodes", rg[0], rg[1])
+		}
+		if inodeBytes == 0 {
+			t.Errorf("no inode changed with the build time")
+		}
+	})
+}
+
+// TestXattrLeftOut: an xattr EROFS cannot name is left out with a warning
+// that names the entry and the xattr; the others stay.
+func TestXattrLeftOut(t *testing.T) {
+	in := tarOf(t, cFile("f", "x", 0o644, t0).pax("SCHILY.xattr.system.foo", "1").pax("SCHILY.xattr.user.ok", "2"))
+	img, res, err := buildMem(in, convert.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "f") || !strings.Contains(res.Warnings[0], "system.foo") {
+		t.Errorf("warnings %q, want one naming f and system.foo", res.Warnings)
+	}
+	xs, err := readImage(t, imageFile(t, roundtrip.WorkDir(t), img)).Xattrs("f")
+	must(t, err)
+	if len(xs) != 1 || xs[0].Name != "user.ok" || string(xs[0].Value) != "2" {
+		t.Errorf("xattrs of f: %+v, want only user.ok=2", xs)
+	}
+}
+
+// ustarBlock returns a valid ustar header block whose name field holds
+// name verbatim (NUL bytes included) with a correct checksum: archive/tar
+// refuses to write such names.
+func ustarBlock(name string, typ byte, size int64) []byte {
+	b := make([]byte, 512)
+	copy(b[0:100], name)
+	copy(b[100:], "0000644\x00")
+	copy(b[108:], "0000000\x00")
+	copy(b[116:], "0000000\x00")
+	copy(b[124:], fmt.Sprintf("%011o\x00", size))
+	copy(b[136:], fmt.Sprintf("%011o\x00", t0.Unix()))
+	b[156] = typ
+	copy(b[257:], "ustar\x0000")
+	if typ == 'L' || typ == 'K' || strings.HasPrefix(name, "gnu:") {
+		copy(b[257:], "ustar  \x00") // the GNU magic these records need
+		if strings.HasPrefix(name, "gnu:") {
+			clear(b[0:100])
+			copy(b[0:100], name[4:])
+		}
+	}
+	for i := 148; i < 156; i++ {
+		b[i] = ' '
+	}
+	sum := 0
+	for _, c := range b {
+		sum += int(c)
+	}
+	copy(b[148:], fmt.Sprintf("%06o\x00 ", sum))
+	return b
+}
+
+// paxBlocks is a PAX extended header ('x') carrying one record verbatim.
+func paxBlocks(key, value string) []byte {
+	rec := " " + key + "=" + value + "\n"
+	n := len(rec) + 1
+	for len(fmt.Sprint(n))+len(rec) != n {
+		n = len(fmt.Sprint(n)) + len(rec)
+	}
+	rec = fmt.Sprint(n) + rec
+	b := ustarBlock("PaxHeaders/x", 'x', int64(len(rec)))
+	data := make([]byte, (len(rec)+511)/512*512)
+	copy(data, rec)
+	return append(b, data...)
+}
+
+var endBlocks = make([]byte, 1024)
+
+// padBlock pads s with NULs to whole 512-byte blocks.
+func padBlock(s string) []byte {
+	b := make([]byte, (len(s)+511)/512*512)
+	copy(b, s)
+	return b
+}
+
+func concat(bs ...[]byte) []byte { return bytes.Join(bs, nil) }
+
+// unfinished returns what a tar writer wrote for entries without closing
+// it: a header claiming more data than follows.
+func unfinished(t testing.TB, hdr tar.Header, data []byte) []byte {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	if err := tw.WriteHeader(&hdr); err != nil {
+		t.Fatal(err)
+	}
+	tw.Write(data)
+	tw.Flush()
+	return buf.Bytes()
+}
+
+func gzipOf(b []byte) []byte {
+	var buf bytes.Buffer
+	zw := kgzip.NewWriter(&buf)
+	zw.Write(b)
+	zw.Close()
+	return buf.Bytes()
+}
+
+func zstdOf(t testing.TB, b []byte) []byte {
+	zw, err := zstd.NewWriter(nil)
+	must(t, err)
+	return zw.EncodeAll(b, nil)
+}
+
+func flipMiddle(b []byte) []byte {
+	c := bytes.Clone(b)
+	for i := len(c)/2 - 8; i < len(c)/2+8; i++ {
+		c[i] ^= 0x5a
+	}
+	return c
+}
+
+// TestBadInput: hostile or broken input gives an error that says what and
+// where, never a panic, and Mkfs leaves nothing behind.
+func TestBadInput(t *testing.T) {
+	bigData := string(content("victim", 10000))
+	twoFiles := tarOf(t, cFile("victim", bigData, 0o644, t0), cFile("second", "2", 0o644, t0))
+	compressible := tarOf(t, cFile("big", string(content("compressible", 300000)), 0o644, t0))
+	cases := []struct {
+		name string
+		in   []byte
+		want []string // substrings of the error
+	}{
+		{"truncated-in-data", twoFiles[:512+5000], []string{"victim", "offset"}},
+		{"truncated-in-header", twoFiles[:512+10240+200], []string{"offset"}},
+		{"corrupt-gzip", flipMiddle(gzipOf(compressible)), nil},
+		{"truncated-gzip", gzipOf(compressible)[:len(gzipOf(compressible))/2], nil},
+		{"corrupt-zstd", flipMiddle(zstdOf(t, compressible)), nil},
+		{"truncated-zstd", zstdOf(t, compressible)[:len(zstdOf(t, compressible))/2], nil},
+		{"random-bytes", content("random", 64<<10), []string{"offset"}},
+		{"text-file", bytes.Repeat([]byte("this is not a tar archive, just text\n"), 200), []string{"offset"}},
+		{"short-text", []byte("hello\n"), nil},
+		{"xz", append([]byte{0xfd, '7', 'z', 'X', 'Z', 0}, content("xz", 100)...), []string{"xz"}},
+		{"hardlink-to-missing", tarOf(t, cLink("ln", "missing")), []string{"ln", "missing"}},
+		{"hardlink-to-dir", tarOf(t, cDir("d/", 0o755, t0), cLink("ln", "d")), []string{"ln", "d"}},
+		{"hardlink-escapes", tarOf(t, cLink("ln", "../etc/passwd")), []string{"ln", "../etc/passwd"}},
+		{"dotdot", tarOf(t, cFile("../x", "x", 0o644, t0)), []string{"../x", "offset 0"}},
+		{"dotdot-nested", tarOf(t, cFile("ok", "", 0o644, t0), cFile("a/../../x", "x", 0o644, t0)), []string{"a/../../x", "offset 512"}},
+		{"nul-in-pax-path", concat(paxBlocks("path", "a\x00b"), ustarBlock("placeholder", '0', 0), endBlocks), []string{"offset"}},
+		{"nul-in-pax-linkpath", concat(paxBlocks("linkpath", "t\x00u"), ustarBlock("sym", '2', 0), endBlocks), []string{"offset"}},
+		{"absurd-size-gnu", unfinished(t, tar.Header{Typeflag: tar.TypeReg, Name: "huge", Size: 1 << 40, Mode: 0o644, Format: tar.FormatGNU}, make([]byte, 1000)), []string{"huge", "offset 0"}},
+		{"absurd-size-pax", unfinished(t, tar.Header{Typeflag: tar.TypeReg, Name: "huge", Size: 1 << 40, Mode: 0o644, Format: tar.FormatPAX}, make([]byte, 1000)), []string{"huge", "offset"}},
+		{"uid-out-of-range", concat(paxBlocks("uid", "99999999999"), ustarBlock("bigid", '0', 0), endBlocks), []string{"bigid"}},
+		{"device-out-of-range", tarOf(t, craftedEntry{hdr: tar.Header{Typeflag: tar.TypeChar, Name: "dev", Mode: 0o600, Devmajor: 4096}}), []string{"dev", "4096"}},
+		{"symlink-too-long", tarOf(t, cSym("sym", strings.Repeat("s", 4096), t0)), []string{"sym", "4096"}},
+		{"empty-symlink-target", concat(ustarBlock("sym", '2', 0), endBlocks), []string{"sym"}},
+		{"name-component-too-long", tarOf(t, cFile("d/"+strings.Repeat("n", 256), "", 0o644, t0)), []string{strings.Repeat("n", 256)}},
+		{"root-not-a-directory", concat(ustarBlock("./", '0', 0), endBlocks), []string{"root"}},
+		{"unknown-type", concat(ustarBlock("odd", 'Z', 0), endBlocks), []string{"odd"}},
+	}
+	work := roundtrip.WorkDir(t)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := buildMem(tc.in, convert.Options{})
+			if err == nil {
+				t.Fatalf("BuildTar succeeded")
+			}
+			if strings.HasPrefix(err.Error(), "panic:") {
+				t.Fatalf("BuildTar %v", err)
+			}
+			t.Logf("BuildTar: %v", err)
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not name %q", err, w)
+				}
+			}
+			// Mkfs: the same error, and no output or temp file left.
+			in := filepath.Join(work, tc.name+".input")
+			must(t, os.WriteFile(in, tc.in, 0o644))
+			outDir := filepath.Join(work, tc.name+".out")
+			must(t, os.Mkdir(outDir, 0o755))
+			var merr error
+			func() {
+				defer func() {
+					if r := recover(); r != nil {
+						merr = fmt.Errorf("panic: %v", r)
+					}
+				}()
+				_, merr = convert.Mkfs(filepath.Join(outDir, "layer.erofs"), in, convert.Options{})
+			}()
+			if merr == nil || strings.HasPrefix(merr.Error(), "panic:") {
+				t.Errorf("Mkfs: %v, want an error", merr)
+			}
+			if ents, _ := os.ReadDir(outDir); len(ents) != 0 {
+				var names []string
+				for _, e := range ents {
+					names = append(names, e.Name())
+				}
+				t.Errorf("Mkfs left %q behind", names)
+			}
+		})
+	}
+}
+
+// TestNulInUstarName: a NUL inside a header's name field ends the name, as
+// for every tar reader; what follows it cannot smuggle a path in.
+func TestNulInUstarName(t *testing.T) {
+	for _, in := range [][]byte{
+		concat(ustarBlock("a\x00/../../etc/passwd", '0', 0), endBlocks),
+		concat(ustarBlock("././@LongLink", 'L', 30), padBlock("a\x00../../../etc/passwd\x00"), ustarBlock("gnu:ignored", '0', 0), endBlocks),
+	} {
+		img, _, err := buildMem(in, convert.Options{})
+		if err != nil {
+			t.Errorf("BuildTar: %v", err)
+			continue
+		}
+		tr, err := fstree.FromImage(readImage(t, imageFile(t, roundtrip.WorkDir(t), img)))
+		must(t, err)
+		if ps := tr.Paths(); len(ps) != 2 || ps[1] != "a" {
+			t.Errorf("image holds %q, want [. a]", ps)
+		}
+	}
+}
+
+// TestStreamingMemory converts a tar holding one 1 GiB file, generated on
+// the fly through an io.Pipe (never on disk as a tar), and checks that the
+// heap stays bounded: the Builder keeps metadata, not data, in memory.
+func TestStreamingMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: converts a 1 GiB stream")
+	}
+	const fileSize = 1 << 30
+	const limit = 64 << 20
+	chunk := content("stream", 1<<20)
+	dataHash := sha256.New()
+	streamHash := sha256.New()
+	pr, pw := io.Pipe()
+	go func() {
+		tw := tar.NewWriter(io.MultiWriter(pw, streamHash))
+		err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "big", Size: fileSize, Mode: 0o644, ModTime: t0})
+		for i := 0; err == nil && i < fileSize/len(chunk); i++ {
+			chunk[0], chunk[1] = byte(i), byte(i>>8) // no two chunks alike
+			dataHash.Write(chunk)
+			_, err = tw.Write(chunk)
+		}
+		if err == nil {
+			err = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "after", Size: 5, Mode: 0o644, ModTime: t0})
+		}
+		if err == nil {
+			_, err = tw.Write([]byte("after"))
+		}
+		if err == nil {
+			err = tw.Close()
+		}
+		pw.CloseWithError(err)
+	}()
+
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	baseSys := ms.Sys
+	var peakHeap, peakSys uint64
+	var peakRSS int64
+	sample := func() {
+		runtime.ReadMemStats(&ms)
+		peakHeap, peakSys = max(peakHeap, ms.HeapInuse), max(peakSys, ms.Sys)
+		peakRSS = max(peakRSS, rssBytes())
+	}
+	done := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		tk := time.NewTicker(25 * time.Millisecond)
+		defer tk.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tk.C:
+				sample()
+			}
+		}
+	}()
+
+	img := filepath.Join(roundtrip.WorkDir(t), "big.erofs")
+	out, err := os.Create(img)
+	must(t, err)
+	start := time.Now()
+	res, err := convert.BuildTar(out, pr, convert.Options{})
+	close(done)
+	<-sampled
+	sample()
+	must(t, out.Close())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("1 GiB in %v: peak HeapInuse %d MiB, Sys %d MiB (%d MiB before), RSS %d MiB",
+		time.Since(start).Round(time.Millisecond), peakHeap>>20, peakSys>>20, baseSys>>20, peakRSS>>20)
+	if peakHeap > limit {
+		t.Errorf("peak HeapInuse %d MiB, want < %d MiB", peakHeap>>20, limit>>20)
+	}
+	if peakSys-baseSys > limit {
+		t.Errorf("Sys grew by %d MiB during the conversion, want < %d MiB", (peakSys-baseSys)>>20, limit>>20)
+	}
+	if want := fmt.Sprintf("sha256:%x", streamHash.Sum(nil)); res.DiffID != want {
+		t.Errorf("DiffID %s, want %s", res.DiffID, want)
+	}
+
+	// The data made it: read it back with the project's reader.
+	r := readImage(t, img)
+	f, err := r.Open("big")
+	must(t, err)
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil || n != fileSize || !bytes.Equal(h.Sum(nil), dataHash.Sum(nil)) {
+		t.Errorf("read back %d bytes (%v), sha256 %x, want %d bytes, %x", n, err, h.Sum(nil), fileSize, dataHash.Sum(nil))
+	}
+	if b, err := r.ReadFile("after"); err != nil || string(b) != "after" {
+		t.Errorf("after: %q, %v", b, err)
+	}
+}
+
+// rssBytes is the process's resident set size, from /proc/self/status.
+func rssBytes() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+			var kb int64
+			fmt.Sscan(f[1], &kb)
+			return kb << 10
+		}
+	}
+	return 0
+}

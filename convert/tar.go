@@ -1,0 +1,205 @@
+package convert
+
+import (
+	"archive/tar"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"net/url"
+	"strings"
+
+	"github.com/ocierofs/ocierofs/erofs"
+	"github.com/ocierofs/ocierofs/whiteout"
+)
+
+// countingReader counts the bytes read through it, for error offsets.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// tarLayer feeds one tar stream into a Builder.
+type tarLayer struct {
+	b        *erofs.Builder
+	wt       *whiteout.Translator
+	ops      *dirOps // what this layer does to directories, for the layers above
+	warnings []string
+	entries  int
+}
+
+// addTar reads an uncompressed tar stream to its end, adding every entry.
+// It returns the sha256 of the whole stream (the layer's diffID).
+func (l *tarLayer) addTar(r io.Reader) (hash.Hash, error) {
+	h := sha256.New()
+	cr := &countingReader{r: io.TeeReader(r, h)}
+	tr := tar.NewReader(cr)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			if errors.Is(err, io.ErrUnexpectedEOF) {
+				return nil, fmt.Errorf("tar: truncated at offset %d", cr.n)
+			}
+			return nil, fmt.Errorf("tar: at offset %d: %w", cr.n, err)
+		}
+		// The header is the last 512-byte block read so far.
+		off := cr.n - 512
+		if err := l.addEntry(hdr, tr); err != nil {
+			return nil, fmt.Errorf("tar entry %q at offset %d: %w", hdr.Name, off, err)
+		}
+	}
+	// Hash what follows the end-of-archive marker too: the diffID is over
+	// the whole stream.
+	if _, err := io.Copy(io.Discard, cr); err != nil {
+		return nil, fmt.Errorf("tar: after the end of archive, at offset %d: %w", cr.n, err)
+	}
+	for _, x := range l.wt.DirXattrs(l.b.IsWhiteout) {
+		if ok, isDir := l.b.Lookup(x.Dir); ok && isDir {
+			if err := l.b.SetXattr(x.Dir, x.Name, x.Value); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return h, nil
+}
+
+func (l *tarLayer) addEntry(hdr *tar.Header, data io.Reader) error {
+	p, err := erofs.CleanPath(hdr.Name)
+	if err != nil {
+		return err
+	}
+	e := erofs.Entry{Path: p}
+	kind, target, err := l.wt.Classify(p)
+	if err != nil {
+		return err
+	}
+	switch kind {
+	case whiteout.Drop:
+		return nil
+	case whiteout.Opaque:
+		// Make sure the directory exists now; the xattr is set (again)
+		// after the last entry, so a later entry for it cannot drop it.
+		l.ops.add(opOpaque, target, nil)
+		return l.b.SetXattr(target, whiteout.OpaqueXattr, []byte("y"))
+	}
+	if err := l.headerMeta(hdr, &e); err != nil {
+		return err
+	}
+	if kind == whiteout.Whiteout {
+		l.entries++
+		l.ops.add(opWhiteout, target, nil)
+		e.Path = target
+		e.Mode = erofs.S_IFCHR | e.Mode&0o7777
+		e.Devmajor, e.Devminor, e.Size, e.Linkname, e.HardLink = 0, 0, 0, "", ""
+		return l.b.Add(e, nil)
+	}
+	switch hdr.Typeflag {
+	case tar.TypeReg, tar.TypeRegA, tar.TypeGNUSparse, tar.TypeCont:
+		e.Mode |= erofs.S_IFREG
+		e.Size = hdr.Size
+		e.Sparse = isSparse(hdr)
+	case tar.TypeDir:
+		e.Mode |= erofs.S_IFDIR
+	case tar.TypeSymlink:
+		e.Mode |= erofs.S_IFLNK
+		e.Linkname = hdr.Linkname
+	case tar.TypeLink:
+		lp, err := erofs.CleanPath(hdr.Linkname)
+		if err != nil {
+			return fmt.Errorf("hard link target %q: %w", hdr.Linkname, err)
+		}
+		e.HardLink = lp
+		if lp == "" {
+			return errors.New("hard link to the root")
+		}
+	case tar.TypeChar:
+		e.Mode |= erofs.S_IFCHR
+	case tar.TypeBlock:
+		e.Mode |= erofs.S_IFBLK
+	case tar.TypeFifo:
+		e.Mode |= erofs.S_IFIFO
+	case tar.TypeXGlobalHeader, 'V': // pax global header, GNU volume label
+		return nil
+	default:
+		return fmt.Errorf("unsupported tar entry type %q", hdr.Typeflag)
+	}
+	if hdr.Typeflag == tar.TypeChar || hdr.Typeflag == tar.TypeBlock {
+		if hdr.Devmajor < 0 || hdr.Devminor < 0 || hdr.Devmajor > 0xFFF || hdr.Devminor > 0xFFFFF {
+			return fmt.Errorf("device %d:%d out of range", hdr.Devmajor, hdr.Devminor)
+		}
+		e.Devmajor, e.Devminor = uint32(hdr.Devmajor), uint32(hdr.Devminor)
+	}
+	l.entries++
+	if e.IsDir() {
+		l.ops.add(opDir, e.Path, &e)
+	} else {
+		l.ops.add(opNonDir, e.Path, nil)
+	}
+	return l.b.Add(e, data)
+}
+
+// headerMeta copies ownership, mode bits, time and xattrs. An xattr that
+// EROFS cannot name (outside user., trusted., security. and the ACLs) is
+// left out with a warning, as the kernel could not show it anyway.
+func (l *tarLayer) headerMeta(hdr *tar.Header, e *erofs.Entry) error {
+	if hdr.Uid < 0 || hdr.Uid > 0xFFFFFFFF || hdr.Gid < 0 || hdr.Gid > 0xFFFFFFFF {
+		return fmt.Errorf("uid/gid %d/%d out of range", hdr.Uid, hdr.Gid)
+	}
+	e.Uid, e.Gid = uint32(hdr.Uid), uint32(hdr.Gid)
+	e.Mode = uint32(hdr.Mode) & 0o7777
+	e.Mtime = hdr.ModTime
+	for k, v := range hdr.PAXRecords {
+		var name, value string
+		switch {
+		case strings.HasPrefix(k, "SCHILY.xattr."):
+			name, value = k[len("SCHILY.xattr."):], v
+		case strings.HasPrefix(k, "LIBARCHIVE.xattr."):
+			n, err := url.PathUnescape(k[len("LIBARCHIVE.xattr."):])
+			if err != nil {
+				return fmt.Errorf("pax record %q: %w", k, err)
+			}
+			b, err := base64.StdEncoding.DecodeString(v)
+			if err != nil {
+				if b, err = base64.RawStdEncoding.DecodeString(v); err != nil {
+					return fmt.Errorf("pax record %q: bad base64 value", k)
+				}
+			}
+			name, value = n, string(b)
+		default:
+			continue
+		}
+		if _, dup := hdr.PAXRecords["SCHILY.xattr."+name]; dup && strings.HasPrefix(k, "LIBARCHIVE.") {
+			continue
+		}
+		if err := erofs.CheckXattrName(name); err != nil {
+			l.warnings = append(l.warnings, fmt.Sprintf("%s: xattr %q left out: %v", e.Path, name, err))
+			continue
+		}
+		e.Xattrs = append(e.Xattrs, erofs.Xattr{Name: name, Value: []byte(value)})
+	}
+	return nil
+}
+
+// isSparse reports a GNU sparse file, old (type 'S') or PAX (GNU.sparse.*).
+func isSparse(hdr *tar.Header) bool {
+	if hdr.Typeflag == tar.TypeGNUSparse {
+		return true
+	}
+	for k := range hdr.PAXRecords {
+		if strings.HasPrefix(k, "GNU.sparse.") {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,237 @@
+package erofs
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"testing/fstest"
+	"time"
+)
+
+// FuzzReader feeds arbitrary bytes to the reader: Open, then everything a
+// caller may do to every file. Errors are fine; panics, hangs and runaway
+// allocations are not.
+func FuzzReader(f *testing.F) {
+	for _, name := range []string{"plain.img", "chunk.img", "blob.img"} {
+		b, err := os.ReadFile(filepath.Join("testdata", name))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r := bytes.NewReader(data)
+		size := int64(len(data))
+		img, err := Open(r, size)
+		if err != nil {
+			return
+		}
+		exerciseImage(img)
+		// The same image with its extra devices read flat, and with the
+		// image itself standing in for every extra device.
+		if n := img.Super().ExtraDevices; n > 0 {
+			if img, err := Open(r, size, WithFlatDevices()); err == nil {
+				exerciseImage(img)
+			}
+			opts := make([]OpenOption, n)
+			for i := range opts {
+				opts[i] = WithDevice(r, size)
+			}
+			if img, err := Open(r, size, opts...); err == nil {
+				exerciseImage(img)
+			}
+		}
+	})
+}
+
+// exerciseImage walks the whole tree and reads everything, within a budget:
+// a crafted image may hold directories that share children, whose walk grows
+// exponentially without any cycle. Each inode's data is read once (through
+// its first path), which keeps hard-link farms cheap.
+func exerciseImage(img *Image) {
+	budget := 2000
+	seen := make(map[uint64]bool)
+	_ = fs.WalkDir(img, ".", func(p string, d fs.DirEntry, err error) error {
+		if budget--; budget < 0 {
+			return fs.SkipAll
+		}
+		if err != nil {
+			return nil
+		}
+		if _, err := d.Info(); err != nil {
+			return nil
+		}
+		ino, err := img.Lstat(p)
+		if err != nil {
+			return nil
+		}
+		_, _ = img.Stat(p)
+		if seen[ino.Nid] {
+			return nil
+		}
+		seen[ino.Nid] = true
+		_, _ = img.Xattrs(p)
+		if ino.IsSymlink() {
+			_, _ = img.Readlink(p)
+		}
+		if ino.IsDir() {
+			_, _ = img.ReadDirInode(ino)
+		}
+		if ino.Size <= 1<<16 {
+			_, _ = img.ReadFile(p)
+		}
+		if f, err := img.Open(p); err == nil {
+			// Bounded: a sparse file may claim terabytes.
+			_, _ = io.CopyN(io.Discard, f, 1<<16)
+			if ra, ok := f.(io.ReaderAt); ok {
+				var b [100]byte
+				_, _ = ra.ReadAt(b[:], ino.Size-50)
+				_, _ = ra.ReadAt(b[:], ino.Size/2)
+			}
+			_ = f.Close()
+		}
+		return nil
+	})
+	// Inodes nobody links to, at nids near the root's.
+	root := img.Super().RootNid
+	for nid := root; nid < root+64; nid++ {
+		if ino, err := img.InodeAt(nid); err == nil {
+			_, _ = img.InodeXattrs(ino)
+			if dr, err := img.DataReader(ino); err == nil {
+				_, _ = io.CopyN(io.Discard, dr, 1<<16)
+			}
+		}
+	}
+}
+
+// tinyImage hand-assembles a 2 KiB image with 512-byte blocks (which
+// mkfs.erofs 1.5 cannot make): the checksum then covers bytes 1024..1535.
+// It also makes a quick fuzz seed.
+//
+//	/      compact FLAT_INLINE dir
+//	c      CHUNK_BASED, block map [3]: "chunk data\n"
+//	f      FLAT_INLINE "hi\n", xattr user.k=v, mtime epoch+5
+//	l      symlink → f
+//	x      char device 1:3
+func tinyImage() []byte {
+	const bs = 512
+	img := make([]byte, 4*bs)
+	sb := superBlock{
+		Magic: SuperMagic, FeatureCompat: FeatureCompatSBChksum, BlkSzBits: 9,
+		RootNid: 36, Inos: 5, Epoch: 1000, Blocks: 4,
+		FeatureIncompat: FeatureIncompatChunkedFile,
+	}
+	inode := func(nid int, layout uint8, mode uint16, size uint32, u uint32, icount uint16, mtime uint32) int {
+		b := img[nid*SlotSize:]
+		le.PutUint16(b[0:], uint16(layout)<<1)
+		le.PutUint16(b[2:], icount)
+		le.PutUint16(b[4:], mode)
+		le.PutUint16(b[6:], 1)
+		le.PutUint32(b[8:], size)
+		le.PutUint32(b[0x0C:], mtime)
+		le.PutUint32(b[0x10:], u)
+		return nid*SlotSize + CompactInodeSize + xattrAreaSize(icount)
+	}
+	// Root: dirents for ".", "..", "c", "f", "l", "x".
+	names := []string{".", "..", "c", "f", "l", "x"}
+	nids := []uint64{36, 36, 40, 42, 44, 46}
+	types := []uint8{FTDir, FTDir, FTRegFile, FTRegFile, FTSymlink, FTChrdev}
+	var dir []byte
+	nameoff := DirentSize * len(names)
+	for i := range names {
+		de := make([]byte, DirentSize)
+		le.PutUint64(de, nids[i])
+		le.PutUint16(de[8:], uint16(nameoff))
+		de[10] = types[i]
+		dir = append(dir, de...)
+		nameoff += len(names[i])
+	}
+	for _, n := range names {
+		dir = append(dir, n...)
+	}
+	copy(img[inode(36, LayoutFlatInline, S_IFDIR|0o755, uint32(len(dir)), NullAddr, 0, 0):], dir)
+	// c: one chunk of one block, block 3.
+	off := inode(40, LayoutChunkBased, S_IFREG|0o644, 11, 0, 0, 0)
+	le.PutUint32(img[off:], 3)
+	copy(img[3*bs:], "chunk data\n")
+	// f: inline xattr area (header + "user.k"="v"), then inline data.
+	off = inode(42, LayoutFlatInline, S_IFREG|0o600, 3, NullAddr, 3, 5)
+	copy(img[off-8:], []byte{1, XattrIndexUser, 1, 0, 'k', 'v', 0, 0})
+	copy(img[off:], "hi\n")
+	off = inode(44, LayoutFlatInline, S_IFLNK|0o777, 1, NullAddr, 0, 0)
+	img[off] = 'f'
+	inode(46, LayoutFlatPlain, S_IFCHR|0o644, 0, encodeDev(1, 3), 0, 0)
+	sb.marshal(img[SuperOffset:])
+	sb.Checksum = superChecksum(img, bs)
+	sb.marshal(img[SuperOffset:])
+	return img
+}
+
+// tinyVariants returns tinyImage and two broken versions: a directory that
+// contains the root, and a symlink to itself.
+func tinyVariants() map[string][]byte {
+	cycle := tinyImage()
+	le.PutUint64(cycle[1184+2*DirentSize:], 36) // "c" → the root
+	cycle[1184+2*DirentSize+10] = FTDir
+	loop := tinyImage()
+	loop[44*SlotSize+CompactInodeSize] = 'l' // "l" → "l"
+	return map[string][]byte{"tiny": tinyImage(), "tiny-cycle": cycle, "tiny-linkloop": loop}
+}
+
+func TestReaderTiny(t *testing.T) {
+	v := tinyVariants()
+	if _, err := openBytes(t, v["tiny-cycle"]).ReadDir("c"); err == nil || !strings.Contains(err.Error(), "ancestor") {
+		t.Errorf("tiny-cycle: ReadDir(c) = %v", err)
+	}
+	if _, err := openBytes(t, v["tiny-linkloop"]).Stat("l"); err == nil || !strings.Contains(err.Error(), "too many levels") {
+		t.Errorf("tiny-linkloop: Stat(l) = %v", err)
+	}
+
+	img := openBytes(t, tinyImage())
+	if sb := img.Super(); !sb.ChecksumOK || sb.BlockSize != 512 {
+		t.Errorf("Super = %+v", sb)
+	}
+	for name, want := range map[string]string{"c": "chunk data\n", "f": "hi\n", "l": "hi\n"} {
+		if got, err := img.ReadFile(name); err != nil || string(got) != want {
+			t.Errorf("ReadFile(%s) = %q, %v", name, got, err)
+		}
+	}
+	if f, err := img.Lstat("f"); err != nil || !f.Mtime.Equal(time.Unix(1005, 0)) || f.Mode != S_IFREG|0o600 {
+		t.Errorf("Lstat(f) = %+v, %v", f, err)
+	}
+	if xs, err := img.Xattrs("f"); err != nil || len(xs) != 1 || xs[0].Name != "user.k" || string(xs[0].Value) != "v" {
+		t.Errorf("Xattrs(f) = %q, %v", xs, err)
+	}
+	if x, err := img.Lstat("x"); err != nil || x.Devmajor != 1 || x.Devminor != 3 {
+		t.Errorf("Lstat(x) = %+v, %v", x, err)
+	}
+	if err := fstest.TestFS(img, "c", "f", "l", "x"); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestReaderWriteSeeds regenerates the committed fuzz seeds when
+// EROFS_WRITE_SEEDS=1.
+func TestReaderWriteSeeds(t *testing.T) {
+	if os.Getenv("EROFS_WRITE_SEEDS") != "1" {
+		t.Skip("set EROFS_WRITE_SEEDS=1 to rewrite testdata/fuzz/FuzzReader seeds")
+	}
+	seeds := tinyVariants()
+	seeds["plain-block0"] = readFixture(t, "plain.img")[:4096]
+	seeds["chunk-block01"] = readFixture(t, "chunk.img")[:8192]
+	dir := filepath.Join("testdata", "fuzz", "FuzzReader")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range seeds {
+		data := fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n", b)
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,256 @@
+package oci
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/match"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+)
+
+// Remote holds what talking to registries needs.
+type Remote struct {
+	// Username and Password, if set, are used for every registry; otherwise
+	// ~/.docker/config.json and its credential helpers are (like docker and crane).
+	Username, Password string
+	// Insecure skips TLS verification.
+	Insecure bool
+	// Retries is how many times a request that failed with 429, 5xx or a
+	// broken connection is tried again (default 5).
+	Retries int
+	// Transport, if set, is the base HTTP transport (tests use it).
+	Transport http.RoundTripper
+	UserAgent string
+}
+
+// Options returns go-containerregistry options for ctx.
+func (r Remote) Options(ctx context.Context) []remote.Option {
+	opts := []remote.Option{remote.WithContext(ctx)}
+	if r.Username != "" || r.Password != "" {
+		opts = append(opts, remote.WithAuth(&authn.Basic{Username: r.Username, Password: r.Password}))
+	} else {
+		opts = append(opts, remote.WithAuthFromKeychain(authn.DefaultKeychain))
+	}
+	t := r.Transport
+	if t == nil {
+		base := remote.DefaultTransport.(*http.Transport).Clone()
+		if r.Insecure {
+			base.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // asked for by --insecure
+		}
+		t = base
+	}
+	opts = append(opts, remote.WithTransport(t))
+	retries := r.Retries
+	if retries == 0 {
+		retries = 5
+	}
+	opts = append(opts,
+		remote.WithRetryBackoff(remote.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: retries + 1}),
+		remote.WithRetryStatusCodes(http.StatusTooManyRequests, http.StatusInternalServerError,
+			http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout),
+		remote.WithRetryPredicate(Transient),
+	)
+	ua := r.UserAgent
+	if ua == "" {
+		ua = "ocierofs"
+	}
+	return append(opts, remote.WithUserAgent(ua))
+}
+
+// Transient reports errors worth retrying: broken or refused connections,
+// timeouts, unexpected ends of a stream.
+func Transient(err error) bool {
+	if err == nil {
+		return false
+	}
+	var ne net.Error
+	var te interface{ Temporary() bool }
+	switch {
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.EPIPE),
+		errors.Is(err, io.ErrUnexpectedEOF):
+		return true
+	case errors.As(err, &ne) && ne.Timeout():
+		return true
+	case errors.As(err, &te) && te.Temporary():
+		return true
+	}
+	return false
+}
+
+// Artifact is what a reference points at: an index or a single image.
+type Artifact struct {
+	Ref        Ref
+	Descriptor v1.Descriptor
+	Index      v1.ImageIndex // nil for a single image
+	Image      v1.Image      // nil for an index
+}
+
+// Get resolves a reference.
+func Get(ctx context.Context, r Ref, rem Remote) (*Artifact, error) {
+	switch r.Kind {
+	case Layout:
+		return getLayout(r)
+	case DockerArchive:
+		return getArchive(r)
+	}
+	desc, err := remote.Get(r.Name, rem.Options(ctx)...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", r, err)
+	}
+	a := &Artifact{Ref: r, Descriptor: desc.Descriptor}
+	if desc.MediaType.IsIndex() {
+		a.Index, err = desc.ImageIndex()
+	} else {
+		a.Image, err = desc.Image()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", r, err)
+	}
+	return a, nil
+}
+
+// refNameAnnotation names an image inside an OCI layout.
+const refNameAnnotation = "org.opencontainers.image.ref.name"
+
+func getLayout(r Ref) (*Artifact, error) {
+	p, err := layout.FromPath(r.Path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", r, err)
+	}
+	idx, err := p.ImageIndex()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", r, err)
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", r, err)
+	}
+	var found []v1.Descriptor
+	for _, d := range im.Manifests {
+		if r.Tag == "" || d.Annotations[refNameAnnotation] == r.Tag {
+			found = append(found, d)
+		}
+	}
+	switch {
+	case len(found) == 0 && r.Tag != "":
+		return nil, fmt.Errorf("%s: no image tagged %q in the layout", r, r.Tag)
+	case len(found) == 0:
+		return nil, fmt.Errorf("%s: the layout holds no image", r)
+	case len(found) > 1:
+		return nil, fmt.Errorf("%s: the layout holds %d images: name one with oci:DIR:TAG", r, len(found))
+	}
+	d := found[0]
+	a := &Artifact{Ref: r, Descriptor: d}
+	if d.MediaType.IsIndex() {
+		a.Index, err = idx.ImageIndex(d.Digest)
+	} else {
+		a.Image, err = idx.Image(d.Digest)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", r, err)
+	}
+	return a, nil
+}
+
+func getArchive(r Ref) (*Artifact, error) {
+	var tag *name.Tag
+	if r.Tag != "" {
+		t, err := name.NewTag(r.Tag)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", r, err)
+		}
+		tag = &t
+	}
+	if _, err := os.Stat(r.Path); err != nil {
+		return nil, fmt.Errorf("%s: %w", r, err)
+	}
+	img, err := tarball.ImageFromPath(r.Path, tag)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", r, err)
+	}
+	d, err := descriptorOf(img)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", r, err)
+	}
+	return &Artifact{Ref: r, Descriptor: d, Image: img}, nil
+}
+
+func descriptorOf(img v1.Image) (v1.Descriptor, error) {
+	dg, err := img.Digest()
+	if err != nil {
+		return v1.Descriptor{}, err
+	}
+	sz, err := img.Size()
+	if err != nil {
+		return v1.Descriptor{}, err
+	}
+	mt, err := img.MediaType()
+	if err != nil {
+		return v1.Descriptor{}, err
+	}
+	return v1.Descriptor{MediaType: mt, Digest: dg, Size: sz}, nil
+}
+
+// Write publishes an image or an index (exactly one is non-nil) at r. For
+// a registry the blobs go first (those the registry has are skipped), the
+// manifest and its tag last, so a failure never moves a tag.
+func Write(ctx context.Context, r Ref, img v1.Image, idx v1.ImageIndex, rem Remote) error {
+	switch r.Kind {
+	case Registry:
+		var err error
+		if img != nil {
+			err = remote.Write(r.Name, img, rem.Options(ctx)...)
+		} else {
+			err = remote.WriteIndex(r.Name, idx, rem.Options(ctx)...)
+		}
+		if err != nil {
+			return fmt.Errorf("push %s: %w", r, err)
+		}
+		return nil
+	case Layout:
+		return writeLayout(r, img, idx)
+	}
+	return fmt.Errorf("%s: cannot write to a docker-archive", r)
+}
+
+func writeLayout(r Ref, img v1.Image, idx v1.ImageIndex) error {
+	p, err := layout.FromPath(r.Path)
+	if err != nil {
+		if p, err = layout.Write(r.Path, empty.Index); err != nil {
+			return fmt.Errorf("%s: %w", r, err)
+		}
+	}
+	var opts []layout.Option
+	if r.Tag != "" {
+		opts = append(opts, layout.WithAnnotations(map[string]string{refNameAnnotation: r.Tag}))
+	}
+	// A tag names one image: replace what had it.
+	matcher := func(d v1.Descriptor) bool { return r.Tag != "" && d.Annotations[refNameAnnotation] == r.Tag }
+	if img != nil {
+		err = p.ReplaceImage(img, match.Matcher(matcher), opts...)
+	} else {
+		err = p.ReplaceIndex(idx, match.Matcher(matcher), opts...)
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", r, err)
+	}
+	return nil
+}
+
+// IsIndex reports whether a media type is an index or manifest list.
+func IsIndex(mt types.MediaType) bool { return mt.IsIndex() }

@@ -1,0 +1,140 @@
+// Package oci finds, reads and writes container images: registry
+// references (with Docker Hub defaults, like docker and crane), OCI image
+// layouts ("oci:DIR[:TAG]") and docker-archive tarballs
+// ("docker-archive:FILE"). It knows images and blobs, not filesystems.
+//
+//	src, err := oci.ParseRef("alpine")           // index.docker.io/library/alpine:latest
+//	desc, err := oci.Get(ctx, src, oci.Remote{})  // an index or a manifest
+package oci
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/google/go-containerregistry/pkg/name"
+)
+
+// Kind is where an image lives.
+type Kind int
+
+const (
+	Registry      Kind = iota
+	Layout             // an OCI image layout directory
+	DockerArchive      // a `docker save` tarball
+)
+
+// Ref is a parsed image reference of any kind.
+type Ref struct {
+	Kind Kind
+	// Name is the registry reference (Kind Registry).
+	Name name.Reference
+	// Path is the layout directory or archive file; Tag selects an image in
+	// it (a layout's org.opencontainers.image.ref.name, an archive's repo tag).
+	Path string
+	Tag  string
+}
+
+// ParseRef parses "oci:DIR[:TAG]", "docker-archive:FILE[:TAG]" or a
+// registry reference ("alpine", "host:5000/repo:tag", "repo@sha256:…").
+// insecure allows plain HTTP for the registry.
+func ParseRef(s string, insecure bool) (Ref, error) {
+	switch {
+	case strings.HasPrefix(s, "oci:"):
+		p, tag := splitPathTag(s[len("oci:"):])
+		if p == "" {
+			return Ref{}, fmt.Errorf("reference %q: empty layout path", s)
+		}
+		return Ref{Kind: Layout, Path: p, Tag: tag}, nil
+	case strings.HasPrefix(s, "docker-archive:"):
+		p, tag := splitPathTag(s[len("docker-archive:"):])
+		if p == "" {
+			return Ref{}, fmt.Errorf("reference %q: empty archive path", s)
+		}
+		return Ref{Kind: DockerArchive, Path: p, Tag: tag}, nil
+	}
+	var opts []name.Option
+	if insecure {
+		opts = append(opts, name.Insecure)
+	}
+	n, err := name.ParseReference(s, opts...)
+	if err != nil {
+		return Ref{}, fmt.Errorf("reference %q: %w", s, err)
+	}
+	return Ref{Kind: Registry, Name: n}, nil
+}
+
+// splitPathTag splits "DIR:TAG"; a colon inside the last path element is
+// the tag separator, so paths with colons in directory names still work.
+func splitPathTag(s string) (string, string) {
+	i := strings.LastIndexByte(s, ':')
+	if i < 0 || strings.Contains(s[i+1:], "/") {
+		return s, ""
+	}
+	return s[:i], s[i+1:]
+}
+
+func (r Ref) String() string {
+	switch r.Kind {
+	case Layout:
+		return joinTag("oci:"+r.Path, r.Tag)
+	case DockerArchive:
+		return joinTag("docker-archive:"+r.Path, r.Tag)
+	}
+	if r.Name == nil {
+		return ""
+	}
+	return r.Name.String()
+}
+
+func joinTag(s, tag string) string {
+	if tag == "" {
+		return s
+	}
+	return s + ":" + tag
+}
+
+// ErrLoop is returned when a source already carries the target suffix: a
+// mirror converting every push must not convert its own output.
+var ErrLoop = errors.New("source tag already ends with the target suffix")
+
+// DefaultTarget is where the converted image of src goes when no target is
+// given: the same repository (or layout) with the tag plus suffix. A source
+// by digest gets the tag "sha256-<hex>" plus suffix.
+func DefaultTarget(src Ref, suffix string) (Ref, error) {
+	if suffix == "" {
+		return Ref{}, errors.New("empty tag suffix")
+	}
+	switch src.Kind {
+	case Layout:
+		tag := src.Tag
+		if tag == "" {
+			tag = "latest"
+		}
+		if strings.HasSuffix(tag, suffix) {
+			return Ref{}, fmt.Errorf("%s: %w %q", src, ErrLoop, suffix)
+		}
+		return Ref{Kind: Layout, Path: src.Path, Tag: tag + suffix}, nil
+	case DockerArchive:
+		return Ref{}, fmt.Errorf("%s: give a target (oci:DIR or a registry reference)", src)
+	}
+	switch n := src.Name.(type) {
+	case name.Tag:
+		if strings.HasSuffix(n.TagStr(), suffix) {
+			return Ref{}, fmt.Errorf("%s: %w %q", src, ErrLoop, suffix)
+		}
+		return Ref{Kind: Registry, Name: n.Context().Tag(n.TagStr() + suffix)}, nil
+	case name.Digest:
+		hex := strings.ReplaceAll(n.DigestStr(), ":", "-")
+		return Ref{Kind: Registry, Name: n.Context().Tag(hex + suffix)}, nil
+	}
+	return Ref{}, fmt.Errorf("%s: unsupported reference", src)
+}
+
+// HasSuffix reports whether a reference's tag ends with suffix.
+func HasSuffix(r Ref, suffix string) bool {
+	if t, ok := r.Name.(name.Tag); ok && r.Kind == Registry {
+		return strings.HasSuffix(t.TagStr(), suffix)
+	}
+	return r.Tag != "" && strings.HasSuffix(r.Tag, suffix)
+}

@@ -1,0 +1,146 @@
+// Package whiteout implements the OCI layer whiteout rules and their
+// overlayfs form.
+//
+// In an OCI tar layer, "dir/.wh.NAME" deletes NAME from the layers below and
+// "dir/.wh..wh..opq" hides everything below dir. overlayfs, which stacks the
+// EROFS layers on a node, spells the same as a character device 0:0 named
+// NAME and as the xattr trusted.overlay.opaque="y" on dir. A directory that
+// holds whiteout devices also gets an empty trusted.overlay.origin, as
+// mkfs.erofs --aufs does, so overlayfs never shows the devices through a
+// directory it does not merge.
+//
+//	t := whiteout.NewTranslator(whiteout.Overlay)
+//	switch k, target := t.Classify(name); k { … }
+//	for _, x := range t.DirXattrs() { b.SetXattr(x.Dir, x.Name, x.Value) }
+package whiteout
+
+import (
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+)
+
+// Names and xattrs of both spellings.
+const (
+	Prefix       = ".wh."
+	MetaPrefix   = ".wh..wh."
+	OpaqueMarker = ".wh..wh..opq"
+
+	OpaqueXattr = "trusted.overlay.opaque"
+	OriginXattr = "trusted.overlay.origin"
+)
+
+// Mode selects what the translator does with OCI whiteouts.
+type Mode int
+
+const (
+	// Overlay turns whiteouts into their overlayfs form (the default).
+	Overlay Mode = iota
+	// Keep leaves the tar as it is: .wh. files stay regular files.
+	Keep
+)
+
+// ParseMode parses "overlay" or "keep".
+func ParseMode(s string) (Mode, error) {
+	switch s {
+	case "", "overlay":
+		return Overlay, nil
+	case "keep":
+		return Keep, nil
+	}
+	return 0, fmt.Errorf("whiteouts %q: want overlay or keep", s)
+}
+
+func (m Mode) String() string {
+	if m == Keep {
+		return "keep"
+	}
+	return "overlay"
+}
+
+// Kind is what a tar entry is under the whiteout rules.
+type Kind int
+
+const (
+	Plain    Kind = iota // an ordinary entry
+	Whiteout             // deletes Target; becomes a char device 0:0 there
+	Opaque               // marks its directory opaque; not stored itself
+	Drop                 // another .wh..wh. meta entry: not stored
+)
+
+// Translator classifies entries and remembers which directories need the
+// overlayfs xattrs, so they can be applied once the whole layer is read —
+// whatever the order of entries in the tar.
+type Translator struct {
+	mode      Mode
+	opaque    map[string]bool
+	whiteouts map[string][]string // directory → whiteout paths made in it
+}
+
+// NewTranslator returns a Translator for one layer.
+func NewTranslator(m Mode) *Translator {
+	return &Translator{mode: m, opaque: map[string]bool{}, whiteouts: map[string][]string{}}
+}
+
+// Classify looks at a cleaned entry path ("a/b/.wh.c"). For a Whiteout it
+// returns the path of the deleted entry; for Opaque, the directory.
+func (t *Translator) Classify(p string) (Kind, string, error) {
+	if t.mode == Keep {
+		return Plain, p, nil
+	}
+	dir, base := path.Split(p)
+	dir = strings.TrimSuffix(dir, "/")
+	switch {
+	case base == OpaqueMarker:
+		t.opaque[dir] = true
+		return Opaque, dir, nil
+	case strings.HasPrefix(base, MetaPrefix):
+		return Drop, "", nil
+	case strings.HasPrefix(base, Prefix):
+		name := base[len(Prefix):]
+		if name == "" || name == "." || name == ".." {
+			return 0, "", fmt.Errorf("whiteout %q names no entry", p)
+		}
+		target := path.Join(dir, name)
+		t.whiteouts[dir] = append(t.whiteouts[dir], target)
+		return Whiteout, target, nil
+	}
+	return Plain, p, nil
+}
+
+// DirXattr is an xattr to set on a directory after the layer is read.
+type DirXattr struct {
+	Dir, Name string
+	Value     []byte
+}
+
+// DirXattrs lists the opaque and origin markers, sorted by directory.
+// isWhiteout, if not nil, tells whether a whiteout made earlier is still
+// there (a later entry may have replaced it); a directory gets the origin
+// marker only while it holds one.
+func (t *Translator) DirXattrs(isWhiteout func(path string) bool) []DirXattr {
+	var out []DirXattr
+	for d := range t.opaque {
+		out = append(out, DirXattr{Dir: d, Name: OpaqueXattr, Value: []byte("y")})
+	}
+	for d, targets := range t.whiteouts {
+		for _, p := range targets {
+			if isWhiteout == nil || isWhiteout(p) {
+				out = append(out, DirXattr{Dir: d, Name: OriginXattr, Value: []byte{}})
+				break
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Dir != out[j].Dir {
+			return out[i].Dir < out[j].Dir
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}
+
+// IsWhiteoutDev reports whether a char device number is the overlayfs
+// whiteout (0:0).
+func IsWhiteoutDev(major, minor uint32) bool { return major == 0 && minor == 0 }

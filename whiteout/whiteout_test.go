@@ -1,0 +1,68 @@
+package whiteout
+
+import (
+	"reflect"
+	"testing"
+)
+
+func TestClassify(t *testing.T) {
+	tr := NewTranslator(Overlay)
+	cases := []struct {
+		in     string
+		kind   Kind
+		target string
+	}{
+		{"a/b", Plain, "a/b"},
+		{"a/.wh.b", Whiteout, "a/b"},
+		{".wh.top", Whiteout, "top"},
+		{"a/.wh..wh..opq", Opaque, "a"},
+		{".wh..wh..opq", Opaque, ""},
+		{"a/.wh..wh.plnk", Drop, ""},
+		{"a/.whx", Plain, "a/.whx"},
+	}
+	for _, c := range cases {
+		k, target, err := tr.Classify(c.in)
+		if err != nil || k != c.kind || target != c.target {
+			t.Errorf("Classify(%q) = %v %q %v, want %v %q", c.in, k, target, err, c.kind, c.target)
+		}
+	}
+	if _, _, err := tr.Classify("a/.wh."); err == nil {
+		t.Error("Classify(a/.wh.): want an error")
+	}
+	if _, _, err := tr.Classify("a/.wh.."); err == nil {
+		t.Error("Classify(a/.wh..): want an error")
+	}
+	got := tr.DirXattrs(nil)
+	want := []DirXattr{
+		{"", OpaqueXattr, []byte("y")},
+		{"", OriginXattr, []byte{}},
+		{"a", OpaqueXattr, []byte("y")},
+		{"a", OriginXattr, []byte{}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("DirXattrs = %q, want %q", got, want)
+	}
+	// A whiteout replaced by a later entry no longer marks its directory.
+	got = tr.DirXattrs(func(p string) bool { return p != "a/b" })
+	for _, x := range got {
+		if x.Dir == "a" && x.Name == OriginXattr {
+			t.Errorf("origin on a after its only whiteout was replaced")
+		}
+	}
+}
+
+func TestKeep(t *testing.T) {
+	tr := NewTranslator(Keep)
+	if k, p, _ := tr.Classify("a/.wh.b"); k != Plain || p != "a/.wh.b" {
+		t.Errorf("keep: got %v %q", k, p)
+	}
+	if len(tr.DirXattrs(nil)) != 0 {
+		t.Error("keep: markers recorded")
+	}
+	if m, err := ParseMode("keep"); err != nil || m != Keep {
+		t.Error("ParseMode(keep)")
+	}
+	if _, err := ParseMode("aufs"); err == nil {
+		t.Error("ParseMode(aufs): want an error")
+	}
+}
