@@ -201,7 +201,7 @@ const (
 	pBigBlock    = "devices/bigb"
 	pHugeUID     = "owners/u4294967294"
 	pNsTime      = "times/ns"
-	pLongTarget  = "links/long4095" // in the long-links tree
+	pLongTarget  = "links/long4095"     // in the long-links tree
 	pLayerWh     = "layer/deleted-file" // whiteout made from layer/.wh.deleted-file
 	pLayerOpaque = "layer/opq"
 )
@@ -679,7 +679,13 @@ func craftedTars() []*crafted {
 				cFile("both/.wh..wh..opq", "", 0o644, t0),
 				cFile("both/b", "b", 0o644, t0),
 				cFile("deep/er/.wh.z", "", 0o644, t0),
+				cFile(".wh..wh..opq", "", 0o644, t0),
 			},
+		},
+		{
+			// Nothing but the end-of-archive blocks: an image with an
+			// implied root.
+			name: "empty", refOK: true, minEntries: 1,
 		},
 		{
 			// A whiteout and then the same name in one layer: the later

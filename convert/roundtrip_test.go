@@ -22,6 +22,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -107,7 +108,7 @@ func roundTripCases() []rtCase {
 	add("sparse-pax01", "bs1024-noinline", opts(1024, true, tBuild), nil)
 	add("sparse-pax10", "bs4096-noinline", opts(4096, true, tBuild), nil)
 	add("sparse-pax10", "bs512", opts(512, false, tBuild), nil)
-	for _, name := range []string{"whiteouts", "wh-then-file", "dups", "paths", "libarchive", "replace"} {
+	for _, name := range []string{"whiteouts", "wh-then-file", "dups", "paths", "libarchive", "replace", "empty"} {
 		add(name, "bs4096", opts(4096, false, tBuild), func(rc *rtCase) { rc.fsckExtract = name == "whiteouts" })
 		add(name, "bs512-noinline", opts(512, true, tBuild), nil)
 	}
@@ -160,6 +161,22 @@ func TestRoundTrip(t *testing.T) {
 	for _, rc := range roundTripCases() {
 		t.Run(rc.name, func(t *testing.T) { runRoundTrip(t, c, refs, rc) })
 	}
+	// The comparisons can fail: an image made with whiteouts=keep is not
+	// what the overlay references describe.
+	t.Run("harness-self-check", func(t *testing.T) {
+		ct := c.get(t, "whiteouts")
+		o := opts(4096, false, tBuild)
+		o.Whiteouts = whiteout.Keep
+		img, _ := buildImage(t, roundtrip.WorkDir(t), ct.path, o)
+		got := treeFromDir(t, roundtrip.Mount(t, img))
+		want := refs.want(t, ct, fstree.WhiteoutsOverlay, tBuild)
+		for name, tr := range map[string]*fstree.Tree{"FromTar": want, "GNU tar": refs.ref(t, ct, fstree.WhiteoutsOverlay, want)} {
+			d := fstree.Diff(tr, got, fstree.DiffOptions{IgnoreRootMeta: true})
+			if !slices.Contains(d, "missing: "+pWhGone) || !slices.Contains(d, "extra: dir1/.wh.gone") {
+				t.Errorf("%s vs a whiteouts=keep mount: the differences %q miss the whiteout", name, d)
+			}
+		}
+	})
 }
 
 func runRoundTrip(t *testing.T, c *corpus, refs *refCache, rc rtCase) {
@@ -355,6 +372,9 @@ func checkDirect(t *testing.T, ct *corpusTar, rc rtCase, img, mnt string) {
 				t.Errorf("direct: %s: security.capability = %x, want %x", pCap, v, capV2)
 			}
 		}
+		if ct.name == "full-pax" && r.Super().XattrBlkAddr == 0 {
+			t.Errorf("direct: no shared xattr table, though twenty files carry the same xattrs")
+		}
 		if overlay {
 			isWhiteout(pLayerWh)
 			isOpaque(pLayerOpaque)
@@ -395,6 +415,7 @@ func checkDirect(t *testing.T, ct *corpusTar, rc rtCase, img, mnt string) {
 		if v, ok := xattr(".", whiteout.OriginXattr); !ok || v != "" {
 			t.Errorf("direct: root: %s = %q (present %v), want empty", whiteout.OriginXattr, v, ok)
 		}
+		isOpaque(".")
 	}
 	if rc.opt.Erofs.NoInlineData {
 		checkNoInline(t, r)
@@ -962,4 +983,89 @@ func rssBytes() int64 {
 		}
 	}
 	return 0
+}
+
+// TestManyHardLinks: more than 65535 names of one inode need the extended
+// inode's 32-bit i_nlink; the kernel must report them all.
+func TestManyHardLinks(t *testing.T) {
+	roundtrip.RequireMount(t)
+	const links = 70000
+	es := []craftedEntry{cFile("target", "shared data", 0o644, t0), cDir("l/", 0o755, t0)}
+	for i := 0; i < links; i++ {
+		es = append(es, cLink(fmt.Sprintf("l/%05d", i), "target"))
+	}
+	dir := roundtrip.WorkDir(t)
+	src := filepath.Join(dir, "links.tar")
+	must(t, os.WriteFile(src, tarOf(t, es...), 0o644))
+	img, _ := buildImage(t, dir, src, convert.Options{})
+	mnt := roundtrip.Mount(t, img)
+	var st, st2 unix.Stat_t
+	must(t, unix.Lstat(filepath.Join(mnt, "target"), &st))
+	must(t, unix.Lstat(filepath.Join(mnt, "l/69999"), &st2))
+	if st.Nlink != links+1 || st2.Ino != st.Ino {
+		t.Errorf("target: nlink %d, ino %d (l/69999: %d); want nlink %d, one inode", st.Nlink, st.Ino, st2.Ino, links+1)
+	}
+	if ents, err := os.ReadDir(filepath.Join(mnt, "l")); err != nil || len(ents) != links {
+		t.Errorf("l holds %d entries (%v), want %d", len(ents), err, links)
+	}
+	if b, err := os.ReadFile(filepath.Join(mnt, "l/12345")); err != nil || string(b) != "shared data" {
+		t.Errorf("l/12345: %q, %v", b, err)
+	}
+	if skip := roundtrip.Fsck(t, img, 4096); skip != "" {
+		t.Logf("fsck.erofs skipped: %s", skip)
+	}
+}
+
+// TestHugeSparseFile: a file larger than 4 GiB (the extended inode's 64-bit
+// i_size) made by GNU tar --sparse, with its data past 4 GiB.
+func TestHugeSparseFile(t *testing.T) {
+	roundtrip.RequireMount(t)
+	const size = 5 << 30
+	const dataOff = 4<<30 + 512<<20
+	data := content("huge", 10000)
+	dir := roundtrip.WorkDir(t)
+	srcDir := filepath.Join(dir, "src")
+	must(t, os.Mkdir(srcDir, 0o755))
+	f, err := os.Create(filepath.Join(srcDir, "huge"))
+	must(t, err)
+	must(t, f.Truncate(size))
+	_, err = f.WriteAt(data, dataOff)
+	must(t, err)
+	must(t, f.Close())
+	for _, format := range []string{"gnu", "pax"} {
+		t.Run(format, func(t *testing.T) {
+			src := filepath.Join(dir, format+".tar")
+			gnuTar(t, "--sparse", "--format="+format, "-cf", src, "-C", srcDir, "huge")
+			img, _ := buildImage(t, roundtrip.WorkDir(t), src, convert.Options{})
+			if fi, err := os.Stat(img); err != nil || fi.Size() > 16<<20 {
+				t.Errorf("image of a 5 GiB sparse file with 10 KB of data is %d bytes (%v)", fi.Size(), err)
+			}
+			mnt := roundtrip.Mount(t, img)
+			g, err := os.Open(filepath.Join(mnt, "huge"))
+			must(t, err)
+			defer g.Close()
+			fi, err := g.Stat()
+			must(t, err)
+			if fi.Size() != size {
+				t.Errorf("size %d, want %d", fi.Size(), size)
+			}
+			buf := make([]byte, len(data)+8192)
+			_, err = g.ReadAt(buf, dataOff-4096)
+			must(t, err)
+			if !bytes.Equal(buf[4096:4096+len(data)], data) || !bytes.Equal(buf[:4096], make([]byte, 4096)) ||
+				!bytes.Equal(buf[4096+len(data):], make([]byte, 4096)) {
+				t.Errorf("data around offset %d is not the file's", dataOff)
+			}
+			if _, err := g.ReadAt(buf[:4096], 1<<32+12345); err != nil || !bytes.Equal(buf[:4096], make([]byte, 4096)) {
+				t.Errorf("hole past 4 GiB does not read as zeros (%v)", err)
+			}
+			r := readImage(t, img)
+			if ino, err := r.Lstat("huge"); err != nil || ino.Size != size || ino.Layout != erofs.LayoutChunkBased {
+				t.Errorf("erofs.Image: huge: %+v, %v; want %d bytes chunk-based", ino, err, size)
+			}
+			if skip := roundtrip.Fsck(t, img, 4096); skip != "" {
+				t.Logf("fsck.erofs skipped: %s", skip)
+			}
+		})
+	}
 }

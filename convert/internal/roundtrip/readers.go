@@ -70,7 +70,7 @@ type goErofsImage interface {
 // goErofsFS adapts go-erofs to fstree.StatFS.
 type goErofsFS struct{ img goErofsImage }
 
-func (g goErofsFS) Open(name string) (fs.File, error)         { return g.img.Open(name) }
+func (g goErofsFS) Open(name string) (fs.File, error)          { return g.img.Open(name) }
 func (g goErofsFS) ReadDir(name string) ([]fs.DirEntry, error) { return g.img.ReadDir(name) }
 func (g goErofsFS) Readlink(name string) (string, error)       { return g.img.ReadLink(name) }
 
