@@ -30,6 +30,9 @@ demo: build
 	$(BIN) inspect testdata/gen/demo.erofs
 	$(BIN) ls -l -R testdata/gen/demo.erofs
 	$(BIN) verify testdata/gen/demo.erofs testdata/demo-layer.tar.gz
+	rm -rf testdata/gen/busybox-erofs
+	$(BIN) convert oci:testdata/busybox:latest oci:testdata/gen/busybox-erofs:latest
+	$(BIN) convert -q -o json oci:testdata/busybox:latest oci:testdata/gen/busybox-erofs:latest
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

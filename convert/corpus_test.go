@@ -497,8 +497,9 @@ type corpusTar struct {
 
 // corpus is the whole generated corpus, under one temp dir.
 type corpus struct {
-	dir  string
-	tars map[string]*corpusTar
+	dir           string
+	src, ustarSrc string // the source trees
+	tars          map[string]*corpusTar
 }
 
 func (c *corpus) get(t testing.TB, name string) *corpusTar {
@@ -517,6 +518,7 @@ func buildCorpus(t testing.TB, dir string) *corpus {
 	makeFullTree(t, src)
 	usrc := filepath.Join(dir, "ustarsrc")
 	makeUstarTree(t, usrc)
+	c.src, c.ustarSrc = src, usrc
 
 	lsrc := filepath.Join(dir, "longlinksrc")
 	makeLongLinkTree(t, lsrc)

@@ -161,6 +161,17 @@ func TestRoundTrip(t *testing.T) {
 	for _, rc := range roundTripCases() {
 		t.Run(rc.name, func(t *testing.T) { runRoundTrip(t, c, refs, rc) })
 	}
+	// Directory input (convert.BuildDir): the source tree is the reference.
+	for _, dc := range []struct {
+		name, dir string
+		opt       convert.Options
+	}{
+		{"dir-full_bs4096", c.src, opts(4096, false, tBuild)},
+		{"dir-full_bs512-noinline", c.src, opts(512, true, time.Time{})},
+		{"dir-ustar_bs1024", c.ustarSrc, opts(1024, false, tBuild)},
+	} {
+		t.Run(dc.name, func(t *testing.T) { runDirRoundTrip(t, dc.dir, dc.opt) })
+	}
 	// The comparisons can fail: an image made with whiteouts=keep is not
 	// what the overlay references describe.
 	t.Run("harness-self-check", func(t *testing.T) {
@@ -248,6 +259,33 @@ func runRoundTrip(t *testing.T, c *corpus, refs *refCache, rc rtCase) {
 	}
 
 	checkDirect(t, ct, rc, img, mnt)
+}
+
+func runDirRoundTrip(t *testing.T, src string, opt convert.Options) {
+	want := treeFromDir(t, src)
+	img := filepath.Join(roundtrip.WorkDir(t), "image.erofs")
+	res, err := convert.Mkfs(img, src, opt)
+	if err != nil {
+		t.Fatalf("convert.Mkfs(%s): %v", src, err)
+	}
+	for _, w := range res.Warnings {
+		t.Logf("converter warning: %s", w)
+	}
+	mnt := roundtrip.Mount(t, img)
+	got := treeFromDir(t, mnt)
+	if got.Len() != want.Len() || got.Len() < 20 {
+		t.Errorf("mounted tree has %d entries, the source %d", got.Len(), want.Len())
+	}
+	reportDiff(t, "source dir vs mount", fstree.Diff(want, got, fstree.DiffOptions{}))
+	if ge, err := roundtrip.GoErofsTree(img); err != nil {
+		t.Errorf("go-erofs cannot read the image: %v", err)
+	} else {
+		reportDiff(t, "go-erofs vs mount", fstree.Diff(ge, got, fstree.DiffOptions{}))
+	}
+	reportDiff(t, "erofs.Image vs mount", fstree.Diff(roundtrip.ProjectTree(t, img), got, fstree.DiffOptions{}))
+	if skip := roundtrip.Fsck(t, img, opt.Erofs.BlockSize); skip != "" {
+		t.Logf("fsck.erofs skipped: %s", skip)
+	}
 }
 
 // checkFsckExtract compares what fsck.erofs 1.5 --extract writes with the
