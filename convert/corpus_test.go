@@ -333,6 +333,9 @@ func makeFullTree(t testing.TB, root string) {
 			x("trusted.shared", string(content("shared", 64))).
 			x("user.own", fmt.Sprint("own-", i)))
 	}
+	for i := 0; i < 3; i++ { // a shared value longer than the small block sizes
+		tm.file(fmt.Sprintf("xattrs/bigshared-%d", i), nil, md(0o644).x("user.bigshared", string(content("bigshared", 2500))))
+	}
 	tm.file("xattrs/empty-value", nil, md(0o644).x("user.empty", ""))
 	tm.file("xattrs/long-name", nil, md(0o644).x("user."+strings.Repeat("x", 240), "v"))
 	tm.file("xattrs/trusted-security", nil, md(0o644).x("trusted.foo", "bar").x("security.test", "sec"))
@@ -662,7 +665,7 @@ func craftedTars() []*crafted {
 				cDir("dir1/", 0o755, t1),
 				cFile("dir1/keep", "keep me", 0o644, t0),
 				cFile("dir1/.wh.gone", "", 0o600, t2).own(1000, 1001),
-				cFile("dir1/.wh.gonedir", "", 0o644, t0),
+				cFile("dir1/.wh.gonedir", "", 0o644, t0).pax("SCHILY.xattr.trusted.on-whiteout", "1"),
 				cFile(".wh.rootgone", "", 0o644, t0),
 				cDir("opq/", 0o750, t1),
 				cFile("opq/.wh..wh..opq", "", 0o644, t0),
@@ -718,9 +721,13 @@ func craftedTars() []*crafted {
 				cDir("z/b/", 0o751, t2),
 				cDir("z/", 0o755, t1),
 				cLink("hl", "twice"),
+				cLink("hl-of-hl", "hl"),
+				cLink("hl-dot", "./twice"),
+				cLink("hl-abs", "/twice"),
 				cFile("tc", "a file first", 0o644, t0),
 				cDir("tc/", 0o755, t1),
 				cFile("tc/y", "y", 0o644, t0),
+				cDir("./", 0o711, t2).own(0, 0), // the root, last
 			},
 		},
 		{

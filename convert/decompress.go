@@ -43,7 +43,7 @@ func Decompress(r io.Reader) (io.ReadCloser, Compression, error) {
 		}
 		return zr, Gzip, nil
 	case bytes.HasPrefix(head, magicZstd):
-		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(1<<31))
+		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(1<<27), zstd.WithDecoderMaxMemory(1<<32))
 		if err != nil {
 			return nil, Zstd, fmt.Errorf("zstd: %w", err)
 		}

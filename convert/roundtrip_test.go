@@ -240,15 +240,7 @@ func runRoundTrip(t *testing.T, c *corpus, refs *refCache, rc rtCase) {
 	}
 
 	// C and D: the independent reader and the project's reader.
-	if ge, err := roundtrip.GoErofsTree(img); err != nil {
-		t.Errorf("go-erofs cannot read the image: %v", err)
-	} else {
-		// go-erofs v0.3.1 does not list the POSIX ACL xattrs (name indexes 2
-		// and 3); everything else it must agree on.
-		reportDiff(t, "go-erofs vs mount", fstree.Diff(ge, got, fstree.DiffOptions{
-			Ignore: func(p, field string) bool { return strings.HasPrefix(field, "xattr:system.posix_acl_") },
-		}))
-	}
+	checkGoErofs(t, img, got)
 	reportDiff(t, "erofs.Image vs mount", fstree.Diff(roundtrip.ProjectTree(t, img), got, fstree.DiffOptions{}))
 
 	bs := rc.opt.Erofs.BlockSize
@@ -277,20 +269,44 @@ func runDirRoundTrip(t *testing.T, src string, opt convert.Options) {
 		t.Errorf("mounted tree has %d entries, the source %d", got.Len(), want.Len())
 	}
 	reportDiff(t, "source dir vs mount", fstree.Diff(want, got, fstree.DiffOptions{}))
-	if ge, err := roundtrip.GoErofsTree(img); err != nil {
-		t.Errorf("go-erofs cannot read the image: %v", err)
-	} else {
-		reportDiff(t, "go-erofs vs mount", fstree.Diff(ge, got, fstree.DiffOptions{}))
-	}
+	checkGoErofs(t, img, got)
 	reportDiff(t, "erofs.Image vs mount", fstree.Diff(roundtrip.ProjectTree(t, img), got, fstree.DiffOptions{}))
 	if skip := roundtrip.Fsck(t, img, opt.Erofs.BlockSize); skip != "" {
 		t.Logf("fsck.erofs skipped: %s", skip)
 	}
 }
 
+// checkGoErofs compares the tree go-erofs reads with the mount. Paths whose
+// metadata go-erofs v0.3.1 cannot read (a shared xattr longer than one
+// block) are compared on type, size and content only.
+func checkGoErofs(t *testing.T, img string, got *fstree.Tree) {
+	ge, partial, err := roundtrip.GoErofsTree(img)
+	if err != nil {
+		t.Errorf("go-erofs cannot read the image: %v", err)
+		return
+	}
+	if len(partial) > 0 {
+		t.Logf("go-erofs v0.3.1 reads no shared xattr longer than a block: %d paths (%s …) compared on type, size and content only", len(partial), partial[0])
+	}
+	only := map[string]bool{}
+	for _, p := range partial {
+		only[p] = true
+	}
+	reportDiff(t, "go-erofs vs mount", fstree.Diff(ge, got, fstree.DiffOptions{
+		Ignore: func(p, field string) bool {
+			switch field {
+			case "type", "size", "content", "missing", "extra":
+				return false
+			}
+			return only[p]
+		},
+	}))
+}
+
 // checkFsckExtract compares what fsck.erofs 1.5 --extract writes with the
-// mount, on the fields it restores: it writes no xattrs and restores
-// neither hard links nor the times of symlinks.
+// mount, on the fields 1.5 restores: it writes no xattrs, makes no hard
+// links, leaves symlink times, loses setuid/setgid and (before 1.8) the
+// holes of sparse files; everything else must match.
 func checkFsckExtract(t *testing.T, img string, bs int, got *fstree.Tree) {
 	dir := filepath.Join(roundtrip.WorkDir(t), "x")
 	if skip := roundtrip.Fsck(t, img, bs, "--extract="+dir); skip != "" {
@@ -299,14 +315,6 @@ func checkFsckExtract(t *testing.T, img string, bs int, got *fstree.Tree) {
 	}
 	ext := treeFromDir(t, dir)
 	r := readImage(t, img)
-	// The image is whole blocks, as many as the superblock says: a loop
-	// device drops a partial last sector.
-	if fi, err := os.Stat(img); err == nil {
-		if sb := r.Super(); fi.Size() != int64(sb.Blocks)*int64(sb.BlockSize) {
-			t.Errorf("direct: image is %d bytes, the superblock says %d blocks of %d (%d bytes)",
-				fi.Size(), sb.Blocks, sb.BlockSize, int64(sb.Blocks)*int64(sb.BlockSize))
-		}
-	}
 	reportDiff(t, "fsck.erofs --extract vs mount", fstree.Diff(ext, got, fstree.DiffOptions{
 		IgnoreRootMeta: true,
 		Ignore: func(p, field string) bool {
@@ -365,6 +373,14 @@ func checkDirect(t *testing.T, ct *corpusTar, rc rtCase, img, mnt string) {
 		}
 	}
 	r := readImage(t, img)
+	// The image is whole blocks, as many as the superblock says: a loop
+	// device drops a partial last sector.
+	if fi, err := os.Stat(img); err == nil {
+		if sb := r.Super(); fi.Size() != int64(sb.Blocks)*int64(sb.BlockSize) {
+			t.Errorf("direct: image is %d bytes, the superblock says %d blocks of %d (%d bytes)",
+				fi.Size(), sb.Blocks, sb.BlockSize, int64(sb.Blocks)*int64(sb.BlockSize))
+		}
+	}
 
 	if ct.full {
 		ents, err := os.ReadDir(filepath.Join(mnt, pManyDir))
@@ -408,6 +424,9 @@ func checkDirect(t *testing.T, ct *corpusTar, rc rtCase, img, mnt string) {
 			}
 			if v, _ := xattr(pCap, "security.capability"); v != string(capV2) {
 				t.Errorf("direct: %s: security.capability = %x, want %x", pCap, v, capV2)
+			}
+			if v, _ := xattr("xattrs/acl", "system.posix_acl_access"); v != aclValue(6, 4, 4) {
+				t.Errorf("direct: xattrs/acl: system.posix_acl_access = %x, want %x", v, aclValue(6, 4, 4))
 			}
 		}
 		if ct.name == "full-pax" && r.Super().XattrBlkAddr == 0 {
@@ -455,8 +474,12 @@ func checkDirect(t *testing.T, ct *corpusTar, rc rtCase, img, mnt string) {
 		}
 		isOpaque(".")
 	}
-	if rc.opt.Erofs.NoInlineData {
-		checkNoInline(t, r)
+	inline := countInline(t, r)
+	if rc.opt.Erofs.NoInlineData && inline > 0 {
+		t.Errorf("direct: NoInlineData, yet %d regular files are FLAT_INLINE", inline)
+	}
+	if !rc.opt.Erofs.NoInlineData && ct.full && inline < manyEntries/2 {
+		t.Errorf("direct: only %d regular files have an inline tail", inline)
 	}
 }
 
@@ -467,10 +490,10 @@ func layoutOf(ino *erofs.Inode) any {
 	return ino.Layout
 }
 
-// checkNoInline asserts that NoInlineData left no regular file FLAT_INLINE.
-func checkNoInline(t *testing.T, r *erofs.Image) {
+// countInline walks the image and counts the FLAT_INLINE regular files.
+func countInline(t *testing.T, r *erofs.Image) int {
 	var walk func(dir string)
-	bad := 0
+	n := 0
 	walk = func(dir string) {
 		ents, err := r.ReadDir(dir)
 		if err != nil {
@@ -488,9 +511,7 @@ func checkNoInline(t *testing.T, r *erofs.Image) {
 				continue
 			}
 			if ino.IsRegular() && ino.Layout == erofs.LayoutFlatInline {
-				if bad++; bad <= 5 {
-					t.Errorf("direct: NoInlineData: %s is FLAT_INLINE", p)
-				}
+				n++
 			}
 			if ino.IsDir() {
 				walk(p)
@@ -498,6 +519,7 @@ func checkNoInline(t *testing.T, r *erofs.Image) {
 		}
 	}
 	walk(".")
+	return n
 }
 
 // TestCompressedInputSameImage: gzip and zstd input give the very bytes the
@@ -842,6 +864,8 @@ func TestBadInput(t *testing.T) {
 		{"empty-symlink-target", concat(ustarBlock("sym", '2', 0), endBlocks), []string{"sym"}},
 		{"name-component-too-long", tarOf(t, cFile("d/"+strings.Repeat("n", 256), "", 0o644, t0)), []string{strings.Repeat("n", 256)}},
 		{"root-not-a-directory", concat(ustarBlock("./", '0', 0), endBlocks), []string{"root"}},
+		{"whiteout-names-nothing", tarOf(t, cFile("d/.wh.", "", 0o644, t0)), []string{"d/.wh."}},
+		{"whiteout-of-dot", tarOf(t, cFile("d/.wh..", "", 0o644, t0)), []string{"d/.wh.."}},
 		{"unknown-type", concat(ustarBlock("odd", 'Z', 0), endBlocks), []string{"odd"}},
 	}
 	work := roundtrip.WorkDir(t)
@@ -1023,14 +1047,15 @@ func rssBytes() int64 {
 	return 0
 }
 
-// TestManyHardLinks: more than 65535 names of one inode need the extended
-// inode's 32-bit i_nlink; the kernel must report them all.
-func TestManyHardLinks(t *testing.T) {
+// TestNlinkBeyond16Bits: more than 65535 names of one file, and more than
+// 65533 subdirectories in one directory, need the extended inode's 32-bit
+// i_nlink; the kernel must report them all.
+func TestNlinkBeyond16Bits(t *testing.T) {
 	roundtrip.RequireMount(t)
-	const links = 70000
-	es := []craftedEntry{cFile("target", "shared data", 0o644, t0), cDir("l/", 0o755, t0)}
+	const links = 65600
+	es := []craftedEntry{cFile("target", "shared data", 0o644, t0), cDir("l/", 0o755, t0), cDir("s/", 0o755, t0)}
 	for i := 0; i < links; i++ {
-		es = append(es, cLink(fmt.Sprintf("l/%05d", i), "target"))
+		es = append(es, cLink(fmt.Sprintf("l/%05d", i), "target"), cDir(fmt.Sprintf("s/%05d/", i), 0o755, t0))
 	}
 	dir := roundtrip.WorkDir(t)
 	src := filepath.Join(dir, "links.tar")
@@ -1039,15 +1064,22 @@ func TestManyHardLinks(t *testing.T) {
 	mnt := roundtrip.Mount(t, img)
 	var st, st2 unix.Stat_t
 	must(t, unix.Lstat(filepath.Join(mnt, "target"), &st))
-	must(t, unix.Lstat(filepath.Join(mnt, "l/69999"), &st2))
+	must(t, unix.Lstat(filepath.Join(mnt, "l/65599"), &st2))
 	if st.Nlink != links+1 || st2.Ino != st.Ino {
-		t.Errorf("target: nlink %d, ino %d (l/69999: %d); want nlink %d, one inode", st.Nlink, st.Ino, st2.Ino, links+1)
+		t.Errorf("target: nlink %d, ino %d (l/65599: %d); want nlink %d, one inode", st.Nlink, st.Ino, st2.Ino, links+1)
 	}
 	if ents, err := os.ReadDir(filepath.Join(mnt, "l")); err != nil || len(ents) != links {
 		t.Errorf("l holds %d entries (%v), want %d", len(ents), err, links)
 	}
 	if b, err := os.ReadFile(filepath.Join(mnt, "l/12345")); err != nil || string(b) != "shared data" {
 		t.Errorf("l/12345: %q, %v", b, err)
+	}
+	must(t, unix.Lstat(filepath.Join(mnt, "s"), &st))
+	if st.Nlink != links+2 {
+		t.Errorf("s: nlink %d, want %d", st.Nlink, links+2)
+	}
+	if ents, err := os.ReadDir(filepath.Join(mnt, "s")); err != nil || len(ents) != links {
+		t.Errorf("s holds %d entries (%v), want %d", len(ents), err, links)
 	}
 	if skip := roundtrip.Fsck(t, img, 4096); skip != "" {
 		t.Logf("fsck.erofs skipped: %s", skip)

@@ -101,7 +101,8 @@ func (l *tarLayer) addEntry(hdr *tar.Header, data io.Reader) error {
 		l.ops.add(opWhiteout, target, nil)
 		e.Path = target
 		e.Mode = erofs.S_IFCHR | e.Mode&0o7777
-		e.Devmajor, e.Devminor, e.Size, e.Linkname, e.HardLink = 0, 0, 0, "", ""
+		// A whiteout is a marker: the .wh. entry's xattrs do not carry over.
+		e.Devmajor, e.Devminor, e.Size, e.Linkname, e.HardLink, e.Xattrs = 0, 0, 0, "", "", nil
 		return l.b.Add(e, nil)
 	}
 	switch hdr.Typeflag {

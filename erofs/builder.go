@@ -77,19 +77,20 @@ type node struct {
 // inode is everything Finish needs to lay an inode out. It holds no file
 // data: full blocks are already on the output, tails are in the spool.
 type inode struct {
-	mode     uint32
-	uid, gid uint32
-	mtime    int64
-	nsec     uint32
-	size     uint64
-	rdev     uint32
-	xattrs   []Xattr // sorted by name
-	implied  bool    // a directory no entry declared
-	target   string  // symlink target
-	startBlk uint32  // first data block of streamed data
-	tail     tailRef // inline tail of a regular file, in the spool
-	chunks   []chunkRun
-	layout   uint8
+	mode      uint32
+	uid, gid  uint32
+	mtime     int64
+	nsec      uint32
+	size      uint64
+	rdev      uint32
+	xattrs    []Xattr // sorted by name
+	implied   bool    // a directory no entry declared
+	target    string  // symlink target
+	startBlk  uint32  // first data block of streamed data
+	tail      tailRef // inline tail of a regular file, in the spool
+	chunks    []chunkRun
+	chunkBits uint8 // log2(blocks per chunk) of a chunk-based file
+	layout    uint8
 
 	// set by Finish
 	nlink uint32

@@ -7,8 +7,8 @@ import (
 	"io"
 )
 
-// chunkRun maps count consecutive logical blocks starting at lblk to
-// physical blocks from pblk on. Holes are the gaps between runs.
+// chunkRun maps count consecutive logical chunks starting at lblk to
+// physical chunks from block pblk on. Holes are the gaps between runs.
 type chunkRun struct {
 	lblk, count uint64
 	pblk        uint32
@@ -89,47 +89,81 @@ func (b *Builder) writeBlock(p []byte) error {
 
 var zeroBlock = make([]byte, 65536)
 
-// writeSparse stores a file chunk-based with one-block chunks: all-zero
-// blocks become holes and cost nothing but their 4-byte map entry.
+// maxChunks bounds the chunk map of one sparse file (4 bytes each), so a
+// tar claiming a huge sparse size cannot make the inode record huge.
+const maxChunks = 1 << 20
+
+// writeSparse stores a file chunk-based: all-zero chunks become holes and
+// cost nothing but their 4-byte map entry. Chunks are one block unless the
+// file is so large that the map would exceed maxChunks entries.
 func (b *Builder) writeSparse(ino *inode, r io.Reader) error {
 	size := ino.size
 	nblk := (size + uint64(b.bs) - 1) >> b.blkbits
-	if nblk > 1<<32 {
-		return errors.New("sparse file too large")
+	var cbits uint // log2(blocks per chunk)
+	for nblk>>cbits > maxChunks {
+		cbits++
+	}
+	// Holes of a sparse tar entry are zeros the reader makes up, not bytes
+	// of the input: cap the logical size so a forged header cannot keep us
+	// busy for hours (1 TiB with 4 KiB blocks).
+	if b.bs<<cbits > 1<<20 {
+		return fmt.Errorf("sparse file of %d bytes: larger than %d chunks of 1 MiB", size, maxChunks)
+	}
+	ino.chunkBits = uint8(cbits)
+	chunk := b.bs << cbits
+	buf := b.scratch
+	if len(buf) < chunk {
+		buf = make([]byte, chunk)
 	}
 	var done int64
-	for l := uint64(0); l < nblk; l++ {
-		n := b.bs
-		if rem := size - l<<b.blkbits; rem < uint64(n) {
-			n = int(rem)
-		}
-		buf := b.scratch[:n]
-		if m, err := io.ReadFull(r, buf); err != nil {
+	for l := uint64(0); done < int64(size); l++ {
+		n := min(int64(chunk), int64(size)-done)
+		cb := buf[:n]
+		if m, err := io.ReadFull(r, cb); err != nil {
 			return shortData(done+int64(m), size, err)
 		}
-		done += int64(n)
-		if bytes.Equal(buf, zeroBlock[:n]) {
+		done += n
+		if isZero(cb) {
 			continue
 		}
-		if b.outBlk >= 1<<32-1 {
+		blks := (uint64(n) + uint64(b.bs) - 1) >> b.blkbits
+		if b.outBlk+blks >= 1<<32-1 {
 			return errors.New("image would exceed 2^32 blocks")
 		}
-		if k := len(ino.chunks) - 1; k >= 0 {
-			c := &ino.chunks[k]
-			if c.lblk+c.count == l && uint64(c.pblk)+c.count == b.outBlk {
-				c.count++
-				goto write
-			}
+		ino.addChunk(l, uint32(b.outBlk))
+		if _, err := b.out.Write(cb); err != nil {
+			return err
 		}
-		ino.chunks = append(ino.chunks, chunkRun{lblk: l, count: 1, pblk: uint32(b.outBlk)})
-	write:
-		if err := b.writeBlock(buf); err != nil {
+		if err := b.padBlock(uint64(n)); err != nil {
 			return err
 		}
 	}
 	ino.layout = LayoutChunkBased
 	b.chunked = true
 	return nil
+}
+
+// addChunk records that logical chunk l starts at physical block pblk,
+// extending the last run when it continues it.
+func (ino *inode) addChunk(l uint64, pblk uint32) {
+	if k := len(ino.chunks) - 1; k >= 0 {
+		c := &ino.chunks[k]
+		if c.lblk+c.count == l && c.pblk+uint32(c.count)<<ino.chunkBits == pblk {
+			c.count++
+			return
+		}
+	}
+	ino.chunks = append(ino.chunks, chunkRun{lblk: l, count: 1, pblk: pblk})
+}
+
+func isZero(p []byte) bool {
+	for len(p) >= len(zeroBlock) {
+		if !bytes.Equal(p[:len(zeroBlock)], zeroBlock) {
+			return false
+		}
+		p = p[len(zeroBlock):]
+	}
+	return bytes.Equal(p, zeroBlock[:len(p)])
 }
 
 func shortData(got int64, want uint64, err error) error {

@@ -50,7 +50,7 @@ func (b *Builder) finish() error {
 	}
 	epochSec, epochNsec := b.chooseEpoch(order)
 
-	shared := &sharedXattrs{count: map[string]int{}, id: map[string]uint32{}}
+	shared := &sharedXattrs{bs: b.bs, count: map[string]int{}, id: map[string]uint32{}}
 	for _, ino := range order {
 		shared.countInode(ino)
 	}
@@ -66,7 +66,7 @@ func (b *Builder) finish() error {
 			ino.size <= 0xFFFFFFFF && ino.uid <= 0xFFFF && ino.gid <= 0xFFFF && ino.nlink <= 0xFFFF
 		m.xsize, m.icount = shared.area(ino)
 		if ino.layout == LayoutChunkBased {
-			m.tableSize = 4 * int((ino.size+uint64(bs)-1)>>b.blkbits)
+			m.tableSize = 4 * int((ino.size+uint64(bs)<<ino.chunkBits-1)>>(b.blkbits+uint(ino.chunkBits)))
 		}
 		base := m.recordSize()
 		switch ino.mode & S_IFMT {

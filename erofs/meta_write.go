@@ -59,7 +59,7 @@ func (b *Builder) encodeRecord(dst []byte, ino *inode, shared *sharedXattrs, dir
 	case S_IFREG:
 		switch ino.layout {
 		case LayoutChunkBased:
-			core.U = 0 // one-block chunks, 4-byte block map
+			core.U = uint32(ino.chunkBits) // chunk = block << bits; 4-byte block map
 		default:
 			if ino.size > 0 {
 				core.U = ino.startBlk
@@ -105,16 +105,18 @@ func (b *Builder) encodeRecord(dst []byte, ino *inode, shared *sharedXattrs, dir
 	return dst, nil
 }
 
-// appendBlockMap appends one u32 per block: its address, or NullAddr for a hole.
+// appendBlockMap appends one u32 per chunk: its first block, or NullAddr
+// for a hole.
 func appendBlockMap(dst []byte, ino *inode, bs int) []byte {
-	nblk := (ino.size + uint64(bs) - 1) / uint64(bs)
+	cs := uint64(bs) << ino.chunkBits
+	nblk := (ino.size + cs - 1) / cs
 	var l uint64
 	for _, c := range ino.chunks {
 		for ; l < c.lblk; l++ {
 			dst = le.AppendUint32(dst, NullAddr)
 		}
 		for i := uint64(0); i < c.count; i++ {
-			dst = le.AppendUint32(dst, c.pblk+uint32(i))
+			dst = le.AppendUint32(dst, c.pblk+uint32(i)<<ino.chunkBits)
 		}
 		l = c.lblk + c.count
 	}

@@ -90,6 +90,7 @@ func xattrKey(x *Xattr) string { return x.Name + "\x00" + string(x.Value) }
 // sharedXattrs is the table of name=value pairs stored once and referenced
 // by id from every inode that carries them.
 type sharedXattrs struct {
+	bs    int               // block size: no shared entry crosses a block
 	count map[string]int    // inodes carrying each pair
 	id    map[string]uint32 // id (offset/4 from xattr_blkaddr) of shared pairs
 	table []byte
@@ -106,7 +107,9 @@ func (s *sharedXattrs) countInode(ino *inode) {
 }
 
 // assign appends the pairs of ino that are shared but not yet in the table,
-// so the table is in first-use order of the inode layout.
+// so the table is in first-use order of the inode layout. An entry never
+// crosses a block of the table (readers such as go-erofs read a shared
+// entry from one block); one larger than a block stays inline.
 func (s *sharedXattrs) assign(ino *inode) {
 	for i := range ino.xattrs {
 		x := &ino.xattrs[i]
@@ -116,6 +119,14 @@ func (s *sharedXattrs) assign(ino *inode) {
 		}
 		if _, ok := s.id[k]; ok {
 			continue
+		}
+		size := xattrEntrySize(x)
+		if size > s.bs {
+			delete(s.count, k)
+			continue
+		}
+		if off := len(s.table) % s.bs; off+size > s.bs {
+			s.table = append(s.table, make([]byte, s.bs-off)...)
 		}
 		s.id[k] = uint32(len(s.table) / 4)
 		s.table = appendXattrEntry(s.table, x)
