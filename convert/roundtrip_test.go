@@ -276,31 +276,14 @@ func runDirRoundTrip(t *testing.T, src string, opt convert.Options) {
 	}
 }
 
-// checkGoErofs compares the tree go-erofs reads with the mount. Paths whose
-// metadata go-erofs v0.3.1 cannot read (a shared xattr longer than one
-// block) are compared on type, size and content only.
+// checkGoErofs compares the tree go-erofs reads with the mount.
 func checkGoErofs(t *testing.T, img string, got *fstree.Tree) {
-	ge, partial, err := roundtrip.GoErofsTree(img)
+	ge, err := roundtrip.GoErofsTree(img)
 	if err != nil {
 		t.Errorf("go-erofs cannot read the image: %v", err)
 		return
 	}
-	if len(partial) > 0 {
-		t.Logf("go-erofs v0.3.1 reads no shared xattr longer than a block: %d paths (%s …) compared on type, size and content only", len(partial), partial[0])
-	}
-	only := map[string]bool{}
-	for _, p := range partial {
-		only[p] = true
-	}
-	reportDiff(t, "go-erofs vs mount", fstree.Diff(ge, got, fstree.DiffOptions{
-		Ignore: func(p, field string) bool {
-			switch field {
-			case "type", "size", "content", "missing", "extra":
-				return false
-			}
-			return only[p]
-		},
-	}))
+	reportDiff(t, "go-erofs vs mount", fstree.Diff(ge, got, fstree.DiffOptions{}))
 }
 
 // checkFsckExtract compares what fsck.erofs 1.5 --extract writes with the

@@ -3,7 +3,6 @@ package roundtrip
 import (
 	"bytes"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -44,30 +43,26 @@ func ProjectTree(t testing.TB, img string) *fstree.Tree {
 // Sys() (*erofs.Stat: mode with setuid/setgid/sticky, uid, gid, mtime with
 // nanoseconds, size, rdev, nid for hard links, xattrs), ReadLink, ReadDir
 // and Open. It reads no compressed image, which this converter does not
-// write yet. Two gaps are bridged here: it names the ACL xattrs with a
-// trailing dot ("system.posix_acl_access."), which is undone; and it
-// reads a shared xattr from one block only, so its Lstat fails on a path
-// with a shared xattr longer than a block (valid EROFS: the kernel and
-// mkfs.erofs have no such limit). Such paths are returned in partial and
-// have only their type, size and content in the tree; any other error is
-// an error.
-func GoErofsTree(img string) (tr *fstree.Tree, partial []string, err error) {
+// write yet. Its gaps: it names the ACL xattrs with a trailing dot
+// ("system.posix_acl_access."), which is undone here; and it reads a
+// shared xattr from one block only, so it fails on an image whose shared
+// xattrs are longer than a block (valid EROFS, but the writer avoids it for
+// go-erofs' sake, so that is reported as an error).
+func GoErofsTree(img string) (*fstree.Tree, error) {
 	f, err := os.Open(img)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	defer f.Close()
 	fsys, err := goerofs.Open(f)
 	if err != nil {
-		return nil, nil, fmt.Errorf("Open: %w", err)
+		return nil, fmt.Errorf("Open: %w", err)
 	}
 	x, ok := fsys.(goErofsImage)
 	if !ok {
-		return nil, nil, fmt.Errorf("%T has no ReadDir, ReadLink and Lstat", fsys)
+		return nil, fmt.Errorf("%T has no ReadDir, ReadLink and Lstat", fsys)
 	}
-	g := &goErofsFS{img: x, types: map[string]fs.FileMode{}}
-	tr, err = fstree.FromFS(g)
-	return tr, g.partial, err
+	return fstree.FromFS(goErofsFS{x})
 }
 
 type goErofsImage interface {
@@ -76,35 +71,13 @@ type goErofsImage interface {
 }
 
 // goErofsFS adapts go-erofs to fstree.StatFS.
-type goErofsFS struct {
-	img     goErofsImage
-	types   map[string]fs.FileMode // from ReadDir, for partial paths
-	partial []string
-	fakeIno uint64
-}
+type goErofsFS struct{ img goErofsImage }
 
-func (g *goErofsFS) Open(name string) (fs.File, error)    { return g.img.Open(name) }
-func (g *goErofsFS) Readlink(name string) (string, error) { return g.img.ReadLink(name) }
+func (g goErofsFS) Open(name string) (fs.File, error)          { return g.img.Open(name) }
+func (g goErofsFS) ReadDir(name string) ([]fs.DirEntry, error) { return g.img.ReadDir(name) }
+func (g goErofsFS) Readlink(name string) (string, error)       { return g.img.ReadLink(name) }
 
-func (g *goErofsFS) ReadDir(name string) ([]fs.DirEntry, error) {
-	ents, err := g.img.ReadDir(name)
-	for _, e := range ents {
-		p := e.Name()
-		if name != "." {
-			p = name + "/" + p
-		}
-		g.types[p] = e.Type()
-	}
-	return ents, err
-}
-
-// longSharedXattr reports go-erofs's error for a shared xattr longer than
-// a block.
-func longSharedXattr(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "shared xattr too long")
-}
-
-func (g *goErofsFS) stat(name string) (*goerofs.Stat, error) {
+func (g goErofsFS) stat(name string) (*goerofs.Stat, error) {
 	fi, err := g.img.Lstat(name)
 	if err != nil {
 		return nil, err
@@ -116,36 +89,8 @@ func (g *goErofsFS) stat(name string) (*goerofs.Stat, error) {
 	return st, nil
 }
 
-// partialInfo is what can still be read of a path whose Lstat fails on a
-// long shared xattr: the type its directory gives, and for a regular file
-// the size, read through Open (which skips the xattrs). Its inode number
-// is made up, unique.
-func (g *goErofsFS) partialInfo(name string) (fstree.Info, error) {
-	g.partial = append(g.partial, name)
-	g.fakeIno++
-	mode, err := unixMode(g.types[name])
-	if err != nil {
-		return fstree.Info{}, err
-	}
-	info := fstree.Info{Mode: mode, Ino: 1<<63 | g.fakeIno}
-	if mode&unix.S_IFMT == unix.S_IFREG {
-		f, err := g.img.Open(name)
-		if err != nil {
-			return fstree.Info{}, err
-		}
-		defer f.Close()
-		if info.Size, err = io.Copy(io.Discard, f); err != nil {
-			return fstree.Info{}, err
-		}
-	}
-	return info, nil
-}
-
-func (g *goErofsFS) Lstat(name string) (fstree.Info, error) {
+func (g goErofsFS) Lstat(name string) (fstree.Info, error) {
 	st, err := g.stat(name)
-	if longSharedXattr(err) {
-		return g.partialInfo(name)
-	}
 	if err != nil {
 		return fstree.Info{}, err
 	}
@@ -170,11 +115,8 @@ func (g *goErofsFS) Lstat(name string) (fstree.Info, error) {
 	return info, nil
 }
 
-func (g *goErofsFS) Xattrs(name string) ([]fstree.Xattr, error) {
+func (g goErofsFS) Xattrs(name string) ([]fstree.Xattr, error) {
 	st, err := g.stat(name)
-	if longSharedXattr(err) {
-		return nil, nil // a partial path, recorded by Lstat
-	}
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ocierofs/ocierofs/convert"
+	"github.com/ocierofs/ocierofs/convert/fstree"
+)
+
+// bin builds the command once per test run.
+func bin(t *testing.T) string {
+	t.Helper()
+	b := filepath.Join(t.TempDir(), "ocierofs")
+	if out, err := exec.Command("go", "build", "-o", b, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return b
+}
+
+func run(t *testing.T, b string, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	cmd := exec.Command(b, args...)
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), errb.String(), code
+}
+
+func TestCLI(t *testing.T) {
+	b := bin(t)
+	dir := t.TempDir()
+	img := filepath.Join(dir, "demo.erofs")
+	layer := "../../testdata/demo-layer.tar.gz"
+	if _, e, code := run(t, b, "mkfs", "-q", img, layer); code != 0 {
+		t.Fatalf("mkfs: exit %d: %s", code, e)
+	}
+	if out, e, code := run(t, b, "verify", img, layer); code != 0 || !strings.Contains(out, "matches") {
+		t.Errorf("verify of its own source: exit %d: %s%s", code, out, e)
+	}
+	// A different source: verify must list differences and exit 1.
+	other := filepath.Join(dir, "other.erofs")
+	if _, e, code := run(t, b, "mkfs", "-q", other, "../../testdata"); code != 0 {
+		t.Fatalf("mkfs of a directory: exit %d: %s", code, e)
+	}
+	out, e, code := run(t, b, "verify", other, layer)
+	if code != 1 || !strings.Contains(out, "missing:") || !strings.Contains(e, "differences") {
+		t.Errorf("verify of another tree: exit %d, stdout %q, stderr %q", code, out, e)
+	}
+	if out, _, code := run(t, b, "cat", img, "/etc/hostname"); code != 0 || out != "demo\n" {
+		t.Errorf("cat: %q exit %d", out, code)
+	}
+	if out, _, code := run(t, b, "ls", "-l", img, "usr/bin"); code != 0 || !strings.Contains(out, "-rwsr-xr-x") || !strings.Contains(out, "hi -> hello") {
+		t.Errorf("ls -l: exit %d:\n%s", code, out)
+	}
+	if out, _, code := run(t, b, "inspect", img); code != 0 || !strings.Contains(out, "minimum kernel:  Linux 5.5") {
+		t.Errorf("inspect: exit %d:\n%s", code, out)
+	}
+
+	// Bad input: one line on stderr, exit 1, no output left behind.
+	bad := filepath.Join(dir, "bad.tar")
+	data, err := os.ReadFile("../../testdata/demo-layer.tar.gz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(bad, data[:len(data)/2], 0o644)
+	outImg := filepath.Join(dir, "bad.erofs")
+	_, e, code = run(t, b, "mkfs", outImg, bad)
+	if code != 1 || strings.Count(strings.TrimSpace(e), "\n") != 0 || !strings.HasPrefix(e, "ocierofs: ") {
+		t.Errorf("mkfs of a truncated layer: exit %d, stderr %q", code, e)
+	}
+	if ents, _ := filepath.Glob(filepath.Join(dir, "*bad.erofs*")); len(ents) != 0 {
+		t.Errorf("left behind: %q", ents)
+	}
+	for _, cmd := range []string{"mkfs", "convert", "inspect", "ls", "cat", "extract", "verify"} {
+		if out, _, code := run(t, b, cmd, "--help"); code != 0 || !strings.Contains(out, "USAGE") {
+			t.Errorf("%s --help: exit %d", cmd, code)
+		}
+	}
+
+	if os.Geteuid() != 0 {
+		t.Skip("extract restores owners and devices only as root")
+	}
+	x := filepath.Join(dir, "x")
+	if _, e, code := run(t, b, "extract", img, x); code != 0 {
+		t.Fatalf("extract: exit %d: %s", code, e)
+	}
+	got, err := fstree.FromDir(x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(layer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rc, _, err := convert.Decompress(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := fstree.FromTar(rc, fstree.TarOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range fstree.Diff(want, got, fstree.DiffOptions{IgnoreImpliedMtime: true, IgnoreRootMeta: true}) {
+		t.Errorf("extract vs tar: %s", d)
+	}
+}
