@@ -12,6 +12,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -572,8 +573,59 @@ func buildCorpus(t testing.TB, dir string) *corpus {
 		}
 		add(&corpusTar{name: h.name, path: p, refOK: h.refOK, refIgnore: h.refIgnore, minEntries: h.minEntries})
 	}
+	checkCorpus(t, c)
 	t.Logf("corpus: %d tars in %v", len(c.tars), time.Since(start).Round(time.Millisecond))
 	return c
+}
+
+// checkCorpus makes sure GNU tar wrote what the cases are named after: the
+// sparse format of each tar, and xattrs in the PAX one.
+func checkCorpus(t testing.TB, c *corpus) {
+	want := map[string]func(h *tar.Header) bool{
+		"full-gnu":     func(h *tar.Header) bool { return h.Typeflag == tar.TypeGNUSparse },
+		"sparse-gnu":   func(h *tar.Header) bool { return h.Typeflag == tar.TypeGNUSparse },
+		"sparse-pax01": func(h *tar.Header) bool { return h.PAXRecords["GNU.sparse.map"] != "" },
+		"full-pax":     func(h *tar.Header) bool { return h.PAXRecords["GNU.sparse.major"] == "1" },
+		"sparse-pax10": func(h *tar.Header) bool { return h.PAXRecords["GNU.sparse.major"] == "1" },
+	}
+	for name, ok := range want {
+		found := false
+		for _, h := range readTarHeaders(t, c.get(t, name).path) {
+			if strings.TrimPrefix(h.Name, "./") == pSparse {
+				found = true
+				if !ok(h) {
+					t.Fatalf("corpus: %s: %s is not in the expected sparse format (type %q, PAX %v)", name, pSparse, h.Typeflag, h.PAXRecords)
+				}
+			}
+			if name == "full-pax" && h.Name == pBigXattr && len(h.PAXRecords["SCHILY.xattr.user.big"]) != 3000 {
+				t.Fatalf("corpus: GNU tar stored no user.big on %s", pBigXattr)
+			}
+		}
+		if !found {
+			t.Fatalf("corpus: %s has no %s", name, pSparse)
+		}
+	}
+}
+
+// readTarHeaders lists the headers of a tar file.
+func readTarHeaders(t testing.TB, path string) []*tar.Header {
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var hs []*tar.Header
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return hs
+		}
+		if err != nil {
+			t.Fatalf("corpus: %s: %v", path, err)
+		}
+		hs = append(hs, h)
+	}
 }
 
 // crafted is a tar written entry by entry with archive/tar.
@@ -772,6 +824,7 @@ func craftedTars() []*crafted {
 				cDir("la-dir/", 0o755, t1).pax("LIBARCHIVE.xattr.trusted.d", base64.StdEncoding.EncodeToString([]byte{0, 1, 2, 255})),
 			},
 		},
+		xattrLimits(),
 		{
 			// Replacements whose outcome only the entry order tells: checked
 			// against fstree.FromTar, not against an extraction.
@@ -796,6 +849,26 @@ func craftedTars() []*crafted {
 				cFile("r5", "file", 0o644, t0),
 				{hdr: tar.Header{Typeflag: tar.TypeChar, Name: "r5", Mode: 0o600, Devmajor: 1, Devminor: 5, ModTime: t0}},
 			},
+		},
+	}
+}
+
+// xattrLimits is a tar at the edges of EROFS xattrs: a 65535-byte value
+// (the u16 e_value_size), an empty one, and 300 xattrs shared between two
+// files, more than the 255 an inode's u8 h_shared_count can list. Checked
+// against fstree.FromTar only: a disk filesystem could not extract it.
+func xattrLimits() *crafted {
+	s1 := cFile("shared-1", "1", 0o644, t0)
+	s2 := cFile("shared-2", "2", 0o644, t0)
+	for i := 0; i < 300; i++ {
+		k, v := fmt.Sprintf("SCHILY.xattr.user.s%03d", i), fmt.Sprintf("value %d", i)
+		s1, s2 = s1.pax(k, v), s2.pax(k, v)
+	}
+	return &crafted{
+		name: "xattr-limits", minEntries: 4,
+		entries: []craftedEntry{
+			cFile("max-value", "m", 0o644, t0).pax("SCHILY.xattr.user.max", string(content("max", 65535))).pax("SCHILY.xattr.user.empty", ""),
+			s1, s2,
 		},
 	}
 }

@@ -108,7 +108,7 @@ func roundTripCases() []rtCase {
 	add("sparse-pax01", "bs1024-noinline", opts(1024, true, tBuild), nil)
 	add("sparse-pax10", "bs4096-noinline", opts(4096, true, tBuild), nil)
 	add("sparse-pax10", "bs512", opts(512, false, tBuild), nil)
-	for _, name := range []string{"whiteouts", "wh-then-file", "dups", "paths", "libarchive", "replace", "empty"} {
+	for _, name := range []string{"whiteouts", "wh-then-file", "dups", "paths", "libarchive", "replace", "empty", "xattr-limits"} {
 		add(name, "bs4096", opts(4096, false, tBuild), func(rc *rtCase) { rc.fsckExtract = name == "whiteouts" })
 		add(name, "bs512-noinline", opts(512, true, tBuild), nil)
 	}
@@ -951,8 +951,10 @@ func TestStreamingMemory(t *testing.T) {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	baseSys := ms.Sys
-	var peakHeap, peakSys uint64
+	// Other tests of this binary may hold memory: the conversion is
+	// judged on what it adds.
+	baseSys, baseHeap := ms.Sys, ms.HeapInuse
+	peakHeap, peakSys := baseHeap, baseSys // so that the differences are ≥ 0
 	var peakRSS int64
 	sample := func() {
 		runtime.ReadMemStats(&ms)
@@ -987,10 +989,10 @@ func TestStreamingMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("1 GiB in %v: peak HeapInuse %d MiB, Sys %d MiB (%d MiB before), RSS %d MiB",
-		time.Since(start).Round(time.Millisecond), peakHeap>>20, peakSys>>20, baseSys>>20, peakRSS>>20)
-	if peakHeap > limit {
-		t.Errorf("peak HeapInuse %d MiB, want < %d MiB", peakHeap>>20, limit>>20)
+	t.Logf("1 GiB in %v: peak HeapInuse %d MiB (%d MiB before), Sys %d MiB (%d MiB before), peak RSS %d MiB",
+		time.Since(start).Round(time.Millisecond), peakHeap>>20, baseHeap>>20, peakSys>>20, baseSys>>20, peakRSS>>20)
+	if peakHeap-baseHeap > limit {
+		t.Errorf("HeapInuse grew by %d MiB during the conversion, want < %d MiB", (peakHeap-baseHeap)>>20, limit>>20)
 	}
 	if peakSys-baseSys > limit {
 		t.Errorf("Sys grew by %d MiB during the conversion, want < %d MiB", (peakSys-baseSys)>>20, limit>>20)
