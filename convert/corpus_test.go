@@ -846,6 +846,9 @@ func craftedTars() []*crafted {
 				cFile("r4/.wh..wh..opq", "", 0o644, t0),
 				cFile("r4", "file between", 0o644, t0),
 				cDir("r4/", 0o755, t3),
+				// ".." that stays inside the root: GNU tar refuses the
+				// member, the converter and fstree take it as "inside".
+				cFile("dotdot/../inside", "in", 0o644, t0),
 				cFile("r5", "file", 0o644, t0),
 				{hdr: tar.Header{Typeflag: tar.TypeChar, Name: "r5", Mode: 0o600, Devmajor: 1, Devminor: 5, ModTime: t0}},
 			},
