@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -131,7 +132,7 @@ func runConvert(ctx context.Context, c *cli.Context, source, target string) erro
 	}
 	if dst.Kind == oci.Registry {
 		repo := dst.Name.Context()
-		ropts := rem.Options(ctx)
+		ropts := slices.Clip(rem.Options(ctx)) // appended to by concurrent uploads
 		opt.Publish = func(ctx context.Context, l v1.Layer) error {
 			return remote.WriteLayer(repo, l, append(ropts, remote.WithContext(ctx))...)
 		}
