@@ -118,6 +118,11 @@ func (c *Converter) Image(ctx context.Context, src v1.Image, srcDesc v1.Descript
 		return nil, nil, fmt.Errorf("manifest %s: %w", srcDesc.Digest, err)
 	}
 	rawCfg, err := src.RawConfigFile()
+	for attempt := 1; err != nil && oci.Transient(err) && attempt <= 3; attempt++ {
+		// A download that broke midway: fetch the config again.
+		time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
+		rawCfg, err = src.RawConfigFile()
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("config of %s: %w", srcDesc.Digest, err)
 	}

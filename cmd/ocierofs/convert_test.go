@@ -1,0 +1,247 @@
+package main
+
+// CLI-level tests of `ocierofs convert` on OCI layouts and an in-memory
+// registry (the tests against a real registry, with faults and mounts, are
+// in convert/image_test.go, which runs the same code path through the API).
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/urfave/cli/v2"
+
+	"github.com/ocierofs/ocierofs/convert"
+	"github.com/ocierofs/ocierofs/oci"
+)
+
+// runCLI runs `ocierofs convert ARGS…` and returns what it wrote on stdout.
+func runConvertCLI(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out bytes.Buffer
+	app := &cli.App{
+		Name:           "ocierofs",
+		Commands:       []*cli.Command{convertCommand},
+		Writer:         &out,
+		ErrWriter:      io.Discard,
+		ExitErrHandler: func(*cli.Context, error) {},
+	}
+	err := app.RunContext(context.Background(), append([]string{"ocierofs", "convert"}, args...))
+	return out.String(), err
+}
+
+// copyBusyboxLayout copies testdata/busybox, so that a default target (the same
+// layout) does not write into the repository.
+func copyBusyboxLayout(t *testing.T) string {
+	t.Helper()
+	src, err := filepath.Abs("../../testdata/busybox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), "busybox")
+	if err := os.CopyFS(dst, os.DirFS(src)); err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+func TestConvertCLIJSON(t *testing.T) {
+	dir := copyBusyboxLayout(t)
+	target := "oci:" + filepath.Join(t.TempDir(), "out") + ":bb"
+	out, err := runConvertCLI(t, "-q", "-o", "json", "--jobs", "2", "oci:"+dir+":latest", target)
+	if err != nil {
+		t.Fatalf("convert: %v", err)
+	}
+	var rep convertReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("-o json printed %q: %v", out, err)
+	}
+	t.Logf("testdata/busybox via the CLI: %.3fs wall, %s", rep.Seconds, rep.Digest)
+	if rep.Target != target || rep.Index || len(rep.Images) != 1 || rep.Digest == "" {
+		t.Fatalf("report %+v", rep)
+	}
+	for i, l := range rep.Images[0].Layers {
+		t.Logf("  layer %d %s: convert %.3fs, %d → %d bytes", i+1, l.Source, l.ConvertSeconds, l.SourceSize, l.Size)
+		if l.MediaType != string(convert.MediaTypeLayer) || l.DiffID == "" || l.DiffID != l.Digest {
+			t.Errorf("layer %d: %+v", i, l)
+		}
+	}
+	if n := len(rep.Images[0].Layers); n != 3 {
+		t.Errorf("%d layers, want 3", n)
+	}
+	ref, err := oci.ParseRef(target, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	art, err := oci.Get(context.Background(), ref, oci.Remote{})
+	if err != nil {
+		t.Fatalf("open %s: %v", target, err)
+	}
+	if art.Descriptor.Digest.String() != rep.Digest {
+		t.Errorf("layout holds %s, report says %s", art.Descriptor.Digest, rep.Digest)
+	}
+	cf, err := art.Image.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cf.OSFeatures) != 1 || cf.OSFeatures[0] != "erofs" {
+		t.Errorf("os.features %q", cf.OSFeatures)
+	}
+
+	// Converting again gives the same image.
+	out2, err := runConvertCLI(t, "-q", "-o", "json", "oci:"+dir+":latest", "oci:"+filepath.Join(t.TempDir(), "again")+":bb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep2 convertReport
+	if err := json.Unmarshal([]byte(out2), &rep2); err != nil {
+		t.Fatal(err)
+	}
+	if rep2.Digest != rep.Digest {
+		t.Errorf("second conversion %s, first %s", rep2.Digest, rep.Digest)
+	}
+}
+
+func TestConvertCLIFlags(t *testing.T) {
+	dir := copyBusyboxLayout(t)
+	out, err := runConvertCLI(t, "-q", "-o", "json", "--layer-compression", "zstd", "--media-type", "spec", "--referrer", "oci:"+dir+":latest")
+	if err != nil {
+		t.Fatalf("convert: %v", err)
+	}
+	var rep convertReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("-o json printed %q: %v", out, err)
+	}
+	// Without a target: the same layout, tag + "-erofs".
+	if want := "oci:" + dir + ":latest-erofs"; rep.Target != want {
+		t.Errorf("target %s, want %s", rep.Target, want)
+	}
+	for i, l := range rep.Images[0].Layers {
+		if l.MediaType != string(convert.MediaTypeSpecZstd) || l.DiffID == l.Digest {
+			t.Errorf("layer %d: %+v", i, l)
+		}
+	}
+	ref, _ := oci.ParseRef(rep.Target, false)
+	art, err := oci.Get(context.Background(), ref, oci.Remote{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := art.Image.Manifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Subject == nil || m.Annotations[convert.AnnotationSourceManifest] != m.Subject.Digest.String() {
+		t.Errorf("subject %+v, annotations %v", m.Subject, m.Annotations)
+	}
+
+	// The output is a converted image: converting it is refused.
+	_, err = runConvertCLI(t, "-q", rep.Target)
+	if !errors.Is(err, oci.ErrLoop) {
+		t.Errorf("converting %s: err = %v, want oci.ErrLoop", rep.Target, err)
+	}
+	// --suffix changes what is refused.
+	if _, err := runConvertCLI(t, "-q", "--suffix", "-x", rep.Target, "oci:"+filepath.Join(t.TempDir(), "o")+":t"); err != nil {
+		t.Errorf("with --suffix -x, %s is a source like any other: %v", rep.Target, err)
+	}
+}
+
+func TestConvertCLIErrors(t *testing.T) {
+	dir := copyBusyboxLayout(t)
+	src := "oci:" + dir + ":latest"
+	out := "oci:" + filepath.Join(t.TempDir(), "o") + ":t"
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no source", []string{}, "SOURCE"},
+		{"three args", []string{src, out, "extra"}, "SOURCE"},
+		{"layer compression", []string{"--layer-compression", "gzip", src, out}, "--layer-compression"},
+		{"media type", []string{"--media-type", "nydus", src, out}, "--media-type"},
+		{"platform", []string{"--platform", "linux/amd64/v8/x/y", src, out}, "--platform"},
+		{"output", []string{"-o", "yaml", src, out}, "--output"},
+		{"unknown tag", []string{"oci:" + dir + ":nope", out}, "nope"},
+		{"archive without target", []string{"docker-archive:" + filepath.Join(dir, "missing.tar")}, "docker-archive"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := runConvertCLI(t, append([]string{"-q"}, tc.args...)...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %v, want one mentioning %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestConvertCLIRegistry converts through a registry (go-containerregistry's
+// in-memory one) with several jobs, so that layers are uploaded from
+// several goroutines at once; run it with -race too.
+func TestConvertCLIRegistry(t *testing.T) {
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	host := srv.Listener.Addr().String()
+	p, err := layout.FromPath("../../testdata/busybox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ii, err := p.ImageIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, err := ii.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := ii.Image(im.Manifests[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := name.ParseReference(host + "/e2e/bb:1.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(src, img); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runConvertCLI(t, "-q", "-o", "json", "--jobs", "3", "--plain-http", src.String())
+	if err != nil {
+		t.Fatalf("convert %s: %v", src, err)
+	}
+	var rep convertReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("-o json printed %q: %v", out, err)
+	}
+	if want := host + "/e2e/bb:1.0-erofs"; rep.Target != want {
+		t.Errorf("target %s, want %s", rep.Target, want)
+	}
+	dst, err := name.ParseReference(rep.Target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := remote.Head(dst)
+	if err != nil {
+		t.Fatalf("HEAD %s: %v", rep.Target, err)
+	}
+	if d.Digest.String() != rep.Digest {
+		t.Errorf("%s is %s, the report says %s", rep.Target, d.Digest, rep.Digest)
+	}
+	for i, l := range rep.Images[0].Layers {
+		if l.UploadSeconds == 0 {
+			t.Errorf("layer %d: no upload time in the report: %+v", i, l)
+		}
+	}
+	if _, err := runConvertCLI(t, "-q", "--plain-http", rep.Target); !errors.Is(err, oci.ErrLoop) {
+		t.Errorf("converting %s: err = %v, want oci.ErrLoop", rep.Target, err)
+	}
+}

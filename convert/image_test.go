@@ -1,0 +1,827 @@
+package convert_test
+
+// End-to-end tests of `ocierofs convert`: images built by the test are
+// pushed to a real registry (docker-registry, see registry_test.go),
+// converted with convert.NewConverter + Image/Index + oci.Write as the CLI
+// does, read back with go-containerregistry, checked against what
+// containerd's EROFS snapshotter wants (media types, diff_ids, os.features,
+// annotations), mounted (erofs + overlayfs) and compared with umoci's
+// unpacking of the source. Faults come from a proxy between ocierofs and the
+// registry.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/ocierofs/ocierofs/convert"
+	"github.com/ocierofs/ocierofs/convert/fstree"
+	"github.com/ocierofs/ocierofs/oci"
+)
+
+// variant is what a conversion was asked for, hence what its output must
+// look like.
+type variant struct {
+	zstd, spec, referrer bool
+}
+
+func (v variant) mediaType() types.MediaType {
+	switch {
+	case v.spec && v.zstd:
+		return convert.MediaTypeSpecZstd
+	case v.spec:
+		return convert.MediaTypeSpec
+	case v.zstd:
+		return convert.MediaTypeLayerZstd
+	}
+	return convert.MediaTypeLayer
+}
+
+func (v variant) options() convert.ImageOptions {
+	return convert.ImageOptions{LayerZstd: v.zstd, SpecMediaTypes: v.spec, Referrer: v.referrer, Jobs: 2}
+}
+
+// configMap is a config blob as generic JSON.
+func configMap(t testing.TB, img v1.Image) map[string]any {
+	t.Helper()
+	raw, err := img.RawConfigFile()
+	must(t, err)
+	var m map[string]any
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	must(t, dec.Decode(&m))
+	return m
+}
+
+// checkConverted checks a converted image against its source and returns
+// the raw EROFS image of each layer, written into a temp directory.
+func checkConverted(t testing.TB, src v1.Image, srcDesc v1.Descriptor, got v1.Image, v variant) []string {
+	t.Helper()
+	sm, err := src.Manifest()
+	must(t, err)
+	gm, err := got.Manifest()
+	must(t, err)
+	if gm.MediaType != types.OCIManifestSchema1 {
+		t.Errorf("manifest mediaType %q, want %q", gm.MediaType, types.OCIManifestSchema1)
+	}
+	if gm.Config.MediaType != types.OCIConfigJSON {
+		t.Errorf("config mediaType %q, want %q", gm.Config.MediaType, types.OCIConfigJSON)
+	}
+	if a := gm.Annotations[convert.AnnotationSourceManifest]; a != srcDesc.Digest.String() {
+		t.Errorf("manifest annotation %s = %q, want the source manifest digest %s", convert.AnnotationSourceManifest, a, srcDesc.Digest)
+	}
+	if len(gm.Layers) != len(sm.Layers) {
+		t.Fatalf("%d layers, the source has %d", len(gm.Layers), len(sm.Layers))
+	}
+	cf, err := got.ConfigFile()
+	must(t, err)
+	for i, l := range gm.Layers {
+		if l.MediaType != v.mediaType() {
+			t.Errorf("layer %d: mediaType %q, want %q", i, l.MediaType, v.mediaType())
+		}
+		if a := l.Annotations[convert.AnnotationSourceLayer]; a != sm.Layers[i].Digest.String() {
+			t.Errorf("layer %d: annotation %s = %q, want the source layer digest %s", i, convert.AnnotationSourceLayer, a, sm.Layers[i].Digest)
+		}
+		a, ok := l.Annotations[convert.AnnotationUncompressed]
+		switch {
+		case v.spec && a != cf.RootFS.DiffIDs[i].String():
+			t.Errorf("layer %d: annotation %s = %q, want the diff_id %s", i, convert.AnnotationUncompressed, a, cf.RootFS.DiffIDs[i])
+		case !v.spec && ok:
+			t.Errorf("layer %d: annotation %s without spec media types", i, convert.AnnotationUncompressed)
+		}
+	}
+	switch {
+	case v.referrer && gm.Subject == nil:
+		t.Errorf("no subject with Referrer")
+	case v.referrer:
+		want := v1.Descriptor{MediaType: srcDesc.MediaType, Digest: srcDesc.Digest, Size: srcDesc.Size}
+		if !reflect.DeepEqual(*gm.Subject, want) {
+			t.Errorf("subject %+v, want the source manifest %+v", *gm.Subject, want)
+		}
+	case gm.Subject != nil:
+		t.Errorf("subject %+v without Referrer", *gm.Subject)
+	}
+
+	// The config: os.features gains "erofs", rootfs.diff_ids are the raw
+	// EROFS images' digests, everything else is the source's.
+	if !slices.Contains(cf.OSFeatures, "erofs") {
+		t.Errorf("config os.features %q lacks \"erofs\"", cf.OSFeatures)
+	}
+	if cf.RootFS.Type != "layers" {
+		t.Errorf("config rootfs.type %q", cf.RootFS.Type)
+	}
+	scf, err := src.ConfigFile()
+	must(t, err)
+	if !reflect.DeepEqual(cf.History, scf.History) {
+		t.Errorf("history changed:\n got %+v\nwant %+v", cf.History, scf.History)
+	}
+	if !reflect.DeepEqual(cf.Config.Env, scf.Config.Env) || !reflect.DeepEqual(cf.Config.Entrypoint, scf.Config.Entrypoint) ||
+		!reflect.DeepEqual(cf.Config.Cmd, scf.Config.Cmd) {
+		t.Errorf("env/entrypoint/cmd changed: %q %q %q, want %q %q %q",
+			cf.Config.Env, cf.Config.Entrypoint, cf.Config.Cmd, scf.Config.Env, scf.Config.Entrypoint, scf.Config.Cmd)
+	}
+	if !cf.Created.Equal(scf.Created.Time) {
+		t.Errorf("created %s, want %s", cf.Created, scf.Created)
+	}
+	gotMap, srcMap := configMap(t, got), configMap(t, src)
+	delete(gotMap, "rootfs")
+	delete(srcMap, "rootfs")
+	if f, ok := gotMap["os.features"].([]any); ok {
+		gotMap["os.features"] = slices.DeleteFunc(slices.Clone(f), func(x any) bool { return x == "erofs" })
+		if len(gotMap["os.features"].([]any)) == 0 && srcMap["os.features"] == nil {
+			delete(gotMap, "os.features")
+		}
+	}
+	if !reflect.DeepEqual(gotMap, srcMap) {
+		g, _ := json.Marshal(gotMap)
+		s, _ := json.Marshal(srcMap)
+		t.Errorf("config changed beyond rootfs and os.features:\n got %s\nwant %s", g, s)
+	}
+	return rawLayers(t, got, t.TempDir())
+}
+
+// remoteImage reads an image back from the registry, with its descriptor.
+func remoteImage(t testing.TB, r name.Reference, extra ...remote.Option) (v1.Image, *remote.Descriptor) {
+	t.Helper()
+	d, err := remote.Get(r, direct(extra...)...)
+	if err != nil {
+		t.Fatalf("get %s: %v", r, err)
+	}
+	if d.MediaType.IsIndex() {
+		t.Fatalf("%s is an index (%s), want a single manifest", r, d.MediaType)
+	}
+	img, err := d.Image()
+	must(t, err)
+	return img, d
+}
+
+// srcDescriptor is the descriptor of a pushed image.
+func srcDescriptor(t testing.TB, img v1.Image) v1.Descriptor {
+	t.Helper()
+	dg, err := img.Digest()
+	must(t, err)
+	sz, err := img.Size()
+	must(t, err)
+	mt, err := img.MediaType()
+	must(t, err)
+	return v1.Descriptor{MediaType: mt, Digest: dg, Size: sz}
+}
+
+// modeOf is the permission bits of path in a tree.
+func modeOf(t testing.TB, tr *fstree.Tree, p string) uint32 {
+	t.Helper()
+	n := tr.Node(p)
+	if n == nil {
+		t.Fatalf("no %s", p)
+	}
+	return n.Perm()
+}
+
+func TestE2ERegistry(t *testing.T) {
+	reg := sharedRegistry(t)
+	src := e2eImage(t, "amd64", testImageLayers(t)...)
+	srcRef := ref(t, reg.host, "e2e/base:v1")
+	pushImage(t, srcRef, src)
+	srcDesc := srcDescriptor(t, src)
+
+	// The CLI's default: containerd media types, target tag + "-erofs".
+	base := mustConvert(t, srcRef.String(), "", variant{}.options(), oci.Remote{})
+	logTimings(t, "test image (4 layers, Jobs 2)", base)
+	if want := reg.host + "/e2e/base:v1-erofs"; base.target.String() != want {
+		t.Errorf("default target %s, want %s", base.target, want)
+	}
+	if base.index {
+		t.Errorf("a single-manifest source became an index")
+	}
+	var baseDiffIDs []v1.Hash
+
+	t.Run("containerd", func(t *testing.T) {
+		got, d := remoteImage(t, base.target.Name)
+		if d.Digest.String() != base.digest {
+			t.Errorf("registry has %s, the report says %s", d.Digest, base.digest)
+		}
+		layers := checkConverted(t, src, srcDesc, got, variant{})
+		cf, err := got.ConfigFile()
+		must(t, err)
+		baseDiffIDs = cf.RootFS.DiffIDs
+		want, merged := compareWithUmoci(t, src, layers)
+		// The implied directories of layer 4 keep what layer 1 gave them.
+		for _, tr := range []*fstree.Tree{want, merged} {
+			if m := modeOf(t, tr, "etc/apt"); m != 0o750 {
+				t.Errorf("etc/apt mode %#o, want 0750", m)
+			}
+			if n := tr.Node("etc/apt"); n.Uid != 0 || n.Gid != 0 {
+				t.Errorf("etc/apt owner %d:%d, want 0:0", n.Uid, n.Gid)
+			}
+			if n := tr.Node("etc/apt/apt.conf"); n == nil {
+				t.Errorf("no etc/apt/apt.conf")
+			}
+			if n := tr.Node("usr/local/bin/ping"); n == nil || n.Xattrs["security.capability"] != capNetRaw || n.Xattrs["user.e2e.origin"] != "layer3" {
+				t.Errorf("usr/local/bin/ping: xattrs lost: %+v", n)
+			}
+			if n := tr.Node("usr/local/bin/suid"); n == nil || n.Perm() != 0o4755 {
+				t.Errorf("usr/local/bin/suid: not 04755: %+v", n)
+			}
+			if n := tr.Node("dev/null"); n == nil || n.Type() != fstree.S_IFCHR || n.Devmajor != 1 || n.Devminor != 3 {
+				t.Errorf("dev/null: not char 1:3: %+v", n)
+			}
+			if n := tr.Node("var/cache/app/new.dat"); n == nil {
+				t.Errorf("no var/cache/app/new.dat")
+			}
+			wantLinks := [][]string{{"usr/local/bin/hello", "usr/local/bin/hello-link", "usr/local/hello-too"}}
+			if g := tr.LinkGroups(); !reflect.DeepEqual(g, wantLinks) {
+				t.Errorf("hard-link groups %q, want %q", g, wantLinks)
+			}
+			if n := tr.Node("home/user"); n == nil || n.Perm() != 0o700 || n.Xattrs["user.e2e.home"] != "layer3" {
+				t.Errorf("home/user: not as layer 3 left it: %+v", n)
+			}
+			if tr.Node("var/cache/app/new.dat") == nil || tr.Node("var/cache/app/late.dat") == nil {
+				t.Errorf("var/cache/app lost a file of layer 3 or 4")
+			}
+			for _, gone := range []string{"etc/motd", "opt/legacy", "bin/ls", "var/cache/app/old.dat", "var/cache/app/olddir"} {
+				if tr.Node(gone) != nil {
+					t.Errorf("%s survived its whiteout", gone)
+				}
+			}
+		}
+	})
+
+	for _, tc := range []struct {
+		name string
+		v    variant
+	}{
+		{"zstd", variant{zstd: true}},
+		{"spec", variant{spec: true}},
+		{"spec+zstd", variant{spec: true, zstd: true}},
+		{"referrer", variant{referrer: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			target := srcRef.Context().Tag("v1-" + strings.ReplaceAll(tc.name, "+", "-")).String()
+			res := mustConvert(t, srcRef.String(), target, tc.v.options(), oci.Remote{})
+			got, _ := remoteImage(t, res.target.Name)
+			checkConverted(t, src, srcDesc, got, tc.v)
+			cf, err := got.ConfigFile()
+			must(t, err)
+			// The raw EROFS images do not depend on the wrapping.
+			if baseDiffIDs != nil && !reflect.DeepEqual(cf.RootFS.DiffIDs, baseDiffIDs) {
+				t.Errorf("diff_ids %v differ from the plain conversion's %v", cf.RootFS.DiffIDs, baseDiffIDs)
+			}
+			if tc.v.referrer {
+				idx, err := remote.Referrers(srcRef.Context().Digest(srcDesc.Digest.String()), direct()...)
+				must(t, err)
+				im, err := idx.IndexManifest()
+				must(t, err)
+				found := false
+				for _, m := range im.Manifests {
+					found = found || m.Digest.String() == res.digest
+				}
+				if !found {
+					t.Errorf("the referrers of %s do not list the converted manifest %s: %+v", srcDesc.Digest, res.digest, im.Manifests)
+				}
+			}
+		})
+	}
+
+	t.Run("determinism", func(t *testing.T) {
+		// Another converter, one job at a time: the same manifest.
+		opt := variant{}.options()
+		opt.Jobs = 1
+		again := mustConvert(t, srcRef.String(), srcRef.Context().Tag("v1-again").String(), opt, oci.Remote{})
+		if again.digest != base.digest {
+			t.Errorf("second conversion gives %s, the first gave %s", again.digest, base.digest)
+		}
+		// A rerun to the same target uploads no blob again.
+		ct := newCountingTransport()
+		rerun := mustConvert(t, srcRef.String(), "", variant{}.options(), oci.Remote{Transport: ct})
+		if rerun.digest != base.digest {
+			t.Errorf("rerun gives %s, the first run gave %s", rerun.digest, base.digest)
+		}
+		if up := ct.uploads(); len(up) != 0 {
+			t.Errorf("the rerun uploaded blobs again: %q", up)
+		}
+		// go-containerregistry skips the manifest PUT when the tag already
+		// has that digest; one PUT at most.
+		if ct.manifestPuts > 1 {
+			t.Errorf("the rerun put %d manifests", ct.manifestPuts)
+		}
+		got, _ := remoteImage(t, base.target.Name)
+		if d, _ := got.Digest(); d.String() != base.digest {
+			t.Errorf("after the rerun %s is %s, want %s", base.target, d, base.digest)
+		}
+	})
+}
+
+func TestE2EIndex(t *testing.T) {
+	reg := sharedRegistry(t)
+	shared := e2eLayer(t, eDir(".", 0o755), eDir("etc", 0o755), eFile("etc/os-release", 0o644, []byte("ID=e2e\n")))
+	amd := e2eImage(t, "amd64", shared, e2eLayer(t, eDir("bin", 0o755), eFile("bin/arch", 0o755, []byte("x86_64\n"))))
+	arm := e2eImage(t, "arm64", shared, e2eLayer(t, eDir("bin", 0o755), eFile("bin/arch", 0o755, []byte("aarch64\n")), eFile("bin/extra", 0o644, []byte("arm only\n"))))
+	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
+	idx = mutate.AppendManifests(idx,
+		mutate.IndexAddendum{Add: amd, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
+		mutate.IndexAddendum{Add: arm, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64", Variant: "v8"}}},
+	)
+	srcRef := ref(t, reg.host, "e2e/multi:v1")
+	srcDigest := pushIndex(t, srcRef, idx)
+	srcIM, err := idx.IndexManifest()
+	must(t, err)
+
+	// readIndex reads a converted index and checks each manifest in it.
+	readIndex := func(t *testing.T, r name.Reference, features bool) *v1.IndexManifest {
+		d, err := remote.Get(r, direct()...)
+		must(t, err)
+		if !d.MediaType.IsIndex() {
+			t.Fatalf("%s is %s, want an index", r, d.MediaType)
+		}
+		ii, err := d.ImageIndex()
+		must(t, err)
+		im, err := ii.IndexManifest()
+		must(t, err)
+		if a := im.Annotations[convert.AnnotationSourceManifest]; a != srcDigest.String() {
+			t.Errorf("index annotation %s = %q, want %s", convert.AnnotationSourceManifest, a, srcDigest)
+		}
+		var firstLayers []v1.Hash
+		for _, m := range im.Manifests {
+			if m.Platform == nil {
+				t.Fatalf("manifest %s without a platform", m.Digest)
+			}
+			switch {
+			case features && !reflect.DeepEqual(m.Platform.OSFeatures, []string{"erofs"}):
+				t.Errorf("%s: platform.os.features %q, want [erofs]", m.Platform, m.Platform.OSFeatures)
+			case !features && len(m.Platform.OSFeatures) != 0:
+				t.Errorf("%s: platform.os.features %q with NoIndexOSFeatures", m.Platform, m.Platform.OSFeatures)
+			}
+			var srcDesc v1.Descriptor
+			for _, s := range srcIM.Manifests {
+				if s.Platform.Architecture == m.Platform.Architecture {
+					srcDesc = s
+				}
+			}
+			if srcDesc.Digest == (v1.Hash{}) {
+				t.Fatalf("converted %s has no source manifest", m.Platform)
+			}
+			if m.Platform.OS != srcDesc.Platform.OS || m.Platform.Variant != srcDesc.Platform.Variant {
+				t.Errorf("platform %s, source %s", m.Platform, srcDesc.Platform)
+			}
+			if a := m.Annotations[convert.AnnotationSourceManifest]; a != srcDesc.Digest.String() {
+				t.Errorf("%s: descriptor annotation %s = %q, want %s", m.Platform, convert.AnnotationSourceManifest, a, srcDesc.Digest)
+			}
+			img, err := ii.Image(m.Digest)
+			must(t, err)
+			srcImg, err := idx.Image(srcDesc.Digest)
+			must(t, err)
+			sd := srcDesc
+			sd.Platform, sd.Annotations = nil, nil
+			checkConverted(t, srcImg, sd, img, variant{})
+			gm, err := img.Manifest()
+			must(t, err)
+			// The shared base layer is converted once, to one blob.
+			if firstLayers == nil {
+				firstLayers = []v1.Hash{gm.Layers[0].Digest}
+			} else if gm.Layers[0].Digest != firstLayers[0] {
+				t.Errorf("the shared base layer became %s and %s", firstLayers[0], gm.Layers[0].Digest)
+			}
+		}
+		return im
+	}
+
+	t.Run("all platforms", func(t *testing.T) {
+		res := mustConvert(t, srcRef.String(), "", convert.ImageOptions{Jobs: 2}, oci.Remote{})
+		logTimings(t, "two-platform index", res)
+		if !res.index || len(res.images) != 2 {
+			t.Fatalf("index %v with %d images, want an index of 2", res.index, len(res.images))
+		}
+		im := readIndex(t, res.target.Name, true)
+		if len(im.Manifests) != 2 {
+			t.Fatalf("%d manifests, want 2", len(im.Manifests))
+		}
+		var archs []string
+		for _, m := range im.Manifests {
+			archs = append(archs, m.Platform.Architecture)
+		}
+		if !reflect.DeepEqual(archs, []string{"amd64", "arm64"}) {
+			t.Errorf("platforms %q, want the source's order [amd64 arm64]", archs)
+		}
+	})
+	t.Run("NoIndexOSFeatures", func(t *testing.T) {
+		res := mustConvert(t, srcRef.String(), srcRef.Context().Tag("v1-nofeatures").String(),
+			convert.ImageOptions{NoIndexOSFeatures: true}, oci.Remote{})
+		if im := readIndex(t, res.target.Name, false); len(im.Manifests) != 2 {
+			t.Errorf("%d manifests, want 2", len(im.Manifests))
+		}
+	})
+	t.Run("Platforms", func(t *testing.T) {
+		res := mustConvert(t, srcRef.String(), srcRef.Context().Tag("v1-arm64").String(),
+			convert.ImageOptions{Platforms: []v1.Platform{{OS: "linux", Architecture: "arm64"}}}, oci.Remote{})
+		im := readIndex(t, res.target.Name, true)
+		if len(im.Manifests) != 1 || im.Manifests[0].Platform.Architecture != "arm64" {
+			t.Errorf("manifests %+v, want one for linux/arm64", im.Manifests)
+		}
+	})
+	t.Run("no platform matches", func(t *testing.T) {
+		_, err := convertRef(context.Background(), t, srcRef.String(), srcRef.Context().Tag("v1-s390x").String(),
+			convert.ImageOptions{Platforms: []v1.Platform{{OS: "linux", Architecture: "s390x"}}}, oci.Remote{})
+		if err == nil || !strings.Contains(err.Error(), "no manifest matches") {
+			t.Errorf("err = %v, want no manifest matches", err)
+		}
+		requireAbsent(t, srcRef.Context().Tag("v1-s390x"))
+	})
+}
+
+// busyboxRootfs is the source image of testdata/busybox as umoci wants it.
+// The fixture's config lists the gzip blobs' digests as diff_ids (see
+// TestE2EBusyboxFixture), which umoci rightly refuses; the layers are the
+// same, so the rootfs is too.
+func busyboxForUmoci(t testing.TB, img v1.Image) v1.Image {
+	t.Helper()
+	ls, err := img.Layers()
+	must(t, err)
+	cf, err := img.ConfigFile()
+	must(t, err)
+	cf = cf.DeepCopy()
+	cf.RootFS.DiffIDs = nil
+	for _, l := range ls {
+		rc, err := l.Uncompressed()
+		must(t, err)
+		h, _, err := v1.SHA256(rc)
+		rc.Close()
+		must(t, err)
+		cf.RootFS.DiffIDs = append(cf.RootFS.DiffIDs, h)
+	}
+	fixed, err := mutate.ConfigFile(img, cf)
+	must(t, err)
+	return fixed
+}
+
+func TestE2ELayout(t *testing.T) {
+	t.Run("round trip", func(t *testing.T) {
+		dir := t.TempDir()
+		src := e2eImage(t, "amd64", testImageLayers(t)...)
+		srcRef, err := oci.ParseRef("oci:"+filepath.Join(dir, "src")+":v1", false)
+		must(t, err)
+		must(t, oci.Write(context.Background(), srcRef, src, nil, oci.Remote{}))
+		dst := "oci:" + filepath.Join(dir, "dst") + ":v2"
+		res := mustConvert(t, srcRef.String(), dst, variant{}.options(), oci.Remote{})
+		dstRef, err := oci.ParseRef(dst, false)
+		must(t, err)
+		art, err := oci.Get(context.Background(), dstRef, oci.Remote{})
+		if err != nil {
+			t.Fatalf("open the converted layout: %v", err)
+		}
+		if art.Image == nil || art.Descriptor.Digest.String() != res.digest {
+			t.Fatalf("layout holds %s (image %v), the report says %s", art.Descriptor.Digest, art.Image != nil, res.digest)
+		}
+		layers := checkConverted(t, src, srcDescriptor(t, src), art.Image, variant{})
+		compareWithUmoci(t, src, layers)
+
+		// The default target of a layout is the same layout, tag + suffix.
+		def := mustConvert(t, srcRef.String(), "", variant{}.options(), oci.Remote{})
+		if want := "oci:" + filepath.Join(dir, "src") + ":v1-erofs"; def.target.String() != want {
+			t.Errorf("default target %s, want %s", def.target, want)
+		}
+		if def.digest != res.digest {
+			t.Errorf("the same source converted to %s and %s", res.digest, def.digest)
+		}
+		art, err = oci.Get(context.Background(), def.target, oci.Remote{})
+		must(t, err)
+		if art.Descriptor.Digest.String() != def.digest {
+			t.Errorf("oci:…:v1-erofs is %s, want %s", art.Descriptor.Digest, def.digest)
+		}
+		// The source is still there, under its own tag.
+		if art, err := oci.Get(context.Background(), srcRef, oci.Remote{}); err != nil {
+			t.Errorf("source lost: %v", err)
+		} else if d, _ := src.Digest(); art.Descriptor.Digest != d {
+			t.Errorf("source tag moved to %s", art.Descriptor.Digest)
+		}
+	})
+
+	t.Run("busybox", func(t *testing.T) {
+		fixture, err := filepath.Abs("../testdata/busybox")
+		must(t, err)
+		dst := "oci:" + filepath.Join(t.TempDir(), "bb") + ":latest-erofs"
+		res := mustConvert(t, "oci:"+fixture+":latest", dst, variant{}.options(), oci.Remote{})
+		logTimings(t, "testdata/busybox", res)
+		dstRef, err := oci.ParseRef(dst, false)
+		must(t, err)
+		art, err := oci.Get(context.Background(), dstRef, oci.Remote{})
+		if err != nil {
+			t.Fatalf("open the converted layout: %v", err)
+		}
+		p, err := layout.FromPath(fixture)
+		must(t, err)
+		ii, err := p.ImageIndex()
+		must(t, err)
+		im, err := ii.IndexManifest()
+		must(t, err)
+		src, err := ii.Image(im.Manifests[0].Digest)
+		must(t, err)
+		sd := im.Manifests[0]
+		sd.Annotations, sd.ArtifactType = nil, ""
+		layers := checkConverted(t, src, sd, art.Image, variant{})
+		want, got := compareWithUmoci(t, busyboxForUmoci(t, src), layers)
+		for _, tr := range []*fstree.Tree{want, got} {
+			if m := modeOf(t, tr, "etc/apt"); m != 0o750 {
+				t.Errorf("etc/apt mode %#o, want 0750", m)
+			}
+		}
+	})
+}
+
+// TestE2EBusyboxFixture checks that testdata/busybox is a valid image:
+// containerd and umoci check each layer's diff_id.
+func TestE2EBusyboxFixture(t *testing.T) {
+	t.Skip("BUG (open): testdata/mkimage writes gzip digests as diff_ids; see the closing note")
+	p, err := layout.FromPath("../testdata/busybox")
+	must(t, err)
+	ii, err := p.ImageIndex()
+	must(t, err)
+	im, err := ii.IndexManifest()
+	must(t, err)
+	img, err := ii.Image(im.Manifests[0].Digest)
+	must(t, err)
+	cf, err := img.ConfigFile()
+	must(t, err)
+	ls, err := img.Layers()
+	must(t, err)
+	for i, l := range ls {
+		rc, err := l.Uncompressed()
+		must(t, err)
+		h, _, err := v1.SHA256(rc)
+		rc.Close()
+		must(t, err)
+		dg, _ := l.Digest()
+		if cf.RootFS.DiffIDs[i] != h {
+			t.Errorf("BUG testdata/mkimage: layer %d (%s): config diff_id %s, but the uncompressed tar hashes to %s (static.NewLayer takes the gzip blob for the uncompressed content)",
+				i, dg, cf.RootFS.DiffIDs[i], h)
+		}
+	}
+}
+
+func TestE2EDockerArchive(t *testing.T) {
+	dir := t.TempDir()
+	src := e2eImage(t, "amd64", testImageLayers(t)...)
+	tag, err := name.NewTag("example.com/e2e/archive:v1")
+	must(t, err)
+	archive := filepath.Join(dir, "image.tar")
+	must(t, tarball.WriteToFile(archive, tag, src))
+
+	srcRef, err := oci.ParseRef("docker-archive:"+archive, false)
+	must(t, err)
+	if _, err := oci.DefaultTarget(srcRef, "-erofs"); err == nil {
+		t.Errorf("DefaultTarget(%s) gave a target; a docker-archive cannot be written", srcRef)
+	}
+	dst := "oci:" + filepath.Join(dir, "out") + ":v1-erofs"
+	res := mustConvert(t, srcRef.String(), dst, variant{}.options(), oci.Remote{})
+	art, err := oci.Get(context.Background(), res.target, oci.Remote{})
+	must(t, err)
+	// The archive holds a Docker manifest (its descriptor says so); the
+	// converted image is OCI.
+	archived, err := oci.Get(context.Background(), srcRef, oci.Remote{})
+	must(t, err)
+	layers := checkConverted(t, archived.Image, archived.Descriptor, art.Image, variant{})
+	compareWithUmoci(t, src, layers)
+}
+
+func TestE2EFaults(t *testing.T) {
+	reg := sharedRegistry(t)
+	src := e2eImage(t, "amd64", testImageLayers(t)...)
+	srcRef := ref(t, reg.host, "e2e/faults:v1")
+	pushImage(t, srcRef, src)
+	want := mustConvert(t, srcRef.String(), "", variant{}.options(), oci.Remote{})
+	m, err := src.Manifest()
+	must(t, err)
+
+	// through converts srcRef via the proxy into repo:tag (a repository of
+	// its own, so that every converted blob is uploaded through the
+	// proxy too).
+	through := func(t *testing.T, p *faultProxy, repoTag string) (*e2eResult, error) {
+		return convertRef(context.Background(), t, p.host+"/e2e/faults:v1", p.host+"/"+repoTag, variant{}.options(), oci.Remote{})
+	}
+
+	t.Run("layer downloads dropped once", func(t *testing.T) {
+		p := newFaultProxy(t, reg.host)
+		layers := map[string]bool{}
+		for _, l := range m.Layers {
+			layers[l.Digest.String()] = true
+		}
+		p.drop = func(rq faultRequest) bool { return rq.N == 1 && layers[rq.Digest] }
+		res, err := through(t, p, "e2e/faults-dropped:v1")
+		if err != nil {
+			t.Fatalf("convert through the proxy: %v", err)
+		}
+		if res.digest != want.digest {
+			t.Errorf("result %s, without faults %s", res.digest, want.digest)
+		}
+		dropped, _ := p.stats()
+		for dg := range layers {
+			if dropped[dg] != 1 {
+				t.Errorf("blob %s: dropped %d times, want 1 (did the fault happen?)", dg, dropped[dg])
+			}
+		}
+	})
+
+	t.Run("config download dropped once", func(t *testing.T) {
+		t.Skip("BUG (open): a config download that breaks midway is not retried (go-containerregistry keeps the failed read); see the closing note")
+		p := newFaultProxy(t, reg.host)
+		cfg := m.Config.Digest.String()
+		p.drop = func(rq faultRequest) bool { return rq.N == 1 && rq.Digest == cfg }
+		res, err := through(t, p, "e2e/faults-config:v1")
+		if err != nil {
+			t.Fatalf("BUG: a connection dropped once in the middle of the config blob fails the conversion: %v", err)
+		}
+		if res.digest != want.digest {
+			t.Errorf("result %s, without faults %s", res.digest, want.digest)
+		}
+		if dropped, _ := p.stats(); dropped[cfg] != 1 {
+			t.Errorf("config blob dropped %d times, want 1", dropped[cfg])
+		}
+	})
+
+	t.Run("500 and 429 once", func(t *testing.T) {
+		p := newFaultProxy(t, reg.host)
+		p.status = func(rq faultRequest) int {
+			if rq.N != 1 {
+				return 0
+			}
+			switch {
+			case rq.Method == "GET" && rq.Class == "manifest":
+				return 500
+			case rq.Method == "GET" && rq.Class == "blob":
+				return 429
+			case rq.Method == "HEAD" && rq.Class == "blob":
+				return 500
+			case rq.Method == "POST" && rq.Class == "upload":
+				return 429
+			case rq.Method == "PUT" && rq.Class == "manifest":
+				return 500
+			}
+			return 0
+		}
+		repo := uniq("e2e/faults-status")
+		res, err := through(t, p, repo+":v1")
+		if err != nil {
+			t.Fatalf("convert through the proxy: %v", err)
+		}
+		if res.digest != want.digest {
+			t.Errorf("result %s, without faults %s", res.digest, want.digest)
+		}
+		_, failed := p.stats()
+		t.Logf("%d injected errors: %q", len(failed), failed)
+		for _, kind := range []string{"GET /v2/e2e/faults/manifests/", "GET /v2/e2e/faults/blobs/", "POST /v2/" + repo + "/blobs/uploads/", "PUT /v2/" + repo + "/manifests/"} {
+			if !slices.ContainsFunc(failed, func(f string) bool { return strings.HasPrefix(f, kind) }) {
+				t.Errorf("no error injected for %s…: the test does not test it", kind)
+			}
+		}
+		got, _ := remoteImage(t, ref(t, reg.host, repo+":v1"))
+		if d, _ := got.Digest(); d.String() != want.digest {
+			t.Errorf("the registry has %s, want %s", d, want.digest)
+		}
+	})
+
+	t.Run("a layer always broken", func(t *testing.T) {
+		p := newFaultProxy(t, reg.host)
+		bad := m.Layers[2].Digest.String()
+		p.drop = func(rq faultRequest) bool { return rq.Digest == bad }
+		start := time.Now()
+		_, err := through(t, p, "e2e/faults-broken:v1")
+		t.Logf("failed after %.1fs: %v", time.Since(start).Seconds(), err)
+		if err == nil {
+			t.Fatalf("converted although layer %s never downloads", bad)
+		}
+		if !strings.Contains(err.Error(), bad) {
+			t.Errorf("error does not name the layer %s: %v", bad, err)
+		}
+		requireAbsent(t, ref(t, reg.host, "e2e/faults-broken:v1"))
+		if dropped, _ := p.stats(); dropped[bad] < 2 {
+			t.Errorf("layer fetched %d times: no retry", dropped[bad])
+		}
+	})
+}
+
+func TestE2EBadInput(t *testing.T) {
+	reg := sharedRegistry(t)
+	ctx := context.Background()
+
+	t.Run("unknown reference", func(t *testing.T) {
+		r := reg.host + "/e2e/does-not-exist:v1"
+		_, err := convertRef(ctx, t, r, "", convert.ImageOptions{}, oci.Remote{})
+		if err == nil || !strings.Contains(err.Error(), r) {
+			t.Errorf("err = %v, want one naming %s", err, r)
+		}
+		requireAbsent(t, ref(t, reg.host, "e2e/does-not-exist:v1-erofs"))
+	})
+
+	good := e2eLayer(t, eDir(".", 0o755), eFile("a", 0o644, []byte("a\n")))
+	garbage := randomBytes(7, 5000)
+	valid := gzipBytes(t, e2eTar(t, eFile("b", 0o644, randomBytes(8, 20000))))
+	flipped := bytes.Clone(valid)
+	for i := len(flipped) / 3; i < len(flipped)/3+16; i++ {
+		flipped[i] ^= 0xff
+	}
+	for _, tc := range []struct {
+		name  string
+		layer *blobLayer
+		want  string // besides the layer digest
+	}{
+		// A valid gzip stream of bytes that are no tar.
+		{"gzip of garbage", &blobLayer{blob: gzipBytes(t, garbage), diffID: sha256Of(garbage), mt: types.OCILayer}, ""},
+		// A gzip stream with flipped bytes, pushed under its own digest:
+		// the registry and go-containerregistry find nothing wrong.
+		{"gzip with flipped bytes", &blobLayer{blob: flipped, diffID: sha256Of(e2eTar(t, eFile("b", 0o644, randomBytes(8, 20000)))), mt: types.OCILayer}, ""},
+		{"unsupported media type", &blobLayer{blob: valid, diffID: sha256Of(valid), mt: "application/vnd.example.layer.v1+squashfs"}, "application/vnd.example.layer.v1+squashfs"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			repo := "e2e/bad-" + strings.ReplaceAll(tc.name, " ", "-")
+			img := e2eImage(t, "amd64", good, tc.layer)
+			pushImage(t, ref(t, reg.host, repo+":v1"), img)
+			badDigest, _ := tc.layer.Digest()
+			_, err := convertRef(ctx, t, reg.host+"/"+repo+":v1", "", convert.ImageOptions{}, oci.Remote{})
+			if err == nil {
+				t.Fatalf("converted an image with a bad layer")
+			}
+			t.Logf("error: %v", err)
+			if !strings.Contains(err.Error(), badDigest.String()) {
+				t.Errorf("error does not name the layer %s: %v", badDigest, err)
+			}
+			if tc.want != "" && !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error does not name %q: %v", tc.want, err)
+			}
+			requireAbsent(t, ref(t, reg.host, repo+":v1-erofs"))
+		})
+	}
+}
+
+func TestE2EAuth(t *testing.T) {
+	const user, password = "e2e", "s3cret-Passw0rd"
+	reg := authRegistry(t, user, password)
+	creds := remote.WithAuth(&authn.Basic{Username: user, Password: password})
+	src := e2eImage(t, "amd64", e2eLayer(t, eDir(".", 0o755), eFile("hello", 0o644, []byte("hi\n"))))
+	srcRef := ref(t, reg.host, "e2e/private:v1")
+	pushImage(t, srcRef, src, creds)
+
+	t.Run("right password", func(t *testing.T) {
+		res := mustConvert(t, srcRef.String(), "", convert.ImageOptions{}, oci.Remote{Username: user, Password: password})
+		got, _ := remoteImage(t, res.target.Name, creds)
+		checkConverted(t, src, srcDescriptor(t, src), got, variant{})
+	})
+	for _, tc := range []struct {
+		name string
+		rem  oci.Remote
+	}{
+		{"wrong password", oci.Remote{Username: user, Password: "wrong"}},
+		{"no credentials", oci.Remote{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			target := srcRef.Context().Tag("v1-" + strings.ReplaceAll(tc.name, " ", "-"))
+			_, err := convertRef(context.Background(), t, srcRef.String(), target.String(), convert.ImageOptions{}, tc.rem)
+			if err == nil {
+				t.Fatalf("converted with %s", tc.name)
+			}
+			t.Logf("error: %v", err)
+			if !strings.Contains(err.Error(), srcRef.String()) {
+				t.Errorf("error does not name %s: %v", srcRef, err)
+			}
+			if !strings.Contains(strings.ToLower(err.Error()), "unauthorized") {
+				t.Errorf("error does not say unauthorized: %v", err)
+			}
+			requireAbsent(t, target, creds)
+		})
+	}
+}
+
+func TestE2ERefusal(t *testing.T) {
+	reg := sharedRegistry(t)
+	src := e2eImage(t, "amd64", e2eLayer(t, eDir(".", 0o755), eFile("x", 0o644, []byte("x\n"))))
+	srcRef := ref(t, reg.host, "e2e/loop:v1-erofs")
+	pushImage(t, srcRef, src)
+	_, err := convertRef(context.Background(), t, srcRef.String(), "", convert.ImageOptions{}, oci.Remote{})
+	if !errors.Is(err, oci.ErrLoop) {
+		t.Errorf("err = %v, want oci.ErrLoop", err)
+	}
+	r, err := oci.ParseRef(srcRef.String(), false)
+	must(t, err)
+	if _, err := oci.DefaultTarget(r, "-erofs"); !errors.Is(err, oci.ErrLoop) {
+		t.Errorf("DefaultTarget(%s): err = %v, want oci.ErrLoop", r, err)
+	}
+	requireAbsent(t, ref(t, reg.host, "e2e/loop:v1-erofs-erofs"))
+	if !oci.HasSuffix(r, "-erofs") {
+		t.Errorf("HasSuffix(%s, -erofs) = false", r)
+	}
+}

@@ -1,0 +1,275 @@
+package oci_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/ocierofs/ocierofs/oci"
+)
+
+const hex64 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+func TestParseRef(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		kind oci.Kind
+		// name is the full registry reference (Kind Registry).
+		name string
+		// registry, repo, tag or digest of a registry reference.
+		registry, repo, id string
+		path, tag          string
+	}{
+		{in: "alpine", kind: oci.Registry, name: "index.docker.io/library/alpine:latest", registry: "index.docker.io", repo: "library/alpine", id: "latest"},
+		{in: "docker.io/library/alpine", kind: oci.Registry, name: "index.docker.io/library/alpine:latest", registry: "index.docker.io", repo: "library/alpine", id: "latest"},
+		{in: "user/app:1.2", kind: oci.Registry, name: "index.docker.io/user/app:1.2", registry: "index.docker.io", repo: "user/app", id: "1.2"},
+		{in: "host:5000/repo:tag", kind: oci.Registry, name: "host:5000/repo:tag", registry: "host:5000", repo: "repo", id: "tag"},
+		{in: "host:5000/a/b/c", kind: oci.Registry, name: "host:5000/a/b/c:latest", registry: "host:5000", repo: "a/b/c", id: "latest"},
+		{in: "repo@sha256:" + hex64, kind: oci.Registry, name: "index.docker.io/library/repo@sha256:" + hex64, registry: "index.docker.io", repo: "library/repo", id: "sha256:" + hex64},
+		{in: "127.0.0.1:5000/r@sha256:" + hex64, kind: oci.Registry, name: "127.0.0.1:5000/r@sha256:" + hex64, registry: "127.0.0.1:5000", repo: "r", id: "sha256:" + hex64},
+		{in: "oci:DIR", kind: oci.Layout, path: "DIR"},
+		{in: "oci:DIR:TAG", kind: oci.Layout, path: "DIR", tag: "TAG"},
+		{in: "oci:/abs/dir:v1.0", kind: oci.Layout, path: "/abs/dir", tag: "v1.0"},
+		{in: "oci:./rel/dir", kind: oci.Layout, path: "./rel/dir"},
+		// A colon in a directory name is not a tag separator.
+		{in: "oci:/a:b/dir", kind: oci.Layout, path: "/a:b/dir"},
+		{in: "oci:/a:b/dir:t", kind: oci.Layout, path: "/a:b/dir", tag: "t"},
+		{in: "docker-archive:FILE", kind: oci.DockerArchive, path: "FILE"},
+		{in: "docker-archive:/tmp/img.tar", kind: oci.DockerArchive, path: "/tmp/img.tar"},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			r, err := oci.ParseRef(tc.in, false)
+			if err != nil {
+				t.Fatalf("ParseRef(%q): %v", tc.in, err)
+			}
+			if r.Kind != tc.kind {
+				t.Fatalf("kind %v, want %v", r.Kind, tc.kind)
+			}
+			if tc.kind != oci.Registry {
+				if r.Path != tc.path || r.Tag != tc.tag || r.Name != nil {
+					t.Errorf("path %q tag %q name %v, want path %q tag %q", r.Path, r.Tag, r.Name, tc.path, tc.tag)
+				}
+				// String gives back what was parsed.
+				if r.String() != tc.in {
+					t.Errorf("String() = %q, want %q", r.String(), tc.in)
+				}
+				return
+			}
+			if r.Name == nil {
+				t.Fatal("no name")
+			}
+			if got := r.Name.Name(); got != tc.name {
+				t.Errorf("name %q, want %q", got, tc.name)
+			}
+			if got := r.Name.Context().RegistryStr(); got != tc.registry {
+				t.Errorf("registry %q, want %q", got, tc.registry)
+			}
+			if got := r.Name.Context().RepositoryStr(); got != tc.repo {
+				t.Errorf("repository %q, want %q", got, tc.repo)
+			}
+			if got := r.Name.Identifier(); got != tc.id {
+				t.Errorf("identifier %q, want %q", got, tc.id)
+			}
+			if r.String() == "" {
+				t.Errorf("empty String()")
+			}
+		})
+	}
+}
+
+func TestParseRefErrors(t *testing.T) {
+	for _, in := range []string{"", "oci:", "docker-archive:", "UPPER/case:tag", "repo@sha256:short", "host:5000/repo:bad tag"} {
+		r, err := oci.ParseRef(in, false)
+		if err == nil {
+			t.Errorf("ParseRef(%q) = %+v, want an error", in, r)
+			continue
+		}
+		if !strings.Contains(err.Error(), in) {
+			t.Errorf("ParseRef(%q): error does not name the reference: %v", in, err)
+		}
+	}
+}
+
+func TestParseRefInsecure(t *testing.T) {
+	for _, tc := range []struct {
+		in       string
+		insecure bool
+		scheme   string
+	}{
+		{"registry.example.com/r:t", false, "https"},
+		{"registry.example.com/r:t", true, "http"},
+		{"127.0.0.1:5000/r:t", false, "http"}, // loopback is plain HTTP anyway
+		{"localhost:5000/r:t", false, "http"},
+	} {
+		r, err := oci.ParseRef(tc.in, tc.insecure)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := r.Name.Context().Scheme(); got != tc.scheme {
+			t.Errorf("ParseRef(%q, %v): scheme %s, want %s", tc.in, tc.insecure, got, tc.scheme)
+		}
+	}
+}
+
+func TestDefaultTarget(t *testing.T) {
+	for _, tc := range []struct {
+		in, suffix, want string
+		loop             bool
+		fails            bool
+	}{
+		{in: "alpine", suffix: "-erofs", want: "index.docker.io/library/alpine:latest-erofs"},
+		{in: "host:5000/repo:tag", suffix: "-erofs", want: "host:5000/repo:tag-erofs"},
+		{in: "host:5000/repo", suffix: "-erofs", want: "host:5000/repo:latest-erofs"},
+		{in: "host:5000/repo:tag", suffix: "_ero", want: "host:5000/repo:tag_ero"},
+		{in: "host:5000/repo@sha256:" + hex64, suffix: "-erofs", want: "host:5000/repo:sha256-" + hex64 + "-erofs"},
+		{in: "oci:DIR", suffix: "-erofs", want: "oci:DIR:latest-erofs"},
+		{in: "oci:DIR:v1", suffix: "-erofs", want: "oci:DIR:v1-erofs"},
+		{in: "oci:/a:b/DIR:v1", suffix: "-erofs", want: "oci:/a:b/DIR:v1-erofs"},
+		// A converted source is refused: a mirror must not convert its output.
+		{in: "host:5000/repo:tag-erofs", suffix: "-erofs", loop: true},
+		{in: "oci:DIR:v1-erofs", suffix: "-erofs", loop: true},
+		{in: "oci:DIR:-erofs", suffix: "-erofs", loop: true},
+		// A docker-archive cannot be written: a target must be given.
+		{in: "docker-archive:FILE", suffix: "-erofs", fails: true},
+		{in: "host:5000/repo:tag", suffix: "", fails: true},
+	} {
+		t.Run(tc.in+" "+tc.suffix, func(t *testing.T) {
+			src, err := oci.ParseRef(tc.in, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := oci.DefaultTarget(src, tc.suffix)
+			switch {
+			case tc.loop:
+				if !errors.Is(err, oci.ErrLoop) {
+					t.Errorf("DefaultTarget(%s) = %v, %v; want oci.ErrLoop", src, got, err)
+				} else if !strings.Contains(err.Error(), tc.in) {
+					t.Errorf("the error does not name the source: %v", err)
+				}
+				return
+			case tc.fails:
+				if err == nil {
+					t.Errorf("DefaultTarget(%s, %q) = %v, want an error", src, tc.suffix, got)
+				} else if errors.Is(err, oci.ErrLoop) {
+					t.Errorf("DefaultTarget(%s, %q): %v is not a loop", src, tc.suffix, err)
+				}
+				return
+			case err != nil:
+				t.Fatalf("DefaultTarget(%s): %v", src, err)
+			}
+			s := got.String()
+			if got.Kind == oci.Registry {
+				s = got.Name.Name()
+			}
+			if s != tc.want {
+				t.Errorf("DefaultTarget(%s) = %s, want %s", src, s, tc.want)
+			}
+			if got.Kind != src.Kind {
+				t.Errorf("kind %v, source %v", got.Kind, src.Kind)
+			}
+			// The target of a source is never itself a source to convert.
+			if !oci.HasSuffix(got, tc.suffix) {
+				t.Errorf("HasSuffix(%s, %q) = false", got, tc.suffix)
+			}
+			if _, err := oci.DefaultTarget(got, tc.suffix); !errors.Is(err, oci.ErrLoop) {
+				t.Errorf("DefaultTarget(DefaultTarget(%s)) = %v, want oci.ErrLoop", src, err)
+			}
+			if got.Kind == oci.Registry {
+				// Docker tags are at most 128 characters.
+				if n := len(got.Name.Identifier()); n > 128 {
+					t.Errorf("tag of %d characters", n)
+				}
+				if got.Name.Context().Name() != src.Name.Context().Name() {
+					t.Errorf("repository %s, source %s", got.Name.Context(), src.Name.Context())
+				}
+			}
+		})
+	}
+}
+
+func TestHasSuffix(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want bool
+	}{
+		{"host:5000/repo:tag-erofs", true},
+		{"host:5000/repo:tag", false},
+		{"repo", false},
+		{"host:5000/erofs-repo-erofs:v1", false}, // the repository is not the tag
+		{"host:5000/repo@sha256:" + hex64, false},
+		{"oci:DIR:v1-erofs", true},
+		{"oci:DIR-erofs", false},
+		{"oci:DIR:v1", false},
+		{"docker-archive:FILE-erofs", false},
+	} {
+		r, err := oci.ParseRef(tc.in, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := oci.HasSuffix(r, "-erofs"); got != tc.want {
+			t.Errorf("HasSuffix(%s, -erofs) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}
+
+// A docker-archive's images are named by their repo tags ("repo:tag", as
+// in `docker save` and skopeo's docker-archive:PATH:REFERENCE).
+func TestDockerArchiveTag(t *testing.T) {
+	t.Skip("BUG (open): docker-archive:FILE:repo:tag splits at the last colon; see the closing note")
+	dir := t.TempDir()
+	img, err := random.Image(512, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := random.Image(256, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	archive := filepath.Join(dir, "two.tar")
+	a := name.MustParseReference("example.com/e2e/a:v1").(name.Tag)
+	b := name.MustParseReference("example.com/e2e/b:v2").(name.Tag)
+	if err := tarball.MultiRefWriteToFile(archive, map[name.Reference]v1.Image{a: img, b: other}); err != nil {
+		t.Fatal(err)
+	}
+	wantA, _ := img.Digest()
+	wantB, _ := other.Digest()
+	for _, tc := range []struct {
+		name, ref, want string
+	}{
+		{"a:v1", "docker-archive:" + archive + ":example.com/e2e/a:v1", wantA.String()},
+		{"b:v2", "docker-archive:" + archive + ":example.com/e2e/b:v2", wantB.String()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := oci.ParseRef(tc.ref, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Path != archive {
+				t.Errorf("BUG oci.ParseRef(%q): path %q tag %q, want path %q and the repo tag after it "+
+					"(splitPathTag splits at the last colon, inside the repo tag)", tc.ref, r.Path, r.Tag, archive)
+			}
+			art, err := oci.Get(context.Background(), r, oci.Remote{})
+			if err != nil {
+				t.Fatalf("oci.Get(%s): %v", tc.ref, err)
+			}
+			if got := art.Descriptor.Digest.String(); got != tc.want {
+				t.Errorf("got image %s, want %s", got, tc.want)
+			}
+		})
+	}
+	// Without a tag, an archive of two images cannot choose.
+	r, err := oci.ParseRef("docker-archive:"+archive, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := oci.Get(context.Background(), r, oci.Remote{}); err == nil {
+		t.Errorf("oci.Get(%s) chose one of two images", r)
+	}
+}
