@@ -117,18 +117,13 @@ func (c *Converter) Image(ctx context.Context, src v1.Image, srcDesc v1.Descript
 	if err != nil {
 		return nil, nil, fmt.Errorf("manifest %s: %w", srcDesc.Digest, err)
 	}
-	rawCfg, err := src.RawConfigFile()
-	for attempt := 1; err != nil && oci.Transient(err) && attempt <= 3; attempt++ {
-		// A download that broke midway: fetch the config again.
-		time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
-		rawCfg, err = src.RawConfigFile()
-	}
+	rawCfg, err := readConfig(ctx, src, m.Config)
 	if err != nil {
 		return nil, nil, fmt.Errorf("config of %s: %w", srcDesc.Digest, err)
 	}
-	cfg, err := src.ConfigFile()
+	cfg, err := v1.ParseConfigFile(bytes.NewReader(rawCfg))
 	if err != nil {
-		return nil, nil, fmt.Errorf("config of %s: %w", srcDesc.Digest, err)
+		return nil, nil, fmt.Errorf("config %s of %s: %w", m.Config.Digest, srcDesc.Digest, err)
 	}
 	if len(cfg.RootFS.DiffIDs) != len(m.Layers) {
 		return nil, nil, fmt.Errorf("image %s: %d layers but %d diff_ids", srcDesc.Digest, len(m.Layers), len(cfg.RootFS.DiffIDs))
@@ -142,7 +137,8 @@ func (c *Converter) Image(ctx context.Context, src v1.Image, srcDesc v1.Descript
 		if err != nil {
 			return nil, nil, fmt.Errorf("layer %s: %w", d.Digest, err)
 		}
-		jobs[i] = c.job(ctx, strings.Join(chain, ","), d, l, append([]*dirOps(nil), lowerOps...))
+		ls := layerSource{desc: d, layer: l, diffID: cfg.RootFS.DiffIDs[i], lower: append([]*dirOps(nil), lowerOps...)}
+		jobs[i] = c.job(ctx, strings.Join(chain, ","), ls)
 		lowerOps = append(lowerOps, jobs[i].ops)
 	}
 	rep := &ImageReport{Source: srcDesc.Digest.String()}
@@ -214,6 +210,53 @@ func (c *Converter) Image(ctx context.Context, src v1.Image, srcDesc v1.Descript
 	return img, rep, nil
 }
 
+// readConfig returns the raw config blob of src, checked against its
+// descriptor. go-containerregistry's remote image keeps whatever a broken
+// download left behind, so a config that does not match its digest is
+// fetched again as a blob, with retries, before giving up.
+func readConfig(ctx context.Context, src v1.Image, d v1.Descriptor) ([]byte, error) {
+	raw, err := src.RawConfigFile()
+	if err == nil && matches(raw, d.Digest) {
+		return raw, nil
+	}
+	for attempt := 1; attempt <= 4; attempt++ {
+		if err != nil && !oci.Transient(err) && attempt > 1 {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Duration(attempt-1) * 200 * time.Millisecond):
+		}
+		raw, err = readBlob(src, d.Digest)
+		if err == nil {
+			if matches(raw, d.Digest) {
+				return raw, nil
+			}
+			err = fmt.Errorf("config %s: content does not match its digest", d.Digest)
+		}
+	}
+	return nil, err
+}
+
+func readBlob(src v1.Image, h v1.Hash) ([]byte, error) {
+	l, err := src.LayerByDigest(h)
+	if err != nil {
+		return nil, err
+	}
+	rc, err := l.Compressed()
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	return io.ReadAll(rc)
+}
+
+func matches(b []byte, h v1.Hash) bool {
+	got, _, err := v1.SHA256(bytes.NewReader(b))
+	return err == nil && got == h
+}
+
 // editConfig sets rootfs.diff_ids and adds "erofs" to os.features, keeping
 // every other field of the source config as it was (numbers included).
 func editConfig(raw []byte, diffIDs []string) ([]byte, error) {
@@ -244,7 +287,17 @@ func editConfig(raw []byte, diffIDs []string) ([]byte, error) {
 }
 
 // job returns the (possibly shared) conversion of one layer, starting it.
-func (c *Converter) job(ctx context.Context, key string, d v1.Descriptor, l v1.Layer, lower []*dirOps) *layerJob {
+// layerSource is one source layer as the converter sees it: its
+// descriptor, its content, the diff_id the config gives it, and the
+// directory records of the layers below it.
+type layerSource struct {
+	desc   v1.Descriptor
+	layer  v1.Layer
+	diffID v1.Hash
+	lower  []*dirOps
+}
+
+func (c *Converter) job(ctx context.Context, key string, src layerSource) *layerJob {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if j := c.jobs[key]; j != nil {
@@ -266,18 +319,19 @@ func (c *Converter) job(ctx context.Context, key string, d v1.Descriptor, l v1.L
 		defer func() { <-c.sem }()
 		defer close(j.done)
 		defer j.ops.finish(false)
-		j.err = c.convertLayer(ctx, j, d, l, lower)
+		j.err = c.convertLayer(ctx, j, src)
 	}()
 	return j
 }
 
 // convertLayer converts or passes through one layer, retrying a download
 // that broke.
-func (c *Converter) convertLayer(ctx context.Context, j *layerJob, d v1.Descriptor, l v1.Layer, lower []*dirOps) error {
+func (c *Converter) convertLayer(ctx context.Context, j *layerJob, src layerSource) error {
+	d := src.desc
 	j.report = LayerReport{Source: d.Digest.String(), SourceSize: d.Size, MediaType: string(d.MediaType)}
 	switch {
 	case IsEROFS(d.MediaType), isNondistributable(d.MediaType):
-		j.layer = l
+		j.layer = src.layer
 		j.report.Passthrough = true
 		j.report.Digest = d.Digest.String()
 		j.report.Size = d.Size
@@ -291,7 +345,7 @@ func (c *Converter) convertLayer(ctx context.Context, j *layerJob, d v1.Descript
 	var fl *fileLayer
 	var err error
 	for attempt := 1; ; attempt++ {
-		fl, err = c.buildLayer(ctx, j, d, l, lower)
+		fl, err = c.buildLayer(ctx, j, src)
 		if err == nil || attempt == 4 || !errors.As(err, new(*downloadError)) {
 			break
 		}
@@ -345,8 +399,9 @@ func (w *watchReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (c *Converter) buildLayer(ctx context.Context, j *layerJob, d v1.Descriptor, l v1.Layer, lower []*dirOps) (*fileLayer, error) {
-	rc, err := l.Compressed()
+func (c *Converter) buildLayer(ctx context.Context, j *layerJob, src layerSource) (*fileLayer, error) {
+	d, lower := src.desc, src.lower
+	rc, err := src.layer.Compressed()
 	if err != nil {
 		if oci.Transient(err) {
 			return nil, &downloadError{err}
@@ -354,7 +409,7 @@ func (c *Converter) buildLayer(ctx context.Context, j *layerJob, d v1.Descriptor
 		return nil, fmt.Errorf("download: %w", err)
 	}
 	defer rc.Close()
-	src := &watchReader{r: rc}
+	in := &watchReader{r: rc}
 	raw := filepath.Join(c.tmp, d.Digest.Hex+"-"+fmt.Sprint(len(lower))+".erofs")
 	f, err := os.Create(raw)
 	if err != nil {
@@ -364,14 +419,17 @@ func (c *Converter) buildLayer(ctx context.Context, j *layerJob, d v1.Descriptor
 	opt.Erofs.TempDir = c.tmp
 	ld := &lowerDirs{ctx: ctx, layers: lower, states: map[int]*dirTree{}}
 	opt.Erofs.ImpliedDir = ld.impliedFor(len(lower))
-	res, err := buildTar(f, src, opt, j.ops)
+	res, err := buildTar(f, in, opt, j.ops)
+	if err == nil {
+		err = checkSource(in, res, src)
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		os.Remove(raw)
-		if src.err != nil && oci.Transient(src.err) {
-			return nil, &downloadError{fmt.Errorf("%w (stream error: %v)", err, src.err)}
+		if in.err != nil && oci.Transient(in.err) {
+			return nil, &downloadError{fmt.Errorf("%w (stream error: %v)", err, in.err)}
 		}
 		return nil, err
 	}
@@ -398,6 +456,19 @@ func (c *Converter) buildLayer(ctx context.Context, j *layerJob, d v1.Descriptor
 		}
 	}
 	return fl, nil
+}
+
+// checkSource reads the source blob to its end (so that its digest is
+// verified: go-containerregistry checks it at EOF) and compares the tar's
+// digest with the diff_id the config gives the layer.
+func checkSource(in io.Reader, res *Result, src layerSource) error {
+	if _, err := io.Copy(io.Discard, in); err != nil {
+		return fmt.Errorf("after the end of the layer data: %w", err)
+	}
+	if res.DiffID != src.diffID.String() {
+		return fmt.Errorf("the uncompressed tar is %s, but the config gives diff_id %s", res.DiffID, src.diffID)
+	}
+	return nil
 }
 
 func isTarLayer(mt types.MediaType) bool {

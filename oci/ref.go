@@ -10,6 +10,7 @@ package oci
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -47,7 +48,7 @@ func ParseRef(s string, insecure bool) (Ref, error) {
 		}
 		return Ref{Kind: Layout, Path: p, Tag: tag}, nil
 	case strings.HasPrefix(s, "docker-archive:"):
-		p, tag := splitPathTag(s[len("docker-archive:"):])
+		p, tag := splitArchiveRef(s[len("docker-archive:"):])
 		if p == "" {
 			return Ref{}, fmt.Errorf("reference %q: empty archive path", s)
 		}
@@ -72,6 +73,28 @@ func splitPathTag(s string) (string, string) {
 		return s, ""
 	}
 	return s[:i], s[i+1:]
+}
+
+// splitArchiveRef splits "FILE[:REPO:TAG]" as skopeo does: the image name
+// after the file is a docker reference, which has colons of its own. The
+// file is the shortest prefix that exists as a file; when none does (the
+// error comes when it is opened), the first colon separates them.
+func splitArchiveRef(s string) (string, string) {
+	for i := 0; i < len(s); i++ {
+		if s[i] != ':' {
+			continue
+		}
+		if st, err := os.Stat(s[:i]); err == nil && !st.IsDir() {
+			return s[:i], s[i+1:]
+		}
+	}
+	if _, err := os.Stat(s); err == nil {
+		return s, ""
+	}
+	if p, tag, ok := strings.Cut(s, ":"); ok {
+		return p, tag
+	}
+	return s, ""
 }
 
 func (r Ref) String() string {

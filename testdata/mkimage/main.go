@@ -16,6 +16,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"fmt"
+	"io"
 	"log"
 	"os"
 	"os/exec"
@@ -27,7 +28,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
@@ -140,9 +141,16 @@ func main() {
 	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
 	for i, l := range [][]entry{base, layer2, layer3} {
 		blob := layerTar(l)
-		var err error
+		// LayerFromOpener keeps the gzip blob as it is and takes the
+		// diff_id from the uncompressed tar, as the config must.
+		layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+			return io.NopCloser(bytes.NewReader(blob)), nil
+		}, tarball.WithMediaType(types.OCILayer))
+		if err != nil {
+			log.Fatal(err)
+		}
 		img, err = mutate.Append(img, mutate.Addendum{
-			Layer:   static.NewLayer(blob, types.OCILayer),
+			Layer:   layer,
 			History: v1.History{Created: v1.Time{Time: mtime}, CreatedBy: fmt.Sprintf("mkimage layer %d", i+1)},
 		})
 		if err != nil {
