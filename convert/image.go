@@ -37,6 +37,9 @@ type ImageOptions struct {
 	// NoIndexOSFeatures leaves platform.os.features out of index entries
 	// (some registries reject it); the config still carries "erofs".
 	NoIndexOSFeatures bool
+	// Flatten merges all layers into one EROFS layer (whiteouts applied;
+	// files hidden by upper layers are not written).
+	Flatten bool
 	// Referrer sets each converted manifest's subject to its source.
 	Referrer bool
 	// Platforms selects the manifests of an index; nil means all.
@@ -128,9 +131,10 @@ func (c *Converter) Image(ctx context.Context, src v1.Image, srcDesc v1.Descript
 	if len(cfg.RootFS.DiffIDs) != len(m.Layers) {
 		return nil, nil, fmt.Errorf("image %s: %d layers but %d diff_ids", srcDesc.Digest, len(m.Layers), len(cfg.RootFS.DiffIDs))
 	}
-	jobs := make([]*layerJob, len(m.Layers))
+	var jobs []*layerJob
 	var chain []string
 	var lowerOps []*dirOps
+	var srcs []layerSource
 	for i, d := range m.Layers {
 		chain = append(chain, d.Digest.String())
 		l, err := src.LayerByDigest(d.Digest)
@@ -138,8 +142,19 @@ func (c *Converter) Image(ctx context.Context, src v1.Image, srcDesc v1.Descript
 			return nil, nil, fmt.Errorf("layer %s: %w", d.Digest, err)
 		}
 		ls := layerSource{desc: d, layer: l, diffID: cfg.RootFS.DiffIDs[i], lower: append([]*dirOps(nil), lowerOps...)}
-		jobs[i] = c.job(ctx, strings.Join(chain, ","), ls)
-		lowerOps = append(lowerOps, jobs[i].ops)
+		srcs = append(srcs, ls)
+		if c.opt.Flatten {
+			continue
+		}
+		j := c.job(ctx, strings.Join(chain, ","), func(j *layerJob) error { return c.convertLayer(ctx, j, ls) })
+		jobs = append(jobs, j)
+		lowerOps = append(lowerOps, j.ops)
+	}
+	if c.opt.Flatten {
+		if len(srcs) == 0 {
+			return nil, nil, fmt.Errorf("image %s: no layers to flatten", srcDesc.Digest)
+		}
+		jobs = append(jobs, c.job(ctx, "flat:"+strings.Join(chain, ","), func(j *layerJob) error { return c.flattenLayers(ctx, j, srcs) }))
 	}
 	rep := &ImageReport{Source: srcDesc.Digest.String()}
 	out := &outImage{layers: map[v1.Hash]partial.CompressedLayer{}}
@@ -171,10 +186,14 @@ func (c *Converter) Image(ctx context.Context, src v1.Image, srcDesc v1.Descript
 		}
 		fl := j.layer.(*fileLayer)
 		ann := map[string]string{}
-		for k, v := range m.Layers[i].Annotations {
-			ann[k] = v
+		if c.opt.Flatten {
+			ann[AnnotationSourceLayer] = strings.Join(chain, ",")
+		} else {
+			for k, v := range m.Layers[i].Annotations {
+				ann[k] = v
+			}
+			ann[AnnotationSourceLayer] = m.Layers[i].Digest.String()
 		}
-		ann[AnnotationSourceLayer] = m.Layers[i].Digest.String()
 		if c.opt.SpecMediaTypes {
 			ann[AnnotationUncompressed] = fl.diffID.String()
 		}
@@ -182,7 +201,12 @@ func (c *Converter) Image(ctx context.Context, src v1.Image, srcDesc v1.Descript
 		out.layers[fl.digest] = fl
 		diffIDs = append(diffIDs, fl.diffID.String())
 	}
-	newCfg, err := editConfig(rawCfg, diffIDs)
+	var history []v1.History
+	if c.opt.Flatten {
+		history = []v1.History{{Created: cfg.Created, CreatedBy: "ocierofs convert --flatten",
+			Comment: fmt.Sprintf("%d layers of %s merged", len(m.Layers), srcDesc.Digest)}}
+	}
+	newCfg, err := editConfig(rawCfg, diffIDs, history)
 	if err != nil {
 		return nil, nil, fmt.Errorf("config of %s: %w", srcDesc.Digest, err)
 	}
@@ -258,8 +282,10 @@ func matches(b []byte, h v1.Hash) bool {
 }
 
 // editConfig sets rootfs.diff_ids and adds "erofs" to os.features, keeping
-// every other field of the source config as it was (numbers included).
-func editConfig(raw []byte, diffIDs []string) ([]byte, error) {
+// every other field of the source config as it was (numbers included);
+// history, if not nil, replaces the history (a flattened image has one
+// layer).
+func editConfig(raw []byte, diffIDs []string, history []v1.History) ([]byte, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	var cfg map[string]any
@@ -283,10 +309,12 @@ func editConfig(raw []byte, diffIDs []string) ([]byte, error) {
 		feats = append(feats, "erofs")
 	}
 	cfg["os.features"] = feats
+	if history != nil {
+		cfg["history"] = history
+	}
 	return json.Marshal(cfg)
 }
 
-// job returns the (possibly shared) conversion of one layer, starting it.
 // layerSource is one source layer as the converter sees it: its
 // descriptor, its content, the diff_id the config gives it, and the
 // directory records of the layers below it.
@@ -295,9 +323,14 @@ type layerSource struct {
 	layer  v1.Layer
 	diffID v1.Hash
 	lower  []*dirOps
+	// scan reads the layer only for its directories (the cache needs
+	// them for the layers above); no image is kept.
+	scan bool
 }
 
-func (c *Converter) job(ctx context.Context, key string, src layerSource) *layerJob {
+// job returns the (possibly shared) conversion of one layer, starting it
+// with run unless a job of that key exists.
+func (c *Converter) job(ctx context.Context, key string, run func(*layerJob) error) *layerJob {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if j := c.jobs[key]; j != nil {
@@ -319,7 +352,7 @@ func (c *Converter) job(ctx context.Context, key string, src layerSource) *layer
 		defer func() { <-c.sem }()
 		defer close(j.done)
 		defer j.ops.finish(false)
-		j.err = c.convertLayer(ctx, j, src)
+		j.err = run(j)
 	}()
 	return j
 }
@@ -360,15 +393,25 @@ func (c *Converter) convertLayer(ctx context.Context, j *layerJob, src layerSour
 	if err != nil {
 		return fmt.Errorf("layer %s: %w", d.Digest, err)
 	}
+	if src.scan {
+		c.logf("layer %s: read for the layers above it in %.2fs", short(d.Digest), time.Since(start).Seconds())
+		return nil
+	}
 	fl.convertSeconds = time.Since(start).Seconds()
 	c.logf("layer %s: converted in %.2fs (%d → %d bytes, %d entries)", short(d.Digest), fl.convertSeconds, d.Size, fl.size, fl.entries)
+	return c.publish(ctx, j, fl)
+}
+
+// publish uploads a converted layer (if the target is a registry) and
+// fills in the job's report.
+func (c *Converter) publish(ctx context.Context, j *layerJob, fl *fileLayer) error {
 	if c.opt.Publish != nil {
 		t := time.Now()
 		if err := c.opt.Publish(ctx, fl); err != nil {
 			return fmt.Errorf("layer %s: upload: %w", fl.digest, err)
 		}
 		fl.uploadSeconds = time.Since(t).Seconds()
-		c.logf("layer %s: uploaded %s in %.2fs", short(d.Digest), short(fl.digest), fl.uploadSeconds)
+		c.logf("layer %s: uploaded %s in %.2fs", short(fl.sourceDigest), short(fl.digest), fl.uploadSeconds)
 	}
 	j.layer = fl
 	j.report.Digest, j.report.DiffID = fl.digest.String(), fl.diffID.String()
@@ -411,9 +454,14 @@ func (c *Converter) buildLayer(ctx context.Context, j *layerJob, src layerSource
 	defer rc.Close()
 	in := &watchReader{r: rc}
 	raw := filepath.Join(c.tmp, d.Digest.Hex+"-"+fmt.Sprint(len(lower))+".erofs")
-	f, err := os.Create(raw)
-	if err != nil {
-		return nil, err
+	var f interface {
+		io.WriterAt
+		Close() error
+	} = discard{}
+	if !src.scan {
+		if f, err = os.Create(raw); err != nil {
+			return nil, err
+		}
 	}
 	opt := c.opt.Layer
 	opt.Erofs.TempDir = c.tmp
@@ -433,7 +481,17 @@ func (c *Converter) buildLayer(ctx context.Context, j *layerJob, src layerSource
 		}
 		return nil, err
 	}
-	fl := &fileLayer{raw: raw, blob: raw, sourceDigest: d.Digest, entries: res.Entries, warnings: res.Warnings}
+	if src.scan {
+		return &fileLayer{}, nil
+	}
+	return c.fileLayer(raw, d.Digest, res.Entries, res.Warnings)
+}
+
+// fileLayer makes the layer to publish of the EROFS image in raw: hashed,
+// wrapped in zstd if asked, with its media type.
+func (c *Converter) fileLayer(raw string, source v1.Hash, entries int, warnings []string) (*fileLayer, error) {
+	var err error
+	fl := &fileLayer{raw: raw, blob: raw, sourceDigest: source, entries: entries, warnings: warnings}
 	if fl.diffID, fl.rawSize, err = hashFile(raw); err != nil {
 		return nil, err
 	}
@@ -457,6 +515,12 @@ func (c *Converter) buildLayer(ctx context.Context, j *layerJob, src layerSource
 	}
 	return fl, nil
 }
+
+// discard is the output of a scan.
+type discard struct{}
+
+func (discard) WriteAt(p []byte, _ int64) (int, error) { return len(p), nil }
+func (discard) Close() error                           { return nil }
 
 // checkSource reads the source blob to its end (so that its digest is
 // verified: go-containerregistry checks it at EOF) and compares the tar's
@@ -528,18 +592,9 @@ func (c *Converter) Index(ctx context.Context, src v1.ImageIndex, srcDesc v1.Des
 		rep *ImageReport
 		err error
 	}
-	var sel []v1.Descriptor
-	for _, d := range im.Manifests {
-		if d.MediaType.IsIndex() || d.Platform == nil || d.Platform.OS == "unknown" {
-			c.logf("index %s: skipping %s (%s)", short(srcDesc.Digest), short(d.Digest), platformString(d.Platform))
-			continue
-		}
-		if c.selected(*d.Platform) {
-			sel = append(sel, d)
-		}
-	}
-	if len(sel) == 0 {
-		return nil, nil, fmt.Errorf("index %s: no manifest matches the selected platforms", srcDesc.Digest)
+	sel, err := c.platformManifests(src, srcDesc)
+	if err != nil {
+		return nil, nil, err
 	}
 	results := make([]result, len(sel))
 	var wg sync.WaitGroup
@@ -593,6 +648,30 @@ func (c *Converter) Index(ctx context.Context, src v1.ImageIndex, srcDesc v1.Des
 	}
 	rep.Digest = dg.String()
 	return idx, rep, nil
+}
+
+// platformManifests lists the image manifests of an index that the
+// selected platforms take; nested indexes and attestations
+// (platform unknown/unknown) are left out.
+func (c *Converter) platformManifests(src v1.ImageIndex, srcDesc v1.Descriptor) ([]v1.Descriptor, error) {
+	im, err := src.IndexManifest()
+	if err != nil {
+		return nil, fmt.Errorf("index %s: %w", srcDesc.Digest, err)
+	}
+	var sel []v1.Descriptor
+	for _, d := range im.Manifests {
+		if d.MediaType.IsIndex() || d.Platform == nil || d.Platform.OS == "unknown" {
+			c.logf("index %s: skipping %s (%s)", short(srcDesc.Digest), short(d.Digest), platformString(d.Platform))
+			continue
+		}
+		if c.selected(*d.Platform) {
+			sel = append(sel, d)
+		}
+	}
+	if len(sel) == 0 {
+		return nil, fmt.Errorf("index %s: no manifest matches the selected platforms", srcDesc.Digest)
+	}
+	return sel, nil
 }
 
 func (c *Converter) selected(p v1.Platform) bool {

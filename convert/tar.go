@@ -34,6 +34,10 @@ type tarLayer struct {
 	ops      *dirOps // what this layer does to directories, for the layers above
 	warnings []string
 	entries  int
+	// flat, when set, merges this layer into an image of all layers, read
+	// top-down; rank is the layer's place from the top (0).
+	flat *flattener
+	rank int
 }
 
 // addTar reads an uncompressed tar stream to its end, adding every entry.
@@ -64,6 +68,9 @@ func (l *tarLayer) addTar(r io.Reader) (hash.Hash, error) {
 	if _, err := io.Copy(io.Discard, cr); err != nil {
 		return nil, fmt.Errorf("tar: after the end of archive, at offset %d: %w", cr.n, err)
 	}
+	if l.flat != nil {
+		return h, nil // a flattened image keeps no whiteout markers
+	}
 	for _, x := range l.wt.DirXattrs(l.b.IsWhiteout) {
 		if ok, isDir := l.b.Lookup(x.Dir); ok && isDir {
 			if err := l.b.SetXattr(x.Dir, x.Name, x.Value); err != nil {
@@ -79,10 +86,12 @@ func (l *tarLayer) addEntry(hdr *tar.Header, data io.Reader) error {
 	if err != nil {
 		return err
 	}
-	e := erofs.Entry{Path: p}
 	kind, target, err := l.wt.Classify(p)
 	if err != nil {
 		return err
+	}
+	if l.flat != nil {
+		return l.addFlat(hdr, p, kind, target, data)
 	}
 	switch kind {
 	case whiteout.Drop:
@@ -92,18 +101,37 @@ func (l *tarLayer) addEntry(hdr *tar.Header, data io.Reader) error {
 		// after the last entry, so a later entry for it cannot drop it.
 		l.ops.add(opOpaque, target, nil)
 		return l.b.SetXattr(target, whiteout.OpaqueXattr, []byte("y"))
-	}
-	if err := l.headerMeta(hdr, &e); err != nil {
-		return err
-	}
-	if kind == whiteout.Whiteout {
+	case whiteout.Whiteout:
+		e := erofs.Entry{Path: target}
+		if err := l.headerMeta(hdr, &e); err != nil {
+			return err
+		}
 		l.entries++
 		l.ops.add(opWhiteout, target, nil)
-		e.Path = target
 		e.Mode = erofs.S_IFCHR | e.Mode&0o7777
 		// A whiteout is a marker: the .wh. entry's xattrs do not carry over.
-		e.Devmajor, e.Devminor, e.Size, e.Linkname, e.HardLink, e.Xattrs = 0, 0, 0, "", "", nil
+		e.Xattrs = nil
 		return l.b.Add(e, nil)
+	}
+	e, ok, err := l.entryOf(hdr, p)
+	if err != nil || !ok {
+		return err
+	}
+	l.entries++
+	if e.IsDir() {
+		l.ops.add(opDir, e.Path, &e)
+	} else {
+		l.ops.add(opNonDir, e.Path, nil)
+	}
+	return l.b.Add(e, data)
+}
+
+// entryOf translates a tar header for the builder; ok is false for headers
+// that are no file (pax global headers, volume labels).
+func (l *tarLayer) entryOf(hdr *tar.Header, p string) (e erofs.Entry, ok bool, err error) {
+	e.Path = p
+	if err := l.headerMeta(hdr, &e); err != nil {
+		return e, false, err
 	}
 	switch hdr.Typeflag {
 	case tar.TypeReg, tar.TypeRegA, tar.TypeGNUSparse, tar.TypeCont:
@@ -118,11 +146,11 @@ func (l *tarLayer) addEntry(hdr *tar.Header, data io.Reader) error {
 	case tar.TypeLink:
 		lp, err := erofs.CleanPath(hdr.Linkname)
 		if err != nil {
-			return fmt.Errorf("hard link target %q: %w", hdr.Linkname, err)
+			return e, false, fmt.Errorf("hard link target %q: %w", hdr.Linkname, err)
 		}
 		e.HardLink = lp
 		if lp == "" {
-			return errors.New("hard link to the root")
+			return e, false, errors.New("hard link to the root")
 		}
 	case tar.TypeChar:
 		e.Mode |= erofs.S_IFCHR
@@ -131,23 +159,17 @@ func (l *tarLayer) addEntry(hdr *tar.Header, data io.Reader) error {
 	case tar.TypeFifo:
 		e.Mode |= erofs.S_IFIFO
 	case tar.TypeXGlobalHeader, 'V': // pax global header, GNU volume label
-		return nil
+		return e, false, nil
 	default:
-		return fmt.Errorf("unsupported tar entry type %q", hdr.Typeflag)
+		return e, false, fmt.Errorf("unsupported tar entry type %q", hdr.Typeflag)
 	}
 	if hdr.Typeflag == tar.TypeChar || hdr.Typeflag == tar.TypeBlock {
 		if hdr.Devmajor < 0 || hdr.Devminor < 0 || hdr.Devmajor > 0xFFF || hdr.Devminor > 0xFFFFF {
-			return fmt.Errorf("device %d:%d out of range", hdr.Devmajor, hdr.Devminor)
+			return e, false, fmt.Errorf("device %d:%d out of range", hdr.Devmajor, hdr.Devminor)
 		}
 		e.Devmajor, e.Devminor = uint32(hdr.Devmajor), uint32(hdr.Devminor)
 	}
-	l.entries++
-	if e.IsDir() {
-		l.ops.add(opDir, e.Path, &e)
-	} else {
-		l.ops.add(opNonDir, e.Path, nil)
-	}
-	return l.b.Add(e, data)
+	return e, true, nil
 }
 
 // headerMeta copies ownership, mode bits, time and xattrs. An xattr that

@@ -284,6 +284,20 @@ func (b *Builder) SetXattr(p, name string, value []byte) error {
 	return nil
 }
 
+// MkdirAll makes p and its missing parents implied directories: they
+// exist, and take their metadata from a later Add or, at Finish, from
+// Options.ImpliedDir.
+func (b *Builder) MkdirAll(p string) error {
+	cp, err := CleanPath(p)
+	if err != nil {
+		return fmt.Errorf("erofs: directory %q: %w", p, err)
+	}
+	if _, err := b.mkdirAll(cp); err != nil {
+		return fmt.Errorf("erofs: directory %q: %w", p, err)
+	}
+	return nil
+}
+
 // Lookup reports whether p exists in the tree and whether it is a directory.
 func (b *Builder) Lookup(p string) (exists, isDir bool) {
 	cp, err := CleanPath(p)
@@ -369,7 +383,13 @@ func (b *Builder) resolveImplied(p string, ino *inode) error {
 	if err != nil {
 		return fmt.Errorf("implied directory %q: %w", p, err)
 	}
+	// Xattrs set on the implied directory itself (an overlayfs opaque
+	// marker of this layer) stay, on top of what the metadata brings.
+	own := ino.xattrs
 	*ino = *got
+	for _, x := range own {
+		ino.xattrs = setXattr(ino.xattrs, x)
+	}
 	return nil
 }
 

@@ -30,7 +30,7 @@ var convertCommand = &cli.Command{
 		"with the tag plus --suffix. Layers become application/vnd.erofs.layer.v1; the\n" +
 		"config gets os.features [\"erofs\"] and the new diff_ids. Nothing is tagged until\n" +
 		"every layer is converted and uploaded.",
-	Flags: append(erofsFlags(), remoteFlags()...),
+	Flags: slices.Concat(erofsFlags(), sourceFlags(), convertFlags()),
 	Action: func(c *cli.Context) error {
 		if c.NArg() < 1 || c.NArg() > 2 {
 			return fmt.Errorf("convert: want SOURCE [TARGET]")
@@ -41,15 +41,23 @@ var convertCommand = &cli.Command{
 	},
 }
 
-func remoteFlags() []cli.Flag {
+// convertFlags are the flags of convert only.
+func convertFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "suffix", Value: "-erofs", Usage: "tag suffix of the default target; a source whose tag has it is refused"},
-		&cli.StringFlag{Name: "platform", Usage: "platforms of an index to convert: all, or a list like linux/amd64,linux/arm64/v8", Value: "all"},
 		&cli.StringFlag{Name: "layer-compression", Value: "none", Usage: "none, or zstd to wrap each EROFS layer in zstd (…layer.v1+zstd)"},
 		&cli.StringFlag{Name: "media-type", Value: "containerd", Usage: "containerd (application/vnd.erofs.layer.v1) or spec (the draft EROFS image spec's application/vnd.erofs)"},
-		&cli.IntFlag{Name: "jobs", Aliases: []string{"j"}, Value: runtime.NumCPU(), Usage: "layers converted at once"},
+		&cli.BoolFlag{Name: "flatten", Usage: "one EROFS layer holding the merged filesystem of all layers"},
 		&cli.BoolFlag{Name: "no-index-os-features", Usage: "leave platform.os.features out of index entries"},
 		&cli.BoolFlag{Name: "referrer", Usage: "set each converted manifest's subject to its source manifest"},
+	}
+}
+
+// sourceFlags are the flags of every command that reads images.
+func sourceFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "platform", Usage: "platforms of an index to convert: all, or a list like linux/amd64,linux/arm64/v8", Value: "all"},
+		&cli.IntFlag{Name: "jobs", Aliases: []string{"j"}, Value: runtime.NumCPU(), Usage: "layers converted at once"},
 		&cli.StringFlag{Name: "username", EnvVars: []string{"OCIEROFS_USERNAME"}, Usage: "registry user (default: docker's config.json and credential helpers)"},
 		&cli.StringFlag{Name: "password", EnvVars: []string{"OCIEROFS_PASSWORD"}, Usage: "registry password"},
 		&cli.BoolFlag{Name: "plain-http", Usage: "allow plain HTTP registries"},
@@ -57,6 +65,32 @@ func remoteFlags() []cli.Flag {
 		&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "text", Usage: "text or json (target, digests, sizes, per-layer timings on stdout)"},
 		&cli.StringFlag{Name: "tmpdir", Usage: "where converted layers wait to be published (default $TMPDIR)"},
 	}
+}
+
+// imageOptions reads the flags shared by convert and cache.
+func imageOptions(c *cli.Context) (convert.ImageOptions, oci.Remote, error) {
+	rem := oci.Remote{Username: c.String("username"), Password: c.String("password"), Insecure: c.Bool("insecure")}
+	lopt, err := layerOptions(c)
+	if err != nil {
+		return convert.ImageOptions{}, rem, err
+	}
+	opt := convert.ImageOptions{Layer: lopt, Jobs: c.Int("jobs"), TempDir: c.String("tmpdir")}
+	if p := c.String("platform"); p != "all" && p != "" {
+		for _, s := range strings.Split(p, ",") {
+			pl, err := v1.ParsePlatform(strings.TrimSpace(s))
+			if err != nil {
+				return opt, rem, fmt.Errorf("--platform %q: %w", s, err)
+			}
+			opt.Platforms = append(opt.Platforms, *pl)
+		}
+	}
+	if o := c.String("output"); o != "json" && o != "text" {
+		return opt, rem, fmt.Errorf("--output %q: want text or json", o)
+	}
+	if !c.Bool("quiet") {
+		opt.Log = func(s string) { fmt.Fprintf(os.Stderr, "%s %s\n", time.Now().Format("15:04:05"), s) }
+	}
+	return opt, rem, nil
 }
 
 type convertReport struct {
@@ -70,7 +104,7 @@ type convertReport struct {
 
 func runConvert(ctx context.Context, c *cli.Context, source, target string) error {
 	start := time.Now()
-	lopt, err := layerOptions(c)
+	opt, rem, err := imageOptions(c)
 	if err != nil {
 		return err
 	}
@@ -91,14 +125,9 @@ func runConvert(ctx context.Context, c *cli.Context, source, target string) erro
 	} else if dst, err = oci.DefaultTarget(src, suffix); err != nil {
 		return err
 	}
-	rem := oci.Remote{Username: c.String("username"), Password: c.String("password"), Insecure: c.Bool("insecure")}
-	opt := convert.ImageOptions{
-		Layer:             lopt,
-		Jobs:              c.Int("jobs"),
-		TempDir:           c.String("tmpdir"),
-		NoIndexOSFeatures: c.Bool("no-index-os-features"),
-		Referrer:          c.Bool("referrer"),
-	}
+	opt.NoIndexOSFeatures = c.Bool("no-index-os-features")
+	opt.Referrer = c.Bool("referrer")
+	opt.Flatten = c.Bool("flatten")
 	switch c.String("layer-compression") {
 	case "none", "":
 	case "zstd":
@@ -113,23 +142,8 @@ func runConvert(ctx context.Context, c *cli.Context, source, target string) erro
 	default:
 		return fmt.Errorf("--media-type %q: want containerd or spec", c.String("media-type"))
 	}
-	if p := c.String("platform"); p != "all" && p != "" {
-		for _, s := range strings.Split(p, ",") {
-			pl, err := v1.ParsePlatform(strings.TrimSpace(s))
-			if err != nil {
-				return fmt.Errorf("--platform %q: %w", s, err)
-			}
-			opt.Platforms = append(opt.Platforms, *pl)
-		}
-	}
 	quiet := c.Bool("quiet")
 	jsonOut := c.String("output") == "json"
-	if !jsonOut && c.String("output") != "text" {
-		return fmt.Errorf("--output %q: want text or json", c.String("output"))
-	}
-	if !quiet {
-		opt.Log = func(s string) { fmt.Fprintf(os.Stderr, "%s %s\n", time.Now().Format("15:04:05"), s) }
-	}
 	if dst.Kind == oci.Registry {
 		repo := dst.Name.Context()
 		ropts := slices.Clip(rem.Options(ctx)) // appended to by concurrent uploads

@@ -19,6 +19,7 @@ func main() {
 		HideHelpCommand: true,
 		Commands: []*cli.Command{
 			convertCommand,
+			cacheCommand,
 			mkfsCommand,
 			inspectCommand,
 			lsCommand,

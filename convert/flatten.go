@@ -1,0 +1,346 @@
+package convert
+
+import (
+	"archive/tar"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/ocierofs/ocierofs/erofs"
+	"github.com/ocierofs/ocierofs/oci"
+	"github.com/ocierofs/ocierofs/whiteout"
+)
+
+// Flattening merges all layers of an image into one EROFS image, as
+// overlayfs would show them stacked, without writing anything an upper
+// layer hides: the layers are read from the top down, and an entry is
+// added only if no layer above it has claimed its path, deleted it by
+// whiteout, made a parent opaque, or put a non-directory on a parent.
+//
+// Directories are the exception to "first claim wins" in one way: a
+// directory that an upper layer only implies (lists children of, but not
+// itself) takes the metadata of the first lower layer that lists it, as
+// the stacked layers show through lower.go.
+//
+// A hard link in a lower layer may name a target that an upper layer
+// replaced; the link still holds the old content. Hidden files are
+// therefore kept in a spool (a temp file, only for the layer being read)
+// until the layer ends, and a link to one becomes a regular file with the
+// hidden content.
+
+// flatNode is a path as the layers read so far (all above the current one,
+// plus the current one) leave it.
+type flatNode struct {
+	children map[string]*flatNode
+	first    int  // rank of the top-most layer that has the path (as entry or parent)
+	explicit int  // rank of the layer that lists the path itself; -1: none
+	nondir   bool // that listing is a non-directory
+	gone     bool // that listing is a whiteout
+	opaque   int  // rank of a layer whose opaque marker is on the path; -1: none
+}
+
+func newFlatNode(rank int) *flatNode {
+	return &flatNode{first: rank, explicit: -1, opaque: -1}
+}
+
+// flattener holds the merged view for one flatten run.
+type flattener struct {
+	root  *flatNode
+	spool *os.File
+	off   int64
+	// hidden are the current layer's non-directories that upper layers
+	// hide, by path, for hard links to them.
+	hidden map[string]*hiddenEntry
+}
+
+type hiddenEntry struct {
+	entry     erofs.Entry
+	off, size int64  // of the content in the spool
+	linkedAs  string // the path it was materialized at by a first link
+}
+
+func newFlattener(tmp string) (*flattener, error) {
+	f, err := os.CreateTemp(tmp, "flatten-spool-")
+	if err != nil {
+		return nil, err
+	}
+	os.Remove(f.Name()) // unnamed: gone when closed
+	return &flattener{root: newFlatNode(0), spool: f}, nil
+}
+
+func (f *flattener) close() { f.spool.Close() }
+
+// startLayer forgets the hidden entries of the previous layer: hard links
+// never reach into another layer.
+func (f *flattener) startLayer() {
+	f.hidden = map[string]*hiddenEntry{}
+	f.off = 0
+}
+
+// claim decides whether the layer of rank may put an entry at p (a
+// directory if isDir), and records it when it may. gone marks a whiteout,
+// which claims p for nothing.
+func (f *flattener) claim(p string, rank int, isDir, gone bool) bool {
+	n := f.root
+	if p != "" {
+		comps := strings.Split(p, "/")
+		for k, c := range comps {
+			next := n.children[c]
+			if next == nil {
+				if n.children == nil {
+					n.children = map[string]*flatNode{}
+				}
+				next = newFlatNode(rank)
+				n.children[c] = next
+			}
+			n = next
+			if k == len(comps)-1 {
+				break
+			}
+			upperListed := n.explicit >= 0 && n.explicit < rank
+			if upperListed && (n.nondir || n.gone) || n.opaque >= 0 && n.opaque < rank {
+				return false // a parent is gone, not a directory, or opaque above
+			}
+		}
+	}
+	if n.explicit >= 0 && n.explicit < rank {
+		return false // an upper layer lists p itself
+	}
+	if !isDir && n.first < rank {
+		// An upper layer has a directory here (that it only implies). A
+		// non-directory or whiteout under it stops what lies lower from
+		// merging into it, as it would in a stack of overlay layers.
+		if n.opaque < 0 {
+			n.opaque = rank
+		}
+		return false
+	}
+	if n.explicit < 0 || n.explicit == rank {
+		n.explicit, n.nondir, n.gone = rank, !isDir, gone
+	}
+	return true
+}
+
+// markOpaque records the opaque marker of the layer of rank on dir; it
+// reports false when dir is hidden from that layer.
+func (f *flattener) markOpaque(dir string, rank int) bool {
+	n := f.root
+	for _, c := range strings.Split(dir, "/") {
+		if dir == "" {
+			break
+		}
+		next := n.children[c]
+		if next == nil {
+			if n.children == nil {
+				n.children = map[string]*flatNode{}
+			}
+			next = newFlatNode(rank)
+			n.children[c] = next
+		}
+		upperListed := next.explicit >= 0 && next.explicit < rank
+		if upperListed && (next.nondir || next.gone) || next.opaque >= 0 && next.opaque < rank {
+			return false
+		}
+		n = next
+	}
+	if n.opaque < 0 {
+		n.opaque = rank
+	}
+	return true
+}
+
+// addFlat is addEntry for a flattened image.
+func (l *tarLayer) addFlat(hdr *tar.Header, p string, kind whiteout.Kind, target string, data io.Reader) error {
+	f := l.flat
+	switch kind {
+	case whiteout.Drop:
+		return nil
+	case whiteout.Whiteout:
+		f.claim(target, l.rank, false, true)
+		return nil
+	case whiteout.Opaque:
+		if f.markOpaque(target, l.rank) {
+			return l.b.MkdirAll(target)
+		}
+		return nil
+	}
+	e, ok, err := l.entryOf(hdr, p)
+	if err != nil || !ok {
+		return err
+	}
+	l.entries++
+	if !f.claim(p, l.rank, e.IsDir(), false) {
+		if e.IsDir() || e.HardLink != "" {
+			return nil
+		}
+		h := &hiddenEntry{entry: e, off: f.off}
+		if e.Mode&erofs.S_IFMT == erofs.S_IFREG && e.Size > 0 {
+			n, err := io.Copy(f.spool, data)
+			if err != nil {
+				return fmt.Errorf("spooling hidden content: %w", err)
+			}
+			h.size = n
+			f.off += n
+		}
+		f.hidden[p] = h
+		return nil
+	}
+	if e.HardLink != "" {
+		if h := f.hidden[e.HardLink]; h != nil {
+			if h.linkedAs != "" {
+				e.HardLink = h.linkedAs
+				return l.b.Add(e, nil)
+			}
+			// The first link to a hidden file takes its content.
+			he := h.entry
+			he.Path = p
+			h.linkedAs = p
+			return l.b.Add(he, io.NewSectionReader(f.spool, h.off, h.size))
+		}
+	}
+	return l.b.Add(e, data)
+}
+
+// flatUUID is the UUID of a flattened image: derived, like a layer's, from
+// its input — the list of source diffIDs.
+func flatUUID(diffIDs []v1.Hash) [16]byte {
+	h := sha256.New()
+	for _, d := range diffIDs {
+		h.Write([]byte(d.String() + "\n"))
+	}
+	return LayerUUID("sha256:" + hex.EncodeToString(h.Sum(nil)))
+}
+
+// flattenLayers is the job that converts all of srcs (bottom first) into
+// one EROFS layer.
+func (c *Converter) flattenLayers(ctx context.Context, j *layerJob, srcs []layerSource) error {
+	var digests []string
+	var size int64
+	for _, s := range srcs {
+		if !isTarLayer(s.desc.MediaType) || isNondistributable(s.desc.MediaType) {
+			return fmt.Errorf("layer %s: cannot flatten a layer of media type %s", s.desc.Digest, s.desc.MediaType)
+		}
+		digests = append(digests, s.desc.Digest.String())
+		size += s.desc.Size
+	}
+	j.report = LayerReport{Source: strings.Join(digests, ","), SourceSize: size, MediaType: string(srcs[len(srcs)-1].desc.MediaType)}
+	start := time.Now()
+	var fl *fileLayer
+	var err error
+	for attempt := 1; ; attempt++ {
+		fl, err = c.buildFlat(ctx, srcs)
+		if err == nil || attempt == 4 || !errors.As(err, new(*downloadError)) {
+			break
+		}
+		c.logf("flatten: a download broke (%v); starting over (%d/3)", err, attempt)
+		select {
+		case <-time.After(time.Duration(attempt) * 500 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if err != nil {
+		return err
+	}
+	fl.convertSeconds = time.Since(start).Seconds()
+	c.logf("flattened %d layers in %.2fs (%d → %d bytes, %d entries)", len(srcs), fl.convertSeconds, size, fl.size, fl.entries)
+	return c.publish(ctx, j, fl)
+}
+
+// buildFlat writes the merged image of srcs, reading the top layer first.
+func (c *Converter) buildFlat(ctx context.Context, srcs []layerSource) (_ *fileLayer, err error) {
+	top := srcs[len(srcs)-1].desc.Digest
+	raw := filepath.Join(c.tmp, fmt.Sprintf("flat-%s-%d.erofs", top.Hex, len(srcs)))
+	f, err := os.Create(raw)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			os.Remove(raw)
+		}
+	}()
+	opt := c.opt.Layer
+	opt.Erofs.TempDir = c.tmp
+	if opt.Erofs.UUID == ([16]byte{}) && !opt.KeepUUID {
+		var ids []v1.Hash
+		for _, s := range srcs {
+			ids = append(ids, s.diffID)
+		}
+		opt.Erofs.UUID = flatUUID(ids)
+	}
+	b, err := erofs.NewBuilder(f, opt.Erofs)
+	if err != nil {
+		return nil, err
+	}
+	defer b.Close()
+	fla, err := newFlattener(c.tmp)
+	if err != nil {
+		return nil, err
+	}
+	defer fla.close()
+	var entries int
+	var warnings []string
+	for rank := 0; rank < len(srcs); rank++ {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		s := srcs[len(srcs)-1-rank]
+		tl := &tarLayer{b: b, wt: whiteout.NewTranslator(whiteout.Overlay), flat: fla, rank: rank}
+		if err := flatLayer(tl, s); err != nil {
+			return nil, fmt.Errorf("layer %s: %w", s.desc.Digest, err)
+		}
+		entries += tl.entries
+		warnings = append(warnings, tl.warnings...)
+	}
+	if err := b.Finish(); err != nil {
+		return nil, err
+	}
+	return c.fileLayer(raw, top, entries, warnings)
+}
+
+// flatLayer reads one layer into a flattened image.
+func flatLayer(tl *tarLayer, s layerSource) error {
+	rc, err := s.layer.Compressed()
+	if err != nil {
+		if oci.Transient(err) {
+			return &downloadError{err}
+		}
+		return fmt.Errorf("download: %w", err)
+	}
+	defer rc.Close()
+	in := &watchReader{r: rc}
+	broken := func(err error) error {
+		if in.err != nil && oci.Transient(in.err) {
+			return &downloadError{fmt.Errorf("%w (stream error: %v)", err, in.err)}
+		}
+		return err
+	}
+	dec, _, err := Decompress(in)
+	if err != nil {
+		return broken(err)
+	}
+	defer dec.Close()
+	tl.flat.startLayer()
+	h, err := tl.addTar(dec)
+	if err != nil {
+		return broken(err)
+	}
+	res := &Result{DiffID: "sha256:" + hex.EncodeToString(h.Sum(nil))}
+	if err := checkSource(in, res, s); err != nil {
+		return broken(err)
+	}
+	return nil
+}

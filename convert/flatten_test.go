@@ -1,0 +1,197 @@
+package convert_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/ocierofs/ocierofs/convert"
+	"github.com/ocierofs/ocierofs/convert/fstree"
+	"github.com/ocierofs/ocierofs/convert/internal/roundtrip"
+	"github.com/ocierofs/ocierofs/erofs"
+	"github.com/ocierofs/ocierofs/oci"
+)
+
+// flattenEdgeLayers are layers that make flattening hard: content replaced
+// under a hard link, files replaced and deleted, a directory replaced by a
+// file, an opaque directory whose own entry comes from below, and big
+// content an upper layer hides.
+func flattenEdgeLayers(t testing.TB) []v1.Layer {
+	big := randomBytes(11, 1<<20)
+	return []v1.Layer{
+		e2eLayer(t,
+			eDir(".", 0o755),
+			eDir("etc", 0o750).at(e2eTime.Add(-time.Hour)).xattr("user.flat", "etc"),
+			eFile("etc/conf", 0o644, []byte("v1\n")),
+			eFile("big", 0o644, big),
+			eFile("t", 0o644, []byte("old content, kept by the links\n")),
+			eLink("l1", "t"),
+			eLink("l2", "t"),
+			eFile("gone", 0o644, []byte("whited out\n")),
+			eDir("d", 0o700),
+			eFile("d/child", 0o644, []byte("under a directory replaced by a file\n")),
+			eDir("a", 0o711).own(5, 6),
+			eFile("a/x", 0o644, []byte("hidden by the opaque a/\n")),
+			eDir("a/sub", 0o755),
+			eFile("a/sub/y", 0o644, []byte("hidden too\n")),
+			eDir("keep", 0o755),
+			eFile("keep/k", 0o644, []byte("stays\n")),
+		),
+		e2eLayer(t,
+			eFile("big", 0o644, []byte("small now\n")),
+			eFile("t", 0o600, []byte("new content\n")),
+			eWhiteout("gone"),
+			eFile("d", 0o644, []byte("a file where d/ was\n")),
+			// a/ is not listed here: its metadata is layer 1's.
+			eOpaque("a"),
+			eFile("a/new", 0o644, []byte("the only file of a/\n")),
+		),
+		e2eLayer(t,
+			// etc/ implied again: still layer 1's metadata.
+			eFile("etc/more", 0o644, []byte("from layer 3\n")),
+			eFile("keep/k2", 0o644, []byte("beside k\n")),
+			eWhiteout("l2"),
+		),
+	}
+}
+
+func TestE2EFlatten(t *testing.T) {
+	reg := sharedRegistry(t)
+	for _, tc := range []struct {
+		name   string
+		layers []v1.Layer
+	}{
+		{"test image", testImageLayers(t)},
+		{"edge cases", flattenEdgeLayers(t)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := e2eImage(t, "amd64", tc.layers...)
+			repo := uniq("e2e/flatten")
+			srcRef := ref(t, reg.host, repo+":v1")
+			pushImage(t, srcRef, src)
+			opt := convert.ImageOptions{Flatten: true}
+			res := mustConvert(t, srcRef.String(), "", opt, oci.Remote{})
+			again := mustConvert(t, srcRef.String(), reg.host+"/"+repo+":again", opt, oci.Remote{})
+			if again.digest != res.digest {
+				t.Errorf("flattening twice: %s, then %s", res.digest, again.digest)
+			}
+			got, _ := remoteImage(t, ref(t, reg.host, repo+":v1-erofs"))
+			m, err := got.Manifest()
+			must(t, err)
+			if len(m.Layers) != 1 {
+				t.Fatalf("%d layers, want 1", len(m.Layers))
+			}
+			if m.Layers[0].MediaType != convert.MediaTypeLayer {
+				t.Errorf("media type %s", m.Layers[0].MediaType)
+			}
+			sm, err := src.Manifest()
+			must(t, err)
+			var digests []string
+			for _, l := range sm.Layers {
+				digests = append(digests, l.Digest.String())
+			}
+			if a := m.Layers[0].Annotations[convert.AnnotationSourceLayer]; a != strings.Join(digests, ",") {
+				t.Errorf("source layer annotation %q, want the source layers %q", a, strings.Join(digests, ","))
+			}
+			cf, err := got.ConfigFile()
+			must(t, err)
+			if len(cf.RootFS.DiffIDs) != 1 || len(cf.History) != 1 || cf.History[0].EmptyLayer {
+				t.Errorf("diff_ids %v, history %+v: want one layer and one history entry for it", cf.RootFS.DiffIDs, cf.History)
+			}
+			if !contains(cf.OSFeatures, "erofs") {
+				t.Errorf("os.features %v", cf.OSFeatures)
+			}
+			layers := rawLayers(t, got, t.TempDir())
+			checkNoWhiteouts(t, layers[0])
+			compareWithUmoci(t, src, layers)
+
+			// The same tree as the stacked (not flattened) conversion.
+			stacked := mustConvert(t, srcRef.String(), reg.host+"/"+repo+":stacked", convert.ImageOptions{}, oci.Remote{})
+			simg, _ := remoteImage(t, ref(t, reg.host, repo+":stacked"))
+			want := treeFromDir(t, mountStack(t, rawLayers(t, simg, t.TempDir())))
+			flat := treeFromDir(t, mountStack(t, layers))
+			reportDiff(t, "flattened vs stacked", diffTrees(want, flat))
+			t.Logf("stacked %s, flattened %s: %d paths", stacked.digest, res.digest, flat.Len())
+		})
+	}
+
+	// What an upper layer hides is not written: 1 MiB of random "big" in
+	// layer 1 is replaced by layer 2, so the image is far smaller than it.
+	t.Run("hidden content not written", func(t *testing.T) {
+		src := e2eImage(t, "amd64", flattenEdgeLayers(t)...)
+		dir := t.TempDir()
+		srcRef, err := oci.ParseRef("oci:"+filepath.Join(dir, "src")+":v1", false)
+		must(t, err)
+		must(t, oci.Write(t.Context(), srcRef, src, nil, oci.Remote{}))
+		mustConvert(t, srcRef.String(), "", convert.ImageOptions{Flatten: true}, oci.Remote{})
+		art, err := oci.Get(t.Context(), oci.Ref{Kind: oci.Layout, Path: srcRef.Path, Tag: "v1-erofs"}, oci.Remote{})
+		must(t, err)
+		layers := rawLayers(t, art.Image, t.TempDir())
+		st, err := os.Stat(layers[0])
+		must(t, err)
+		if st.Size() > 256<<10 {
+			t.Errorf("flattened image is %d bytes: the hidden 1 MiB file was written", st.Size())
+		}
+		img := openErofs(t, layers[0])
+		for p, want := range map[string]string{
+			"l1": "old content, kept by the links\n",
+			"t":  "new content\n",
+			"d":  "a file where d/ was\n",
+		} {
+			b, err := img.ReadFile(p)
+			if err != nil || string(b) != want {
+				t.Errorf("%s: %q, %v; want %q", p, b, err, want)
+			}
+		}
+		for _, p := range []string{"gone", "l2", "a/x", "a/sub", "d/child"} {
+			if _, err := img.Lstat(p); err == nil {
+				t.Errorf("%s is in the flattened image", p)
+			}
+		}
+	})
+}
+
+// checkNoWhiteouts fails if the image keeps a whiteout (char 0:0) or an
+// overlayfs xattr.
+func checkNoWhiteouts(t testing.TB, path string) {
+	t.Helper()
+	img := openErofs(t, path)
+	tree := roundtrip.ProjectTree(t, path)
+	for _, p := range tree.Paths() {
+		ino, err := img.Lstat(p)
+		must(t, err)
+		if ino.Mode&erofs.S_IFMT == erofs.S_IFCHR && ino.Devmajor == 0 && ino.Devminor == 0 {
+			t.Errorf("%s: a whiteout is left in the flattened image", p)
+		}
+		xs, err := img.Xattrs(p)
+		must(t, err)
+		for _, x := range xs {
+			if strings.HasPrefix(x.Name, "trusted.overlay.") {
+				t.Errorf("%s: xattr %s left in the flattened image", p, x.Name)
+			}
+		}
+	}
+}
+
+func openErofs(t testing.TB, path string) *erofs.Image {
+	t.Helper()
+	f, err := os.Open(path)
+	must(t, err)
+	t.Cleanup(func() { f.Close() })
+	st, err := f.Stat()
+	must(t, err)
+	img, err := erofs.Open(f, st.Size())
+	must(t, err)
+	return img
+}
+
+// diffTrees compares two mounted trees, overlayfs' own xattrs aside.
+func diffTrees(want, got *fstree.Tree) []string {
+	return fstree.Diff(want, got, fstree.DiffOptions{Ignore: func(p, field string) bool {
+		return strings.HasPrefix(field, "xattr:trusted.overlay.")
+	}})
+}
