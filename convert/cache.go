@@ -105,11 +105,13 @@ func (c *Converter) CacheImage(ctx context.Context, src v1.Image, srcDesc v1.Des
 		}
 		ls := layerSource{desc: d, layer: l, diffID: cfg.RootFS.DiffIDs[i], lower: append([]*dirOps(nil), lowerOps...)}
 		key := strings.Join(chain, ",")
+		waiting := Progress{Source: d.Digest.String(), Total: d.Size}
 		if out[i].Cached || out[i].Skipped != "" {
 			ls.scan = true
 			key = "scan:" + key
+			waiting = Progress{} // not shown: nothing is made of it
 		}
-		jobs[i] = c.job(ctx, key, func(j *layerJob) error { return c.convertLayer(ctx, j, ls) })
+		jobs[i] = c.job(ctx, key, waiting, func(j *layerJob) error { return c.convertLayer(ctx, j, ls) })
 		lowerOps = append(lowerOps, jobs[i].ops)
 	}
 	for i, j := range jobs {

@@ -293,15 +293,26 @@ func (c *Converter) buildFlat(ctx context.Context, srcs []layerSource) (_ *fileL
 	defer fla.close()
 	var entries int
 	var warnings []string
+	var read, total int64
+	var digests []string
+	for _, s := range srcs {
+		total += s.desc.Size
+		digests = append(digests, s.desc.Digest.String())
+	}
+	source := strings.Join(digests, ",")
 	for rank := 0; rank < len(srcs); rank++ {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
 		s := srcs[len(srcs)-1-rank]
 		tl := &tarLayer{b: b, wt: whiteout.NewTranslator(whiteout.Overlay), flat: fla, rank: rank}
-		if err := flatLayer(tl, s); err != nil {
+		tl.progress = func(n int64) {
+			c.progress(Progress{Source: source, Stage: StageConverting, Read: n, Total: total})
+		}
+		if err := flatLayer(tl, s, read); err != nil {
 			return nil, fmt.Errorf("layer %s: %w", s.desc.Digest, err)
 		}
+		read += s.desc.Size
 		entries += tl.entries
 		warnings = append(warnings, tl.warnings...)
 	}
@@ -312,7 +323,7 @@ func (c *Converter) buildFlat(ctx context.Context, srcs []layerSource) (_ *fileL
 }
 
 // flatLayer reads one layer into a flattened image.
-func flatLayer(tl *tarLayer, s layerSource) error {
+func flatLayer(tl *tarLayer, s layerSource, base int64) error {
 	rc, err := s.layer.Compressed()
 	if err != nil {
 		if oci.Transient(err) {
@@ -321,7 +332,7 @@ func flatLayer(tl *tarLayer, s layerSource) error {
 		return fmt.Errorf("download: %w", err)
 	}
 	defer rc.Close()
-	in := &watchReader{r: rc}
+	in := &watchReader{r: rc, report: func(n int64) { tl.progress(base + n) }}
 	broken := func(err error) error {
 		if in.err != nil && oci.Transient(in.err) {
 			return &downloadError{fmt.Errorf("%w (stream error: %v)", err, in.err)}

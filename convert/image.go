@@ -49,6 +49,30 @@ type ImageOptions struct {
 	Publish func(ctx context.Context, l v1.Layer) error
 	// Log receives one line per step.
 	Log func(string)
+	// Progress, if set, receives the state of each layer as it changes
+	// (often: every read of the source); it must be cheap.
+	Progress func(Progress)
+}
+
+// Stage is where a layer is.
+type Stage string
+
+const (
+	StageWaiting    Stage = "waiting"    // for a job slot
+	StageConverting Stage = "converting" // downloading and converting (they overlap)
+	StageUploading  Stage = "uploading"
+	StageDone       Stage = "done"
+	StagePassed     Stage = "passed through"
+	StageFailed     Stage = "failed"
+)
+
+// Progress is the state of one layer: Source is the source layer's
+// digest (all of them, comma-separated, for a flattened image), Read the
+// bytes of the source blob read so far of Total.
+type Progress struct {
+	Source      string
+	Stage       Stage
+	Read, Total int64
 }
 
 // LayerReport describes one layer of a converted image.
@@ -107,6 +131,12 @@ func NewConverter(opt ImageOptions) (*Converter, error) {
 // Close removes the converted layers kept for publishing.
 func (c *Converter) Close() error { return os.RemoveAll(c.tmp) }
 
+func (c *Converter) progress(p Progress) {
+	if c.opt.Progress != nil {
+		c.opt.Progress(p)
+	}
+}
+
 func (c *Converter) logf(format string, args ...any) {
 	if c.opt.Log != nil {
 		c.opt.Log(fmt.Sprintf(format, args...))
@@ -146,7 +176,8 @@ func (c *Converter) Image(ctx context.Context, src v1.Image, srcDesc v1.Descript
 		if c.opt.Flatten {
 			continue
 		}
-		j := c.job(ctx, strings.Join(chain, ","), func(j *layerJob) error { return c.convertLayer(ctx, j, ls) })
+		j := c.job(ctx, strings.Join(chain, ","), Progress{Source: d.Digest.String(), Total: d.Size},
+			func(j *layerJob) error { return c.convertLayer(ctx, j, ls) })
 		jobs = append(jobs, j)
 		lowerOps = append(lowerOps, j.ops)
 	}
@@ -154,7 +185,8 @@ func (c *Converter) Image(ctx context.Context, src v1.Image, srcDesc v1.Descript
 		if len(srcs) == 0 {
 			return nil, nil, fmt.Errorf("image %s: no layers to flatten", srcDesc.Digest)
 		}
-		jobs = append(jobs, c.job(ctx, "flat:"+strings.Join(chain, ","), func(j *layerJob) error { return c.flattenLayers(ctx, j, srcs) }))
+		jobs = append(jobs, c.job(ctx, "flat:"+strings.Join(chain, ","), Progress{Source: strings.Join(chain, ",")},
+			func(j *layerJob) error { return c.flattenLayers(ctx, j, srcs) }))
 	}
 	rep := &ImageReport{Source: srcDesc.Digest.String()}
 	out := &outImage{layers: map[v1.Hash]partial.CompressedLayer{}}
@@ -330,7 +362,7 @@ type layerSource struct {
 
 // job returns the (possibly shared) conversion of one layer, starting it
 // with run unless a job of that key exists.
-func (c *Converter) job(ctx context.Context, key string, run func(*layerJob) error) *layerJob {
+func (c *Converter) job(ctx context.Context, key string, waiting Progress, run func(*layerJob) error) *layerJob {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if j := c.jobs[key]; j != nil {
@@ -338,6 +370,10 @@ func (c *Converter) job(ctx context.Context, key string, run func(*layerJob) err
 	}
 	j := &layerJob{done: make(chan struct{}), ops: newDirOps()}
 	c.jobs[key] = j
+	if waiting.Source != "" {
+		waiting.Stage = StageWaiting
+		c.progress(waiting)
+	}
 	// Layers take a job slot in the order they are asked for, so a layer
 	// waiting for the layers below it never holds a slot they need.
 	select {
@@ -370,6 +406,7 @@ func (c *Converter) convertLayer(ctx context.Context, j *layerJob, src layerSour
 		j.report.Size = d.Size
 		j.ops.finish(true)
 		c.logf("layer %s: %s passed through", short(d.Digest), d.MediaType)
+		c.progress(Progress{Source: d.Digest.String(), Stage: StagePassed, Total: d.Size})
 		return nil
 	case !isTarLayer(d.MediaType):
 		return fmt.Errorf("layer %s: unsupported media type %q", d.Digest, d.MediaType)
@@ -391,6 +428,7 @@ func (c *Converter) convertLayer(ctx context.Context, j *layerJob, src layerSour
 		}
 	}
 	if err != nil {
+		c.progress(Progress{Source: d.Digest.String(), Stage: StageFailed, Total: d.Size})
 		return fmt.Errorf("layer %s: %w", d.Digest, err)
 	}
 	if src.scan {
@@ -405,14 +443,20 @@ func (c *Converter) convertLayer(ctx context.Context, j *layerJob, src layerSour
 // publish uploads a converted layer (if the target is a registry) and
 // fills in the job's report.
 func (c *Converter) publish(ctx context.Context, j *layerJob, fl *fileLayer) error {
+	p := Progress{Source: j.report.Source, Stage: StageUploading, Read: j.report.SourceSize, Total: j.report.SourceSize}
 	if c.opt.Publish != nil {
+		c.progress(p)
 		t := time.Now()
 		if err := c.opt.Publish(ctx, fl); err != nil {
+			p.Stage = StageFailed
+			c.progress(p)
 			return fmt.Errorf("layer %s: upload: %w", fl.digest, err)
 		}
 		fl.uploadSeconds = time.Since(t).Seconds()
 		c.logf("layer %s: uploaded %s in %.2fs", short(fl.sourceDigest), short(fl.digest), fl.uploadSeconds)
 	}
+	p.Stage = StageDone
+	c.progress(p)
 	j.layer = fl
 	j.report.Digest, j.report.DiffID = fl.digest.String(), fl.diffID.String()
 	j.report.MediaType, j.report.Size = string(fl.mediaType), fl.size
@@ -428,16 +472,23 @@ type downloadError struct{ err error }
 func (e *downloadError) Error() string { return e.err.Error() }
 func (e *downloadError) Unwrap() error { return e.err }
 
-// watchReader remembers the first error of the underlying stream.
+// watchReader remembers the first error of the underlying stream and
+// reports how much of it was read.
 type watchReader struct {
-	r   io.Reader
-	err error
+	r      io.Reader
+	err    error
+	n      int64
+	report func(read int64)
 }
 
 func (w *watchReader) Read(p []byte) (int, error) {
 	n, err := w.r.Read(p)
 	if err != nil && err != io.EOF && w.err == nil {
 		w.err = err
+	}
+	w.n += int64(n)
+	if w.report != nil && n > 0 {
+		w.report(w.n)
 	}
 	return n, err
 }
@@ -453,6 +504,11 @@ func (c *Converter) buildLayer(ctx context.Context, j *layerJob, src layerSource
 	}
 	defer rc.Close()
 	in := &watchReader{r: rc}
+	if !src.scan { // a layer read only for the layers above it is not shown
+		in.report = func(n int64) {
+			c.progress(Progress{Source: d.Digest.String(), Stage: StageConverting, Read: n, Total: d.Size})
+		}
+	}
 	raw := filepath.Join(c.tmp, d.Digest.Hex+"-"+fmt.Sprint(len(lower))+".erofs")
 	var f interface {
 		io.WriterAt

@@ -36,8 +36,9 @@ type tarLayer struct {
 	entries  int
 	// flat, when set, merges this layer into an image of all layers, read
 	// top-down; rank is the layer's place from the top (0).
-	flat *flattener
-	rank int
+	flat     *flattener
+	rank     int
+	progress func(read int64) // of a flattened image: bytes read of all layers
 }
 
 // addTar reads an uncompressed tar stream to its end, adding every entry.

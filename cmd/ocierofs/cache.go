@@ -45,10 +45,11 @@ type cacheReport struct {
 
 func runCache(ctx context.Context, c *cli.Context, source, dir string) error {
 	start := time.Now()
-	opt, rem, err := imageOptions(c)
+	opt, rem, done, err := imageOptions(c)
 	if err != nil {
 		return err
 	}
+	defer done()
 	src, err := oci.ParseRef(source, c.Bool("plain-http"))
 	if err != nil {
 		return err
@@ -71,6 +72,7 @@ func runCache(ctx context.Context, c *cli.Context, source, dir string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", src, err)
 	}
+	done()
 	rep.Seconds = time.Since(start).Seconds()
 	if c.String("output") == "json" {
 		enc := json.NewEncoder(c.App.Writer)

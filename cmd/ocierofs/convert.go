@@ -67,30 +67,39 @@ func sourceFlags() []cli.Flag {
 	}
 }
 
-// imageOptions reads the flags shared by convert and cache.
-func imageOptions(c *cli.Context) (convert.ImageOptions, oci.Remote, error) {
-	rem := oci.Remote{Username: c.String("username"), Password: c.String("password"), Insecure: c.Bool("insecure")}
+// imageOptions reads the flags shared by convert and cache; done ends the
+// progress display.
+func imageOptions(c *cli.Context) (opt convert.ImageOptions, rem oci.Remote, done func(), err error) {
+	done = func() {}
+	rem = oci.Remote{Username: c.String("username"), Password: c.String("password"), Insecure: c.Bool("insecure")}
 	lopt, err := layerOptions(c)
 	if err != nil {
-		return convert.ImageOptions{}, rem, err
+		return opt, rem, done, err
 	}
-	opt := convert.ImageOptions{Layer: lopt, Jobs: c.Int("jobs"), TempDir: c.String("tmpdir")}
+	opt = convert.ImageOptions{Layer: lopt, Jobs: c.Int("jobs"), TempDir: c.String("tmpdir")}
 	if p := c.String("platform"); p != "all" && p != "" {
 		for _, s := range strings.Split(p, ",") {
 			pl, err := v1.ParsePlatform(strings.TrimSpace(s))
 			if err != nil {
-				return opt, rem, fmt.Errorf("--platform %q: %w", s, err)
+				return opt, rem, done, fmt.Errorf("--platform %q: %w", s, err)
 			}
 			opt.Platforms = append(opt.Platforms, *pl)
 		}
 	}
 	if o := c.String("output"); o != "json" && o != "text" {
-		return opt, rem, fmt.Errorf("--output %q: want text or json", o)
+		return opt, rem, done, fmt.Errorf("--output %q: want text or json", o)
 	}
-	if !c.Bool("quiet") {
+	switch {
+	case c.Bool("quiet"):
+	case isTerminal(os.Stderr):
+		// A display per layer instead of log lines.
+		v := newProgressView(os.Stderr)
+		opt.Progress = v.update
+		done = v.close
+	default:
 		opt.Log = func(s string) { fmt.Fprintf(os.Stderr, "%s %s\n", time.Now().Format("15:04:05"), s) }
 	}
-	return opt, rem, nil
+	return opt, rem, done, nil
 }
 
 type convertReport struct {
@@ -104,10 +113,11 @@ type convertReport struct {
 
 func runConvert(ctx context.Context, c *cli.Context, source, target string) error {
 	start := time.Now()
-	opt, rem, err := imageOptions(c)
+	opt, rem, done, err := imageOptions(c)
 	if err != nil {
 		return err
 	}
+	defer done()
 	plain := c.Bool("plain-http")
 	src, err := oci.ParseRef(source, plain)
 	if err != nil {
@@ -181,6 +191,7 @@ func runConvert(ctx context.Context, c *cli.Context, source, target string) erro
 		}
 		rep.Digest, rep.Images = irep.Digest, []*convert.ImageReport{irep}
 	}
+	done()
 	rep.Seconds = time.Since(start).Seconds()
 	if jsonOut {
 		enc := json.NewEncoder(c.App.Writer)

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ocierofs/ocierofs/convert"
+)
+
+// isTerminal reports whether f is a terminal (the progress display is
+// drawn only there; elsewhere convert logs one line per step).
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// progressView draws one line per layer — stage, bytes read of the source
+// blob, a bar — and redraws them in place a few times a second.
+type progressView struct {
+	w      io.Writer
+	mu     sync.Mutex
+	order  []string
+	layers map[string]convert.Progress
+	start  map[string]time.Time
+	end    map[string]time.Time
+	drawn  int // lines drawn last time
+	stop   chan struct{}
+	done   chan struct{}
+	once   sync.Once
+	width  int
+}
+
+func newProgressView(w io.Writer) *progressView {
+	v := &progressView{w: w, layers: map[string]convert.Progress{}, start: map[string]time.Time{},
+		end: map[string]time.Time{}, stop: make(chan struct{}), done: make(chan struct{}), width: 24}
+	go func() {
+		defer close(v.done)
+		t := time.NewTicker(150 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				v.draw()
+			case <-v.stop:
+				v.draw()
+				return
+			}
+		}
+	}()
+	return v
+}
+
+// update is the converter's Progress hook.
+func (v *progressView) update(p convert.Progress) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if _, ok := v.layers[p.Source]; !ok {
+		v.order = append(v.order, p.Source)
+		v.start[p.Source] = time.Now()
+	}
+	v.layers[p.Source] = p
+	switch p.Stage {
+	case convert.StageDone, convert.StagePassed, convert.StageFailed:
+		if _, ok := v.end[p.Source]; !ok {
+			v.end[p.Source] = time.Now()
+		}
+	}
+}
+
+// close draws the final state and stops redrawing; later calls do nothing,
+// so it can be both deferred and called before the summary is printed.
+func (v *progressView) close() {
+	v.once.Do(func() {
+		close(v.stop)
+		<-v.done
+	})
+}
+
+func (v *progressView) clear() {
+	if v.drawn > 0 {
+		fmt.Fprintf(v.w, "\x1b[%dA", v.drawn)
+	}
+}
+
+func (v *progressView) draw() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.clear()
+	var b strings.Builder
+	for _, src := range v.order {
+		p := v.layers[src]
+		b.WriteString("\x1b[2K")
+		end, ok := v.end[src]
+		if !ok {
+			end = time.Now()
+		}
+		b.WriteString(progressLine(p, v.width, end.Sub(v.start[src])))
+		b.WriteByte('\n')
+	}
+	io.WriteString(v.w, b.String())
+	v.drawn = len(v.order)
+}
+
+// progressLine renders one layer: "sha256:0123abcd… converting [=====>    ] 12.0/45.1 MB".
+func progressLine(p convert.Progress, width int, elapsed time.Duration) string {
+	name := p.Source
+	if i := strings.IndexByte(name, ','); i >= 0 {
+		name = fmt.Sprintf("%d layers", strings.Count(name, ",")+1)
+	} else if len(name) > 19 {
+		name = name[:19]
+	}
+	frac := 0.0
+	if p.Total > 0 {
+		frac = float64(p.Read) / float64(p.Total)
+	}
+	switch p.Stage {
+	case convert.StageUploading, convert.StageDone, convert.StagePassed:
+		frac = 1
+	}
+	frac = min(max(frac, 0), 1)
+	fill := int(frac * float64(width))
+	bar := strings.Repeat("=", fill) + strings.Repeat(" ", width-fill)
+	if fill > 0 && fill < width {
+		bar = bar[:fill-1] + ">" + bar[fill:]
+	}
+	return fmt.Sprintf("%-19s %-14s [%s] %s/%s %5.1fs", name, p.Stage, bar, megabytes(p.Read), megabytes(p.Total), elapsed.Seconds())
+}
+
+func megabytes(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+
+	"github.com/ocierofs/ocierofs/convert"
+)
+
+func TestProgressLine(t *testing.T) {
+	for _, tc := range []struct {
+		p    convert.Progress
+		want string
+	}{
+		{convert.Progress{Source: "sha256:0123456789abcdef0123", Stage: convert.StageWaiting, Total: 4e6},
+			"sha256:0123456789ab waiting        [          ] 0.0 MB/4.0 MB   0.0s"},
+		{convert.Progress{Source: "sha256:0123456789abcdef0123", Stage: convert.StageConverting, Read: 1e6, Total: 4e6},
+			"sha256:0123456789ab converting     [=>        ] 1.0 MB/4.0 MB   1.5s"},
+		{convert.Progress{Source: "sha256:a,sha256:b,sha256:c", Stage: convert.StageUploading, Read: 4e6, Total: 4e6},
+			"3 layers            uploading      [==========] 4.0 MB/4.0 MB   1.5s"},
+		{convert.Progress{Source: "sha256:ab", Stage: convert.StagePassed, Total: 2e6},
+			"sha256:ab           passed through [==========] 0.0 MB/2.0 MB   1.5s"},
+		// A stream longer than its descriptor says does not overflow the bar.
+		{convert.Progress{Source: "sha256:ab", Stage: convert.StageConverting, Read: 9e6, Total: 2e6},
+			"sha256:ab           converting     [==========] 9.0 MB/2.0 MB   1.5s"},
+	} {
+		el := 1500 * time.Millisecond
+		if tc.p.Stage == convert.StageWaiting {
+			el = 0
+		}
+		if got := progressLine(tc.p, 10, el); got != tc.want {
+			t.Errorf("progressLine(%+v)\n got %q\nwant %q", tc.p, got, tc.want)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer the view's drawing goroutine and the test
+// can share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+var ansi = regexp.MustCompile(`\x1b\[[0-9]*[A-Za-z]`)
+
+// TestProgressView converts testdata/busybox with the view as the
+// converter's Progress hook and checks what a terminal would show at the
+// end: one line per layer, every one done, with its whole size read; and
+// that each redraw first moves the cursor back over the previous frame.
+func TestProgressView(t *testing.T) {
+	p, err := layout.FromPath("../../testdata/busybox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx, err := p.ImageIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := p.Image(im.Manifests[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := img.Manifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var out syncBuffer
+	v := newProgressView(&out)
+	var mu sync.Mutex
+	seen := map[string][]convert.Stage{}
+	conv, err := convert.NewConverter(convert.ImageOptions{Jobs: 2, TempDir: t.TempDir(), Progress: func(p convert.Progress) {
+		mu.Lock()
+		if s := seen[p.Source]; len(s) == 0 || s[len(s)-1] != p.Stage {
+			seen[p.Source] = append(s, p.Stage)
+		}
+		mu.Unlock()
+		v.update(p)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conv.Close()
+	if _, _, err := conv.Image(context.Background(), img, im.Manifests[0]); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // at least one redraw of a full frame
+	v.close()
+	v.close() // idempotent: deferred and explicit calls both happen
+
+	for _, l := range m.Layers {
+		got := seen[l.Digest.String()]
+		want := []convert.Stage{convert.StageWaiting, convert.StageConverting, convert.StageDone}
+		if strings.Join(stages(got), ",") != strings.Join(stages(want), ",") {
+			t.Errorf("layer %s: stages %v, want %v", l.Digest, got, want)
+		}
+	}
+
+	s := out.String()
+	if !strings.Contains(s, "\x1b["+strconv.Itoa(len(m.Layers))+"A") {
+		t.Errorf("no redraw moves the cursor up %d lines:\n%q", len(m.Layers), s)
+	}
+	// The last frame is the last len(layers) lines.
+	lines := strings.Split(strings.TrimSuffix(ansi.ReplaceAllString(s, ""), "\n"), "\n")
+	if len(lines) < len(m.Layers) {
+		t.Fatalf("%d lines drawn, want at least %d", len(lines), len(m.Layers))
+	}
+	last := lines[len(lines)-len(m.Layers):]
+	for i, l := range m.Layers {
+		line := last[i]
+		total := megabytes(l.Size)
+		if !strings.HasPrefix(line, l.Digest.String()[:19]) || !strings.Contains(line, " done ") ||
+			!strings.Contains(line, total+"/"+total) {
+			t.Errorf("final line of layer %s: %q, want it done with %s read", l.Digest, line, total)
+		}
+	}
+}
+
+func stages(s []convert.Stage) []string {
+	var out []string
+	for _, x := range s {
+		out = append(out, string(x))
+	}
+	return out
+}
