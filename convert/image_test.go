@@ -12,8 +12,11 @@ package convert_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -780,6 +783,39 @@ func TestE2EAuth(t *testing.T) {
 			requireAbsent(t, target, creds)
 		})
 	}
+}
+
+// TestE2EInsecure converts an image on a registry whose certificate
+// nobody signed: refused with a certificate error, done with --insecure.
+func TestE2EInsecure(t *testing.T) {
+	reg := tlsRegistry(t)
+	skipVerify := remote.WithTransport(&http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}) //nolint:gosec // the test's own registry
+	src := e2eImage(t, "amd64", e2eLayer(t, eDir(".", 0o755), eFile("hello", 0o644, []byte("over TLS\n"))))
+	srcRef := ref(t, reg.host, "e2e/tls:v1")
+	if err := remote.Write(srcRef, src, skipVerify); err != nil {
+		t.Fatalf("push %s: %v", srcRef, err)
+	}
+
+	_, err := convertRef(context.Background(), t, srcRef.String(), "", convert.ImageOptions{}, oci.Remote{})
+	if err == nil {
+		t.Fatal("converted from a registry with an unknown certificate without --insecure")
+	}
+	t.Logf("error: %v", err)
+	var unknown x509.UnknownAuthorityError
+	if !errors.As(err, &unknown) && !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("error is not about the certificate: %v", err)
+	}
+	if !strings.Contains(err.Error(), srcRef.Context().RegistryStr()) {
+		t.Errorf("error does not name the registry %s: %v", srcRef.Context().RegistryStr(), err)
+	}
+	requireAbsent(t, srcRef.Context().Tag("v1-erofs"), skipVerify)
+
+	res := mustConvert(t, srcRef.String(), "", convert.ImageOptions{}, oci.Remote{Insecure: true})
+	if res.target.Name.String() != srcRef.Context().Tag("v1-erofs").String() {
+		t.Errorf("target %s, want %s", res.target.Name, srcRef.Context().Tag("v1-erofs"))
+	}
+	got, _ := remoteImage(t, res.target.Name, skipVerify)
+	checkConverted(t, src, srcDescriptor(t, src), got, variant{})
 }
 
 func TestE2ERefusal(t *testing.T) {

@@ -11,7 +11,15 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	cryptorand "crypto/rand"
 	"crypto/sha256"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -72,6 +80,7 @@ type testRegistry struct {
 	cmd  *exec.Cmd
 	logs *syncBuffer
 	done chan struct{} // closed when the process has exited
+	tls  bool          // serves HTTPS
 }
 
 // syncBuffer collects the registry's output for error messages.
@@ -136,17 +145,38 @@ storage:
     uploadpurging:
       enabled: false
 http:
-  addr: 127.0.0.1:%d
+  addr: %s:%d
   secret: ocierofs-e2e-test
-%s`
+%s%s`
+
+// registrySetup is what a registry of a test's own has beyond the shared one.
+type registrySetup struct {
+	// htpasswd, if set, is the path of a bcrypt htpasswd file that every
+	// request must authenticate against.
+	htpasswd string
+	// cert and key, if set, are PEM files: the registry serves HTTPS.
+	cert, key string
+}
 
 // startRegistry starts docker-registry with its storage and config under
 // dir; htpasswd, if not empty, is the path of a bcrypt htpasswd file that
 // every request must authenticate against.
 func startRegistry(bin, dir, htpasswd string) (*testRegistry, error) {
-	auth := ""
-	if htpasswd != "" {
-		auth = fmt.Sprintf("auth:\n  htpasswd:\n    realm: ocierofs-e2e\n    path: %s\n", htpasswd)
+	return startRegistryWith(bin, dir, registrySetup{htpasswd: htpasswd})
+}
+
+func startRegistryWith(bin, dir string, setup registrySetup) (*testRegistry, error) {
+	auth, tlsConf := "", ""
+	if setup.htpasswd != "" {
+		auth = fmt.Sprintf("auth:\n  htpasswd:\n    realm: ocierofs-e2e\n    path: %s\n", setup.htpasswd)
+	}
+	ip := "127.0.0.1"
+	if setup.cert != "" {
+		tlsConf = fmt.Sprintf("  tls:\n    certificate: %s\n    key: %s\n", setup.cert, setup.key)
+		// go-containerregistry falls back to plain HTTP for 127.0.0.1
+		// (and private networks); on 127.0.0.2 it talks HTTPS only, as
+		// to any registry on the internet.
+		ip = tlsIP
 	}
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
@@ -159,10 +189,10 @@ func startRegistry(bin, dir, htpasswd string) (*testRegistry, error) {
 		if err := os.MkdirAll(storage, 0o755); err != nil {
 			return nil, err
 		}
-		if err := os.WriteFile(cfg, fmt.Appendf(nil, registryConfig, storage, port, auth), 0o644); err != nil {
+		if err := os.WriteFile(cfg, fmt.Appendf(nil, registryConfig, storage, ip, port, tlsConf, auth), 0o644); err != nil {
 			return nil, err
 		}
-		r := &testRegistry{host: fmt.Sprintf("127.0.0.1:%d", port), logs: &syncBuffer{}, done: make(chan struct{})}
+		r := &testRegistry{host: fmt.Sprintf("%s:%d", ip, port), logs: &syncBuffer{}, done: make(chan struct{}), tls: setup.cert != ""}
 		r.cmd = exec.Command(bin, "serve", cfg)
 		r.cmd.Stdout, r.cmd.Stderr = r.logs, r.logs
 		// The registry must not outlive a test binary that dies.
@@ -185,13 +215,18 @@ func startRegistry(bin, dir, htpasswd string) (*testRegistry, error) {
 func (r *testRegistry) waitReady(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	c := &http.Client{Timeout: time.Second}
+	scheme := "http"
+	if r.tls {
+		scheme = "https"
+		c.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // only asks whether it is up
+	}
 	for time.Now().Before(deadline) {
 		select {
 		case <-r.done:
 			return fmt.Errorf("docker-registry exited: %s", r.logs.String())
 		default:
 		}
-		resp, err := c.Get("http://" + r.host + "/v2/")
+		resp, err := c.Get(scheme + "://" + r.host + "/v2/")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusUnauthorized {
@@ -235,6 +270,41 @@ func sharedRegistry(t testing.TB) *testRegistry {
 		t.Fatalf("registry: %v", shared.err)
 	}
 	return shared.reg
+}
+
+// tlsIP is the address of HTTPS test registries.
+const tlsIP = "127.0.0.2"
+
+// tlsRegistry starts a registry of the test's own that serves HTTPS with a
+// fresh self-signed certificate for tlsIP, stopped when the test ends.
+func tlsRegistry(t testing.TB) *testRegistry {
+	t.Helper()
+	bin := registryBinary(t)
+	dir := t.TempDir()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), cryptorand.Reader)
+	must(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "ocierofs e2e"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses:  []net.IP{net.ParseIP(tlsIP)},
+	}
+	der, err := x509.CreateCertificate(cryptorand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	must(t, err)
+	kder, err := x509.MarshalECPrivateKey(key)
+	must(t, err)
+	cert, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	must(t, os.WriteFile(cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644))
+	must(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600))
+	r, err := startRegistryWith(bin, dir, registrySetup{cert: cert, key: keyFile})
+	if err != nil {
+		t.Fatalf("registry with TLS: %v", err)
+	}
+	t.Cleanup(r.stop)
+	return r
 }
 
 // authRegistry starts a registry of the test's own that wants user:password
