@@ -13,10 +13,10 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
 
-// containerd's EROFS differ looks in its layer content caches
-// (layer_content_caches) for DIR/sha256/<first two hex digits>/<hex>.erofs,
-// named by the diffID of the tar layer it is about to unpack, and mounts
-// such a file instead of running mkfs.erofs. Cache fills such a directory
+// containerd's EROFS snapshotter, preparing the snapshot of a tar layer,
+// looks in its layer content caches (layer_content_caches) for
+// DIR/sha256/<first two hex digits>/<hex>.erofs, named by the layer's diffID,
+// and uses such a file instead of having the differ run mkfs.erofs. Cache fills such a directory
 // ahead of time, with the same bytes convert would publish for the layer.
 //
 // A layer's EROFS image depends on the layers below it only through the

@@ -22,7 +22,7 @@ var cacheCommand = &cli.Command{
 	ArgsUsage: "SOURCE DIR",
 	Description: "Writes DIR/sha256/<xx>/<diffID>.erofs for every tar layer of SOURCE (the\n" +
 		"selected platforms of an index), with the same bytes convert publishes. Point\n" +
-		"containerd's EROFS differ at DIR (layer_content_caches) and it unpacks the\n" +
+		"containerd's EROFS snapshotter at DIR (layer_content_caches) and it unpacks the\n" +
 		"original tar image without running mkfs.erofs. Layers already in DIR are not\n" +
 		"converted again; entries appear atomically.",
 	Flags: slices.Concat(erofsFlags(), sourceFlags()),

@@ -1,0 +1,358 @@
+package convert_test
+
+// End-to-end tests with the real consumer: containerd 2.4 (its EROFS
+// snapshotter and differ, started by the test with a root, state and
+// sockets of its own, see containerd_helpers_test.go) pulls what the
+// ocierofs CLI made from a real registry on 127.0.0.1 and runs containers
+// of it with runc. The only mkfs.erofs containerd can find is a stand-in
+// that fails and records every call: a layer containerd converted itself
+// would show there.
+//
+// What these tests found out about containerd 2.4.2 (and rely on):
+//
+//   - An image whose index entries carry platform.os.features ["erofs"]
+//     (what `ocierofs convert` makes of an index) is selected only when the
+//     client asks for that feature: `--platform 'linux(+erofs)/amd64'` on
+//     both `ctr image pull` and `ctr run`. --snapshotter erofs alone does
+//     not add it; a plain linux/amd64 pull fetches none of its layers, and
+//     ctr run answers "no match for platform in manifest".
+//   - In an index that lists the tar manifest and the EROFS manifest of the
+//     same platform, the client-side pull (ctr image pull --local) and
+//     ctr run pick the EROFS manifest: among the manifests that match the
+//     requested platform, the one with more os.features wins. The transfer
+//     service's pull (ctr image pull without --local) unpacks every
+//     manifest that matches, the tar one too, which runs mkfs.erofs.
+//   - A single EROFS manifest (no index) needs no platform at all.
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/ocierofs/ocierofs/convert"
+)
+
+// erofsPlatform is how ctr is told to want the EROFS variant of an index
+// (containerd/platforms syntax: OS features in parentheses after a '+').
+const erofsPlatform = "linux(+erofs)/amd64"
+
+// The labels containerd's EROFS snapshotter records on a snapshot whose
+// layer blob it did not write itself (plugins/snapshots/erofs/blobsource.go).
+const (
+	labelBlobSource = "io.containerd.erofs.v1/blob.source"
+	labelBlobRef    = "io.containerd.erofs.v1/blob.ref"
+)
+
+// cliReport is what `ocierofs convert -o json` prints.
+type cliReport struct {
+	Source string `json:"source"`
+	Target string `json:"target"`
+	Digest string `json:"digest"`
+	Index  bool   `json:"index"`
+}
+
+// convertCLI runs `ocierofs convert --plain-http -o json ARGS…`.
+func convertCLI(t testing.TB, bin string, args ...string) cliReport {
+	t.Helper()
+	out := runOcierofs(t, bin, append([]string{"convert", "--plain-http", "-o", "json", "--jobs", "2"}, args...)...)
+	var rep cliReport
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatalf("ocierofs convert -o json: %v\n%s", err, out)
+	}
+	return rep
+}
+
+// converted reads the image the CLI published at rep.Target, checks that
+// its manifest is rep.Digest and that every layer has media type mt, and
+// returns it.
+func converted(t testing.TB, rep cliReport, mt types.MediaType) v1.Image {
+	t.Helper()
+	r, err := name.ParseReference(rep.Target)
+	must(t, err)
+	img, d := remoteImage(t, r)
+	if d.Digest.String() != rep.Digest {
+		t.Errorf("%s is %s, the report says %s", r, d.Digest, rep.Digest)
+	}
+	checkLayerTypes(t, img, mt)
+	return img
+}
+
+func checkLayerTypes(t testing.TB, img v1.Image, mt types.MediaType) {
+	t.Helper()
+	m, err := img.Manifest()
+	must(t, err)
+	for i, l := range m.Layers {
+		if l.MediaType != mt {
+			t.Errorf("layer %d: media type %s, want %s", i, l.MediaType, mt)
+		}
+	}
+	cf, err := img.ConfigFile()
+	must(t, err)
+	if !slices.Contains(cf.OSFeatures, "erofs") {
+		t.Errorf("config os.features %q lacks erofs", cf.OSFeatures)
+	}
+}
+
+// diffIDs is the config's rootfs.diff_ids of img.
+func diffIDs(t testing.TB, img v1.Image) []v1.Hash {
+	t.Helper()
+	cf, err := img.ConfigFile()
+	must(t, err)
+	return cf.RootFS.DiffIDs
+}
+
+// pull runs ctr image pull --snapshotter erofs of a plain-http reference.
+func (c *ctrd) pull(t testing.TB, ns, ref string, extra ...string) {
+	t.Helper()
+	start := time.Now()
+	args := append([]string{"image", "pull", "--plain-http", "--snapshotter", "erofs"}, extra...)
+	c.ctr(t, ns, append(args, ref)...)
+	t.Logf("ctr image pull %s %s: %.2fs", strings.Join(extra, " "), ref, time.Since(start).Seconds())
+}
+
+// requireUnpacked checks that containerd unpacked exactly the layers of
+// img, the EROFS image ocierofs made: a committed snapshot for each chain
+// of its diff_ids, parented as the layers stack, and for each layer a
+// snapshots/ID/layer.erofs that hashes to its diff_id, that is the raw
+// EROFS image ocierofs wrote, taken by the differ as it is (raw) or
+// merely decompressed (+zstd). Nothing converted on the node.
+func (c *ctrd) requireUnpacked(t testing.TB, ns string, img v1.Image) {
+	t.Helper()
+	ids := diffIDs(t, img)
+	chain := chainIDs(ids)
+	for i, key := range chain {
+		si := c.snapshot(t, ns, key)
+		if si.Kind != "Committed" {
+			t.Errorf("snapshot %d %s: kind %s, want Committed", i, key, si.Kind)
+		}
+		want := ""
+		if i > 0 {
+			want = chain[i-1]
+		}
+		if si.Parent != want {
+			t.Errorf("snapshot %d %s: parent %q, want %q", i, key, si.Parent, want)
+		}
+		if src := si.Labels[labelBlobSource]; src != "" {
+			t.Errorf("snapshot %d: %s = %q: its blob is not the one the differ wrote", i, labelBlobSource, src)
+		}
+	}
+	blobs := c.erofsLayerBlobs(t)
+	var got []string
+	for _, h := range blobs {
+		got = append(got, h)
+	}
+	var want []string
+	for _, d := range ids {
+		want = append(want, d.String())
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("the EROFS snapshotter holds layer blobs\n%v\nwant one per diff_id of the converted image\n%v\n(%v)", got, want, blobs)
+	}
+	c.requireNoMkfs(t)
+}
+
+// pushRunnable pushes runnableImage to a repository of its own.
+func pushRunnable(t testing.TB, host, repo string) (v1.Image, name.Reference) {
+	t.Helper()
+	src := runnableImage(t, "amd64")
+	r := ref(t, host, uniq(repo)+":v1")
+	pushImage(t, r, src)
+	return src, r
+}
+
+func TestContainerdE2E(t *testing.T) {
+	start := time.Now()
+	requireContainerdHost(t)
+	containerdBinDir(t)
+	runcBinary(t)
+	reg := sharedRegistry(t)
+	bin := ocierofsCLI(t)
+
+	// busybox, then the four layers of testImageLayers: whiteouts (a file,
+	// a symlink, a directory tree), an opaque directory, hard links,
+	// user.* and security.capability xattrs, setuid and setgid files, and
+	// directories implied by a layer that takes their metadata from below.
+	src, srcRef := pushRunnable(t, reg.host, "ctrd/e2e")
+
+	t.Run("image", func(t *testing.T) {
+		start := time.Now()
+		rep := convertCLI(t, bin, srcRef.String())
+		if want := srcRef.Context().Tag("v1-erofs").String(); rep.Target != want || rep.Index {
+			t.Errorf("converted to %s (index %v), want the default target %s, an image", rep.Target, rep.Index, want)
+		}
+		img := converted(t, rep, convert.MediaTypeLayer)
+		c := startContainerd(t, ctrdOptions{})
+		c.pull(t, "e2e", rep.Target)
+		c.requireUnpacked(t, "e2e", img)
+		c.runContainer(t, "e2e", rep.Target)
+		c.inspectRunning(t, "e2e", rep.Target, src)
+		c.requireNoMkfs(t)
+		t.Logf("image: %.2fs", time.Since(start).Seconds())
+	})
+
+	t.Run("index", func(t *testing.T) {
+		start := time.Now()
+		// The source is an index of a runnable linux/amd64 image and a
+		// linux/arm64 one; the converted index has an EROFS manifest for
+		// each, platform.os.features ["erofs"].
+		arm := e2eImage(t, "arm64", e2eLayer(t, eDir(".", 0o755), eDir("bin", 0o755),
+			eFile("bin/arch", 0o755, []byte("aarch64\n"))))
+		idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
+		idx = mutate.AppendManifests(idx,
+			mutate.IndexAddendum{Add: src, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
+			mutate.IndexAddendum{Add: arm, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64", Variant: "v8"}}},
+		)
+		idxRef := ref(t, reg.host, uniq("ctrd/e2e-index")+":v1")
+		pushIndex(t, idxRef, idx)
+		rep := convertCLI(t, bin, idxRef.String())
+		if !rep.Index {
+			t.Fatalf("%s: the conversion of an index is not an index", rep.Target)
+		}
+		r, err := name.ParseReference(rep.Target)
+		must(t, err)
+		d, err := remote.Get(r, direct()...)
+		must(t, err)
+		if d.Digest.String() != rep.Digest || !d.MediaType.IsIndex() {
+			t.Fatalf("%s is %s %s, the report says %s, an index", r, d.MediaType, d.Digest, rep.Digest)
+		}
+		cidx, err := d.ImageIndex()
+		must(t, err)
+		im, err := cidx.IndexManifest()
+		must(t, err)
+		var amdDesc *v1.Descriptor
+		for i, m := range im.Manifests {
+			if m.Platform == nil || !slices.Equal(m.Platform.OSFeatures, []string{"erofs"}) {
+				t.Errorf("converted index entry %d: platform %+v, want os.features [erofs]", i, m.Platform)
+			}
+			if m.Platform != nil && m.Platform.Architecture == "amd64" {
+				amdDesc = &im.Manifests[i]
+			}
+		}
+		if len(im.Manifests) != 2 || amdDesc == nil {
+			t.Fatalf("converted index %+v: want 2 manifests, one linux/amd64", im.Manifests)
+		}
+		amd, err := cidx.Image(amdDesc.Digest)
+		must(t, err)
+		checkLayerTypes(t, amd, convert.MediaTypeLayer)
+
+		c := startContainerd(t, ctrdOptions{})
+		c.pull(t, "index", rep.Target, "--platform", erofsPlatform)
+		c.requireUnpacked(t, "index", amd)
+		c.runContainer(t, "index", rep.Target, "--platform", erofsPlatform)
+		c.inspectRunning(t, "index", rep.Target, src, "--platform", erofsPlatform)
+
+		// An index that offers both forms for linux/amd64, the tar
+		// manifest first (as the draft EROFS image spec wants): asked for
+		// linux(+erofs)/amd64, the client picks the EROFS manifest, the
+		// one with more matching os.features, and unpacks it with no
+		// mkfs.erofs. (ctr's default pull goes through the transfer
+		// service, which unpacks every matching manifest, hence --local.)
+		mixed := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
+		mixed = mutate.AppendManifests(mixed,
+			mutate.IndexAddendum{Add: src, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
+			mutate.IndexAddendum{Add: amd, Descriptor: v1.Descriptor{Platform: amdDesc.Platform}},
+		)
+		mixedRef := idxRef.Context().Tag("mixed")
+		pushIndex(t, mixedRef, mixed)
+		c.pull(t, "mixed", mixedRef.String(), "--local", "--platform", erofsPlatform)
+		for _, key := range chainIDs(diffIDs(t, amd)) {
+			c.snapshot(t, "mixed", key) // fails the test if absent
+		}
+		if _, err := c.ctrErr("mixed", "snapshots", "--snapshotter", "erofs", "info", chainIDs(diffIDs(t, src))[0]); err == nil {
+			t.Errorf("the tar manifest of the mixed index was unpacked too")
+		}
+		c.requireNoMkfs(t)
+		c.runContainer(t, "mixed", mixedRef.String(), "--platform", erofsPlatform)
+		c.requireNoMkfs(t)
+		t.Logf("index: %.2fs", time.Since(start).Seconds())
+	})
+
+	t.Run("zstd", func(t *testing.T) {
+		start := time.Now()
+		rep := convertCLI(t, bin, "--layer-compression", "zstd", srcRef.String(), srcRef.Context().Tag("v1-erofs-zstd").String())
+		img := converted(t, rep, convert.MediaTypeLayerZstd)
+		c := startContainerd(t, ctrdOptions{})
+		c.pull(t, "zstd", rep.Target)
+		c.requireUnpacked(t, "zstd", img)
+		c.runContainer(t, "zstd", rep.Target)
+		c.inspectRunning(t, "zstd", rep.Target, src)
+		c.requireNoMkfs(t)
+		t.Logf("zstd: %.2fs", time.Since(start).Seconds())
+	})
+	t.Logf("TestContainerdE2E: %.2fs wall", time.Since(start).Seconds())
+}
+
+// cacheReport is what `ocierofs cache -o json` prints.
+type cacheReport struct {
+	Layers []convert.CacheLayer `json:"layers"`
+}
+
+func TestContainerdLayerContentCache(t *testing.T) {
+	start := time.Now()
+	requireContainerdHost(t)
+	containerdBinDir(t)
+	runcBinary(t)
+	reg := sharedRegistry(t)
+	bin := ocierofsCLI(t)
+	src, srcRef := pushRunnable(t, reg.host, "ctrd/cache")
+	ids := diffIDs(t, src)
+
+	// The node is prepared from the ORIGINAL tar image; nothing else of
+	// ocierofs is published.
+	dir := filepath.Join(t.TempDir(), "layer-cache")
+	out := runOcierofs(t, bin, "cache", "--plain-http", "-o", "json", "--jobs", "2", srcRef.String(), dir)
+	var rep cacheReport
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatalf("ocierofs cache -o json: %v\n%s", err, out)
+	}
+	if len(rep.Layers) != len(ids) {
+		t.Fatalf("ocierofs cache reported %d layers, the image has %d", len(rep.Layers), len(ids))
+	}
+	for i, l := range rep.Layers {
+		want := convert.CachePath(dir, ids[i])
+		if l.Path != want || l.Skipped != "" {
+			t.Errorf("layer %d: cache entry %q (skipped %q), want %s", i, l.Path, l.Skipped, want)
+		}
+		if fi, err := os.Stat(want); err != nil || !fi.Mode().IsRegular() || fi.Size() == 0 {
+			t.Errorf("layer %d: %s: %v", i, want, err)
+		}
+	}
+
+	c := startContainerd(t, ctrdOptions{layerContentCaches: []string{dir}})
+	c.pull(t, "cache", srcRef.String())
+	chain := chainIDs(ids)
+	for i, key := range chain {
+		si := c.snapshot(t, "cache", key)
+		if si.Kind != "Committed" {
+			t.Errorf("snapshot %d %s: kind %s, want Committed", i, key, si.Kind)
+		}
+		if got := si.Labels[labelBlobSource]; got != "cache" {
+			t.Errorf("layer %d (%s): snapshot label %s = %q, want cache; labels %v", i, ids[i], labelBlobSource, got, si.Labels)
+		}
+		if got, want := si.Labels[labelBlobRef], convert.CachePath(dir, ids[i]); got != want {
+			t.Errorf("layer %d: snapshot label %s = %q, want %s", i, labelBlobRef, got, want)
+		}
+	}
+	// A cached layer has no blob of its own in the snapshot directory.
+	if blobs := c.erofsLayerBlobs(t); len(blobs) != 0 {
+		t.Errorf("layer blobs in the snapshotter's own directory, though every layer is in the cache: %v", blobs)
+	}
+	c.requireNoMkfs(t)
+	c.runContainer(t, "cache", srcRef.String())
+	c.inspectRunning(t, "cache", srcRef.String(), src)
+	c.requireNoMkfs(t)
+	t.Logf("TestContainerdLayerContentCache: %.2fs wall", time.Since(start).Seconds())
+}
