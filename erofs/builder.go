@@ -35,6 +35,8 @@ type Options struct {
 	// directory, in depth-first name order ("" is the root). Otherwise, or
 	// when it returns false, such a directory is 0755 root:root.
 	ImpliedDir func(path string) (Entry, bool)
+	// Compression, if set, compresses regular files (see Compression).
+	Compression *Compression
 }
 
 // Validate reports options no image can be built with.
@@ -44,6 +46,13 @@ func (o *Options) Validate() error {
 	}
 	if len(o.VolumeName) > 15 {
 		return fmt.Errorf("erofs: volume name %q: longer than 15 bytes", o.VolumeName)
+	}
+	if o.Compression != nil {
+		bs := o.BlockSize
+		if bs == 0 {
+			bs = 4096
+		}
+		return o.Compression.validate(bs)
 	}
 	return nil
 }
@@ -61,7 +70,9 @@ type Builder struct {
 	ninodes  int
 	chunked  bool
 	spool    *tailSpool
-	scratch  []byte // one block, reused
+	z        *zwriter // compression, if on
+	packed   *inode   // the packed inode of fragments, made by Finish
+	scratch  []byte   // one block, reused
 	finished bool
 	err      error // sticky: after a failed Add the image is unusable
 }
@@ -91,6 +102,7 @@ type inode struct {
 	chunks    []chunkRun
 	chunkBits uint8 // log2(blocks per chunk) of a chunk-based file
 	layout    uint8
+	z         *zfile // compressed layouts
 
 	// set by Finish
 	nlink uint32
@@ -117,6 +129,9 @@ func NewBuilder(w io.WriterAt, opt Options) (*Builder, error) {
 		scratch: make([]byte, bs),
 	}
 	b.opt.BlockSize = bs
+	if opt.Compression != nil {
+		b.z = newZwriter(opt.Compression, bs)
+	}
 	b.outBlk = b.firstBlk()
 	b.out = bufio.NewWriterSize(io.NewOffsetWriter(w, int64(b.outBlk)*int64(bs)), 1<<20)
 	b.root = &node{ino: b.impliedInode(".")}
@@ -451,12 +466,18 @@ func (b *Builder) newInode(e *Entry) (*inode, error) {
 // Close releases temporary resources without writing the image; it is safe
 // to call after Finish.
 func (b *Builder) Close() error {
+	var err error
 	if b.spool != nil {
-		err := b.spool.close()
+		err = b.spool.close()
 		b.spool = nil
-		return err
 	}
-	return nil
+	if b.z != nil && b.z.packed != nil {
+		if e := b.z.packed.close(); err == nil {
+			err = e
+		}
+		b.z.packed = nil
+	}
+	return err
 }
 
 // tailSpool keeps the inline tails of regular files until Finish lays them

@@ -36,6 +36,9 @@ func (b *Builder) writeData(ino *inode, e *Entry, r io.Reader) error {
 	if e.Sparse {
 		return b.writeSparse(ino, r)
 	}
+	if b.z != nil {
+		return b.writeCompressed(ino, r, b.opt.Compression.Fragments)
+	}
 	size := ino.size
 	full := size >> b.blkbits
 	tail := int(size & uint64(b.bs-1))

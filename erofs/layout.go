@@ -12,6 +12,8 @@ type metaPlan struct {
 	xsize     int
 	tableSize int    // chunk map bytes after the xattrs
 	inlineLen int    // inline tail bytes after core, xattrs and table
+	zpad      int    // compressed: zeros that align the map header to 8
+	zsize     int    // compressed: zpad, map header and index
 	lateBlk   uint64 // dirs and symlinks: first block in the late area
 	lateBlks  uint64 // number of late blocks
 	dirents   []dirent
@@ -23,7 +25,7 @@ func (m *metaPlan) recordSize() int {
 	if !m.compact {
 		n = ExtendedInodeSize
 	}
-	return n + m.xsize + m.tableSize + m.inlineLen
+	return n + m.xsize + m.zsize + m.tableSize + m.inlineLen
 }
 
 // Finish lays out the metadata after the data and writes the superblock.
@@ -49,6 +51,16 @@ func (b *Builder) finish() error {
 		return err
 	}
 	epochSec, epochNsec := b.chooseEpoch(order)
+	if b.z != nil && b.z.packed != nil {
+		// The fragments are data too: the packed inode's pclusters go
+		// after every file's, before the metadata.
+		p, err := b.writePacked()
+		if err != nil {
+			return err
+		}
+		p.mtime, p.nsec = epochSec, epochNsec
+		order = append(order, p)
+	}
 
 	shared := &sharedXattrs{bs: b.bs, count: map[string]int{}, id: map[string]uint32{}}
 	for _, ino := range order {
@@ -71,8 +83,19 @@ func (b *Builder) finish() error {
 		base := m.recordSize()
 		switch ino.mode & S_IFMT {
 		case S_IFREG:
-			if ino.layout == LayoutFlatInline {
+			switch ino.layout {
+			case LayoutFlatInline:
 				m.inlineLen = int(ino.tail.n)
+			case LayoutCompressedFull, LayoutCompressedCompact:
+				// The map header sits at the first 8-aligned byte after
+				// the xattrs; records start 32-aligned, so its place in a
+				// 32-byte line (which shapes a COMPACT index) is known now.
+				h := (base + 7) &^ 7
+				m.zpad = h - base
+				m.zsize = m.zpad + b.zIndexSize(ino, uint64(h))
+				if zf := ino.z; zf.extents[len(zf.extents)-1].kind == zInline {
+					m.inlineLen = int(zf.inline.n)
+				}
 			}
 		case S_IFDIR:
 			size := dirSize(m.dirents, bs)
@@ -159,6 +182,27 @@ func (b *Builder) finish() error {
 	if b.chunked {
 		sb.FeatureIncompat |= FeatureIncompatChunkedFile
 	}
+	var cfgs []byte
+	if z := b.z; z != nil && z.used {
+		sb.FeatureIncompat |= FeatureIncompatZeroPadding
+		alg := z.c.Compressor.Algorithm()
+		if z.big || alg != AlgLZ4 {
+			// Config records: mandatory for big pclusters and for every
+			// algorithm but LZ4; u1 becomes the bitmap of algorithms.
+			sb.FeatureIncompat |= FeatureIncompatComprCfgs
+			sb.U1 = 1 << alg
+			rec := z.c.Compressor.Config(z.pcluster / bs)
+			cfgs = le.AppendUint16(cfgs, uint16(len(rec)))
+			cfgs = append(cfgs, rec...)
+		}
+		if z.inlined {
+			sb.FeatureIncompat |= FeatureIncompatZTailPacking
+		}
+		if b.packed != nil {
+			sb.FeatureIncompat |= FeatureIncompatFragments
+			sb.PackedNid = b.packed.nid
+		}
+	}
 	if bt := b.opt.BuildTime; !bt.IsZero() {
 		if d := bt.Unix() - epochSec; d >= 0 && d < 1<<32 {
 			sb.BuildTime = uint32(d)
@@ -167,6 +211,7 @@ func (b *Builder) finish() error {
 	copy(sb.VolumeName[:], b.opt.VolumeName)
 	head := make([]byte, b.firstBlk()*uint64(bs))
 	sb.marshal(head[SuperOffset:])
+	copy(head[SuperOffset+SuperSize:], cfgs)
 	le.PutUint32(head[SuperOffset+4:], superChecksum(head, bs))
 	_, err = b.w.WriteAt(head, 0)
 	return err

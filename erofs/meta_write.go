@@ -60,6 +60,8 @@ func (b *Builder) encodeRecord(dst []byte, ino *inode, shared *sharedXattrs, dir
 		switch ino.layout {
 		case LayoutChunkBased:
 			core.U = uint32(ino.chunkBits) // chunk = block << bits; 4-byte block map
+		case LayoutCompressedFull, LayoutCompressedCompact:
+			core.U = ino.z.blocks // i_blocks for stat
 		default:
 			if ino.size > 0 {
 				core.U = ino.startBlk
@@ -77,6 +79,13 @@ func (b *Builder) encodeRecord(dst []byte, ino *inode, shared *sharedXattrs, dir
 	dst = append(dst, make([]byte, core.size())...)
 	core.marshal(dst[start:])
 	dst = shared.appendArea(dst, ino)
+	if m.zsize > 0 {
+		dst = append(dst, make([]byte, m.zpad)...)
+		var err error
+		if dst, err = b.appendZIndex(dst, ino, ino.pos+uint64(len(dst)-start)); err != nil {
+			return nil, err
+		}
+	}
 	if ino.layout == LayoutChunkBased {
 		dst = appendBlockMap(dst, ino, b.bs)
 	}
@@ -85,7 +94,11 @@ func (b *Builder) encodeRecord(dst []byte, ino *inode, shared *sharedXattrs, dir
 		case S_IFREG:
 			n := len(dst)
 			dst = append(dst, make([]byte, m.inlineLen)...)
-			if err := b.spool.readAt(dst[n:], ino.tail.off); err != nil {
+			ref := ino.tail
+			if ino.z != nil {
+				ref = ino.z.inline
+			}
+			if err := b.spool.readAt(dst[n:], ref.off); err != nil {
 				return nil, fmt.Errorf("tail spool: %w", err)
 			}
 		case S_IFLNK:

@@ -62,6 +62,10 @@ type Image struct {
 	cache map[uint64]*Inode
 
 	blockBufs sync.Pool // *[]byte of one block, for directory reads
+
+	packedOnce sync.Once
+	packed     *packedInode
+	packedErr  error
 }
 
 // SuperInfo is the decoded superblock of an image.

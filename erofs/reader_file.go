@@ -42,7 +42,10 @@ func (img *Image) dataReader(ino *Inode) (io.ReaderAt, error) {
 	case LayoutChunkBased:
 		return img.chunkReader(ino)
 	case LayoutCompressedFull, LayoutCompressedCompact:
-		return nil, fmt.Errorf("erofs: inode %d: compressed layout not supported yet", ino.Nid)
+		if ino.Mode&S_IFMT != S_IFREG {
+			return nil, fmt.Errorf("erofs: nid %d: compressed layout for a non-regular inode", ino.Nid)
+		}
+		return img.zReader(ino)
 	}
 	return nil, fmt.Errorf("erofs: nid %d: unknown data layout %d", ino.Nid, ino.Layout)
 }

@@ -1,0 +1,215 @@
+package lz4
+
+import (
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	pierrec "github.com/pierrec/lz4/v4"
+)
+
+// Benchmarks report MB/s of input consumed (10^6 B/s) and the ratio
+// (input/output). Run side by side, for example:
+//
+//	go test -run '^$' -bench . -benchtime 200x ./erofs/compress/lz4/
+//
+// The destSize benchmarks fill 4 KiB and 64 KiB budgets from a 32 MiB corpus
+// of Go sources (or 32 MiB of random bytes); the pierrec ones compress
+// 4 KiB and 64 KiB input blocks of the same corpus with a reused Compressor.
+
+const benchCorpusSize = 32 << 20
+
+var (
+	benchOnce sync.Once
+	benchData map[string][]byte
+)
+
+func benchCorpus(name string) []byte {
+	benchOnce.Do(func() {
+		benchData = map[string][]byte{
+			"text":   goSource(benchCorpusSize),
+			"random": randomData(benchCorpusSize, 5),
+		}
+	})
+	return benchData[name]
+}
+
+func report(b *testing.B, in, out int) {
+	s := b.Elapsed().Seconds()
+	if s > 0 {
+		b.ReportMetric(float64(in)/s/1e6, "MB/s")
+	}
+	if out > 0 {
+		b.ReportMetric(float64(in)/float64(out), "ratio")
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
+func BenchmarkDestSize(b *testing.B) {
+	for _, data := range []string{"text", "random"} {
+		for _, budget := range []int{4 << 10, 64 << 10} {
+			for _, level := range []int{0, 1, 6, 9, 12} {
+				b.Run(fmt.Sprintf("%s/%dK/L%d", data, budget>>10, level), func(b *testing.B) {
+					src := benchCorpus(data)
+					e, _ := NewEncoder(level)
+					dst := make([]byte, budget)
+					in, out, pos := 0, 0, 0
+					b.ResetTimer()
+					for range b.N {
+						w, c := e.CompressDestSize(dst, src[pos:])
+						in += c
+						out += w
+						pos += c
+						if pos == len(src) {
+							pos = 0
+						}
+					}
+					report(b, in, out)
+				})
+			}
+		}
+	}
+}
+
+func BenchmarkPierrec(b *testing.B) {
+	for _, data := range []string{"text", "random"} {
+		for _, bs := range []int{4 << 10, 64 << 10} {
+			b.Run(fmt.Sprintf("%s/%dK", data, bs>>10), func(b *testing.B) {
+				src := benchCorpus(data)
+				var c pierrec.Compressor
+				dst := make([]byte, pierrec.CompressBlockBound(bs))
+				in, out, pos := 0, 0, 0
+				b.ResetTimer()
+				for range b.N {
+					if pos+bs > len(src) {
+						pos = 0
+					}
+					n, err := c.CompressBlock(src[pos:pos+bs], dst)
+					if err != nil || n == 0 {
+						b.Fatal(n, err)
+					}
+					in += bs
+					out += n
+					pos += bs
+				}
+				report(b, in, out)
+			})
+		}
+	}
+}
+
+func BenchmarkDecompress(b *testing.B) {
+	src := benchCorpus("text")
+	for _, budget := range []int{4 << 10, 64 << 10} {
+		b.Run(fmt.Sprintf("%dK", budget>>10), func(b *testing.B) {
+			e, _ := NewEncoder(LevelFast)
+			// Blocks of the first 4 MiB.
+			var blocks [][]byte
+			var sizes []int
+			for s := src[:4<<20]; len(s) > 0; {
+				dst := make([]byte, budget)
+				w, c := e.CompressDestSize(dst, s)
+				blocks = append(blocks, dst[:w])
+				sizes = append(sizes, c)
+				s = s[c:]
+			}
+			out := make([]byte, 1<<20)
+			in := 0
+			b.ResetTimer()
+			for i := range b.N {
+				k := i % len(blocks)
+				n, err := Decompress(out[:sizes[k]], blocks[k])
+				if err != nil {
+					b.Fatal(err)
+				}
+				in += n
+			}
+			report(b, in, 0)
+		})
+	}
+}
+
+// TestSpeedTable prints MB/s and ratio of the levels and of pierrec/lz4, the
+// best of several interleaved rounds. It runs only with LZ4_TABLE set, e.g.
+//
+//	LZ4_TABLE=1 go test -run TestSpeedTable -v ./erofs/compress/lz4/
+//
+// LZ4_TABLE=fast limits it to LevelFast and pierrec.
+func TestSpeedTable(t *testing.T) {
+	mode := os.Getenv("LZ4_TABLE")
+	if mode == "" {
+		t.Skip("set LZ4_TABLE to run")
+	}
+	levels := []int{0, 1, 6, 9, 12}
+	if mode == "fast" {
+		levels = []int{0}
+	}
+	const rounds = 5
+	const perRound = 24 << 20 // input per configuration and round
+	type cell struct {
+		best      float64
+		in, out   int
+		name, key string
+	}
+	var cells []*cell
+	var runs []func(c *cell)
+	for _, data := range []string{"text", "random"} {
+		src := benchCorpus(data)
+		for _, size := range []int{4 << 10, 64 << 10} {
+			for _, level := range levels {
+				e, _ := NewEncoder(level)
+				dst := make([]byte, size)
+				amount := perRound
+				if level >= 9 && data == "text" {
+					amount /= 8
+				}
+				pos := 0
+				cells = append(cells, &cell{name: fmt.Sprintf("L%d", level), key: fmt.Sprintf("%s %dK", data, size>>10)})
+				runs = append(runs, func(c *cell) {
+					in, out := 0, 0
+					start := time.Now()
+					for in < amount {
+						w, n := e.CompressDestSize(dst, src[pos:])
+						in += n
+						out += w
+						pos += n
+						if pos == len(src) {
+							pos = 0
+						}
+					}
+					c.best = max(c.best, float64(in)/time.Since(start).Seconds()/1e6)
+					c.in, c.out = in, out
+				})
+			}
+			var pc pierrec.Compressor
+			pdst := make([]byte, pierrec.CompressBlockBound(size))
+			pos := 0
+			cells = append(cells, &cell{name: "pierrec", key: fmt.Sprintf("%s %dK", data, size>>10)})
+			runs = append(runs, func(c *cell) {
+				in, out := 0, 0
+				start := time.Now()
+				for in < perRound {
+					if pos+size > len(src) {
+						pos = 0
+					}
+					n, _ := pc.CompressBlock(src[pos:pos+size], pdst)
+					in += size
+					out += n
+					pos += size
+				}
+				c.best = max(c.best, float64(in)/time.Since(start).Seconds()/1e6)
+				c.in, c.out = in, out
+			})
+		}
+	}
+	for range rounds {
+		for i, run := range runs {
+			run(cells[i])
+		}
+	}
+	for _, c := range cells {
+		t.Logf("%-10s %-8s %8.1f MB/s  ratio %.3f", c.key, c.name, c.best, float64(c.in)/float64(c.out))
+	}
+}

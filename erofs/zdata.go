@@ -1,0 +1,292 @@
+package erofs
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+)
+
+// Compressed files (erofs-format.md §7). A file is cut into extents as its
+// data streams in: each call of the compressor fills one pcluster with as
+// much input as fits, and the extent is that input. An extent whose
+// pcluster would save no block is stored plain (one block of input in one
+// block). The last extent of a file may instead be packed inline after the
+// inode (TailPacking) or into the packed inode (Fragments).
+
+// Extent kinds.
+const (
+	zPlain      = iota // uncompressed, one block, shifted
+	zCompressed        // a right-aligned stream in blocks whole blocks
+	zInline            // the last extent, inline after the index (ztailpacking)
+	zFragment          // the last extent, bytes of the packed inode
+)
+
+// zextent is one extent of a compressed file. Extents are consecutive in
+// the file and their pclusters consecutive on disk, so offsets and
+// addresses follow from the lengths.
+type zextent struct {
+	length uint32 // decompressed bytes
+	blocks uint16 // physical blocks (plain and compressed)
+	kind   uint8
+}
+
+// zfile is what Finish needs to write a compressed file's index.
+type zfile struct {
+	extents []zextent
+	blocks  uint32  // physical blocks of all pclusters
+	inline  tailRef // zInline: the stored bytes, in the tail spool
+	plainIn bool    // zInline: the inline extent is stored uncompressed
+	fragOff uint64  // zFragment: offset in the packed inode
+	big     bool    // pclusters may exceed one block (CBLKCNT)
+}
+
+// zwriter holds the buffers of compression, reused for every file.
+type zwriter struct {
+	c         *Compression
+	pcluster  int // bytes
+	maxExtent int
+	window    []byte // input not consumed yet, at most maxExtent
+	dst       []byte // one pcluster of output
+	big       bool
+	used      bool // some file is compressed
+	usedBig   bool // some pcluster is larger than a block
+	inlined   bool // some file has an inline compressed tail
+	packed    *tailSpool
+	packedLen uint64
+}
+
+func newZwriter(c *Compression, bs int) *zwriter {
+	z := &zwriter{c: c, pcluster: c.PclusterSize, maxExtent: c.MaxExtent}
+	if z.pcluster == 0 {
+		z.pcluster = bs
+	}
+	if z.maxExtent == 0 {
+		z.maxExtent = max(DefaultMaxExtent, z.pcluster)
+	}
+	z.big = z.pcluster > bs
+	z.window = make([]byte, 0, z.maxExtent)
+	z.dst = make([]byte, z.pcluster)
+	return z
+}
+
+// writeCompressed streams a regular file through the compressor. It falls
+// back to the flat layout when no extent of the file saves a block.
+func (b *Builder) writeCompressed(ino *inode, r io.Reader, fragments bool) error {
+	z := b.z
+	bs := b.bs
+	size := ino.size
+	zf := &zfile{big: z.big}
+	ino.startBlk = uint32(b.outBlk)
+	var pos uint64 // logical offset of window[0]
+	win := z.window[:0]
+	var read uint64
+	tailLimit := bs
+	if fragments {
+		tailLimit = max(tailLimit, z.pcluster)
+	}
+	for {
+		// Fill the window: the extent bound, or what is left of the file.
+		want := int(min(uint64(z.maxExtent), size-pos))
+		if len(win) < want {
+			n, err := io.ReadFull(r, win[len(win):want])
+			read += uint64(n)
+			win = win[:len(win)+n]
+			if err != nil {
+				return shortData(int64(read), size, err)
+			}
+		}
+		last := pos+uint64(len(win)) == size
+		if last && len(win) <= tailLimit {
+			break
+		}
+		w, c := z.c.Compressor.CompressDestSize(z.dst, win)
+		if last && c == len(win) {
+			break // the tail: decided below, with the compressed form at hand
+		}
+		nblk := (w + bs - 1) / bs
+		var e zextent
+		if c == 0 || nblk*bs >= c {
+			e = zextent{length: uint32(bs), blocks: 1, kind: zPlain}
+			if err := b.writeBlock(win[:bs]); err != nil {
+				return err
+			}
+		} else {
+			if err := b.writeZeros(uint64(nblk*bs - w)); err != nil {
+				return err
+			}
+			if _, err := b.out.Write(z.dst[:w]); err != nil {
+				return err
+			}
+			b.outBlk += uint64(nblk)
+			e = zextent{length: uint32(c), blocks: uint16(nblk), kind: zCompressed}
+			if nblk > 1 {
+				z.usedBig = true
+			}
+		}
+		zf.extents = append(zf.extents, e)
+		zf.blocks += uint32(e.blocks)
+		pos += uint64(e.length)
+		win = win[:copy(win, win[e.length:])]
+		if b.outBlk >= 1<<32 {
+			return fmt.Errorf("image would exceed 2^32 blocks")
+		}
+	}
+	return b.zTail(ino, zf, pos, win, fragments)
+}
+
+// zTail stores the last extent of a file, data = [pos, size).
+func (b *Builder) zTail(ino *inode, zf *zfile, pos uint64, data []byte, fragments bool) error {
+	z := b.z
+	bs := b.bs
+	allPlain := true
+	for _, e := range zf.extents {
+		allPlain = allPlain && e.kind == zPlain
+	}
+	if fragments {
+		if err := z.appendFragment(b, data); err != nil {
+			return err
+		}
+		zf.fragOff = z.packedLen - uint64(len(data))
+		zf.extents = append(zf.extents, zextent{length: uint32(len(data)), kind: zFragment})
+		return b.zDone(ino, zf)
+	}
+	lastLcn := (ino.size - 1) >> b.blkbits
+	for len(data) > 0 {
+		w, c := z.c.Compressor.CompressDestSize(z.dst, data)
+		whole := c == len(data)
+		if z.c.TailPacking && whole && w < len(data) && w < bs && b.canInlineZ(ino, zf, w) {
+			ref, err := b.spoolTail(z.dst[:w])
+			if err != nil {
+				return err
+			}
+			zf.inline = ref
+			zf.extents = append(zf.extents, zextent{length: uint32(len(data)), kind: zInline})
+			z.inlined = true
+			return b.zDone(ino, zf)
+		}
+		nblk := (w + bs - 1) / bs
+		if whole && nblk*bs < c && pos>>b.blkbits != lastLcn {
+			if err := b.writeZeros(uint64(nblk*bs - w)); err != nil {
+				return err
+			}
+			if _, err := b.out.Write(z.dst[:w]); err != nil {
+				return err
+			}
+			b.outBlk += uint64(nblk)
+			if nblk > 1 {
+				z.usedBig = true
+			}
+			zf.extents = append(zf.extents, zextent{length: uint32(c), blocks: uint16(nblk), kind: zCompressed})
+			zf.blocks += uint32(nblk)
+			return b.zDone(ino, zf)
+		}
+		n := min(bs, len(data))
+		if allPlain && n == len(data) {
+			// Nothing of the file was compressed: it is an ordinary flat
+			// file, and its tail may go inline like any other.
+			return b.flatTail(ino, data)
+		}
+		if z.c.TailPacking && n == len(data) && b.canInlineZ(ino, zf, n) {
+			ref, err := b.spoolTail(data)
+			if err != nil {
+				return err
+			}
+			zf.inline, zf.plainIn = ref, true
+			zf.extents = append(zf.extents, zextent{length: uint32(n), kind: zInline})
+			z.inlined = true
+			return b.zDone(ino, zf)
+		}
+		if err := b.writeBlock(data[:n]); err != nil {
+			return err
+		}
+		zf.extents = append(zf.extents, zextent{length: uint32(n), blocks: 1, kind: zPlain})
+		zf.blocks++
+		pos += uint64(n)
+		data = data[n:]
+	}
+	return b.zDone(ino, zf)
+}
+
+// flatTail ends a file whose every extent was stored plain: the blocks
+// written so far are exactly its data, so it becomes FLAT_PLAIN (or
+// FLAT_INLINE with this tail next to the inode).
+func (b *Builder) flatTail(ino *inode, tail []byte) error {
+	ino.layout = LayoutFlatPlain
+	if len(tail) < b.bs && b.canInline(ino, len(tail)) {
+		ref, err := b.spoolTail(tail)
+		if err != nil {
+			return err
+		}
+		ino.tail = ref
+		ino.layout = LayoutFlatInline
+		if uint64(b.outBlk) == uint64(ino.startBlk) {
+			ino.startBlk = NullAddr
+		}
+		return nil
+	}
+	return b.writeBlock(tail)
+}
+
+func (b *Builder) zDone(ino *inode, zf *zfile) error {
+	ino.z = zf
+	ino.layout = b.zLayout(zf)
+	b.z.used = true
+	if zf.blocks == 0 {
+		ino.startBlk = 0
+	}
+	return nil
+}
+
+// zLayout picks the index form: COMPACT where the kernel reads it (4 KiB
+// lclusters, fragment offsets below 4 GiB), FULL otherwise.
+func (b *Builder) zLayout(zf *zfile) uint8 {
+	if b.blkbits != 12 || zf.fragOff >= 1<<32 || b.opt.Compression.FullIndexes {
+		return LayoutCompressedFull
+	}
+	if n := len(zf.extents); n == 1 && zf.extents[0].kind == zFragment {
+		return LayoutCompressedFull // whole-file fragment: header only
+	}
+	return LayoutCompressedCompact
+}
+
+// canInlineZ reports whether an inline tail of n bytes fits one block
+// together with the largest record the inode can have.
+func (b *Builder) canInlineZ(ino *inode, zf *zfile, n int) bool {
+	totalidx := int((ino.size + uint64(b.bs) - 1) >> b.blkbits)
+	idx := 16 + 8*totalidx // FULL, the larger form
+	return ExtendedInodeSize+xattrAreaMax(ino.xattrs)+4+idx+n <= b.bs
+}
+
+// appendFragment adds p to the packed inode's data.
+func (z *zwriter) appendFragment(b *Builder, p []byte) error {
+	if z.packed == nil {
+		f, err := os.CreateTemp(b.opt.TempDir, "ocierofs-packed-*")
+		if err != nil {
+			return err
+		}
+		os.Remove(f.Name())
+		z.packed = &tailSpool{f: f, w: bufio.NewWriterSize(f, 256<<10)}
+	}
+	if _, err := z.packed.w.Write(p); err != nil {
+		return fmt.Errorf("packed inode spool: %w", err)
+	}
+	z.packedLen += uint64(len(p))
+	return nil
+}
+
+// writePacked writes the packed inode: the fragments of every file, one
+// after another, compressed like a file of their own.
+func (b *Builder) writePacked() (*inode, error) {
+	z := b.z
+	if err := z.packed.w.Flush(); err != nil {
+		return nil, fmt.Errorf("packed inode spool: %w", err)
+	}
+	p := &inode{mode: S_IFREG | 0o600, size: z.packedLen, nlink: 1}
+	r := io.NewSectionReader(z.packed.f, 0, int64(z.packedLen))
+	if err := b.writeCompressed(p, r, false); err != nil {
+		return nil, fmt.Errorf("packed inode: %w", err)
+	}
+	b.packed = p
+	return p, nil
+}
