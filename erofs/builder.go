@@ -37,6 +37,10 @@ type Options struct {
 	ImpliedDir func(path string) (Entry, bool)
 	// Compression, if set, compresses regular files (see Compression).
 	Compression *Compression
+	// MinKernel, if set, is the oldest kernel that must mount the image:
+	// options it cannot mount are refused, and sparse files are stored
+	// plainly when it predates chunk-based files.
+	MinKernel Kernel
 }
 
 // Validate reports options no image can be built with.
@@ -47,14 +51,16 @@ func (o *Options) Validate() error {
 	if len(o.VolumeName) > 15 {
 		return fmt.Errorf("erofs: volume name %q: longer than 15 bytes", o.VolumeName)
 	}
-	if o.Compression != nil {
-		bs := o.BlockSize
-		if bs == 0 {
-			bs = 4096
-		}
-		return o.Compression.validate(bs)
+	bs := o.BlockSize
+	if bs == 0 {
+		bs = 4096
 	}
-	return nil
+	if o.Compression != nil {
+		if err := o.Compression.validate(bs); err != nil {
+			return err
+		}
+	}
+	return o.checkKernel(bs)
 }
 
 // Builder writes an EROFS image from a stream of entries. It is not safe for
@@ -130,7 +136,12 @@ func NewBuilder(w io.WriterAt, opt Options) (*Builder, error) {
 	}
 	b.opt.BlockSize = bs
 	if opt.Compression != nil {
-		b.z = newZwriter(opt.Compression, bs)
+		c := *opt.Compression // the caller may reuse its options
+		z, err := newZwriter(&c, bs)
+		if err != nil {
+			return nil, err
+		}
+		b.z = z
 	}
 	b.outBlk = b.firstBlk()
 	b.out = bufio.NewWriterSize(io.NewOffsetWriter(w, int64(b.outBlk)*int64(bs)), 1<<20)

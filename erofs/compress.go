@@ -1,7 +1,6 @@
 package erofs
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/ocierofs/ocierofs/erofs/compress/lz4"
@@ -32,20 +31,19 @@ func (a Algorithm) String() string {
 	return fmt.Sprintf("algorithm %d", uint8(a))
 }
 
-// A Compressor fills fixed-size physical clusters: CompressDestSize
+// A compressor fills fixed-size physical clusters: CompressDestSize
 // compresses the longest prefix of src whose compressed form fits in dst
 // (len(dst) is the budget) and reports the bytes written and the bytes of
 // src consumed. dst[:written] must decode, with the algorithm's EROFS
 // decoder, to exactly src[:consumed], and its first byte must not be zero
-// (0padding finds the stream by skipping zeros). A Compressor is used by one
-// goroutine at a time and may keep state between calls, but no history: each
-// call is an independent stream.
-type Compressor interface {
-	Algorithm() Algorithm
+// (0padding finds the stream by skipping zeros). Every Builder has its own:
+// it may keep state between calls, but no history: each call is an
+// independent stream.
+type compressor interface {
 	CompressDestSize(dst, src []byte) (written, consumed int)
-	// Config is the payload of the algorithm's compression configuration
+	// config is the payload of the algorithm's compression configuration
 	// record (erofs-format.md §7.12), for a pcluster of pclusterBlocks.
-	Config(pclusterBlocks int) []byte
+	config(pclusterBlocks int) []byte
 }
 
 // Compression makes a Builder compress regular files. Files are cut into
@@ -53,7 +51,10 @@ type Compressor interface {
 // a pcluster that saves no block is stored uncompressed, and a file none
 // of whose pclusters saves a block is stored as an uncompressed file.
 type Compression struct {
-	Compressor Compressor
+	Algorithm Algorithm
+	// Level is the codec's level. LZ4: 0 is the fast greedy encoder, 1–12
+	// are LZ4HC levels (mkfs.erofs -zlz4hc,N).
+	Level int
 	// PclusterSize is the largest physical cluster, a multiple of the block
 	// size up to 1 MiB; 0 means one block. Pclusters larger than a block
 	// need Linux 5.13.
@@ -85,8 +86,8 @@ const (
 
 // validate checks the compression options for block size bs.
 func (c *Compression) validate(bs int) error {
-	if c.Compressor == nil {
-		return errors.New("erofs: compression without a compressor")
+	if _, err := c.newCompressor(); err != nil {
+		return err
 	}
 	if p := c.PclusterSize; p != 0 && (p < bs || p%bs != 0 || p > MaxPclusterSize) {
 		return fmt.Errorf("erofs: pcluster size %d: want a multiple of the block size %d up to %d", p, bs, MaxPclusterSize)
@@ -97,27 +98,28 @@ func (c *Compression) validate(bs int) error {
 	return nil
 }
 
-// NewLZ4 returns the LZ4 compressor: level 0 is the fast greedy encoder,
-// 1–12 are LZ4HC levels (mkfs.erofs -zlz4hc,N).
-func NewLZ4(level int) (Compressor, error) {
-	e, err := lz4.NewEncoder(level)
-	if err != nil {
-		return nil, err
+// newCompressor makes the encoder of the options' algorithm and level.
+func (c *Compression) newCompressor() (compressor, error) {
+	switch c.Algorithm {
+	case AlgLZ4:
+		e, err := lz4.NewEncoder(c.Level)
+		if err != nil {
+			return nil, fmt.Errorf("erofs: %w", err)
+		}
+		return lz4Compressor{e}, nil
 	}
-	return lz4Compressor{e}, nil
+	return nil, fmt.Errorf("erofs: %s compression is not supported", c.Algorithm)
 }
 
 type lz4Compressor struct{ e *lz4.Encoder }
-
-func (lz4Compressor) Algorithm() Algorithm { return AlgLZ4 }
 
 func (c lz4Compressor) CompressDestSize(dst, src []byte) (int, int) {
 	return c.e.CompressDestSize(dst, src)
 }
 
-// Config is the LZ4 record: u16 max_distance, u16 max_pclusterblks, 10
+// config is the LZ4 record: u16 max_distance, u16 max_pclusterblks, 10
 // reserved bytes.
-func (lz4Compressor) Config(pclusterBlocks int) []byte {
+func (lz4Compressor) config(pclusterBlocks int) []byte {
 	b := make([]byte, 14)
 	le.PutUint16(b[0:], lz4.MaxDistance)
 	le.PutUint16(b[2:], uint16(pclusterBlocks))

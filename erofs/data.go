@@ -33,7 +33,7 @@ func (b *Builder) writeData(ino *inode, e *Entry, r io.Reader) error {
 	if r == nil {
 		return errors.New("no data reader for a non-empty file")
 	}
-	if e.Sparse {
+	if e.Sparse && !b.opt.MinKernel.before(kernelChunked) {
 		return b.writeSparse(ino, r)
 	}
 	if b.z != nil {

@@ -1,6 +1,10 @@
 package erofs
 
-import "fmt"
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
 
 // feature is one on-disk feature, with the first kernel that mounts it.
 type feature struct {
@@ -78,4 +82,66 @@ func MinKernel(s SuperInfo) string {
 		newer([2]int{6, 4})
 	}
 	return fmt.Sprintf("%d.%d", k[0], k[1])
+}
+
+// Kernel is a Linux version, major and minor.
+type Kernel [2]int
+
+// ParseKernel reads "X.Y" (a third component, "6.1.55", is ignored).
+func ParseKernel(s string) (Kernel, error) {
+	var k Kernel
+	parts := strings.SplitN(s, ".", 3)
+	if len(parts) < 2 {
+		return k, fmt.Errorf("kernel version %q: want X.Y", s)
+	}
+	for i := range 2 {
+		v, err := strconv.Atoi(parts[i])
+		if err != nil || v < 0 {
+			return k, fmt.Errorf("kernel version %q: want X.Y", s)
+		}
+		k[i] = v
+	}
+	return k, nil
+}
+
+func (k Kernel) String() string { return fmt.Sprintf("%d.%d", k[0], k[1]) }
+
+// before reports whether k is set and older than v.
+func (k Kernel) before(v Kernel) bool {
+	return k != Kernel{} && (k[0] < v[0] || k[0] == v[0] && k[1] < v[1])
+}
+
+// The first kernels that mount what the options ask for (erofs-format.md §12.1).
+var (
+	kernelSmallBlocks = Kernel{6, 4}  // blocks smaller than 4 KiB
+	kernelBigPcluster = Kernel{5, 13} // pclusters larger than a block
+	kernelTailPacking = Kernel{5, 17}
+	kernelFragments   = Kernel{6, 1}
+	kernelChunked     = Kernel{5, 15} // sparse files become chunk-based
+)
+
+// checkKernel refuses options whose images the target kernel cannot mount,
+// naming the feature and the kernel it needs.
+func (o *Options) checkKernel(bs int) error {
+	k := o.MinKernel
+	refuse := func(what string, need Kernel) error {
+		return fmt.Errorf("erofs: %s needs Linux %s, the image is for %s (--min-kernel)", what, need, k)
+	}
+	if bs < 4096 && k.before(kernelSmallBlocks) {
+		return refuse(fmt.Sprintf("block size %d", bs), kernelSmallBlocks)
+	}
+	c := o.Compression
+	if c == nil {
+		return nil
+	}
+	if c.PclusterSize > bs && k.before(kernelBigPcluster) {
+		return refuse(fmt.Sprintf("pcluster size %d (big pclusters)", c.PclusterSize), kernelBigPcluster)
+	}
+	if c.TailPacking && k.before(kernelTailPacking) {
+		return refuse("tail packing (ztailpacking)", kernelTailPacking)
+	}
+	if c.Fragments && k.before(kernelFragments) {
+		return refuse("fragments", kernelFragments)
+	}
+	return nil
 }

@@ -185,13 +185,13 @@ func (b *Builder) finish() error {
 	var cfgs []byte
 	if z := b.z; z != nil && z.used {
 		sb.FeatureIncompat |= FeatureIncompatZeroPadding
-		alg := z.c.Compressor.Algorithm()
+		alg := z.c.Algorithm
 		if z.big || alg != AlgLZ4 {
 			// Config records: mandatory for big pclusters and for every
 			// algorithm but LZ4; u1 becomes the bitmap of algorithms.
 			sb.FeatureIncompat |= FeatureIncompatComprCfgs
 			sb.U1 = 1 << alg
-			rec := z.c.Compressor.Config(z.pcluster / bs)
+			rec := z.comp.config(z.pcluster / bs)
 			cfgs = le.AppendUint16(cfgs, uint16(len(rec)))
 			cfgs = append(cfgs, rec...)
 		}

@@ -76,6 +76,15 @@ func (ino *Inode) StartBlock() uint64 {
 	return ino.startBlk
 }
 
+// CompressedBlocks is the number of pcluster blocks of a compressed file
+// (i_u of layouts COMPRESSED_FULL and COMPRESSED_COMPACT), else 0.
+func (ino *Inode) CompressedBlocks() uint32 {
+	if ino.Layout != LayoutCompressedFull && ino.Layout != LayoutCompressedCompact {
+		return 0
+	}
+	return ino.rawU
+}
+
 // Offset returns the byte offset of the inode in the image.
 func (ino *Inode) Offset() int64 { return ino.iloc }
 

@@ -44,6 +44,7 @@ type zfile struct {
 // zwriter holds the buffers of compression, reused for every file.
 type zwriter struct {
 	c         *Compression
+	comp      compressor
 	pcluster  int // bytes
 	maxExtent int
 	window    []byte // input not consumed yet, at most maxExtent
@@ -56,8 +57,12 @@ type zwriter struct {
 	packedLen uint64
 }
 
-func newZwriter(c *Compression, bs int) *zwriter {
-	z := &zwriter{c: c, pcluster: c.PclusterSize, maxExtent: c.MaxExtent}
+func newZwriter(c *Compression, bs int) (*zwriter, error) {
+	comp, err := c.newCompressor()
+	if err != nil {
+		return nil, err
+	}
+	z := &zwriter{c: c, comp: comp, pcluster: c.PclusterSize, maxExtent: c.MaxExtent}
 	if z.pcluster == 0 {
 		z.pcluster = bs
 	}
@@ -67,7 +72,7 @@ func newZwriter(c *Compression, bs int) *zwriter {
 	z.big = z.pcluster > bs
 	z.window = make([]byte, 0, z.maxExtent)
 	z.dst = make([]byte, z.pcluster)
-	return z
+	return z, nil
 }
 
 // writeCompressed streams a regular file through the compressor. It falls
@@ -100,7 +105,7 @@ func (b *Builder) writeCompressed(ino *inode, r io.Reader, fragments bool) error
 		if last && len(win) <= tailLimit {
 			break
 		}
-		w, c := z.c.Compressor.CompressDestSize(z.dst, win)
+		w, c := z.comp.CompressDestSize(z.dst, win)
 		if last && c == len(win) {
 			break // the tail: decided below, with the compressed form at hand
 		}
@@ -153,7 +158,7 @@ func (b *Builder) zTail(ino *inode, zf *zfile, pos uint64, data []byte, fragment
 	}
 	lastLcn := (ino.size - 1) >> b.blkbits
 	for len(data) > 0 {
-		w, c := z.c.Compressor.CompressDestSize(z.dst, data)
+		w, c := z.comp.CompressDestSize(z.dst, data)
 		whole := c == len(data)
 		if z.c.TailPacking && whole && w < len(data) && w < bs && b.canInlineZ(ino, zf, w) {
 			ref, err := b.spoolTail(z.dst[:w])

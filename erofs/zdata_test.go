@@ -62,10 +62,6 @@ func zConfigs(t testing.TB) []zConfig {
 		for _, pc := range []int{4096, 65536, 1 << 20} {
 			for _, tail := range []bool{false, true} {
 				for _, frag := range []bool{false, true} {
-					comp, err := NewLZ4(lv)
-					if err != nil {
-						t.Fatal(err)
-					}
 					name := fmt.Sprintf("lz4-%d_pc%dk", lv, pc>>10)
 					if tail {
 						name += "_tail"
@@ -73,16 +69,15 @@ func zConfigs(t testing.TB) []zConfig {
 					if frag {
 						name += "_frag"
 					}
-					cs = append(cs, zConfig{name: name, bs: 4096, c: Compression{Compressor: comp, PclusterSize: pc, TailPacking: tail, Fragments: frag}})
+					cs = append(cs, zConfig{name: name, bs: 4096, c: Compression{Algorithm: AlgLZ4, Level: lv, PclusterSize: pc, TailPacking: tail, Fragments: frag}})
 				}
 			}
 		}
 	}
-	comp, _ := NewLZ4(0)
 	cs = append(cs,
-		zConfig{name: "lz4_full-index", bs: 4096, c: Compression{Compressor: comp, FullIndexes: true}},
-		zConfig{name: "lz4_full-index_pc64k_tail", bs: 4096, c: Compression{Compressor: comp, PclusterSize: 65536, TailPacking: true, FullIndexes: true}},
-		zConfig{name: "lz4_maxextent16k", bs: 4096, c: Compression{Compressor: comp, PclusterSize: 8192, MaxExtent: 16384, TailPacking: true}},
+		zConfig{name: "lz4_full-index", bs: 4096, c: Compression{Algorithm: AlgLZ4, FullIndexes: true}},
+		zConfig{name: "lz4_full-index_pc64k_tail", bs: 4096, c: Compression{Algorithm: AlgLZ4, PclusterSize: 65536, TailPacking: true, FullIndexes: true}},
+		zConfig{name: "lz4_maxextent16k", bs: 4096, c: Compression{Algorithm: AlgLZ4, PclusterSize: 8192, MaxExtent: 16384, TailPacking: true}},
 	)
 	return cs
 }

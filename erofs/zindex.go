@@ -170,7 +170,7 @@ func (b *Builder) appendZIndex(dst []byte, ino *inode, h uint64) ([]byte, error)
 		le.PutUint32(hdr[0:], uint32(zf.fragOff))
 	}
 	le.PutUint16(hdr[4:], b.zAdvise(ino))
-	hdr[6] = byte(b.z.c.Compressor.Algorithm())
+	hdr[6] = byte(b.z.c.Algorithm)
 	dst = append(dst, hdr[:]...)
 	lcs := b.lclusters(ino)
 	if ino.layout == LayoutCompressedFull {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -63,8 +64,51 @@ func TestCLI(t *testing.T) {
 	if out, _, code := run(t, b, "ls", "-l", img, "usr/bin"); code != 0 || !strings.Contains(out, "-rwsr-xr-x") || !strings.Contains(out, "hi -> hello") {
 		t.Errorf("ls -l: exit %d:\n%s", code, out)
 	}
-	if out, _, code := run(t, b, "inspect", img); code != 0 || !strings.Contains(out, "minimum kernel:  Linux 5.5") {
+	if out, _, code := run(t, b, "inspect", img); code != 0 || !regexp.MustCompile(`minimum kernel:\s+Linux 5.5`).MatchString(out) {
 		t.Errorf("inspect: exit %d:\n%s", code, out)
+	}
+
+	// Compressed: the same tree, read back through every command.
+	zimg := filepath.Join(dir, "z.erofs")
+	if _, e, code := run(t, b, "mkfs", "-q", "-z", "lz4hc,level=6", "--pcluster-size", "16K", zimg, layer); code != 0 {
+		t.Fatalf("mkfs -z lz4hc: exit %d: %s", code, e)
+	}
+	if out, e, code := run(t, b, "verify", zimg, layer); code != 0 {
+		t.Errorf("verify of the compressed image: exit %d: %s %s", code, out, e)
+	}
+	if out, _, code := run(t, b, "inspect", zimg); code != 0 || !strings.Contains(out, "compressed_") ||
+		!regexp.MustCompile(`minimum kernel:\s+Linux 5.17`).MatchString(out) || !strings.Contains(out, "compression ratio:") {
+		t.Errorf("inspect of the compressed image: exit %d:\n%s", code, out)
+	}
+	for _, tc := range []struct{ args, want []string }{
+		{[]string{"--min-kernel", "5.10", "--pcluster-size", "64K"}, []string{"pcluster size 65536", "5.13", "5.10"}},
+		{[]string{"--min-kernel", "5.15", "--tail-packing"}, []string{"tail packing", "5.17"}},
+		{[]string{"--min-kernel", "5.15", "--fragments"}, []string{"fragments", "6.1"}},
+		{[]string{"--min-kernel", "5.4", "-b", "1024"}, []string{"block size 1024", "6.4"}},
+		{[]string{"-z", "lz5"}, []string{"--compress", "lz5"}},
+		{[]string{"--pcluster-size", "6K"}, []string{"pcluster size 6144"}},
+	} {
+		out := filepath.Join(dir, "refused.erofs")
+		args := append([]string{"mkfs", "-z", "lz4"}, tc.args...)
+		_, e, code := run(t, b, append(args, out, layer)...)
+		if code != 1 {
+			t.Errorf("mkfs %v: exit %d, want 1", tc.args, code)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(e, w) {
+				t.Errorf("mkfs %v: error %q does not say %q", tc.args, e, w)
+			}
+		}
+		if _, err := os.Stat(out); err == nil {
+			t.Errorf("mkfs %v left %s behind", tc.args, out)
+		}
+	}
+	// Defaults give way to an old --min-kernel: 4K pclusters, no tail packing.
+	if _, e, code := run(t, b, "mkfs", "-q", "-z", "lz4", "--min-kernel", "5.4", zimg, layer); code != 0 {
+		t.Fatalf("mkfs -z lz4 --min-kernel 5.4: exit %d: %s", code, e)
+	}
+	if out, _, _ := run(t, b, "inspect", zimg); !regexp.MustCompile(`minimum kernel:\s+Linux 5.5`).MatchString(out) || strings.Contains(out, "ztailpacking") {
+		t.Errorf("inspect of a --min-kernel 5.4 image:\n%s", out)
 	}
 
 	// Bad input: one line on stderr, exit 1, no output left behind.

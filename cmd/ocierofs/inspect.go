@@ -100,6 +100,12 @@ func inspect(out io.Writer, img *erofs.Image, name string) error {
 	total := int64(s.Blocks) * int64(s.BlockSize)
 	fmt.Fprintf(w, "file data:\t%d bytes in regular files (%d in data blocks, %d inline)\n", st.fileBytes, st.dataBlockBytes, st.inlineBytes)
 	fmt.Fprintf(w, "metadata:\t%d bytes (image size less data blocks)\n", total-st.dataBlockBytes)
+	if st.zFiles > 0 {
+		fmt.Fprintf(w, "compressed:\t%d files, %d bytes in %d bytes of pclusters (+ inline and fragments)\n", st.zFiles, st.zBytes, st.zStored)
+	}
+	if st.fileBytes > 0 {
+		fmt.Fprintf(w, "compression ratio:\t%.3f (file bytes / image size)\n", float64(st.fileBytes)/float64(total))
+	}
 	return w.Flush()
 }
 
@@ -110,6 +116,8 @@ type stats struct {
 	fileBytes       int64
 	dataBlockBytes  int64 // regular-file bytes that sit in data blocks
 	inlineBytes     int64
+	zFiles          int
+	zBytes, zStored int64 // compressed files: their size, their pcluster bytes
 }
 
 var layoutNames = map[uint8]string{
@@ -171,6 +179,12 @@ func imageStats(img *erofs.Image) (*stats, error) {
 				st.inlineBytes += ino.Size % bs
 			case erofs.LayoutFlatPlain:
 				st.dataBlockBytes += (ino.Size + bs - 1) / bs * bs
+			case erofs.LayoutCompressedFull, erofs.LayoutCompressedCompact:
+				blocks := int64(ino.CompressedBlocks())
+				st.zFiles++
+				st.zBytes += ino.Size
+				st.zStored += blocks * bs
+				st.dataBlockBytes += blocks * bs
 			default:
 				st.dataBlockBytes += ino.Size // upper bound (holes, chunks)
 			}

@@ -4,11 +4,14 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/ocierofs/ocierofs/convert"
+	"github.com/ocierofs/ocierofs/erofs"
+	"github.com/ocierofs/ocierofs/erofs/compress/lz4"
 	"github.com/ocierofs/ocierofs/whiteout"
 )
 
@@ -61,6 +64,12 @@ func erofsFlags() []cli.Flag {
 		&cli.StringFlag{Name: "label", Aliases: []string{"L"}, Usage: "volume label (at most 15 bytes)"},
 		&cli.StringFlag{Name: "whiteouts", Value: "overlay", Usage: "overlay: turn OCI whiteouts into overlayfs ones; keep: store the tar as it is"},
 		&cli.BoolFlag{Name: "no-inline-data", Usage: "store no file tails inline next to their inodes (containerd's -Enoinline_data)"},
+		&cli.StringFlag{Name: "compress", Aliases: []string{"z"}, Value: "none", Usage: "none, lz4, or lz4hc[,level=N] (N 1…12, default 9)"},
+		&cli.StringFlag{Name: "pcluster-size", Value: "64K", Usage: "largest compressed physical cluster: a multiple of the block size up to 1M (4K for kernels before 5.13)"},
+		&cli.StringFlag{Name: "max-extent", Value: "1M", Usage: "largest decompressed extent (up to 12M)"},
+		&cli.BoolFlag{Name: "tail-packing", Value: true, Usage: "store each compressed file's last extent inline after its inode (ztailpacking, 5.17; off for older --min-kernel)"},
+		&cli.BoolFlag{Name: "fragments", Usage: "pack small files and file tails together into the packed inode (6.1): smallest images, slower random reads of small files"},
+		&cli.StringFlag{Name: "min-kernel", Usage: "oldest Linux X.Y that must mount the image: refuse what it cannot mount"},
 		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print nothing but errors"},
 	}
 }
@@ -90,11 +99,80 @@ func layerOptions(c *cli.Context) (convert.Options, error) {
 		return opt, err
 	}
 	opt.Whiteouts = m
-	// Check the block size here so that the error names the flag.
+	if s := c.String("min-kernel"); s != "" {
+		if opt.Erofs.MinKernel, err = erofs.ParseKernel(s); err != nil {
+			return opt, fmt.Errorf("--min-kernel: %w", err)
+		}
+	}
+	if opt.Erofs.Compression, err = compressionOptions(c, opt.Erofs.BlockSize, opt.Erofs.MinKernel); err != nil {
+		return opt, err
+	}
+	// Check the options here so that the error names the flags.
 	if err := opt.Erofs.Validate(); err != nil {
-		return opt, fmt.Errorf("--block-size/--label: %w", err)
+		return opt, fmt.Errorf("image options: %w", err)
 	}
 	return opt, nil
+}
+
+// compressionOptions reads --compress and its companions. Defaults that
+// the --min-kernel cannot mount give way to what it can; values asked for
+// explicitly are kept, and refused by Validate.
+func compressionOptions(c *cli.Context, bs int, k erofs.Kernel) (*erofs.Compression, error) {
+	spec := c.String("compress")
+	name, arg, _ := strings.Cut(spec, ",")
+	z := &erofs.Compression{Algorithm: erofs.AlgLZ4, TailPacking: c.Bool("tail-packing"), Fragments: c.Bool("fragments")}
+	var err error
+	switch name {
+	case "none", "":
+		return nil, nil
+	case "lz4":
+		if arg != "" {
+			return nil, fmt.Errorf("--compress %q: lz4 takes no level (use lz4hc,level=N)", spec)
+		}
+	case "lz4hc":
+		level := lz4.LevelHC
+		if arg != "" {
+			if level, err = strconv.Atoi(strings.TrimPrefix(arg, "level=")); err != nil || level < 1 || level > lz4.LevelMax {
+				return nil, fmt.Errorf("--compress %q: level must be 1…%d", spec, lz4.LevelMax)
+			}
+		}
+		z.Level = level
+	default:
+		return nil, fmt.Errorf("--compress %q: want none, lz4 or lz4hc[,level=N]", spec)
+	}
+	if z.PclusterSize, err = parseSize(c.String("pcluster-size")); err != nil {
+		return nil, fmt.Errorf("--pcluster-size: %w", err)
+	}
+	if z.MaxExtent, err = parseSize(c.String("max-extent")); err != nil {
+		return nil, fmt.Errorf("--max-extent: %w", err)
+	}
+	older := func(major, minor int) bool {
+		return k != erofs.Kernel{} && (k[0] < major || k[0] == major && k[1] < minor)
+	}
+	if !c.IsSet("pcluster-size") && older(5, 13) {
+		z.PclusterSize = bs
+	}
+	if !c.IsSet("tail-packing") && older(5, 17) {
+		z.TailPacking = false
+	}
+	z.PclusterSize = max(z.PclusterSize, bs)
+	return z, nil
+}
+
+// parseSize reads a byte count with an optional K or M suffix (powers of 1024).
+func parseSize(s string) (int, error) {
+	mult := 1
+	switch {
+	case strings.HasSuffix(s, "K"), strings.HasSuffix(s, "k"):
+		mult, s = 1<<10, s[:len(s)-1]
+	case strings.HasSuffix(s, "M"), strings.HasSuffix(s, "m"):
+		mult, s = 1<<20, s[:len(s)-1]
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n <= 0 || n > 1<<30/mult {
+		return 0, fmt.Errorf("size %q: want bytes, or a number with K or M", s)
+	}
+	return n * mult, nil
 }
 
 // parseUUID reads the 8-4-4-4-12 hex form; "0" or "nil" is the zero UUID.
