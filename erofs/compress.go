@@ -1,10 +1,6 @@
 package erofs
 
-import (
-	"fmt"
-
-	"github.com/ocierofs/ocierofs/erofs/compress/lz4"
-)
+import "fmt"
 
 // Algorithm is an EROFS compression algorithm id (h_algorithmtype).
 type Algorithm uint8
@@ -52,9 +48,13 @@ type compressor interface {
 // of whose pclusters saves a block is stored as an uncompressed file.
 type Compression struct {
 	Algorithm Algorithm
-	// Level is the codec's level. LZ4: 0 is the fast greedy encoder, 1–12
-	// are LZ4HC levels (mkfs.erofs -zlz4hc,N).
+	// Level is the codec's level (DefaultLevel, LevelRange). LZ4: 0 is the
+	// fast greedy encoder, 1–12 are LZ4HC levels (mkfs.erofs -zlz4hc,N).
 	Level int
+	// DictSize is the history window of the codecs that have one (LZMA's
+	// dictionary, zstd's window); 0 lets the codec choose from the level
+	// and the pcluster size. The kernel bounds it per algorithm.
+	DictSize int
 	// PclusterSize is the largest physical cluster, a multiple of the block
 	// size up to 1 MiB; 0 means one block. Pclusters larger than a block
 	// need Linux 5.13.
@@ -100,45 +100,62 @@ func (c *Compression) validate(bs int) error {
 
 // newCompressor makes the encoder of the options' algorithm and level.
 func (c *Compression) newCompressor() (compressor, error) {
-	switch c.Algorithm {
-	case AlgLZ4:
-		e, err := lz4.NewEncoder(c.Level)
-		if err != nil {
-			return nil, fmt.Errorf("erofs: %w", err)
-		}
-		return lz4Compressor{e}, nil
+	k := codecs[c.Algorithm]
+	if k == nil {
+		return nil, fmt.Errorf("erofs: %s compression is not supported", c.Algorithm)
 	}
-	return nil, fmt.Errorf("erofs: %s compression is not supported", c.Algorithm)
+	if c.Level < k.minLevel || c.Level > k.maxLevel {
+		return nil, fmt.Errorf("erofs: %s level %d: want %d … %d", c.Algorithm, c.Level, k.minLevel, k.maxLevel)
+	}
+	e, err := k.newCompressor(c)
+	if err != nil {
+		return nil, fmt.Errorf("erofs: %s: %w", c.Algorithm, err)
+	}
+	return e, nil
 }
 
-type lz4Compressor struct{ e *lz4.Encoder }
-
-func (c lz4Compressor) CompressDestSize(dst, src []byte) (int, int) {
-	return c.e.CompressDestSize(dst, src)
+// A codec is what the Builder and the reader need of one algorithm. Each
+// lives in a codec_NAME.go file that registers it in codecs.
+type codec struct {
+	// minLevel, maxLevel and defaultLevel bound Compression.Level.
+	minLevel, maxLevel, defaultLevel int
+	// kernel is the first Linux version that decompresses the algorithm.
+	kernel Kernel
+	// newCompressor makes an encoder for the options (level, dictionary).
+	newCompressor func(c *Compression) (compressor, error)
+	// decompress decodes one pcluster's stream (leading zeros already
+	// stripped) into exactly len(dst) bytes, as the kernel's full decoding
+	// does: a stream that decodes to fewer bytes is an error.
+	decompress func(dst, src []byte) error
 }
 
-// config is the LZ4 record: u16 max_distance, u16 max_pclusterblks, 10
-// reserved bytes.
-func (lz4Compressor) config(pclusterBlocks int) []byte {
-	b := make([]byte, 14)
-	le.PutUint16(b[0:], lz4.MaxDistance)
-	le.PutUint16(b[2:], uint16(pclusterBlocks))
-	return b
+var codecs = map[Algorithm]*codec{}
+
+// DefaultLevel is the level an algorithm uses when none is asked for; ok
+// is false for an algorithm this package cannot write.
+func DefaultLevel(a Algorithm) (level int, ok bool) {
+	k := codecs[a]
+	if k == nil {
+		return 0, false
+	}
+	return k.defaultLevel, true
 }
 
-// decompressor decodes one pcluster's stream (leading zeros already
-// stripped) into exactly len(dst) bytes.
-type decompressor func(dst, src []byte) error
+// LevelRange is the range of levels an algorithm accepts.
+func LevelRange(a Algorithm) (lo, hi int, ok bool) {
+	k := codecs[a]
+	if k == nil {
+		return 0, 0, false
+	}
+	return k.minLevel, k.maxLevel, true
+}
 
-var decompressors = map[Algorithm]decompressor{
-	AlgLZ4: func(dst, src []byte) error {
-		n, err := lz4.Decompress(dst, src)
-		if err != nil {
-			return err
+// ParseAlgorithm reads an algorithm name: lz4, lzma, deflate or zstd.
+func ParseAlgorithm(name string) (Algorithm, error) {
+	for a := AlgLZ4; a <= AlgZstd; a++ {
+		if a.String() == name {
+			return a, nil
 		}
-		if n != len(dst) {
-			return fmt.Errorf("lz4 stream decodes to %d bytes, the extent has %d", n, len(dst))
-		}
-		return nil
-	},
+	}
+	return 0, fmt.Errorf("erofs: unknown compression algorithm %q", name)
 }

@@ -81,6 +81,14 @@ func MinKernel(s SuperInfo) string {
 	if s.BlockSize < 4096 {
 		newer([2]int{6, 4})
 	}
+	if s.FeatureIncompat&FeatureIncompatComprCfgs != 0 {
+		// u1 is the bitmap of the algorithms the image uses.
+		for a := AlgLZ4; a <= AlgZstd; a++ {
+			if k := codecs[a]; k != nil && s.U1&(1<<a) != 0 {
+				newer(k.kernel)
+			}
+		}
+	}
 	return fmt.Sprintf("%d.%d", k[0], k[1])
 }
 
@@ -133,6 +141,9 @@ func (o *Options) checkKernel(bs int) error {
 	c := o.Compression
 	if c == nil {
 		return nil
+	}
+	if kc := codecs[c.Algorithm]; kc != nil && k.before(kc.kernel) {
+		return refuse(c.Algorithm.String()+" compression", kc.kernel)
 	}
 	if c.PclusterSize > bs && k.before(kernelBigPcluster) {
 		return refuse(fmt.Sprintf("pcluster size %d (big pclusters)", c.PclusterSize), kernelBigPcluster)

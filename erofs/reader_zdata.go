@@ -406,11 +406,11 @@ func (d *zData) decode(e zext) ([]byte, error) {
 		if start == limit {
 			return nil, d.corrupt(e.headLcn, "pcluster at %d: no stream in its first block", e.pa)
 		}
-		dec := decompressors[e.alg]
-		if dec == nil {
+		k := codecs[e.alg]
+		if k == nil {
 			return nil, d.corrupt(e.headLcn, "%s decompression is not supported", e.alg)
 		}
-		if err := dec(out, raw[start:]); err != nil {
+		if err := k.decompress(out, raw[start:]); err != nil {
 			return nil, d.corrupt(e.headLcn, "pcluster at %d (%d bytes, %s): %v", e.pa, e.plen, e.alg, err)
 		}
 	}

@@ -56,20 +56,37 @@ type zConfig struct {
 	bs   int
 }
 
+// zLevels are the levels each algorithm's round trip covers; a codec
+// without an entry is tested at its default and maximum level.
+var zLevels = map[Algorithm][]int{AlgLZ4: {0, 9}}
+
+// zConfigs is the matrix the compressed round trip covers: every codec
+// registered in this package × levels × pcluster 4 KiB, 64 KiB, 1 MiB ×
+// tail packing × fragments, plus index and extent corner cases.
 func zConfigs(t testing.TB) []zConfig {
 	var cs []zConfig
-	for _, lv := range []int{0, 9} {
-		for _, pc := range []int{4096, 65536, 1 << 20} {
-			for _, tail := range []bool{false, true} {
-				for _, frag := range []bool{false, true} {
-					name := fmt.Sprintf("lz4-%d_pc%dk", lv, pc>>10)
-					if tail {
-						name += "_tail"
+	for alg := AlgLZ4; alg <= AlgZstd; alg++ {
+		k := codecs[alg]
+		if k == nil {
+			continue
+		}
+		levels := zLevels[alg]
+		if levels == nil {
+			levels = []int{k.defaultLevel, k.maxLevel}
+		}
+		for _, lv := range levels {
+			for _, pc := range []int{4096, 65536, 1 << 20} {
+				for _, tail := range []bool{false, true} {
+					for _, frag := range []bool{false, true} {
+						name := fmt.Sprintf("%s-%d_pc%dk", alg, lv, pc>>10)
+						if tail {
+							name += "_tail"
+						}
+						if frag {
+							name += "_frag"
+						}
+						cs = append(cs, zConfig{name: name, bs: 4096, c: Compression{Algorithm: alg, Level: lv, PclusterSize: pc, TailPacking: tail, Fragments: frag}})
 					}
-					if frag {
-						name += "_frag"
-					}
-					cs = append(cs, zConfig{name: name, bs: 4096, c: Compression{Algorithm: AlgLZ4, Level: lv, PclusterSize: pc, TailPacking: tail, Fragments: frag}})
 				}
 			}
 		}

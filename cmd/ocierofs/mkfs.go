@@ -64,7 +64,7 @@ func erofsFlags() []cli.Flag {
 		&cli.StringFlag{Name: "label", Aliases: []string{"L"}, Usage: "volume label (at most 15 bytes)"},
 		&cli.StringFlag{Name: "whiteouts", Value: "overlay", Usage: "overlay: turn OCI whiteouts into overlayfs ones; keep: store the tar as it is"},
 		&cli.BoolFlag{Name: "no-inline-data", Usage: "store no file tails inline next to their inodes (containerd's -Enoinline_data)"},
-		&cli.StringFlag{Name: "compress", Aliases: []string{"z"}, Value: "none", Usage: "none, lz4, or lz4hc[,level=N] (N 1…12, default 9)"},
+		&cli.StringFlag{Name: "compress", Aliases: []string{"z"}, Value: "none", Usage: "none, lz4, lz4hc[,level=N] (N 1…12, default 9), or lzma, deflate, zstd [,level=N]"},
 		&cli.StringFlag{Name: "pcluster-size", Value: "64K", Usage: "largest compressed physical cluster: a multiple of the block size up to 1M (4K for kernels before 5.13)"},
 		&cli.StringFlag{Name: "max-extent", Value: "1M", Usage: "largest decompressed extent (up to 12M)"},
 		&cli.BoolFlag{Name: "tail-packing", Value: true, Usage: "store each compressed file's last extent inline after its inode (ztailpacking, 5.17; off for older --min-kernel)"},
@@ -114,32 +114,71 @@ func layerOptions(c *cli.Context) (convert.Options, error) {
 	return opt, nil
 }
 
+// parseCompress reads --compress: none, lz4, lz4hc[,level=N], or
+// ALG[,level=N][,dictsize=SIZE] for the other algorithms erofs writes
+// (mkfs.erofs' -zALG,N is accepted too). It returns nil for none.
+func parseCompress(spec string) (*erofs.Compression, error) {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("--compress %q: %s", spec, fmt.Sprintf(format, a...))
+	}
+	name, args, _ := strings.Cut(spec, ",")
+	if name == "none" || name == "" {
+		return nil, nil
+	}
+	hc := name == "lz4hc"
+	if hc {
+		name = "lz4"
+	}
+	alg, err := erofs.ParseAlgorithm(name)
+	if err != nil {
+		return nil, bad("want none, lz4, lz4hc, lzma, deflate or zstd")
+	}
+	level, ok := erofs.DefaultLevel(alg)
+	if !ok {
+		return nil, bad("%s is not supported yet", name)
+	}
+	lo, hi, _ := erofs.LevelRange(alg)
+	if alg == erofs.AlgLZ4 {
+		// lz4 is the fast encoder alone; lz4hc takes the levels above it.
+		lo++
+		if hc {
+			level = lz4.LevelHC
+		}
+	}
+	z := &erofs.Compression{Algorithm: alg, Level: level}
+	for arg := range strings.SplitSeq(args, ",") {
+		switch k, v, _ := strings.Cut(arg, "="); {
+		case arg == "":
+		case k == "dictsize":
+			if z.DictSize, err = parseSize(v); err != nil {
+				return nil, bad("dictsize: %v", err)
+			}
+		case k == "level" || !strings.Contains(arg, "="):
+			if v == "" {
+				v = k
+			}
+			if alg == erofs.AlgLZ4 && !hc {
+				return nil, bad("lz4 takes no level (use lz4hc,level=N)")
+			}
+			if z.Level, err = strconv.Atoi(v); err != nil || z.Level < lo || z.Level > hi {
+				return nil, bad("level must be %d…%d", lo, hi)
+			}
+		default:
+			return nil, bad("unknown setting %q (want level=N or dictsize=SIZE)", k)
+		}
+	}
+	return z, nil
+}
+
 // compressionOptions reads --compress and its companions. Defaults that
 // the --min-kernel cannot mount give way to what it can; values asked for
 // explicitly are kept, and refused by Validate.
 func compressionOptions(c *cli.Context, bs int, k erofs.Kernel) (*erofs.Compression, error) {
-	spec := c.String("compress")
-	name, arg, _ := strings.Cut(spec, ",")
-	z := &erofs.Compression{Algorithm: erofs.AlgLZ4, TailPacking: c.Bool("tail-packing"), Fragments: c.Bool("fragments")}
-	var err error
-	switch name {
-	case "none", "":
-		return nil, nil
-	case "lz4":
-		if arg != "" {
-			return nil, fmt.Errorf("--compress %q: lz4 takes no level (use lz4hc,level=N)", spec)
-		}
-	case "lz4hc":
-		level := lz4.LevelHC
-		if arg != "" {
-			if level, err = strconv.Atoi(strings.TrimPrefix(arg, "level=")); err != nil || level < 1 || level > lz4.LevelMax {
-				return nil, fmt.Errorf("--compress %q: level must be 1…%d", spec, lz4.LevelMax)
-			}
-		}
-		z.Level = level
-	default:
-		return nil, fmt.Errorf("--compress %q: want none, lz4 or lz4hc[,level=N]", spec)
+	z, err := parseCompress(c.String("compress"))
+	if z == nil || err != nil {
+		return nil, err
 	}
+	z.TailPacking, z.Fragments = c.Bool("tail-packing"), c.Bool("fragments")
 	if z.PclusterSize, err = parseSize(c.String("pcluster-size")); err != nil {
 		return nil, fmt.Errorf("--pcluster-size: %w", err)
 	}
