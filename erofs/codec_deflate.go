@@ -1,0 +1,36 @@
+package erofs
+
+import (
+	"github.com/ocierofs/ocierofs/erofs/compress/deflate"
+)
+
+// DEFLATE (erofs-format.md §8.3): one raw DEFLATE stream per pcluster whose
+// final block ends exactly at the extent's end (Linux 6.6).
+func init() {
+	codecs[AlgDeflate] = &codec{
+		minLevel: deflate.LevelMin, maxLevel: deflate.LevelMax, defaultLevel: deflate.LevelDefault,
+		kernel: Kernel{6, 6},
+		newCompressor: func(c *Compression) (compressor, error) {
+			e, err := deflate.NewEncoder(c.Level)
+			if err != nil {
+				return nil, err
+			}
+			return deflateCompressor{e}, nil
+		},
+		decompress: deflate.Decompress,
+	}
+}
+
+type deflateCompressor struct{ e *deflate.Encoder }
+
+func (c deflateCompressor) CompressDestSize(dst, src []byte) (int, int) {
+	return c.e.CompressDestSize(dst, src)
+}
+
+// config is the DEFLATE record: u8 windowbits, 5 reserved bytes. The
+// encoder's matches reach at most 32 KiB back.
+func (deflateCompressor) config(int) []byte {
+	b := make([]byte, 6)
+	b[0] = deflate.WindowBits
+	return b
+}
