@@ -1,0 +1,263 @@
+package zstd
+
+import (
+	"bytes"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// goSource returns size bytes of Go sources from GOROOT (always the same
+// bytes for the same size), or words from a small vocabulary without them.
+func goSource(size int) []byte {
+	var buf bytes.Buffer
+	root := filepath.Join(runtime.GOROOT(), "src")
+	var files []string
+	filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".go") {
+			files = append(files, p)
+		}
+		return nil
+	})
+	sort.Strings(files)
+	for _, f := range files {
+		if buf.Len() >= size {
+			break
+		}
+		if b, err := os.ReadFile(f); err == nil {
+			buf.Write(b)
+		}
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	words := strings.Fields("func return if else for range var const type struct map go defer nil err := = { } ( ) int string byte len")
+	for buf.Len() < size {
+		buf.WriteString(words[r.IntN(len(words))])
+		buf.WriteByte(" \n"[r.IntN(8)/7])
+	}
+	return buf.Bytes()[:size]
+}
+
+func randomData(size int, seed uint64) []byte {
+	r := rand.New(rand.NewPCG(seed, 7))
+	b := make([]byte, size)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+// repetitive is a short pattern with rare random bytes: long matches,
+// long repeat-offset runs and few literals.
+func repetitive(size int) []byte {
+	r := rand.New(rand.NewPCG(3, 4))
+	b := make([]byte, size)
+	pat := []byte("abcdefgh0123")
+	for i := range b {
+		b[i] = pat[i%len(pat)]
+		if r.IntN(500) == 0 {
+			b[i] = byte(r.Uint32())
+		}
+	}
+	return b
+}
+
+var (
+	textOnce sync.Once
+	text1M   []byte
+)
+
+func text() []byte {
+	textOnce.Do(func() { text1M = goSource(1 << 20) })
+	return text1M
+}
+
+type dataset struct {
+	name string
+	data []byte
+}
+
+func datasets() []dataset {
+	skewed := randomData(1<<19, 9)
+	for i := range skewed {
+		skewed[i] &= 0x0f // literals only Huffman can shrink
+	}
+	return []dataset{
+		{"text", text()},
+		{"random", randomData(1<<20, 1)},
+		{"zeros", make([]byte, 1<<20)},
+		{"repetitive", repetitive(1 << 20)},
+		{"skewed", skewed},
+		{"mixed", append(append(append([]byte{}, text()[:100000]...), randomData(50000, 2)...), make([]byte, 30000)...)},
+	}
+}
+
+// roundTrip compresses src into a budget, checks the frame and that it
+// decodes to the consumed prefix, and returns written and consumed.
+func roundTrip(t testing.TB, e *Encoder, src []byte, budget int) (int, int) {
+	t.Helper()
+	dst := make([]byte, budget)
+	w, c := e.CompressDestSize(dst, src)
+	if w > budget || c > len(src) || w < 0 || c < 0 {
+		t.Fatalf("budget %d, src %d: written %d consumed %d", budget, len(src), w, c)
+	}
+	if c == 0 {
+		if w != 0 {
+			t.Fatalf("budget %d: consumed nothing but wrote %d", budget, w)
+		}
+		return 0, 0
+	}
+	if !bytes.HasPrefix(dst[:w], []byte{0x28, 0xb5, 0x2f, 0xfd}) {
+		t.Fatalf("frame starts % x", dst[:min(w, 4)])
+	}
+	if wl := windowOf(t, dst[:w]); wl > e.WindowLog() {
+		t.Fatalf("frame window log %d, encoder %d", wl, e.WindowLog())
+	}
+	out := make([]byte, c)
+	if err := Decompress(out, dst[:w]); err != nil {
+		t.Fatalf("budget %d, consumed %d of %d: %v", budget, c, len(src), err)
+	}
+	if !bytes.Equal(out, src[:c]) {
+		i := 0
+		for out[i] == src[i] {
+			i++
+		}
+		t.Fatalf("budget %d: decoded prefix differs at byte %d of %d", budget, i, c)
+	}
+	// A frame that decodes to c bytes must not decode into c±1.
+	if err := Decompress(make([]byte, c+1), dst[:w]); err == nil {
+		t.Fatalf("frame of %d bytes accepted for %d", c, c+1)
+	}
+	return w, c
+}
+
+// windowOf reads the window log of a frame header with a Window_Descriptor.
+func windowOf(t testing.TB, f []byte) int {
+	t.Helper()
+	fhd := f[4]
+	if fhd&0x20 != 0 {
+		t.Fatalf("single-segment frame (descriptor %#x): its window is its size", fhd)
+	}
+	wd := f[5]
+	if wd&7 != 0 {
+		t.Fatalf("window descriptor %#x is not a power of two", wd)
+	}
+	return int(wd>>3) + 10
+}
+
+var testLevels = []int{1, 2, 3, 5, 9, 16, 22}
+
+func TestRoundTrip(t *testing.T) {
+	for _, ds := range datasets() {
+		for _, lv := range testLevels {
+			for _, budget := range []int{16, 64, 512, 4096, 16384, 65536, 1 << 20} {
+				if testing.Short() && budget > 65536 {
+					continue
+				}
+				t.Run(fmt.Sprintf("%s/L%d/%d", ds.name, lv, budget), func(t *testing.T) {
+					e, err := NewEncoder(lv)
+					if err != nil {
+						t.Fatal(err)
+					}
+					src := ds.data
+					total := 0
+					// A few consecutive clusters: state is reused between calls.
+					for range 3 {
+						w, c := roundTrip(t, e, src, budget)
+						if c < len(src) && budget >= 4096 && w < budget-budget/16 {
+							t.Errorf("stopped at %d of %d output bytes with input left", w, budget)
+						}
+						total += c
+						src = src[c:]
+						if len(src) == 0 || c == 0 {
+							break
+						}
+					}
+					if total == 0 && budget >= 64 {
+						t.Errorf("nothing fits in %d bytes", budget)
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestSmallInputs covers every input length near the block and header
+// edges, whole inputs that fit.
+func TestSmallInputs(t *testing.T) {
+	e, _ := NewEncoder(1)
+	src := text()
+	for n := 0; n < 300; n++ {
+		w, c := roundTrip(t, e, src[:n], 4096)
+		if c != n {
+			t.Fatalf("%d bytes: consumed %d (written %d)", n, c, w)
+		}
+	}
+}
+
+func TestOptions(t *testing.T) {
+	for _, lv := range []int{0, 23, -1} {
+		if _, err := NewEncoder(lv); err == nil {
+			t.Errorf("level %d accepted", lv)
+		}
+	}
+	for _, w := range []int{0, 512, 3 << 10, 2 << 20} {
+		if _, err := NewEncoder(1, WithWindow(w)); err == nil {
+			t.Errorf("window %d accepted", w)
+		}
+	}
+	for _, w := range []int{1 << 10, 1 << 15, 1 << 20} {
+		e, err := NewEncoder(1, WithWindow(w))
+		if err != nil {
+			t.Fatal(err)
+		}
+		roundTrip(t, e, text(), 65536)
+	}
+}
+
+// TestDeterministic: same input, same frame, whatever came before.
+func TestDeterministic(t *testing.T) {
+	src := text()
+	a, _ := NewEncoder(3)
+	b, _ := NewEncoder(3)
+	b.CompressDestSize(make([]byte, 4096), randomData(100000, 5))
+	b.CompressDestSize(make([]byte, 65536), src[5000:])
+	da, db := make([]byte, 8192), make([]byte, 8192)
+	wa, ca := a.CompressDestSize(da, src[1000:])
+	wb, cb := b.CompressDestSize(db, src[1000:])
+	if wa != wb || ca != cb || !bytes.Equal(da[:wa], db[:wb]) {
+		t.Fatalf("frames differ: %d/%d vs %d/%d", wa, ca, wb, cb)
+	}
+}
+
+// TestZstdCLI checks that the reference decoder agrees.
+func TestZstdCLI(t *testing.T) {
+	if _, err := exec.LookPath("zstd"); err != nil {
+		t.Skip("no zstd CLI")
+	}
+	for _, ds := range datasets() {
+		for _, lv := range []int{1, 9} {
+			e, _ := NewEncoder(lv, WithWindow(1<<20))
+			for _, budget := range []int{4096, 200000} {
+				dst := make([]byte, budget)
+				w, c := e.CompressDestSize(dst, ds.data)
+				cmd := exec.Command("zstd", "-d", "-c", "-q")
+				cmd.Stdin = bytes.NewReader(dst[:w])
+				out, err := cmd.Output()
+				if err != nil {
+					t.Fatalf("%s L%d %d: zstd -d: %v", ds.name, lv, budget, err)
+				}
+				if !bytes.Equal(out, ds.data[:c]) {
+					t.Fatalf("%s L%d %d: zstd -d gave %d bytes, want %d", ds.name, lv, budget, len(out), c)
+				}
+			}
+		}
+	}
+}
