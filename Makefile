@@ -21,6 +21,7 @@ bench:
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzReader$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./erofs
 	$(GO) test -run '^$$' -fuzz '^FuzzTar$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./convert
+	$(GO) test -run '^$$' -fuzz '^FuzzLZ4$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./erofs/compress/lz4
 
 # The main job on data shipped in testdata: a layer tar (with whiteouts, an
 # opaque directory, a hard link, xattrs) into an image, then a look inside.
