@@ -1,0 +1,120 @@
+package lzma
+
+import "bytes"
+
+// The fast parser (levels 0–3) decides one symbol at a time from the
+// matches at the current position and, when a match is on the table, the
+// matches one byte further: the rules of xz's fast mode, which weigh a
+// longer length against a much larger distance (changePair) instead of
+// pricing symbols.
+
+// changePair reports whether distance big is so much larger than small
+// (more than 128 times) that one byte of length does not pay for it.
+func changePair(small, big uint32) bool { return big>>7 > small }
+
+// parseFast codes src until it ends or the budget is full and returns the
+// bytes consumed.
+func (e *Encoder) parseFast() int {
+	src := e.src
+	cur, nxt := e.ms[0][:], e.ms[1][:]
+	nCur := -1 // matches at pos not searched yet
+	pos, check := 0, checkEvery
+	for pos < len(src) {
+		if pos >= check {
+			if e.incompressible(pos) {
+				break
+			}
+			check += checkEvery
+		}
+		if nCur < 0 {
+			nCur = e.mf.find(pos, cur)
+		}
+		back, length, nNext := e.chooseFast(pos, cur, nCur, nxt)
+		if !e.emit(pos, back, length) {
+			break
+		}
+		pos += length
+		if length > 1 {
+			e.mf.skip(pos)
+			nCur = -1
+		} else {
+			cur, nxt = nxt, cur
+			nCur = nNext
+		}
+	}
+	return pos
+}
+
+// chooseFast returns the symbol to code at pos (back as in emit) and its
+// length. nNext is the number of matches it found at pos+1 (into nxt), or
+// -1 if it did not look there.
+func (e *Encoder) chooseFast(pos int, cur []match, nCur int, nxt []match) (back, length, nNext int) {
+	src := e.src
+	avail := len(src) - pos
+	if avail < 2 {
+		return -1, 1, -1
+	}
+	limit := min(avail, matchLenMax)
+	nice := e.lv.nice
+
+	// Repeated distances first: they cost the fewest bits.
+	repLen, repIdx := 0, 0
+	for i := range numReps {
+		d := int(e.reps[i]) + 1
+		if d > pos || src[pos-d] != src[pos] || src[pos-d+1] != src[pos+1] {
+			continue
+		}
+		l := extend(src, pos-d, pos, 2, limit)
+		if l >= nice {
+			return i, l, -1
+		}
+		if l > repLen {
+			repLen, repIdx = l, i
+		}
+	}
+
+	lenMain, backMain := 0, uint32(0)
+	if nCur > 0 {
+		lenMain, backMain = cur[nCur-1].length, cur[nCur-1].dist
+		if lenMain >= nice {
+			return int(backMain) + numReps, lenMain, -1
+		}
+		// A match one byte shorter at a far smaller distance is cheaper.
+		for nCur > 1 && lenMain == cur[nCur-2].length+1 && changePair(cur[nCur-2].dist, backMain) {
+			nCur--
+			lenMain, backMain = cur[nCur-1].length, cur[nCur-1].dist
+		}
+		if lenMain == 2 && backMain >= 0x80 {
+			lenMain = 1 // a far 2-byte match costs more than two literals
+		}
+	}
+	if repLen >= 2 && (repLen+1 >= lenMain ||
+		repLen+2 >= lenMain && backMain > 1<<9 ||
+		repLen+3 >= lenMain && backMain > 1<<15) {
+		return repIdx, repLen, -1
+	}
+	if lenMain < 2 || avail <= 2 {
+		return -1, 1, -1
+	}
+
+	// Look one byte ahead: a better match there makes this byte a literal.
+	nNext = e.mf.find(pos+1, nxt)
+	if nNext > 0 {
+		l, d := nxt[nNext-1].length, nxt[nNext-1].dist
+		if l >= lenMain && d < backMain ||
+			l == lenMain+1 && !changePair(backMain, d) ||
+			l > lenMain+1 ||
+			l+1 >= lenMain && lenMain >= 3 && changePair(d, backMain) {
+			return -1, 1, nNext
+		}
+	}
+	p1 := pos + 1
+	n := max(2, lenMain-1)
+	for i := range numReps {
+		d := int(e.reps[i]) + 1
+		if d <= p1 && bytes.Equal(src[p1:p1+n], src[p1-d:p1-d+n]) {
+			return -1, 1, nNext
+		}
+	}
+	return int(backMain) + numReps, lenMain, nNext
+}
