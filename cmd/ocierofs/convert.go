@@ -102,6 +102,33 @@ func imageOptions(c *cli.Context) (opt convert.ImageOptions, rem oci.Remote, don
 	return opt, rem, done, nil
 }
 
+// conversionOptions reads every flag of convert that shapes the converted
+// image (imageOptions and convertFlags); serve and sync share it.
+func conversionOptions(c *cli.Context) (opt convert.ImageOptions, rem oci.Remote, done func(), err error) {
+	opt, rem, done, err = imageOptions(c)
+	if err != nil {
+		return opt, rem, done, err
+	}
+	opt.NoIndexOSFeatures = c.Bool("no-index-os-features")
+	opt.Referrer = c.Bool("referrer")
+	opt.Flatten = c.Bool("flatten")
+	switch c.String("layer-compression") {
+	case "none", "":
+	case "zstd":
+		opt.LayerZstd = true
+	default:
+		return opt, rem, done, fmt.Errorf("--layer-compression %q: want none or zstd", c.String("layer-compression"))
+	}
+	switch c.String("media-type") {
+	case "containerd", "":
+	case "spec":
+		opt.SpecMediaTypes = true
+	default:
+		return opt, rem, done, fmt.Errorf("--media-type %q: want containerd or spec", c.String("media-type"))
+	}
+	return opt, rem, done, nil
+}
+
 type convertReport struct {
 	Source  string                 `json:"source"`
 	Target  string                 `json:"target"`
@@ -113,7 +140,7 @@ type convertReport struct {
 
 func runConvert(ctx context.Context, c *cli.Context, source, target string) error {
 	start := time.Now()
-	opt, rem, done, err := imageOptions(c)
+	opt, rem, done, err := conversionOptions(c)
 	if err != nil {
 		return err
 	}
@@ -134,23 +161,6 @@ func runConvert(ctx context.Context, c *cli.Context, source, target string) erro
 		}
 	} else if dst, err = oci.DefaultTarget(src, suffix); err != nil {
 		return err
-	}
-	opt.NoIndexOSFeatures = c.Bool("no-index-os-features")
-	opt.Referrer = c.Bool("referrer")
-	opt.Flatten = c.Bool("flatten")
-	switch c.String("layer-compression") {
-	case "none", "":
-	case "zstd":
-		opt.LayerZstd = true
-	default:
-		return fmt.Errorf("--layer-compression %q: want none or zstd", c.String("layer-compression"))
-	}
-	switch c.String("media-type") {
-	case "containerd", "":
-	case "spec":
-		opt.SpecMediaTypes = true
-	default:
-		return fmt.Errorf("--media-type %q: want containerd or spec", c.String("media-type"))
 	}
 	quiet := c.Bool("quiet")
 	jsonOut := c.String("output") == "json"

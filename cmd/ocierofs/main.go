@@ -20,6 +20,8 @@ func main() {
 		Commands: []*cli.Command{
 			convertCommand,
 			cacheCommand,
+			serveCommand,
+			syncCommand,
 			mkfsCommand,
 			inspectCommand,
 			lsCommand,

@@ -1,0 +1,243 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/ocierofs/ocierofs/convert/mirror"
+)
+
+var serveCommand = &cli.Command{
+	Name:  "serve",
+	Usage: "convert every image pushed to a registry: notifications in, EROFS twins out",
+	Description: "Receives the registry's push notifications on POST /notify (CNCF distribution's\n" +
+		"\"notifications: endpoints:\" or a Harbor webhook), filters them by --include and\n" +
+		"--exclude, and queues one task per image on a NATS JetStream work queue; workers\n" +
+		"push the twin (tag plus --suffix). By default one process does it all, with an\n" +
+		"embedded NATS server storing the queue in --nats-store. With --nats URL the queue\n" +
+		"is an external cluster, and `serve --worker` processes anywhere take its tasks.\n" +
+		"Also GET /healthz, /readyz, /metrics (Prometheus) and /status (the tasks).",
+	Flags: slices.Concat(mirrorFlags(), []cli.Flag{
+		&cli.StringFlag{Name: "listen", Usage: "HTTP address (default :8080)"},
+		&cli.StringFlag{Name: "secret", EnvVars: []string{"OCIEROFS_WEBHOOK_SECRET"}, Usage: "shared secret every notification must carry (bare or as \"Bearer SECRET\")"},
+		&cli.StringFlag{Name: "secret-header", Usage: "header holding the secret (default Authorization)"},
+		&cli.StringFlag{Name: "nats-store", Usage: "JetStream directory of the embedded NATS server"},
+		&cli.StringFlag{Name: "nats-listen", Usage: "client address of the embedded NATS server, for remote workers (default 127.0.0.1:4222)"},
+		&cli.BoolFlag{Name: "worker", Usage: "only take tasks from --nats (no notifications); health and metrics still on --listen"},
+		&cli.IntFlag{Name: "workers", Value: -1, Usage: "tasks converted at once by this process (default 1; 0: only receive notifications)"},
+		&cli.StringFlag{Name: "name", Usage: "this worker's name in /status (default host:pid)"},
+	}, erofsFlags(), sourceFlags(), convertFlags()),
+	Action: func(c *cli.Context) error {
+		if c.NArg() != 0 {
+			return fmt.Errorf("serve: no arguments expected (got %q)", c.Args().Slice())
+		}
+		ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return runServe(ctx, c)
+	},
+}
+
+// mirrorFlags are the settings serve and sync share (a config file may
+// hold them all; flags win over it).
+func mirrorFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "config", Usage: "configuration `FILE` (NATS syntax: JSON, or key: value lines; see the README)"},
+		&cli.StringFlag{Name: "registry", Usage: "HOST[:PORT] of the registry to mirror"},
+		&cli.StringSliceFlag{Name: "include", Usage: "convert only REPO[:TAG] matching this glob (* within a path element, ** across; repeatable)"},
+		&cli.StringSliceFlag{Name: "exclude", Usage: "never convert REPO[:TAG] matching this glob (repeatable)"},
+		&cli.StringFlag{Name: "nats", EnvVars: []string{"OCIEROFS_NATS"}, Usage: "URL of an external NATS cluster (default: the embedded server)"},
+		&cli.StringFlag{Name: "nats-creds", Usage: "NATS credentials file"},
+		&cli.DurationFlag{Name: "ack-wait", Usage: "a task without progress for this long goes to another worker (default 1m)"},
+		&cli.IntFlag{Name: "max-deliver", Usage: "attempts per task (default 5)"},
+		&cli.DurationFlag{Name: "backoff", Usage: "delay before the first retry, doubled each time (default 10s)"},
+	}
+}
+
+// mirrorConfig reads --config, lets the flags override it, applies its
+// convert options to the convert flags not given, and checks it.
+func mirrorConfig(c *cli.Context) (*mirror.Config, error) {
+	cfg := &mirror.Config{}
+	if p := c.String("config"); p != "" {
+		var err error
+		if cfg, err = mirror.LoadConfig(p); err != nil {
+			return nil, err
+		}
+	}
+	set := func(flag string, dst *string) {
+		if c.IsSet(flag) {
+			*dst = c.String(flag)
+		}
+	}
+	set("registry", &cfg.Registry)
+	set("listen", &cfg.Listen)
+	set("secret", &cfg.Secret)
+	set("secret-header", &cfg.SecretHeader)
+	set("nats", &cfg.NATS.URL)
+	set("nats-creds", &cfg.NATS.Creds)
+	set("nats-store", &cfg.NATS.StoreDir)
+	set("nats-listen", &cfg.NATS.Listen)
+	set("list-file", &cfg.ListFile)
+	set("username", &cfg.Username)
+	set("password", &cfg.Password)
+	if c.IsSet("include") {
+		cfg.Rules.Include = c.StringSlice("include")
+	}
+	if c.IsSet("exclude") {
+		cfg.Rules.Exclude = c.StringSlice("exclude")
+	}
+	if c.IsSet("plain-http") {
+		cfg.PlainHTTP = c.Bool("plain-http")
+	}
+	if c.IsSet("insecure") {
+		cfg.Insecure = c.Bool("insecure")
+	}
+	if c.IsSet("suffix") || cfg.Suffix == "" {
+		cfg.Suffix = c.String("suffix")
+	}
+	if c.IsSet("ack-wait") {
+		cfg.Queue.AckWait = mirror.Duration(c.Duration("ack-wait"))
+	}
+	if c.IsSet("max-deliver") {
+		cfg.Queue.MaxDeliver = c.Int("max-deliver")
+	}
+	if c.IsSet("backoff") {
+		cfg.Queue.Backoff = mirror.Duration(c.Duration("backoff"))
+	}
+	if c.IsSet("workers") && c.Int("workers") >= 0 {
+		cfg.Workers = c.Int("workers")
+		if cfg.Workers == 0 {
+			cfg.Workers = -1 // SetDefaults must not make it 1
+		}
+	}
+	// convert options of the file: as if given as flags, unless they were.
+	known := map[string]bool{}
+	for _, f := range slices.Concat(erofsFlags(), sourceFlags(), convertFlags()) {
+		for _, n := range f.Names() {
+			known[n] = true
+		}
+	}
+	for k, v := range cfg.Convert {
+		if !known[k] {
+			return nil, fmt.Errorf("config: convert.%s: no such convert option", k)
+		}
+		if !c.IsSet(k) {
+			if err := c.Set(k, fmt.Sprint(v)); err != nil {
+				return nil, fmt.Errorf("config: convert.%s = %v: %w", k, v, err)
+			}
+		}
+	}
+	cfg.SetDefaults()
+	if cfg.Workers < 0 {
+		cfg.Workers = 0
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// mirrorTwins makes the converter of serve and sync from the convert flags.
+func mirrorTwins(c *cli.Context, cfg *mirror.Config, cache mirror.LayerCache, logger *log.Logger) (*mirror.Twins, error) {
+	opt, _, done, err := conversionOptions(c)
+	if err != nil {
+		return nil, err
+	}
+	done()
+	opt.Progress = nil
+	rem := cfg.Remote()
+	rem.UserAgent = "ocierofs-mirror"
+	t := &mirror.Twins{Registry: cfg.Registry, PlainHTTP: cfg.PlainHTTP, Suffix: cfg.Suffix, Remote: rem,
+		Options: opt, Cache: cache, ClaimRefresh: time.Duration(cfg.Queue.AckWait) / 3}
+	if !c.Bool("quiet") {
+		t.Log = func(s string) { logger.Print(s) }
+	}
+	return t, nil
+}
+
+func runServe(ctx context.Context, c *cli.Context) error {
+	cfg, err := mirrorConfig(c)
+	if err != nil {
+		return err
+	}
+	logger := log.New(os.Stderr, "", log.LstdFlags)
+	logf := logger.Printf
+	worker := c.Bool("worker")
+	if worker && cfg.NATS.URL == "" {
+		return errors.New("serve --worker takes tasks from a queue elsewhere: give --nats URL")
+	}
+	if worker && cfg.Workers == 0 {
+		cfg.Workers = 1
+	}
+	if cfg.NATS.URL == "" && cfg.NATS.StoreDir == "" {
+		return errors.New("serve: the embedded NATS server keeps the queue on disk: give --nats-store DIR (or nats.storeDir), or --nats URL")
+	}
+	q, err := mirror.OpenQueue(ctx, cfg, logf)
+	if err != nil {
+		return err
+	}
+	defer q.Close()
+	metrics := mirror.NewMetrics(q.Depth)
+	var srvQueue *mirror.Queue
+	if !worker {
+		srvQueue = q
+		if err := q.WatchLostTasks(logf); err != nil {
+			return err
+		}
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	httpSrv := &http.Server{Handler: mirror.NewServer(cfg, srvQueue, metrics, logf).Handler(), ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 2)
+	go func() { errc <- httpSrv.Serve(ln) }()
+	what := "receiving notifications"
+	if worker {
+		what = "worker"
+	}
+	logf("serve: %s on http://%s, registry %s, %d worker(s), queue %s", what, ln.Addr(), cfg.Registry, cfg.Workers,
+		strings.TrimSpace(cfg.NATS.URL+" "+q.ClientURL()))
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	wdone := make(chan struct{})
+	if cfg.Workers > 0 {
+		twins, err := mirrorTwins(c, cfg, q.LayerCache(), logger)
+		if err != nil {
+			return err
+		}
+		name := c.String("name")
+		if name == "" {
+			name = mirror.DefaultWorkerName()
+		}
+		w := &mirror.Worker{Name: name, Queue: q, Twins: twins, Metrics: metrics, Concurrency: cfg.Workers, Logf: logf}
+		go func() { w.Run(wctx); close(wdone) }()
+	} else {
+		close(wdone)
+	}
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	logf("serve: stopping")
+	wcancel()
+	<-wdone // tasks in hand are handed back
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	httpSrv.Shutdown(sctx)
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}

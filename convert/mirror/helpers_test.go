@@ -1,0 +1,493 @@
+package mirror_test
+
+// Helpers of the end-to-end tests: Debian's docker-registry with
+// notifications pointed at serve, images made with archive/tar and gzip,
+// a throttling proxy, and the mount + umoci comparison of a twin with its
+// source (as convert's registry tests do).
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/ocierofs/ocierofs/convert/fstree"
+	"github.com/ocierofs/ocierofs/convert/internal/roundtrip"
+)
+
+var must = roundtrip.Must
+
+// ---------------------------------------------------------------------------
+// The registry.
+
+type registry struct {
+	host string
+	cmd  *exec.Cmd
+	logs *lockedBuffer
+	done chan struct{}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.b.Len() > 1<<20 {
+		return len(p), nil
+	}
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func registryBinary(t testing.TB) string {
+	t.Helper()
+	for _, p := range []string{"docker-registry", "/usr/bin/docker-registry"} {
+		if bin, err := exec.LookPath(p); err == nil {
+			return bin
+		}
+	}
+	const why = "no docker-registry binary (Debian package docker-registry)"
+	if os.Getenv("CI") != "" {
+		t.Fatal(why)
+	}
+	t.Skip(why)
+	return ""
+}
+
+func freePort(t testing.TB) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+const registryConfig = `version: 0.1
+log:
+  level: error
+  accesslog:
+    disabled: true
+storage:
+  filesystem:
+    rootdirectory: %s
+  delete:
+    enabled: true
+http:
+  addr: 127.0.0.1:%d
+  secret: ocierofs-mirror-test
+%s`
+
+// notifyConfig points the registry's notifications at url with the header.
+func notifyConfig(url, header string) string {
+	return fmt.Sprintf(`notifications:
+  endpoints:
+    - name: ocierofs
+      url: %s
+      headers:
+        Authorization: [%q]
+      timeout: 3s
+      threshold: 3
+      backoff: 200ms
+      ignoredmediatypes:
+        - application/octet-stream
+`, url, header)
+}
+
+// startRegistry runs docker-registry on 127.0.0.1 until the test ends;
+// extra is appended to its configuration.
+func startRegistry(t testing.TB, extra string) *registry {
+	t.Helper()
+	bin := registryBinary(t)
+	dir := t.TempDir()
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		port := freePort(t)
+		cfg := filepath.Join(dir, "config.yml")
+		must(t, os.WriteFile(cfg, fmt.Appendf(nil, registryConfig, filepath.Join(dir, "storage"), port, extra), 0o644))
+		r := &registry{host: fmt.Sprintf("127.0.0.1:%d", port), logs: &lockedBuffer{}, done: make(chan struct{})}
+		r.cmd = exec.Command(bin, "serve", cfg)
+		r.cmd.Stdout, r.cmd.Stderr = r.logs, r.logs
+		r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		must(t, r.cmd.Start())
+		go func() { r.cmd.Wait(); close(r.done) }()
+		if lastErr = r.waitReady(15 * time.Second); lastErr == nil {
+			t.Cleanup(func() { r.cmd.Process.Kill(); <-r.done })
+			return r
+		}
+		r.cmd.Process.Kill()
+		<-r.done
+	}
+	t.Fatal(lastErr)
+	return nil
+}
+
+func (r *registry) waitReady(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	c := &http.Client{Timeout: time.Second}
+	for time.Now().Before(deadline) {
+		select {
+		case <-r.done:
+			return fmt.Errorf("docker-registry exited: %s", r.logs.String())
+		default:
+		}
+		if resp, err := c.Get("http://" + r.host + "/v2/"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("docker-registry on %s did not answer in %s: %s", r.host, timeout, r.logs.String())
+}
+
+func (r *registry) ref(t testing.TB, s string) name.Reference {
+	t.Helper()
+	n, err := name.ParseReference(r.host+"/"+s, name.Insecure)
+	must(t, err)
+	return n
+}
+
+func (r *registry) push(t testing.TB, repoTag string, img v1.Image) v1.Hash {
+	t.Helper()
+	must(t, remote.Write(r.ref(t, repoTag), img))
+	d, err := img.Digest()
+	must(t, err)
+	return d
+}
+
+// twin waits for repo:tag's twin made from digest src.
+func (r *registry) waitTwin(t testing.TB, repoTag string, src v1.Hash, timeout time.Duration) (v1.Image, v1.Hash) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	ref := r.ref(t, repoTag+"-erofs")
+	for time.Now().Before(deadline) {
+		if d, err := remote.Get(ref); err == nil && strings.Contains(string(d.Manifest), src.String()) {
+			img, err := d.Image()
+			must(t, err)
+			return img, d.Digest
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("no twin %s of %s after %s", ref, src, timeout)
+	return nil, v1.Hash{}
+}
+
+// throttle is a proxy in front of the registry that slows blob downloads
+// to rate bytes a second, so a conversion lasts long enough to be killed.
+type throttle struct {
+	host string
+	mu   sync.Mutex
+	sent int64
+}
+
+func newThrottle(t testing.TB, upstream string, rate int) *throttle {
+	u, err := url.Parse("http://" + upstream)
+	must(t, err)
+	th := &throttle{}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.FlushInterval = -1
+	rp.ModifyResponse = func(resp *http.Response) error {
+		if resp.Request.Method == http.MethodGet && strings.Contains(resp.Request.URL.Path, "/blobs/sha256:") {
+			resp.Body = &slowBody{rc: resp.Body, rate: rate, th: th}
+		}
+		return nil
+	}
+	srv := httptest.NewServer(rp)
+	t.Cleanup(srv.Close)
+	th.host = strings.TrimPrefix(srv.URL, "http://")
+	return th
+}
+
+func (th *throttle) bytes() int64 {
+	th.mu.Lock()
+	defer th.mu.Unlock()
+	return th.sent
+}
+
+type slowBody struct {
+	rc   io.ReadCloser
+	rate int
+	th   *throttle
+}
+
+func (s *slowBody) Read(p []byte) (int, error) {
+	chunk := s.rate / 20
+	if len(p) > chunk {
+		p = p[:chunk]
+	}
+	n, err := s.rc.Read(p)
+	s.th.mu.Lock()
+	s.th.sent += int64(n)
+	s.th.mu.Unlock()
+	time.Sleep(50 * time.Millisecond)
+	return n, err
+}
+
+func (s *slowBody) Close() error { return s.rc.Close() }
+
+// ---------------------------------------------------------------------------
+// Images.
+
+var testTime = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+type entry struct {
+	hdr  tar.Header
+	data []byte
+}
+
+func dir(name string, mode int64) entry {
+	return entry{hdr: tar.Header{Typeflag: tar.TypeDir, Name: name + "/", Mode: mode}}
+}
+
+func file(name string, mode int64, data []byte) entry {
+	return entry{hdr: tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: mode, Size: int64(len(data))}, data: data}
+}
+
+func symlink(name, target string) entry {
+	return entry{hdr: tar.Header{Typeflag: tar.TypeSymlink, Name: name, Linkname: target, Mode: 0o777}}
+}
+
+func whiteout(name string) entry {
+	i := strings.LastIndexByte(name, '/')
+	return file(name[:i+1]+".wh."+name[i+1:], 0o644, nil)
+}
+
+// tarLayer is a tar+gzip layer of entries (diffID true unless lie).
+type blobLayer struct {
+	blob   []byte
+	diffID v1.Hash
+}
+
+func (l *blobLayer) Digest() (v1.Hash, error)            { return sha256Of(l.blob), nil }
+func (l *blobLayer) DiffID() (v1.Hash, error)            { return l.diffID, nil }
+func (l *blobLayer) Size() (int64, error)                { return int64(len(l.blob)), nil }
+func (l *blobLayer) MediaType() (types.MediaType, error) { return types.OCILayer, nil }
+func (l *blobLayer) Compressed() (io.ReadCloser, error) {
+	return io.NopCloser(bytes.NewReader(l.blob)), nil
+}
+func (l *blobLayer) Uncompressed() (io.ReadCloser, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(l.blob))
+	if err != nil {
+		return nil, err
+	}
+	return zr, nil
+}
+
+func sha256Of(b []byte) v1.Hash {
+	s := sha256.Sum256(b)
+	return v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(s[:])}
+}
+
+func tarLayer(t testing.TB, entries ...entry) *blobLayer {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, e := range entries {
+		h := e.hdr
+		if h.ModTime.IsZero() {
+			h.ModTime = testTime
+		}
+		h.Format = tar.FormatPAX
+		must(t, tw.WriteHeader(&h))
+		_, err := tw.Write(e.data)
+		must(t, err)
+	}
+	must(t, tw.Close())
+	var gz bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&gz, gzip.BestSpeed)
+	zw.Write(buf.Bytes())
+	must(t, zw.Close())
+	return &blobLayer{blob: gz.Bytes(), diffID: sha256Of(buf.Bytes())}
+}
+
+func randomBytes(seed uint64, n int) []byte {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	b := make([]byte, n)
+	for i := 0; i+8 <= n; i += 8 {
+		v := r.Uint64()
+		for j := 0; j < 8; j++ {
+			b[i+j] = byte(v >> (8 * j))
+		}
+	}
+	return b
+}
+
+// baseLayer is a small root filesystem; seed makes it unique, size is the
+// bytes of random (incompressible) content in it.
+func baseLayer(t testing.TB, seed uint64, size int) *blobLayer {
+	return tarLayer(t,
+		dir(".", 0o755), dir("bin", 0o755), dir("etc", 0o755), dir("usr", 0o755), dir("usr/lib", 0o755), dir("var", 0o755), dir("var/cache", 0o700),
+		file("etc/os-release", 0o644, fmt.Appendf(nil, "ID=mirror-test\nSEED=%d\n", seed)),
+		file("bin/tool", 0o755, randomBytes(seed, 9000)),
+		symlink("bin/sh", "tool"),
+		file("usr/lib/blob", 0o644, randomBytes(seed+1, size)),
+		file("var/cache/old", 0o600, []byte("stale")),
+	)
+}
+
+// appLayer is a top layer that adds, replaces and deletes.
+func appLayer(t testing.TB, app string) *blobLayer {
+	return tarLayer(t,
+		dir("app", 0o755),
+		file("app/"+app, 0o755, fmt.Appendf(nil, "#!/bin/sh\necho %s\n", app)),
+		file("etc/os-release", 0o644, []byte("ID=app\n")),
+		whiteout("var/cache/old"),
+	)
+}
+
+func image(t testing.TB, layers ...v1.Layer) v1.Image {
+	t.Helper()
+	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
+	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
+	for i, l := range layers {
+		var err error
+		img, err = mutate.Append(img, mutate.Addendum{Layer: l,
+			History: v1.History{Created: v1.Time{Time: testTime.Add(time.Duration(i) * time.Minute)}, CreatedBy: fmt.Sprintf("layer %d", i)}})
+		must(t, err)
+	}
+	cf, err := img.ConfigFile()
+	must(t, err)
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = "linux", "amd64"
+	cf.Created = v1.Time{Time: testTime}
+	cf.Config.Env = []string{"PATH=/bin"}
+	img, err = mutate.ConfigFile(img, cf)
+	must(t, err)
+	return img
+}
+
+// ---------------------------------------------------------------------------
+// Checking a twin: mount its layers, stack them, compare with umoci.
+
+func rawLayers(t testing.TB, img v1.Image, dir string) []string {
+	t.Helper()
+	m, err := img.Manifest()
+	must(t, err)
+	cf, err := img.ConfigFile()
+	must(t, err)
+	var files []string
+	for i, d := range m.Layers {
+		if !strings.HasPrefix(string(d.MediaType), "application/vnd.erofs") {
+			t.Fatalf("layer %d of the twin: media type %s", i, d.MediaType)
+		}
+		l, err := img.LayerByDigest(d.Digest)
+		must(t, err)
+		rc, err := l.Compressed()
+		must(t, err)
+		blob, err := io.ReadAll(rc)
+		rc.Close()
+		must(t, err)
+		if got := sha256Of(blob); got != d.Digest || got != cf.RootFS.DiffIDs[i] {
+			t.Fatalf("layer %d: blob %s, descriptor %s, diff_id %s", i, got, d.Digest, cf.RootFS.DiffIDs[i])
+		}
+		f := filepath.Join(dir, fmt.Sprintf("layer%d.erofs", i))
+		must(t, os.WriteFile(f, blob, 0o644))
+		files = append(files, f)
+	}
+	return files
+}
+
+func mountStack(t testing.TB, layers []string) string {
+	t.Helper()
+	roundtrip.RequireMount(t)
+	var mnts []string
+	for _, l := range layers {
+		mnts = append(mnts, roundtrip.Mount(t, l))
+	}
+	if len(mnts) == 1 {
+		return mnts[0]
+	}
+	lower := make([]string, len(mnts))
+	for i, m := range mnts {
+		lower[len(mnts)-1-i] = m
+	}
+	merged := t.TempDir()
+	opts := "lowerdir=" + strings.Join(lower, ":")
+	if out, err := exec.Command("mount", "-t", "overlay", "overlay", "-o", opts, merged).CombinedOutput(); err != nil {
+		t.Fatalf("mount -t overlay -o %s: %v: %s", opts, err, out)
+	}
+	t.Cleanup(func() { roundtrip.Unmount(t, merged) })
+	return merged
+}
+
+func umociRootfs(t testing.TB, img v1.Image) string {
+	t.Helper()
+	bin, err := exec.LookPath("umoci")
+	if err != nil {
+		t.Skip("no umoci (Debian package umoci)")
+	}
+	d := t.TempDir()
+	p, err := layout.Write(filepath.Join(d, "layout"), empty.Index)
+	must(t, err)
+	must(t, p.AppendImage(img, layout.WithAnnotations(map[string]string{"org.opencontainers.image.ref.name": "src"})))
+	bundle := filepath.Join(d, "bundle")
+	if out, err := exec.Command(bin, "unpack", "--image", filepath.Join(d, "layout")+":src", bundle).CombinedOutput(); err != nil {
+		t.Fatalf("umoci unpack: %v: %s", err, out)
+	}
+	return filepath.Join(bundle, "rootfs")
+}
+
+// checkTwin mounts the twin's layers as containerd's EROFS snapshotter
+// stacks them and compares the tree with umoci's unpacking of the source.
+func checkTwin(t testing.TB, src, twin v1.Image) {
+	t.Helper()
+	merged := mountStack(t, rawLayers(t, twin, t.TempDir()))
+	want, err := fstree.FromDir(umociRootfs(t, src))
+	must(t, err)
+	got, err := fstree.FromDir(merged)
+	must(t, err)
+	diffs := fstree.Diff(want, got, fstree.DiffOptions{Ignore: func(p, field string) bool {
+		return strings.HasPrefix(field, "xattr:trusted.overlay.") || field == "xattr:user.rootlesscontainers"
+	}})
+	for i, d := range diffs {
+		if i == 30 {
+			t.Errorf("… and %d more", len(diffs)-30)
+			break
+		}
+		t.Errorf("twin vs umoci: %s", d)
+	}
+	if want.Len() < 5 {
+		t.Errorf("umoci unpacked %d paths: nothing compared", want.Len())
+	}
+	t.Logf("twin: %d paths, %d differences from umoci's unpacking of the source", got.Len(), len(diffs))
+}
+
+func withTimeout(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}

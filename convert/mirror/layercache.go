@@ -1,0 +1,220 @@
+package mirror
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// LayerEntry is a converted layer in the registry: what a source layer
+// (on the same lower layers, with the same options) became, and the
+// repository holding its blob, from which other repositories mount it.
+type LayerEntry struct {
+	Digest     string    `json:"digest"`
+	DiffID     string    `json:"diffID"`
+	MediaType  string    `json:"mediaType"`
+	Size       int64     `json:"size"`
+	SourceSize int64     `json:"sourceSize"`
+	Repository string    `json:"repository"`
+	Source     string    `json:"source"` // the source layer's digest
+	Worker     string    `json:"worker,omitempty"`
+	Created    time.Time `json:"created"`
+}
+
+// LayerCache is shared by every worker: one of them converts a layer, the
+// others wait for it and reuse the result.
+type LayerCache interface {
+	// Claim returns the entry for key if there is one. Otherwise it makes
+	// the caller its converter (claimed true) — waiting, while another
+	// owner's claim is fresh, for that owner's entry.
+	Claim(ctx context.Context, key, owner string) (e *LayerEntry, claimed bool, err error)
+	// Refresh keeps the caller's claims alive while it converts.
+	Refresh(ctx context.Context, keys []string, owner string)
+	// Store records the entry of a claimed key.
+	Store(ctx context.Context, key string, e LayerEntry) error
+	// Release gives up a claim (the conversion failed), so another worker
+	// can take it at once.
+	Release(ctx context.Context, key, owner string)
+	// Forget drops an entry whose blob is gone from the registry.
+	Forget(ctx context.Context, key string)
+}
+
+// cacheValue is what a key holds: a claim or an entry.
+type cacheValue struct {
+	Claim *claim      `json:"claim,omitempty"`
+	Entry *LayerEntry `json:"entry,omitempty"`
+}
+
+type claim struct {
+	Owner string    `json:"owner"`
+	At    time.Time `json:"at"`
+}
+
+// kvCache keeps the layer cache in a JetStream key-value bucket.
+type kvCache struct {
+	kv    jetstream.KeyValue
+	ttl   time.Duration // a claim not refreshed for this long is dead
+	poll  time.Duration
+	mu    sync.Mutex
+	revs  map[string]uint64 // revisions of our claims
+	waits func()            // test hook: called when Claim waits
+}
+
+// NewKVCache returns the queue's layer cache; claims expire after ttl
+// without a refresh (the queue's ack wait: the time after which a task is
+// thought lost).
+func (q *Queue) LayerCache() LayerCache {
+	return &kvCache{kv: q.layers, ttl: time.Duration(q.cfg.Queue.AckWait), poll: 200 * time.Millisecond, revs: map[string]uint64{}}
+}
+
+func (c *kvCache) Claim(ctx context.Context, key, owner string) (*LayerEntry, bool, error) {
+	mine, _ := json.Marshal(cacheValue{Claim: &claim{Owner: owner, At: time.Now().UTC()}})
+	for {
+		e, err := c.kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			rev, err := c.kv.Create(ctx, key, mine)
+			if err == nil {
+				c.setRev(key, rev)
+				return nil, true, nil
+			}
+			if errors.Is(err, jetstream.ErrKeyExists) {
+				continue // someone was quicker: look at theirs
+			}
+			return nil, false, fmt.Errorf("layer cache %s: %w", key, err)
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("layer cache %s: %w", key, err)
+		}
+		var v cacheValue
+		if err := json.Unmarshal(e.Value(), &v); err != nil || (v.Entry == nil && v.Claim == nil) {
+			v.Claim = &claim{Owner: "?"} // unreadable: take it over
+		}
+		if v.Entry != nil {
+			return v.Entry, false, nil
+		}
+		if v.Claim.Owner == owner || time.Since(v.Claim.At) > c.ttl {
+			rev, err := c.kv.Update(ctx, key, mine, e.Revision())
+			if err == nil {
+				c.setRev(key, rev)
+				return nil, true, nil
+			}
+			continue
+		}
+		if c.waits != nil {
+			c.waits()
+		}
+		select {
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		case <-time.After(c.poll):
+		}
+	}
+}
+
+func (c *kvCache) setRev(key string, rev uint64) {
+	c.mu.Lock()
+	c.revs[key] = rev
+	c.mu.Unlock()
+}
+
+func (c *kvCache) rev(key string) (uint64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.revs[key]
+	return r, ok
+}
+
+func (c *kvCache) Refresh(ctx context.Context, keys []string, owner string) {
+	val, _ := json.Marshal(cacheValue{Claim: &claim{Owner: owner, At: time.Now().UTC()}})
+	for _, k := range keys {
+		if rev, ok := c.rev(k); ok {
+			if nrev, err := c.kv.Update(ctx, k, val, rev); err == nil {
+				c.setRev(k, nrev)
+			}
+		}
+	}
+}
+
+func (c *kvCache) Store(ctx context.Context, key string, e LayerEntry) error {
+	val, _ := json.Marshal(cacheValue{Entry: &e})
+	_, err := c.kv.Put(ctx, key, val)
+	c.mu.Lock()
+	delete(c.revs, key)
+	c.mu.Unlock()
+	return err
+}
+
+func (c *kvCache) Release(ctx context.Context, key, owner string) {
+	rev, ok := c.rev(key)
+	if !ok {
+		return
+	}
+	// Only if the claim is still ours (nobody took it over).
+	c.kv.Delete(ctx, key, jetstream.LastRevision(rev))
+	c.mu.Lock()
+	delete(c.revs, key)
+	c.mu.Unlock()
+}
+
+func (c *kvCache) Forget(ctx context.Context, key string) { c.kv.Delete(ctx, key) }
+
+// MemoryCache is a LayerCache for one process (sync without NATS).
+func MemoryCache() LayerCache { return &memCache{m: map[string]*cacheValue{}} }
+
+type memCache struct {
+	mu sync.Mutex
+	m  map[string]*cacheValue
+}
+
+func (c *memCache) Claim(ctx context.Context, key, owner string) (*LayerEntry, bool, error) {
+	for {
+		c.mu.Lock()
+		v := c.m[key]
+		switch {
+		case v == nil:
+			c.m[key] = &cacheValue{Claim: &claim{Owner: owner, At: time.Now()}}
+			c.mu.Unlock()
+			return nil, true, nil
+		case v.Entry != nil:
+			c.mu.Unlock()
+			return v.Entry, false, nil
+		case v.Claim.Owner == owner:
+			c.mu.Unlock()
+			return nil, true, nil
+		}
+		c.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (c *memCache) Refresh(context.Context, []string, string) {}
+
+func (c *memCache) Store(_ context.Context, key string, e LayerEntry) error {
+	c.mu.Lock()
+	c.m[key] = &cacheValue{Entry: &e}
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *memCache) Release(_ context.Context, key, owner string) {
+	c.mu.Lock()
+	if v := c.m[key]; v != nil && v.Claim != nil && v.Claim.Owner == owner {
+		delete(c.m, key)
+	}
+	c.mu.Unlock()
+}
+
+func (c *memCache) Forget(_ context.Context, key string) {
+	c.mu.Lock()
+	delete(c.m, key)
+	c.mu.Unlock()
+}

@@ -1,0 +1,212 @@
+package mirror
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Server is serve's HTTP side: notifications in, health, metrics, status.
+type Server struct {
+	cfg     *Config
+	q       *Queue
+	metrics *Metrics
+	logf    func(string, ...any)
+}
+
+// NewServer makes the HTTP side of a mirror (q may be nil in a process
+// that only converts: it answers health and metrics only).
+func NewServer(cfg *Config, q *Queue, m *Metrics, logf func(string, ...any)) *Server {
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	return &Server{cfg: cfg, q: q, metrics: m, logf: logf}
+}
+
+// Handler routes POST /notify, GET /healthz, /readyz, /metrics, /status
+// and /status/ID.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /notify", s.notify)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /readyz", s.ready)
+	mux.HandleFunc("GET /status", s.status)
+	mux.HandleFunc("GET /status/{id}", s.statusOne)
+	if s.metrics != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.Registry, promhttp.HandlerOpts{}))
+	}
+	return mux
+}
+
+// EventResult is what became of one pushed manifest of a notification.
+type EventResult struct {
+	Event
+	Result string `json:"result"` // queued, duplicate, filtered, loop, untagged
+	Task   string `json:"task,omitempty"`
+	State  State  `json:"state,omitempty"`
+}
+
+// authorized compares the secret in constant time; "Bearer SECRET" is
+// accepted as well as the bare value (what Harbor's auth_header and
+// distribution's endpoint headers send is up to the operator).
+func (s *Server) authorized(r *http.Request) bool {
+	if s.cfg.Secret == "" {
+		return true
+	}
+	got := r.Header.Get(s.cfg.SecretHeader)
+	got = strings.TrimSpace(got)
+	if b, ok := strings.CutPrefix(got, "Bearer "); ok {
+		got = b
+	}
+	return subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.Secret)) == 1
+}
+
+func (s *Server) notify(w http.ResponseWriter, r *http.Request) {
+	if !s.authorized(r) {
+		s.count("unauthorized", 1)
+		s.logf("notify from %s: wrong or missing %s", r.RemoteAddr, s.cfg.SecretHeader)
+		http.Error(w, "unauthorized", http.StatusUnauthorized)
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, 4<<20))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	kind, events, err := ParseNotification(body)
+	if err != nil {
+		s.count("invalid", 1)
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if s.q == nil {
+		http.Error(w, "this process only converts (serve --worker)", http.StatusServiceUnavailable)
+		return
+	}
+	resp := struct {
+		Kind    string        `json:"kind"`
+		Results []EventResult `json:"results"`
+	}{Kind: kind, Results: []EventResult{}}
+	for _, e := range events {
+		res := EventResult{Event: e, Result: s.triage(e)}
+		if res.Result == "" {
+			rec, dup, err := s.q.Enqueue(r.Context(), Task{Repository: e.Repository, Tag: e.Tag, Digest: e.Digest, Origin: kind})
+			if err != nil {
+				// The registry sends the notification again.
+				s.logf("notify: %s:%s: %v", e.Repository, e.Tag, err)
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			res.Result, res.Task, res.State = "queued", rec.ID, rec.State
+			if dup {
+				res.Result = "duplicate"
+			} else {
+				s.logf("queued %s:%s@%s (task %s)", e.Repository, e.Tag, e.Digest, rec.ID)
+			}
+		}
+		s.count(res.Result, 1)
+		resp.Results = append(resp.Results, res)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(resp)
+}
+
+// triage returns why an event is not queued ("" if it is).
+func (s *Server) triage(e Event) string {
+	switch {
+	case strings.Contains(strings.ToLower(e.UserAgent), "ocierofs"):
+		return "loop" // a twin (or its blobs) pushed by a worker
+	case s.cfg.Suffix != "" && strings.HasSuffix(e.Tag, s.cfg.Suffix):
+		return "loop"
+	case e.Tag == "":
+		return "untagged"
+	case e.Repository == "" || e.Digest == "":
+		return "invalid"
+	case !s.cfg.Rules.Match(e.Repository, e.Tag):
+		return "filtered"
+	}
+	return ""
+}
+
+func (s *Server) count(result string, n int) {
+	if s.metrics != nil {
+		s.metrics.Events.WithLabelValues(result).Add(float64(n))
+	}
+}
+
+func (s *Server) ready(w http.ResponseWriter, r *http.Request) {
+	if s.q == nil {
+		io.WriteString(w, "ok\n")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+	defer cancel()
+	if err := s.q.Ready(ctx); err != nil {
+		http.Error(w, "queue: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	io.WriteString(w, "ok\n")
+}
+
+// Status is GET /status: the queue and every task record, newest first;
+// ?state=failed (or any state) filters.
+type Status struct {
+	Waiting    int      `json:"waiting"`
+	InProgress int      `json:"inProgress"`
+	Tasks      []Record `json:"tasks"`
+}
+
+func (s *Server) status(w http.ResponseWriter, r *http.Request) {
+	if s.q == nil {
+		http.Error(w, "no queue", http.StatusServiceUnavailable)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	var st Status
+	var err error
+	if st.Waiting, st.InProgress, err = s.q.Depth(ctx); err != nil {
+		http.Error(w, fmt.Sprintf("queue: %v", err), http.StatusServiceUnavailable)
+		return
+	}
+	recs, err := s.q.Records(ctx)
+	if err != nil {
+		http.Error(w, fmt.Sprintf("tasks: %v", err), http.StatusServiceUnavailable)
+		return
+	}
+	want := State(r.URL.Query().Get("state"))
+	st.Tasks = []Record{}
+	for _, rec := range recs {
+		if want == "" || rec.State == want {
+			st.Tasks = append(st.Tasks, rec)
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(st)
+}
+
+func (s *Server) statusOne(w http.ResponseWriter, r *http.Request) {
+	if s.q == nil {
+		http.Error(w, "no queue", http.StatusServiceUnavailable)
+		return
+	}
+	rec, _, err := s.q.Record(r.Context(), r.PathValue("id"))
+	switch {
+	case err != nil:
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+	case rec == nil:
+		http.Error(w, "no such task", http.StatusNotFound)
+	default:
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(rec)
+	}
+}

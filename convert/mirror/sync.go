@@ -1,0 +1,226 @@
+package mirror
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/ocierofs/ocierofs/oci"
+)
+
+// SyncItem is one selected image and what sync does about it.
+type SyncItem struct {
+	Repository string `json:"repository"`
+	Tag        string `json:"tag"`
+	Digest     string `json:"digest,omitempty"`
+	Target     string `json:"target,omitempty"`
+	// Action: convert, up-to-date, or error.
+	Action string `json:"action"`
+	// After a run: done, skipped, queued, duplicate or failed, and why.
+	Result  string  `json:"result,omitempty"`
+	Detail  string  `json:"detail,omitempty"`
+	Twin    string  `json:"twin,omitempty"`
+	Seconds float64 `json:"seconds,omitempty"`
+}
+
+// Syncer converts what a registry holds already.
+type Syncer struct {
+	Config *Config
+	Twins  *Twins
+	// Queue, if set, receives the tasks instead of converting them here
+	// (the workers of a serve cluster do).
+	Queue *Queue
+	// Jobs is how many images convert at once (default 1).
+	Jobs int
+	Logf func(string, ...any)
+}
+
+func (s *Syncer) logf(format string, args ...any) {
+	if s.Logf != nil {
+		s.Logf(format, args...)
+	}
+}
+
+// Sources lists the selected repo:tag names: from the list file, or the
+// registry's catalog and tag lists, filtered by the rules; tags with the
+// suffix (twins) are never sources.
+func (s *Syncer) Sources(ctx context.Context) ([]SyncItem, error) {
+	cfg := s.Config
+	var names []string
+	if cfg.ListFile != "" {
+		lines, err := readListFile(cfg.ListFile)
+		if err != nil {
+			return nil, fmt.Errorf("list file: %w", err)
+		}
+		names = lines
+	} else {
+		reg, err := name.NewRegistry(cfg.Registry, s.nameOpts()...)
+		if err != nil {
+			return nil, err
+		}
+		ropts := cfg.Remote().Options(ctx)
+		repos, err := remote.Catalog(ctx, reg, ropts...)
+		if err != nil {
+			return nil, fmt.Errorf("catalog of %s: %w", cfg.Registry, err)
+		}
+		for _, repo := range repos {
+			if !s.repoMayMatch(repo) {
+				continue
+			}
+			r, err := name.NewRepository(cfg.Registry+"/"+repo, s.nameOpts()...)
+			if err != nil {
+				return nil, err
+			}
+			tags, err := remote.List(r, ropts...)
+			if err != nil {
+				return nil, fmt.Errorf("tags of %s: %w", repo, err)
+			}
+			for _, t := range tags {
+				names = append(names, repo+":"+t)
+			}
+		}
+	}
+	var out []SyncItem
+	for _, n := range names {
+		repo, tag, ok := splitRepoTag(n)
+		if !ok {
+			return nil, fmt.Errorf("%q: want REPOSITORY:TAG", n)
+		}
+		if strings.HasSuffix(tag, cfg.Suffix) || !cfg.Rules.Match(repo, tag) {
+			continue
+		}
+		out = append(out, SyncItem{Repository: repo, Tag: tag})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Repository != out[j].Repository {
+			return out[i].Repository < out[j].Repository
+		}
+		return out[i].Tag < out[j].Tag
+	})
+	return out, nil
+}
+
+// repoMayMatch skips listing the tags of repositories no rule can select.
+func (s *Syncer) repoMayMatch(repo string) bool {
+	r := s.Config.Rules
+	for _, g := range r.Exclude {
+		if !strings.Contains(g, ":") && glob(g, repo) {
+			return false
+		}
+	}
+	if len(r.Include) == 0 {
+		return true
+	}
+	for _, g := range r.Include {
+		rp, _, _ := strings.Cut(g, ":")
+		if glob(rp, repo) {
+			return true
+		}
+	}
+	return false
+}
+
+func splitRepoTag(s string) (repo, tag string, ok bool) {
+	i := strings.LastIndexByte(s, ':')
+	if i <= 0 || strings.Contains(s[i:], "/") {
+		return "", "", false
+	}
+	return s[:i], s[i+1:], true
+}
+
+func (s *Syncer) nameOpts() []name.Option {
+	if s.Config.PlainHTTP {
+		return []name.Option{name.Insecure}
+	}
+	return nil
+}
+
+// Plan resolves each item's digest and decides: convert, or up-to-date
+// (the twin's source annotation is the digest the tag has now).
+func (s *Syncer) Plan(ctx context.Context, items []SyncItem) []SyncItem {
+	ropts := s.Config.Remote().Options(ctx)
+	for i := range items {
+		it := &items[i]
+		src, err := oci.ParseRef(s.Config.Registry+"/"+it.Repository+":"+it.Tag, s.Config.PlainHTTP)
+		if err != nil {
+			it.Action, it.Detail = "error", err.Error()
+			continue
+		}
+		dst, err := oci.DefaultTarget(src, s.Config.Suffix)
+		if err != nil {
+			it.Action, it.Detail = "error", err.Error()
+			continue
+		}
+		it.Target = dst.String()
+		d, err := remote.Head(src.Name, ropts...)
+		if err != nil {
+			it.Action, it.Detail = "error", err.Error()
+			continue
+		}
+		it.Digest = d.Digest.String()
+		it.Action = "convert"
+		if td, err := remote.Get(dst.Name, ropts...); err == nil && sourceAnnotation(td.Manifest) == it.Digest {
+			it.Action, it.Twin = "up-to-date", td.Digest.String()
+		}
+	}
+	return items
+}
+
+// Run converts (or queues) the items whose action is convert.
+func (s *Syncer) Run(ctx context.Context, items []SyncItem) []SyncItem {
+	jobs := max(s.Jobs, 1)
+	sem := make(chan struct{}, jobs)
+	var wg sync.WaitGroup
+	for i := range items {
+		it := &items[i]
+		if it.Action != "convert" {
+			continue
+		}
+		t := Task{ID: TaskID(it.Repository, it.Tag, it.Digest), Repository: it.Repository, Tag: it.Tag, Digest: it.Digest, Origin: "sync"}
+		if s.Queue != nil {
+			rec, dup, err := s.Queue.Enqueue(ctx, t)
+			switch {
+			case err != nil:
+				it.Result, it.Detail = "failed", err.Error()
+			case dup:
+				it.Result, it.Detail = "duplicate", "task "+rec.ID+" is "+string(rec.State)
+			default:
+				it.Result, it.Detail = "queued", "task "+rec.ID
+			}
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			start := time.Now()
+			out, err := s.Twins.Convert(ctx, t, "sync/"+t.ID)
+			it.Seconds = time.Since(start).Seconds()
+			switch {
+			case err != nil:
+				it.Result, it.Detail = "failed", err.Error()
+				s.logf("%s:%s: %v", it.Repository, it.Tag, err)
+			case out.Skipped:
+				it.Result, it.Detail, it.Twin = "skipped", out.Reason, out.Digest
+			default:
+				it.Result, it.Twin = "done", out.Digest
+				it.Detail = fmt.Sprintf("%d layers converted, %d reused", out.LayersConverted, out.LayersReused)
+				s.logf("%s:%s → %s@%s in %.2fs (%s)", it.Repository, it.Tag, it.Target, out.Digest, it.Seconds, it.Detail)
+			}
+		}()
+	}
+	wg.Wait()
+	return items
+}
+
+// Remote is the registry access of cfg.
+func (c *Config) Remote() oci.Remote {
+	return oci.Remote{Username: c.Username, Password: c.Password, Insecure: c.Insecure}
+}

@@ -1,0 +1,186 @@
+package mirror_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ocierofs/ocierofs/convert"
+	"github.com/ocierofs/ocierofs/convert/mirror"
+)
+
+var built struct {
+	once sync.Once
+	dir  string
+	bin  string
+	err  error
+	out  []byte
+}
+
+// ocierofsBinary builds the command once for the tests of this package.
+func ocierofsBinary(t testing.TB) string {
+	t.Helper()
+	built.once.Do(func() {
+		built.dir, built.err = os.MkdirTemp("", "ocierofs-mirror-bin-")
+		if built.err != nil {
+			return
+		}
+		built.bin = filepath.Join(built.dir, "ocierofs")
+		built.out, built.err = exec.Command("go", "build", "-o", built.bin, "github.com/ocierofs/ocierofs/cmd/ocierofs").CombinedOutput()
+	})
+	if built.err != nil {
+		t.Fatalf("go build: %v\n%s", built.err, built.out)
+	}
+	return built.bin
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
+}
+
+// A worker process killed with SIGKILL in the middle of a conversion: the
+// task goes to another worker after the ack wait, which takes over the
+// dead worker's claims on layers and pushes the twin.
+func TestWorkerKilled(t *testing.T) {
+	bin := ocierofsBinary(t)
+	h := newHarness(t, "k", nil)
+	slow := newThrottle(t, h.reg.host, 256<<10)
+	var logs lockedBuffer
+	a := exec.Command(bin, "serve", "--worker", "--nats", h.q.ClientURL(), "--registry", slow.host, "--plain-http",
+		"--ack-wait", "3s", "--max-deliver", "3", "--backoff", "200ms", "--listen", "127.0.0.1:0", "--name", "A", "-j", "1")
+	a.Stdout, a.Stderr = &logs, &logs
+	a.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	must(t, a.Start())
+	exited := make(chan struct{})
+	go func() { a.Wait(); close(exited) }()
+	t.Cleanup(func() { a.Process.Kill(); <-exited })
+
+	img := image(t, baseLayer(t, 10, 3_000_000), appLayer(t, "victim"))
+	d := h.reg.push(t, "kill/me:1", img)
+	h.waitRecord(t, "kill/me", "1", d, 30*time.Second, func(r *mirror.Record) bool { return r.State == mirror.StateRunning && r.Worker == "A" })
+	deadline := time.Now().Add(20 * time.Second)
+	for slow.bytes() < 300<<10 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if slow.bytes() < 300<<10 {
+		t.Fatalf("worker A read %d bytes of the source in 20s; its log:\n%s", slow.bytes(), logs.String())
+	}
+	must(t, a.Process.Signal(syscall.SIGKILL))
+	<-exited
+	killed := time.Now()
+	t.Logf("worker A killed after reading %d of ~3 MB", slow.bytes())
+	if r, _, err := h.q.Record(context.Background(), mirror.TaskID("kill/me", "1", d.String())); err != nil || r.State != mirror.StateRunning {
+		t.Fatalf("after the kill: record %+v, %v; want still running (nobody said otherwise)", r, err)
+	}
+
+	h.startWorker(t, "B")
+	twin, _ := h.reg.waitTwin(t, "kill/me:1", d, time.Minute)
+	r := h.waitRecord(t, "kill/me", "1", d, 10*time.Second, func(r *mirror.Record) bool { return r.State == mirror.StateDone })
+	t.Logf("twin pushed by %s on attempt %d, %.2fs after the kill (ack wait 3s)", r.Worker, r.Attempts, time.Since(killed).Seconds())
+	if r.Worker != "B" || r.Attempts != 2 {
+		t.Errorf("task finished by %s on attempt %d, want B on attempt 2", r.Worker, r.Attempts)
+	}
+	checkTwin(t, img, twin)
+}
+
+func TestSync(t *testing.T) {
+	reg := startRegistry(t, "")
+	base := baseLayer(t, 20, 50_000)
+	reg.push(t, "lib/alpine:3.19", image(t, base, appLayer(t, "a319")))
+	reg.push(t, "lib/alpine:3.20", image(t, base, appLayer(t, "a320")))
+	reg.push(t, "lib/busy:1", image(t, base, appLayer(t, "busy")))
+	reg.push(t, "other/x:1", image(t, base))
+	cfg := &mirror.Config{Registry: reg.host, PlainHTTP: true, Rules: mirror.Rules{Include: []string{"lib/**"}, Exclude: []string{"lib/alpine:3.20"}}}
+	cfg.SetDefaults()
+	must(t, cfg.Validate())
+	s := &mirror.Syncer{Config: cfg, Jobs: 2, Logf: testLog(t), Twins: &mirror.Twins{Registry: reg.host, PlainHTTP: true, Suffix: cfg.Suffix,
+		Remote: cfg.Remote(), Options: convert.ImageOptions{Jobs: 1}, Cache: mirror.MemoryCache()}}
+	ctx := withTimeout(t, 2*time.Minute)
+	plan := func() map[string]string {
+		items, err := s.Sources(ctx)
+		must(t, err)
+		got := map[string]string{}
+		for _, it := range s.Plan(ctx, items) {
+			got[it.Repository+":"+it.Tag] = it.Action
+		}
+		return got
+	}
+	want := map[string]string{"lib/alpine:3.19": "convert", "lib/busy:1": "convert"}
+	if got := plan(); !sameMap(got, want) {
+		t.Fatalf("plan %v, want %v", got, want)
+	}
+	items, err := s.Sources(ctx)
+	must(t, err)
+	converted := 0
+	for _, it := range s.Run(ctx, s.Plan(ctx, items)) {
+		if it.Result != "done" {
+			t.Errorf("%s:%s: %s (%s)", it.Repository, it.Tag, it.Result, it.Detail)
+		}
+		converted++
+	}
+	if converted != 2 {
+		t.Errorf("%d images converted, want 2", converted)
+	}
+	// Idempotent: nothing left to do, twins are not sources.
+	want = map[string]string{"lib/alpine:3.19": "up-to-date", "lib/busy:1": "up-to-date"}
+	if got := plan(); !sameMap(got, want) {
+		t.Errorf("second plan %v, want %v", got, want)
+	}
+	// A tag pushed again is out of date.
+	reg.push(t, "lib/busy:1", image(t, base, appLayer(t, "busy2")))
+	want["lib/busy:1"] = "convert"
+	if got := plan(); !sameMap(got, want) {
+		t.Errorf("plan after a new push %v, want %v", got, want)
+	}
+
+	// The command: flags instead of a config, a list file, JSON out.
+	bin := ocierofsBinary(t)
+	list := filepath.Join(t.TempDir(), "list")
+	must(t, os.WriteFile(list, []byte("# images\nlib/alpine:3.20\nother/x:1\n"), 0o644))
+	var out, errb bytes.Buffer
+	cmd := exec.Command(bin, "sync", "--registry", reg.host, "--plain-http", "--list-file", list, "--exclude", "other/**", "-o", "json", "-q")
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("ocierofs sync: %v\n%s", err, errb.String())
+	}
+	var rep struct {
+		Items []mirror.SyncItem `json:"items"`
+	}
+	must(t, json.Unmarshal(out.Bytes(), &rep))
+	if len(rep.Items) != 1 || rep.Items[0].Repository != "lib/alpine" || rep.Items[0].Tag != "3.20" || rep.Items[0].Result != "done" {
+		t.Errorf("ocierofs sync --list-file: %+v", rep.Items)
+	}
+	out.Reset()
+	cmd = exec.Command(bin, "sync", "--registry", reg.host, "--plain-http", "--dry-run")
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("ocierofs sync --dry-run: %v\n%s", err, errb.String())
+	}
+	const wantOut = "up-to-date  lib/alpine:3.19\nup-to-date  lib/alpine:3.20\nconvert     lib/busy:1\nconvert     other/x:1\n"
+	if out.String() != wantOut {
+		t.Errorf("ocierofs sync --dry-run printed\n%s\nwant\n%s", out.String(), wantOut)
+	}
+}
+
+func sameMap(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
