@@ -1,0 +1,169 @@
+package main
+
+import (
+	"archive/tar"
+	"encoding/hex"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestWriteTar checks that the dataset tar is an OCI-layer-like PAX tar:
+// sorted names relative to the root, owner 0:0, whole-second mtimes,
+// symlinks and hard links as links, and the same bytes when written twice.
+func TestWriteTar(t *testing.T) {
+	dir := t.TempDir()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(dir, "b", "c"), 0o755))
+	must(os.WriteFile(filepath.Join(dir, "b", "c", "z"), []byte("zzz"), 0o600))
+	must(os.WriteFile(filepath.Join(dir, "a"), []byte("hello"), 0o644))
+	must(os.Link(filepath.Join(dir, "a"), filepath.Join(dir, "b", "hard")))
+	must(os.Symlink("../a", filepath.Join(dir, "b", "sym")))
+	odd := time.Unix(1600000000, 123456789)
+	must(os.Chtimes(filepath.Join(dir, "a"), odd, odd))
+
+	out := t.TempDir()
+	st1, err := writeTar(dir, filepath.Join(out, "1.tar"))
+	must(err)
+	st2, err := writeTar(dir, filepath.Join(out, "2.tar"))
+	must(err)
+	if st1.TarSHA256 != st2.TarSHA256 || st1.TarBytes != st2.TarBytes {
+		t.Fatalf("two tars of one tree differ: %+v vs %+v", st1, st2)
+	}
+	if st1.Files != 2 || st1.Dirs != 2 || st1.Symlinks != 1 || st1.Hardlinks != 1 || st1.Bytes != 8 {
+		t.Fatalf("counts: %+v", st1)
+	}
+
+	f, err := os.Open(filepath.Join(out, "1.tar"))
+	must(err)
+	defer f.Close()
+	tr := tar.NewReader(f)
+	var names []string
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		must(err)
+		names = append(names, h.Name)
+		if h.Uid != 0 || h.Gid != 0 || h.Uname != "" || h.Gname != "" {
+			t.Errorf("%s: owner %d:%d %q:%q", h.Name, h.Uid, h.Gid, h.Uname, h.Gname)
+		}
+		if h.ModTime.Nanosecond() != 0 || !h.AccessTime.IsZero() || !h.ChangeTime.IsZero() {
+			t.Errorf("%s: times %v %v %v", h.Name, h.ModTime, h.AccessTime, h.ChangeTime)
+		}
+		switch h.Name {
+		case "a":
+			if h.Typeflag != tar.TypeReg || h.ModTime.Unix() != 1600000000 || h.Mode != 0o644 {
+				t.Errorf("a: %+v", h)
+			}
+		case "b/hard":
+			if h.Typeflag != tar.TypeLink || h.Linkname != "a" {
+				t.Errorf("b/hard: type %c link %q", h.Typeflag, h.Linkname)
+			}
+		case "b/sym":
+			if h.Typeflag != tar.TypeSymlink || h.Linkname != "../a" {
+				t.Errorf("b/sym: type %c link %q", h.Typeflag, h.Linkname)
+			}
+		}
+	}
+	want := []string{"a", "b/", "b/c/", "b/c/z", "b/hard", "b/sym"}
+	if !slices.Equal(names, want) {
+		t.Fatalf("members %q, want %q", names, want)
+	}
+}
+
+// TestRandomStream pins the generator of rand256 and small100k: ChaCha8 is
+// specified by the Go project, so these bytes (the start of random.bin)
+// must not change between Go releases or machines; if they do, datasets
+// made on two machines are no longer the same.
+func TestRandomStream(t *testing.T) {
+	rng := rand.NewChaCha8(seedBytes(20240601 + 1))
+	b := make([]byte, 16)
+	rng.Read(b)
+	if got, want := hex.EncodeToString(b), "fd971b4a9fa0d5daf3743e548f40109b"; got != want {
+		t.Fatalf("rand256 starts %s, want %s", got, want)
+	}
+	if seedBytes(1) == seedBytes(2) {
+		t.Fatal("seeds 1 and 2 give one key")
+	}
+}
+
+func TestVersionLess(t *testing.T) {
+	in := []string{"/usr/src/linux-source-6.12.tar.xz", "/usr/src/linux-source-6.9.tar.xz", "/usr/src/linux-source-5.10.tar.xz", "/usr/src/linux-source-6.1.tar.xz"}
+	slices.SortFunc(in, func(a, b string) int {
+		if versionLess(a, b) {
+			return -1
+		}
+		if versionLess(b, a) {
+			return 1
+		}
+		return 0
+	})
+	want := []string{"/usr/src/linux-source-5.10.tar.xz", "/usr/src/linux-source-6.1.tar.xz", "/usr/src/linux-source-6.9.tar.xz", "/usr/src/linux-source-6.12.tar.xz"}
+	if !slices.Equal(in, want) {
+		t.Fatalf("got %q", in)
+	}
+}
+
+func TestArgs(t *testing.T) {
+	o := &tool{kind: kindOcierofs, WorkersFlag: true}
+	got := strings.Join(o.args("zstd", 2, "in.tar", "out.img", true), " ")
+	for _, w := range []string{"--compress=zstd,level=1", "--pcluster-size=4K", "--max-extent=64K", "--tail-packing=false", "--fragments=false", "--workers=2", "out.img in.tar"} {
+		if !strings.Contains(got, w) {
+			t.Errorf("ocierofs args %q lack %q", got, w)
+		}
+	}
+	m := &tool{kind: kindMkfsErofs, WorkersFlag: true, modern: true}
+	got = strings.Join(m.args("deflate", 1, "in.tar", "out.img", true), " ")
+	for _, w := range []string{"-zdeflate,level=6", "-C4096", "--max-extent-bytes=65536", "^ztailpacking", "--workers=1", "--tar=f out.img in.tar"} {
+		if !strings.Contains(got, w) {
+			t.Errorf("mkfs.erofs args %q lack %q", got, w)
+		}
+	}
+	old := &tool{kind: kindMkfsErofs}
+	got = strings.Join(old.args("none", 1, "dir", "out.img", false), " ")
+	if strings.Contains(got, "-z") || strings.Contains(got, "^") || strings.Contains(got, "--workers") || strings.Contains(got, "--tar") {
+		t.Errorf("mkfs.erofs 1.5 args %q carry options it lacks", got)
+	}
+}
+
+// TestReport checks medians, the ratio columns and the size deltas on
+// made-up runs.
+func TestReport(t *testing.T) {
+	b := &bench{
+		opts:  &options{codecs: []string{"lz4"}, workers: []string{"1"}, runs: 3, input: "tar"},
+		tools: []*tool{{Name: "ocierofs", kind: kindOcierofs}, {Name: "mkfs.erofs", kind: kindMkfsErofs, Version: "1.9.3"}},
+		manif: &manifest{Datasets: map[string]*datasetInfo{}},
+	}
+	add := func(tool string, wall float64, rss int64, size int64) {
+		b.runs = append(b.runs, &runResult{Dataset: "src256", Tool: tool, Codec: "lz4", Workers: 1,
+			WallS: wall, UserS: wall / 2, SysS: wall / 2, MaxRSSKiB: rss, ImageBytes: size})
+	}
+	add("ocierofs", 1.0, 10240, 99<<20)
+	add("ocierofs", 9.0, 10240, 99<<20) // an outlier the median drops
+	add("ocierofs", 1.2, 10240, 99<<20)
+	add("mkfs.erofs", 2.4, 40960, 100<<20)
+	add("mkfs.erofs", 2.2, 40960, 100<<20)
+	add("mkfs.erofs", 2.3, 40960, 100<<20)
+	c := b.cell(cellKey{"src256", "ocierofs", "lz4", 1})
+	if c.wall != 1.2 || c.rss != 10 {
+		t.Fatalf("median cell %+v", c)
+	}
+	md := b.markdown()
+	for _, w := range []string{"| lz4 | 1.200 / 1.200 / 10.0 | 2.300 / 2.300 / 40.0 | 1.92×, 1.92×, 4.0× |", "99.00 / 100.00 (-1.00%)"} {
+		if !strings.Contains(md, w) {
+			t.Errorf("report lacks %q:\n%s", w, md)
+		}
+	}
+}

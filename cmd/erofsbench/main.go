@@ -1,0 +1,237 @@
+// Command erofsbench measures EROFS image builders side by side: ocierofs
+// mkfs and, where present, erofs-utils' mkfs.erofs, on the datasets of the
+// project's seed 003 with its settings (4 KiB blocks and pclusters, 64 KiB
+// largest extent, no tail packing, no fragments, no dedupe, extended inodes,
+// compact indexes).
+//
+// It first makes the datasets in a directory, deterministically (fixed
+// seed, fixed mtimes, sorted tar members, owner 0:0), and reuses them on
+// later runs:
+//
+//	src256     one 256 MiB file: the Linux .c/.h files concatenated in path order
+//	rand256    one 256 MiB file of ChaCha8 bytes
+//	small100k  100 directories of 1,000 files, 128 B to 8 KiB, ~75% text
+//	linux      the tree of Debian's linux-source package (/usr/src/linux-source-*.tar.xz)
+//
+// each also as DIR/tar/NAME.tar. Then for every dataset × codec (none, lz4,
+// lz4hc, deflate level 6, lzma level 1, zstd level 1, those a builder
+// cannot do are skipped) × workers (1, pinned to one CPU; and all CPUs
+// where the builder has a --workers flag) it runs each builder N times and
+// takes the median wall time, CPU time (user+sys of the child) and peak RSS.
+// It prints a Markdown report with the speedups and writes every run to a
+// JSON file.
+//
+// Usage:
+//
+//	go build -o /tmp/erofsbench ./cmd/erofsbench
+//	go build -o /tmp/ocierofs ./cmd/ocierofs
+//	/tmp/erofsbench -data /var/tmp/erofsbench -ocierofs /tmp/ocierofs \
+//	        -mkfs-erofs /usr/local/bin/mkfs.erofs -out results.md
+//	/tmp/erofsbench -data /var/tmp/erofsbench -datasets small100k -codecs lz4,lz4hc \
+//	        -input dir -mkfs-erofs /usr/bin/mkfs.erofs   # directory input, e.g. erofs-utils 1.5
+//	/tmp/erofsbench -report a.json,b.json                # the tables again, runs merged
+//
+// Flags are listed by -help. The machine should be otherwise idle; ratios
+// measured in one run are the figures to compare.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// options are the command-line settings.
+type options struct {
+	data      string
+	datasets  []string
+	codecs    []string
+	workers   []string
+	input     string
+	runs      int
+	ocierofs  string
+	mkfsErofs string
+	pinCPU    int
+	genOnly   bool
+	force     bool
+	seed      uint64
+	linuxSrc  string
+	jsonOut   string
+	mdOut     string
+	keep      bool
+	imgDir    string
+	verify    bool
+	reports   string
+}
+
+func main() {
+	var o options
+	var datasets, codecs, workers string
+	flag.StringVar(&o.data, "data", "", "directory for the datasets, images and results (required)")
+	flag.StringVar(&datasets, "datasets", strings.Join(datasetNames, ","), "datasets to measure")
+	flag.StringVar(&codecs, "codecs", strings.Join(codecNames, ","), "codecs to measure")
+	flag.StringVar(&workers, "workers", "1,all", "worker settings: 1 (pinned to -pin-cpu) and/or all (every CPU, not pinned)")
+	flag.StringVar(&o.input, "input", "tar", "what the builders read: tar (DATA/tar/NAME.tar) or dir (DATA/NAME)")
+	flag.IntVar(&o.runs, "runs", 3, "runs per cell (the median is reported)")
+	flag.StringVar(&o.ocierofs, "ocierofs", "ocierofs", "ocierofs binary (\"\" to leave it out)")
+	flag.StringVar(&o.mkfsErofs, "mkfs-erofs", "mkfs.erofs", "mkfs.erofs binary (\"\" to leave it out; skipped when not found)")
+	flag.IntVar(&o.pinCPU, "pin-cpu", runtime.NumCPU()-1, "CPU for single-worker runs (taskset -c); -1: no pinning")
+	flag.BoolVar(&o.genOnly, "gen-only", false, "make the datasets and stop")
+	flag.BoolVar(&o.force, "force", false, "remake the datasets even if they exist")
+	flag.Uint64Var(&o.seed, "seed", 20240601, "seed of the generated datasets")
+	flag.StringVar(&o.linuxSrc, "linux-src", "", "linux-source tarball (default: newest /usr/src/linux-source-*.tar.*)")
+	flag.StringVar(&o.jsonOut, "json", "", "raw runs as JSON (default DATA/results/erofsbench-TIME.json)")
+	flag.StringVar(&o.mdOut, "out", "", "also write the Markdown report to this file")
+	flag.StringVar(&o.imgDir, "img-dir", "", "where images are written (default DATA/img; a tmpfs such as /dev/shm keeps disk writeback out of the figures)")
+	flag.BoolVar(&o.keep, "keep-images", false, "keep the image of the last run of each cell under DATA/img")
+	flag.BoolVar(&o.verify, "verify", false, "check each ocierofs image once with `ocierofs verify` against its tar")
+	flag.StringVar(&o.reports, "report", "", "print the report of earlier runs from their JSON files (comma-separated, merged) and stop")
+	flag.Usage = func() {
+		fmt.Fprintf(os.Stderr, "usage: erofsbench -data DIR [flags]\n\n")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	o.datasets = splitList(datasets)
+	o.codecs = splitList(codecs)
+	o.workers = splitList(workers)
+	if err := run(&o); err != nil {
+		fmt.Fprintln(os.Stderr, "erofsbench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(o *options) error {
+	if o.reports != "" {
+		b, err := loadResults(splitList(o.reports))
+		if err != nil {
+			return err
+		}
+		md := b.markdown()
+		fmt.Print(md)
+		if o.mdOut != "" {
+			return os.WriteFile(o.mdOut, []byte(md), 0o644)
+		}
+		return nil
+	}
+	if o.data == "" {
+		flag.Usage()
+		return fmt.Errorf("-data is required")
+	}
+	if o.input != "tar" && o.input != "dir" {
+		return fmt.Errorf("-input %q: want tar or dir", o.input)
+	}
+	for _, c := range o.codecs {
+		if _, ok := codecs[c]; !ok {
+			return fmt.Errorf("unknown codec %q (have %s)", c, strings.Join(codecNames, ", "))
+		}
+	}
+	for _, w := range o.workers {
+		if w != "1" && w != "all" {
+			return fmt.Errorf("-workers %q: want 1 and/or all", w)
+		}
+	}
+	if err := os.MkdirAll(o.data, 0o755); err != nil {
+		return err
+	}
+	data, err := filepath.Abs(o.data)
+	if err != nil {
+		return err
+	}
+	o.data = data
+	if o.imgDir == "" {
+		o.imgDir = filepath.Join(data, "img")
+	}
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "[erofsbench %s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+	}
+
+	// Datasets: src256 needs the Linux tree and small100k needs src256.
+	g := &generator{root: o.data, seed: o.seed, force: o.force, logf: logf,
+		manif: &manifest{Seed: o.seed, Datasets: map[string]*datasetInfo{}}}
+	g.ksrc = o.linuxSrc
+	if g.ksrc == "" {
+		g.ksrc = findKernelSource()
+	}
+	want := map[string]bool{}
+	for _, d := range o.datasets {
+		want[d] = true
+	}
+	if want["small100k"] {
+		want["src256"] = true
+	}
+	if want["src256"] && g.ksrc != "" {
+		want["linux"] = true
+	}
+	var ready []string
+	for _, name := range buildOrder {
+		if !want[name] {
+			continue
+		}
+		if err := g.ensure(name); err != nil {
+			if name == "linux" && g.ksrc == "" {
+				logf("skipping linux: %v", errNoKernelSource)
+				continue
+			}
+			return err
+		}
+	}
+	for _, name := range o.datasets {
+		if _, ok := g.manif.Datasets[name]; ok {
+			ready = append(ready, name)
+		}
+	}
+	if err := writeManifest(o.data, g.manif); err != nil {
+		return err
+	}
+	if o.genOnly {
+		logf("datasets ready in %s (MANIFEST.txt)", o.data)
+		return nil
+	}
+
+	// Builders.
+	var tools []*tool
+	if o.ocierofs != "" {
+		t, err := newOcierofs(o.ocierofs)
+		if err != nil {
+			return err
+		}
+		tools = append(tools, t)
+	}
+	if o.mkfsErofs != "" {
+		if p, err := exec.LookPath(o.mkfsErofs); err != nil {
+			logf("no mkfs.erofs (%v): measuring without it", err)
+		} else {
+			t, err := newMkfsErofs(p)
+			if err != nil {
+				return err
+			}
+			tools = append(tools, t)
+		}
+	}
+	if len(tools) == 0 {
+		return fmt.Errorf("no builder to measure")
+	}
+	b := &bench{opts: o, tools: tools, logf: logf, manif: g.manif}
+	if err := b.probe(); err != nil {
+		return err
+	}
+	if err := b.measure(ready); err != nil {
+		return err
+	}
+	return b.report()
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}

@@ -1,0 +1,396 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// results is the JSON file: everything needed to redo the tables.
+type results struct {
+	Started  time.Time               `json:"started"`
+	Finished time.Time               `json:"finished"`
+	Host     hostInfo                `json:"host"`
+	Settings map[string]any          `json:"settings"`
+	Tools    []*tool                 `json:"tools"`
+	Datasets map[string]*datasetInfo `json:"datasets"`
+	Runs     []*runResult            `json:"runs"`
+}
+
+type hostInfo struct {
+	CPUs   int    `json:"cpus"`
+	Model  string `json:"cpu_model"`
+	Kernel string `json:"kernel"`
+}
+
+func host() hostInfo {
+	h := hostInfo{CPUs: runtime.NumCPU()}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		h.Kernel = strings.TrimSpace(string(b))
+	}
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				h.Model = strings.TrimSpace(v)
+				break
+			}
+		}
+		f.Close()
+	}
+	return h
+}
+
+func (b *bench) jsonPath() string {
+	if b.opts.jsonOut == "" {
+		b.opts.jsonOut = filepath.Join(b.opts.data, "results",
+			"erofsbench-"+b.start.UTC().Format("20060102T150405Z")+".json")
+	}
+	return b.opts.jsonOut
+}
+
+func (b *bench) writeJSON() error {
+	res := results{
+		Started: b.start.UTC(), Finished: time.Now().UTC(), Host: host(),
+		Settings: map[string]any{
+			"input": b.opts.input, "runs": b.opts.runs, "workers": b.opts.workers,
+			"pin_cpu": b.opts.pinCPU, "codecs": b.opts.codecs,
+			"block": 4096, "pcluster": 4096, "max_extent": 65536,
+			"tail_packing": false, "fragments": false, "dedupe": false,
+		},
+		Tools: b.tools, Datasets: b.manif.Datasets, Runs: b.runs,
+	}
+	p := b.jsonPath()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	out, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(p, out, 0o644)
+}
+
+// report writes the JSON file and prints the Markdown tables.
+func (b *bench) report() error {
+	if err := b.writeJSON(); err != nil {
+		return err
+	}
+	md := b.markdown()
+	fmt.Print(md)
+	if b.opts.mdOut != "" {
+		if err := os.WriteFile(b.opts.mdOut, []byte(md), 0o644); err != nil {
+			return err
+		}
+	}
+	b.logf("raw runs in %s", b.jsonPath())
+	return nil
+}
+
+func (b *bench) toolLabel(t *tool) string {
+	if t.Version != "" && t.Version != "unknown" && t.kind == kindMkfsErofs {
+		return t.Name + " " + t.Version
+	}
+	return t.Name
+}
+
+func workersLabel(w int) string {
+	if w == 1 {
+		return "×1"
+	}
+	return fmt.Sprintf("×%d", w)
+}
+
+// markdown renders the report: per dataset one table of wall / CPU / RSS
+// cells with the other builders' times divided by the first builder's
+// (above 1: the first builder is faster), then the image sizes.
+func (b *bench) markdown() string {
+	var sb strings.Builder
+	h := host()
+	fmt.Fprintf(&sb, "## erofsbench %s\n\n", b.start.UTC().Format("2006-01-02 15:04 UTC"))
+	fmt.Fprintf(&sb, "Host: %d CPUs (%s), Linux %s. Input: %s. Median of %d runs; single-worker runs pinned to CPU %d.\n",
+		h.CPUs, h.Model, h.Kernel, b.inputLabel(), b.opts.runs, b.opts.pinCPU)
+	fmt.Fprintf(&sb, "Settings: 4 KiB blocks and pclusters, 64 KiB max extent, no tail packing, no fragments, no dedupe, extended inodes, compact indexes.\n\n")
+	for _, t := range b.tools {
+		fmt.Fprintf(&sb, "- %s: %s (%s)", t.Name, t.Version, t.Path)
+		if len(t.Unsupported) > 0 {
+			var s []string
+			for _, c := range b.opts.codecs {
+				if why, ok := t.Unsupported[c]; ok {
+					s = append(s, c+" ("+why+")")
+				}
+			}
+			fmt.Fprintf(&sb, "; skipped: %s", strings.Join(s, "; "))
+		}
+		if !t.WorkersFlag {
+			fmt.Fprintf(&sb, "; no --workers flag (single-threaded runs only)")
+		}
+		sb.WriteString("\n")
+	}
+	sb.WriteString("\nEach cell: wall s / CPU s (user+sys) / peak RSS MiB. ")
+	if len(b.tools) > 1 {
+		fmt.Fprintf(&sb, "\"÷\" columns: the other builder's wall time, CPU time and peak RSS divided by %s's (above 1: %s is faster / smaller).", b.tools[0].Name, b.tools[0].Name)
+	}
+	sb.WriteString("\n")
+
+	ws := b.workerCounts()
+	ref := b.tools[0]
+	for _, ds := range b.datasetsMeasured() {
+		fmt.Fprintf(&sb, "\n### %s\n\n", datasetTitle[ds])
+		head := []string{"codec"}
+		for _, w := range ws {
+			for _, t := range b.tools {
+				head = append(head, b.toolLabel(t)+" "+workersLabel(w))
+			}
+			for _, t := range b.tools[1:] {
+				head = append(head, fmt.Sprintf("%s ÷ %s %s: wall, CPU, RSS", t.Name, ref.Name, workersLabel(w)))
+			}
+		}
+		if len(ws) > 1 {
+			head = append(head, fmt.Sprintf("%s %s÷%s", ref.Name, workersLabel(ws[0]), workersLabel(ws[len(ws)-1])))
+		}
+		row(&sb, head)
+		sep := make([]string, len(head))
+		for i := range sep {
+			sep[i] = "---:"
+		}
+		sep[0] = "---"
+		row(&sb, sep)
+		for _, c := range b.opts.codecs {
+			r := []string{codecTitle[c]}
+			any := false
+			for _, w := range ws {
+				rc := b.cell(cellKey{ds, ref.Name, c, w})
+				for _, t := range b.tools {
+					cl := b.cell(cellKey{ds, t.Name, c, w})
+					r = append(r, fmtCell(cl))
+					any = any || cl != nil
+				}
+				for _, t := range b.tools[1:] {
+					r = append(r, ratio(b.cell(cellKey{ds, t.Name, c, w}), rc))
+				}
+			}
+			if len(ws) > 1 {
+				r = append(r, speedRatio(b.cell(cellKey{ds, ref.Name, c, ws[0]}), b.cell(cellKey{ds, ref.Name, c, ws[len(ws)-1]})))
+			}
+			if any {
+				row(&sb, r)
+			}
+		}
+	}
+
+	// Image sizes (single worker; the all-worker image should be the same).
+	fmt.Fprintf(&sb, "\n### Image size, MiB (%s)\n\n", strings.Join(b.toolNames(), " / "))
+	head := []string{"dataset"}
+	for _, c := range b.opts.codecs {
+		head = append(head, codecTitle[c])
+	}
+	row(&sb, head)
+	sep := []string{"---"}
+	for range b.opts.codecs {
+		sep = append(sep, "---:")
+	}
+	row(&sb, sep)
+	var notes []string
+	for _, ds := range b.datasetsMeasured() {
+		r := []string{datasetTitle[ds]}
+		for _, c := range b.opts.codecs {
+			var parts []string
+			var refSize int64
+			for i, t := range b.tools {
+				cl := b.cell(cellKey{ds, t.Name, c, ws[0]})
+				if cl == nil || cl.n == 0 {
+					parts = append(parts, "–")
+					continue
+				}
+				s := fmt.Sprintf("%.2f", float64(cl.image)/(1<<20))
+				if i == 0 {
+					refSize = cl.image
+				} else if refSize > 0 {
+					s += fmt.Sprintf(" (%+.2f%%)", 100*(float64(refSize)/float64(cl.image)-1))
+				}
+				parts = append(parts, s)
+			}
+			r = append(r, strings.Join(parts, " / "))
+			// The first builder's images must not depend on the worker count.
+			if len(ws) > 1 {
+				a := b.cell(cellKey{ds, ref.Name, c, ws[0]})
+				z := b.cell(cellKey{ds, ref.Name, c, ws[len(ws)-1]})
+				if a != nil && z != nil && a.sha256 != "" && z.sha256 != "" && a.sha256 != z.sha256 {
+					notes = append(notes, fmt.Sprintf("%s %s: %s image differs between %s and %s workers", ds, c, ref.Name, workersLabel(ws[0]), workersLabel(ws[len(ws)-1])))
+				}
+			}
+		}
+		row(&sb, r)
+	}
+	if len(b.tools) > 1 {
+		fmt.Fprintf(&sb, "\nPercentages: %s's image relative to the other builder's (negative: smaller).\n", ref.Name)
+	}
+	for _, r := range b.runs {
+		if r.Err != "" {
+			notes = append(notes, fmt.Sprintf("%s %s %s ×%d run %d failed: %s", r.Dataset, r.Codec, r.Tool, r.Workers, r.Run, r.Err))
+		}
+		if r.Verified != "" && r.Verified != "ok" {
+			notes = append(notes, fmt.Sprintf("%s %s %s ×%d: verify: %s", r.Dataset, r.Codec, r.Tool, r.Workers, r.Verified))
+		}
+	}
+	if len(notes) > 0 {
+		sb.WriteString("\nNotes:\n")
+		for _, n := range notes {
+			fmt.Fprintf(&sb, "- %s\n", n)
+		}
+	}
+	return sb.String()
+}
+
+func (b *bench) inputLabel() string {
+	if b.opts.input == "tar" {
+		return "the dataset's tar"
+	}
+	return "the dataset's directory"
+}
+
+func (b *bench) toolNames() []string {
+	var s []string
+	for _, t := range b.tools {
+		s = append(s, b.toolLabel(t))
+	}
+	return s
+}
+
+func (b *bench) workerCounts() []int {
+	var ws []int
+	for _, w := range b.opts.workers {
+		if w == "1" {
+			ws = append(ws, 1)
+		} else {
+			ws = append(ws, cpus())
+		}
+	}
+	return ws
+}
+
+func (b *bench) datasetsMeasured() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, r := range b.runs {
+		if !seen[r.Dataset] {
+			seen[r.Dataset] = true
+			out = append(out, r.Dataset)
+		}
+	}
+	return out
+}
+
+func row(sb *strings.Builder, cells []string) {
+	sb.WriteString("| " + strings.Join(cells, " | ") + " |\n")
+}
+
+func fmtCell(c *cell) string {
+	switch {
+	case c == nil:
+		return "–"
+	case c.n == 0:
+		return "failed"
+	}
+	s := fmt.Sprintf("%s / %s / %.1f", secs(c.wall), secs(c.cpu), c.rss)
+	if c.failed > 0 {
+		s += fmt.Sprintf(" (%d failed)", c.failed)
+	}
+	return s
+}
+
+// secs prints seconds with three significant digits or more.
+func secs(s float64) string {
+	switch {
+	case s < 10:
+		return fmt.Sprintf("%.3f", s)
+	case s < 100:
+		return fmt.Sprintf("%.2f", s)
+	default:
+		return fmt.Sprintf("%.1f", s)
+	}
+}
+
+// ratio is other/ref for wall time, CPU time and peak RSS. On a machine
+// shared with other work the CPU ratio is the steadier of the two times.
+func ratio(other, ref *cell) string {
+	if other == nil || ref == nil || other.n == 0 || ref.n == 0 || ref.wall == 0 || ref.cpu == 0 || ref.rss == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f×, %.2f×, %.1f×", other.wall/ref.wall, other.cpu/ref.cpu, other.rss/ref.rss)
+}
+
+// speedRatio is how much faster b is than a.
+func speedRatio(a, b *cell) string {
+	if a == nil || b == nil || a.n == 0 || b.n == 0 || b.wall == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f×", a.wall/b.wall)
+}
+
+// loadResults rebuilds a bench from JSON result files (their runs merged in
+// order), so that a report can be printed again or several runs combined.
+func loadResults(paths []string) (*bench, error) {
+	b := &bench{opts: &options{}, manif: &manifest{Datasets: map[string]*datasetInfo{}}}
+	seenTool := map[string]bool{}
+	seenCodec := map[string]bool{}
+	seenWorkers := map[int]bool{}
+	for _, p := range paths {
+		raw, err := os.ReadFile(p)
+		if err != nil {
+			return nil, err
+		}
+		var r results
+		if err := json.Unmarshal(raw, &r); err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+		if b.start.IsZero() {
+			b.start = r.Started
+			b.opts.input, _ = r.Settings["input"].(string)
+			if n, ok := r.Settings["runs"].(float64); ok {
+				b.opts.runs = int(n)
+			}
+			if n, ok := r.Settings["pin_cpu"].(float64); ok {
+				b.opts.pinCPU = int(n)
+			}
+		}
+		for _, t := range r.Tools {
+			if !seenTool[t.Name] {
+				seenTool[t.Name] = true
+				if t.Name != "ocierofs" {
+					t.kind = kindMkfsErofs
+				}
+				b.tools = append(b.tools, t)
+			}
+		}
+		for n, d := range r.Datasets {
+			b.manif.Datasets[n] = d
+		}
+		for _, run := range r.Runs {
+			seenCodec[run.Codec] = true
+			seenWorkers[run.Workers] = true
+		}
+		b.runs = append(b.runs, r.Runs...)
+	}
+	for _, c := range codecNames {
+		if seenCodec[c] {
+			b.opts.codecs = append(b.opts.codecs, c)
+		}
+	}
+	if seenWorkers[1] {
+		b.opts.workers = append(b.opts.workers, "1")
+	}
+	if len(seenWorkers) > 1 || !seenWorkers[1] {
+		b.opts.workers = append(b.opts.workers, "all")
+	}
+	if len(b.tools) == 0 {
+		return nil, fmt.Errorf("no builders in %s", strings.Join(paths, ", "))
+	}
+	return b, nil
+}

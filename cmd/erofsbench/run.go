@@ -1,0 +1,275 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// runTimeout bounds one build; a build that takes longer is recorded as
+// failed.
+const runTimeout = 15 * time.Minute
+
+// bench holds what a measurement needs and collects its runs.
+type bench struct {
+	opts    *options
+	tools   []*tool
+	logf    func(format string, args ...any)
+	manif   *manifest
+	runs    []*runResult
+	start   time.Time
+	taskset string // path of taskset, "" when single-worker runs are not pinned
+}
+
+// runResult is one build, as kept in the JSON file.
+type runResult struct {
+	Dataset    string   `json:"dataset"`
+	Input      string   `json:"input"`
+	Tool       string   `json:"tool"`
+	Codec      string   `json:"codec"`
+	Workers    int      `json:"workers"`
+	Pinned     string   `json:"pinned,omitempty"` // CPU list of taskset, if pinned
+	Run        int      `json:"run"`
+	Args       []string `json:"args"`
+	WallS      float64  `json:"wall_s"`
+	UserS      float64  `json:"user_s"`
+	SysS       float64  `json:"sys_s"`
+	MaxRSSKiB  int64    `json:"max_rss_kib"`
+	ImageBytes int64    `json:"image_bytes"`
+	SHA256     string   `json:"sha256,omitempty"`   // ocierofs images, first run
+	Verified   string   `json:"verified,omitempty"` // "ok" or the verify error
+	Err        string   `json:"error,omitempty"`
+}
+
+// cellKey names one table cell.
+type cellKey struct {
+	dataset, tool, codec string
+	workers              int
+}
+
+// measure runs every cell. The builders take turns run by run, so that a
+// disturbance from the rest of the machine spreads over all of them rather
+// than falling on one.
+func (b *bench) measure(datasets []string) error {
+	b.start = time.Now()
+	if b.opts.pinCPU >= 0 {
+		if p, err := exec.LookPath("taskset"); err == nil {
+			b.taskset = p
+		} else {
+			b.logf("no taskset: single-worker runs are not pinned")
+		}
+	}
+	imgDir := b.opts.imgDir
+	if err := os.MkdirAll(imgDir, 0o755); err != nil {
+		return err
+	}
+	for _, ds := range datasets {
+		in := filepath.Join(b.opts.data, ds)
+		if b.opts.input == "tar" {
+			in = filepath.Join(b.opts.data, "tar", ds+".tar")
+		}
+		if err := warm(in); err != nil {
+			return fmt.Errorf("reading %s: %w", in, err)
+		}
+		for _, c := range b.opts.codecs {
+			for _, w := range b.opts.workers {
+				workers := 1
+				if w == "all" {
+					workers = cpus()
+				}
+				var active []*tool
+				for _, t := range b.tools {
+					if _, bad := t.Unsupported[c]; bad {
+						continue
+					}
+					if workers > 1 && !t.WorkersFlag {
+						continue
+					}
+					active = append(active, t)
+				}
+				for r := 1; r <= b.opts.runs; r++ {
+					for _, t := range active {
+						img := filepath.Join(imgDir, fmt.Sprintf("%s-%s-%s-w%d.erofs", t.Name, ds, c, workers))
+						res := b.runOne(t, ds, c, workers, r, in, img)
+						b.runs = append(b.runs, res)
+						status := ""
+						if res.Err != "" {
+							status = " FAILED: " + res.Err
+						}
+						b.logf("%-9s %-7s %-10s w%d run %d: %.3f s wall, %.3f s cpu, %.1f MiB rss, %d bytes%s",
+							ds, c, t.Name, workers, r, res.WallS, res.UserS+res.SysS, float64(res.MaxRSSKiB)/1024, res.ImageBytes, status)
+						if !b.opts.keep || r < b.opts.runs {
+							os.Remove(img)
+						}
+					}
+				}
+			}
+		}
+		if err := b.writeJSON(); err != nil { // keep what is done if a later dataset fails
+			return err
+		}
+	}
+	return nil
+}
+
+// runOne builds one image and measures it.
+func (b *bench) runOne(t *tool, ds, c string, workers, r int, in, img string) *runResult {
+	res := &runResult{Dataset: ds, Input: b.opts.input, Tool: t.Name, Codec: c, Workers: workers, Run: r}
+	args := t.args(c, workers, in, img, b.opts.input == "tar")
+	name := t.Path
+	if workers == 1 && b.taskset != "" {
+		res.Pinned = strconv.Itoa(b.opts.pinCPU)
+		args = append([]string{"-c", res.Pinned, t.Path}, args...)
+		name = b.taskset
+	}
+	res.Args = append([]string{name}, args...)
+	os.Remove(img)
+
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	var stderr bytes.Buffer
+	cmd.Stdout = io.Discard
+	cmd.Stderr = &stderr
+	t0 := time.Now()
+	err := cmd.Run()
+	res.WallS = time.Since(t0).Seconds()
+	if ps := cmd.ProcessState; ps != nil {
+		if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
+			res.UserS = tv(ru.Utime)
+			res.SysS = tv(ru.Stime)
+			res.MaxRSSKiB = ru.Maxrss // KiB on Linux
+		}
+	}
+	if err != nil {
+		res.Err = firstLine(stderr.Bytes(), err)
+		return res
+	}
+	st, err := os.Stat(img)
+	if err != nil {
+		res.Err = err.Error()
+		return res
+	}
+	res.ImageBytes = st.Size()
+	if t.kind == kindOcierofs && r == 1 {
+		if res.SHA256, err = hashFile(img); err != nil {
+			res.Err = err.Error()
+		}
+		if b.opts.verify && b.opts.input == "tar" {
+			out, err := exec.Command(t.Path, "verify", img, in).CombinedOutput()
+			res.Verified = "ok"
+			if err != nil {
+				res.Verified = firstLine(out, err)
+			}
+		}
+	}
+	return res
+}
+
+func tv(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
+
+func hashFile(p string) (string, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// warm reads the input once so that every measured run finds it in the
+// page cache (the first run would otherwise pay for the disk).
+func warm(in string) error {
+	buf := make([]byte, 1<<20)
+	readAll := func(p string) error {
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = io.CopyBuffer(io.Discard, struct{ io.Reader }{f}, buf)
+		return err
+	}
+	st, err := os.Stat(in)
+	if err != nil {
+		return err
+	}
+	if !st.IsDir() {
+		return readAll(in)
+	}
+	return filepath.WalkDir(in, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		return readAll(p)
+	})
+}
+
+// cell is the median of the successful runs of one cell.
+type cell struct {
+	n, failed        int
+	wall, cpu, rss   float64 // s, s, MiB
+	image            int64
+	sizesDiffer      bool
+	sha256, firstErr string
+}
+
+func (b *bench) cell(k cellKey) *cell {
+	var wall, cpu, rss []float64
+	c := &cell{}
+	for _, r := range b.runs {
+		if r.Dataset != k.dataset || r.Tool != k.tool || r.Codec != k.codec || r.Workers != k.workers {
+			continue
+		}
+		if r.Err != "" {
+			c.failed++
+			if c.firstErr == "" {
+				c.firstErr = r.Err
+			}
+			continue
+		}
+		wall = append(wall, r.WallS)
+		cpu = append(cpu, r.UserS+r.SysS)
+		rss = append(rss, float64(r.MaxRSSKiB)/1024)
+		if c.image != 0 && c.image != r.ImageBytes {
+			c.sizesDiffer = true
+		}
+		c.image = r.ImageBytes
+		if r.SHA256 != "" {
+			c.sha256 = r.SHA256
+		}
+	}
+	c.n = len(wall)
+	if c.n == 0 && c.failed == 0 {
+		return nil
+	}
+	c.wall, c.cpu, c.rss = median(wall), median(cpu), median(rss)
+	return c
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}

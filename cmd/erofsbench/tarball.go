@@ -1,0 +1,202 @@
+package main
+
+import (
+	"archive/tar"
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func timeFixed() time.Time { return time.Unix(fixedMtime, 0) }
+
+// datasetInfo describes one generated dataset; it is kept in
+// root/.stamp/NAME.json and copied into the JSON results.
+type datasetInfo struct {
+	Name      string `json:"name"`
+	Files     int    `json:"files"`
+	Dirs      int    `json:"dirs"`
+	Symlinks  int    `json:"symlinks"`
+	Hardlinks int    `json:"hardlinks"`
+	Bytes     int64  `json:"bytes"`
+	TarBytes  int64  `json:"tar_bytes"`
+	TarSHA256 string `json:"tar_sha256"`
+	Source    string `json:"source,omitempty"` // linux-source tarball or seed
+}
+
+// manifest collects the datasetInfo of every dataset in use.
+type manifest struct {
+	Seed     uint64                  `json:"seed"`
+	Datasets map[string]*datasetInfo `json:"datasets"`
+}
+
+func (m *manifest) store(root string, st *datasetInfo) error {
+	if st.Name == "linux" || st.Name == "src256" {
+		if b, err := os.ReadFile(filepath.Join(root, ".stamp", "linux.source")); err == nil {
+			st.Source = strings.TrimSpace(string(b))
+		}
+	}
+	if st.Source == "" {
+		st.Source = fmt.Sprintf("seed %d", m.Seed)
+	}
+	m.Datasets[st.Name] = st
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(root, ".stamp", st.Name+".json"), b, 0o644)
+}
+
+func (m *manifest) load(root, name string) error {
+	b, err := os.ReadFile(filepath.Join(root, ".stamp", name+".json"))
+	if err != nil {
+		return fmt.Errorf("dataset %s: %w (rerun with -force)", name, err)
+	}
+	st := new(datasetInfo)
+	if err := json.Unmarshal(b, st); err != nil {
+		return fmt.Errorf("dataset %s: %w", name, err)
+	}
+	m.Datasets[name] = st
+	return nil
+}
+
+// writeTar writes the tree under dir to out as an OCI layer would hold it:
+// PAX format, entries relative to dir (no "./" and no entry for dir itself),
+// names sorted bytewise within each directory, owner 0:0 without names,
+// mtimes in whole seconds, no atime/ctime. Hard links become link entries
+// to the first path of the inode.
+func writeTar(dir, out string) (*datasetInfo, error) {
+	f, err := os.Create(out + ".tmp")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	cw := &countWriter{w: io.MultiWriter(f, h)}
+	bw := bufio.NewWriterSize(cw, 1<<20)
+	tw := tar.NewWriter(bw)
+	st := &datasetInfo{}
+	type inode struct{ dev, ino uint64 }
+	seen := map[inode]string{}
+
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if p == dir {
+			return nil
+		}
+		rel, _ := filepath.Rel(dir, p)
+		rel = filepath.ToSlash(rel)
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		hdr := &tar.Header{
+			Name:    rel,
+			Mode:    int64(fi.Mode().Perm()),
+			ModTime: fi.ModTime().Truncate(time.Second),
+			Format:  tar.FormatPAX,
+		}
+		if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
+			hdr.Mode |= int64(sys.Mode & (syscall.S_ISUID | syscall.S_ISGID | syscall.S_ISVTX))
+			if !fi.IsDir() && sys.Nlink > 1 {
+				key := inode{uint64(sys.Dev), sys.Ino}
+				if first, ok := seen[key]; ok {
+					hdr.Typeflag, hdr.Linkname = tar.TypeLink, first
+					st.Hardlinks++
+					return tw.WriteHeader(hdr)
+				}
+				seen[key] = rel
+			}
+		}
+		switch {
+		case fi.IsDir():
+			hdr.Typeflag, hdr.Name = tar.TypeDir, rel+"/"
+			st.Dirs++
+			return tw.WriteHeader(hdr)
+		case fi.Mode()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, target
+			st.Symlinks++
+			return tw.WriteHeader(hdr)
+		case fi.Mode().IsRegular():
+			hdr.Typeflag, hdr.Size = tar.TypeReg, fi.Size()
+			st.Files++
+			st.Bytes += fi.Size()
+			if err := tw.WriteHeader(hdr); err != nil {
+				return err
+			}
+			src, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			defer src.Close()
+			n, err := io.Copy(tw, src)
+			if err == nil && n != fi.Size() {
+				err = fmt.Errorf("%s changed size while being read", p)
+			}
+			return err
+		default:
+			return fmt.Errorf("%s: unsupported file type %v", p, fi.Mode().Type())
+		}
+	})
+	if err == nil {
+		err = tw.Close()
+	}
+	if err == nil {
+		err = bw.Flush()
+	}
+	if err == nil {
+		err = f.Close()
+	}
+	if err != nil {
+		os.Remove(out + ".tmp")
+		return nil, err
+	}
+	st.TarBytes = cw.n
+	st.TarSHA256 = hex.EncodeToString(h.Sum(nil))
+	return st, os.Rename(out+".tmp", out)
+}
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// writeManifest writes root/MANIFEST.txt: one line per dataset with its
+// counts and the sha256 of its tar, so that two machines can check that
+// they measured the same bytes.
+func writeManifest(root string, m *manifest) error {
+	var names []string
+	for n := range m.Datasets {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	fmt.Fprintf(&b, "# erofsbench datasets, seed %d, mtime %d\n", m.Seed, fixedMtime)
+	for _, n := range names {
+		d := m.Datasets[n]
+		fmt.Fprintf(&b, "%s: files=%d dirs=%d symlinks=%d hardlinks=%d bytes=%d (%.1f MiB) tar=%d sha256=%s source=%s\n",
+			n, d.Files, d.Dirs, d.Symlinks, d.Hardlinks, d.Bytes, float64(d.Bytes)/(1<<20), d.TarBytes, d.TarSHA256, d.Source)
+	}
+	return os.WriteFile(filepath.Join(root, "MANIFEST.txt"), []byte(b.String()), 0o644)
+}
