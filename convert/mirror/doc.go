@@ -4,12 +4,12 @@
 // and has workers, on one machine or many, push each image's EROFS twin
 // (the same repository, the tag plus a suffix). Layers converted once are
 // reused by every later image through a cache in a JetStream key-value
-// bucket. Sync does the same for what a registry already holds.
+// bucket. A Syncer does the same for what a registry holds already.
 //
-//	cfg, _ := mirror.LoadConfig("mirror.conf")          // or build a Config
-//	q, stop, _ := mirror.OpenQueue(ctx, cfg, nil)        // embedded NATS unless cfg.NATS.URL
-//	defer stop()
-//	w := mirror.NewWorker(cfg, q, imageOptions, reg)     // converts queued tasks
-//	go w.Run(ctx)
-//	http.ListenAndServe(cfg.Listen, mirror.NewServer(cfg, q, reg).Handler())
+//	cfg, _ := mirror.LoadConfig("mirror.conf") // registry, rules, nats, queue
+//	cfg.SetDefaults()
+//	q, _ := mirror.OpenQueue(ctx, cfg, log.Printf) // embedded NATS unless cfg.NATS.URL
+//	twins := &mirror.Twins{Registry: cfg.Registry, Suffix: cfg.Suffix, Remote: cfg.Remote(), Cache: q.LayerCache()}
+//	go (&mirror.Worker{Queue: q, Twins: twins}).Run(ctx)
+//	http.ListenAndServe(cfg.Listen, mirror.NewServer(cfg, q, mirror.NewMetrics(q.Depth), log.Printf).Handler())
 package mirror

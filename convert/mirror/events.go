@@ -1,7 +1,6 @@
 package mirror
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -150,6 +149,3 @@ func isManifestType(mt string) bool {
 	}
 	return false
 }
-
-// looksJSON is true for a body that starts like a JSON object.
-func looksJSON(b []byte) bool { return bytes.HasPrefix(bytes.TrimSpace(b), []byte("{")) }

@@ -88,13 +88,20 @@ func (h *harness) twins(registry string) *mirror.Twins {
 		ClaimRefresh: time.Duration(h.cfg.Queue.AckWait) / 3}
 }
 
-// startWorker runs a worker in this process until the test ends.
-func (h *harness) startWorker(t testing.TB, name string) {
+// startWorker runs a worker in this process until the test ends or stop
+// is called; it reaches the registry at host (default: directly).
+func (h *harness) startWorker(t testing.TB, name string, host ...string) (stop func()) {
+	reg := h.reg.host
+	if len(host) > 0 {
+		reg = host[0]
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &mirror.Worker{Name: name, Queue: h.q, Twins: h.twins(h.reg.host), Metrics: h.metrics, Logf: h.logf}
+	w := &mirror.Worker{Name: name, Queue: h.q, Twins: h.twins(reg), Metrics: h.metrics, Logf: h.logf}
 	done := make(chan struct{})
 	go func() { w.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	stop = func() { cancel(); <-done }
+	t.Cleanup(stop)
+	return stop
 }
 
 func (h *harness) post(t testing.TB, auth, body string) (int, string) {

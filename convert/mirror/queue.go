@@ -342,7 +342,14 @@ func (q *Queue) WatchLostTasks(logf func(string, ...any)) error {
 			if r, _, err := q.Record(ctx, t.ID); err == nil && r != nil && r.State.pending() {
 				r.State = StateFailed
 				r.Finished = time.Now().UTC()
-				r.Error = fmt.Sprintf("no attempt left after %d deliveries; the last worker (%s) was lost: %s", adv.Deliveries, r.Worker, r.Error)
+				who := "the worker that took it"
+				if r.Worker != "" {
+					who = "worker " + r.Worker
+				}
+				r.Error = fmt.Sprintf("no attempt left after %d deliveries: %s was lost without an answer", adv.Deliveries, who)
+				if r.State == StateRunning {
+					r.Error += " (it was converting)"
+				}
 				q.putRecord(ctx, r)
 				if logf != nil {
 					logf("task %s (%s:%s) failed: %s", t.ID, t.Repository, t.Tag, r.Error)

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -183,4 +185,79 @@ func sameMap(a, b map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// The single binary: `ocierofs serve --config FILE` with the embedded
+// queue, convert options from the file, a secret from the environment.
+func TestServeCommand(t *testing.T) {
+	bin := ocierofsBinary(t)
+	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	reg := startRegistry(t, notifyConfig("http://"+listen+"/notify", "Bearer sekrit"))
+	conf := filepath.Join(t.TempDir(), "mirror.conf")
+	must(t, os.WriteFile(conf, fmt.Appendf(nil, `# ocierofs mirror
+registry: %q
+plainHTTP: true
+listen: %q
+secret: $OCIEROFS_TEST_SECRET
+rules { exclude: ["skip/**"] }
+nats { storeDir: %q, listen: "127.0.0.1:0" }
+queue { ackWait: "5s" }
+convert { "layer-compression": "zstd", jobs: 1 }
+`, reg.host, listen, t.TempDir()), 0o644))
+	var logs lockedBuffer
+	cmd := exec.Command(bin, "serve", "--config", conf)
+	cmd.Env = append(os.Environ(), "OCIEROFS_TEST_SECRET=sekrit")
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	must(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("serve's log:\n%s", logs.String())
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get("http://" + listen + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve not ready in 30s:\n%s", logs.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	img := image(t, baseLayer(t, 50, 20_000), appLayer(t, "cmd"))
+	d := reg.push(t, "cmd/app:1", img)
+	twin, _ := reg.waitTwin(t, "cmd/app:1", d, time.Minute)
+	m, err := twin.Manifest()
+	must(t, err)
+	for _, l := range m.Layers {
+		if l.MediaType != convert.MediaTypeLayerZstd {
+			t.Errorf("twin layer %s: media type %s, want %s (convert options of the config file)", l.Digest, l.MediaType, convert.MediaTypeLayerZstd)
+		}
+	}
+	resp, err := http.Get("http://" + listen + "/status")
+	must(t, err)
+	var st mirror.Status
+	must(t, json.NewDecoder(resp.Body).Decode(&st))
+	resp.Body.Close()
+	if len(st.Tasks) != 1 || st.Tasks[0].State != mirror.StateDone || st.Tasks[0].Repository != "cmd/app" {
+		t.Errorf("/status: %+v", st)
+	}
+	// SIGTERM: a clean stop.
+	must(t, cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("serve after SIGTERM: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Errorf("serve still running 15s after SIGTERM")
+	}
 }

@@ -1,0 +1,149 @@
+package mirror_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ocierofs/ocierofs/convert"
+	"github.com/ocierofs/ocierofs/convert/mirror"
+)
+
+// refusing is a proxy that answers the first n pushes of a twin's
+// manifest with 400 (which go-containerregistry does not retry).
+func refusing(t testing.TB, upstream string, n int32) string {
+	u, err := url.Parse("http://" + upstream)
+	must(t, err)
+	rp := httputil.NewSingleHostReverseProxy(u)
+	var left atomic.Int32
+	left.Store(n)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPut && strings.Contains(r.URL.Path, "/manifests/") && strings.HasSuffix(r.URL.Path, "-erofs") && left.Add(-1) >= 0 {
+			http.Error(w, `{"errors":[{"code":"MANIFEST_INVALID","message":"refused by the test"}]}`, http.StatusBadRequest)
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://")
+}
+
+// A failed attempt is retried after the backoff and the retry succeeds;
+// an index is converted as a whole (its manifests, pushed untagged, are
+// not tasks of their own).
+func TestRetryAndIndex(t *testing.T) {
+	h := newHarness(t, "r", nil)
+	h.startWorker(t, "R", refusing(t, h.reg.host, 1))
+	img := image(t, baseLayer(t, 30, 1000), appLayer(t, "retry"))
+	d := h.reg.push(t, "retry/me:1", img)
+	h.reg.waitTwin(t, "retry/me:1", d, time.Minute)
+	r := h.waitRecord(t, "retry/me", "1", d, 10*time.Second, func(r *mirror.Record) bool { return r.State == mirror.StateDone })
+	if r.Attempts != 2 {
+		t.Errorf("task done on attempt %d, want 2 (the first push was refused)", r.Attempts)
+	}
+	if n := h.metric(t, `ocierofs_mirror_conversions_total{result="retry"}`); n != 1 {
+		t.Errorf("%v attempts counted as retried, want 1", n)
+	}
+
+	// An index of two platforms on one base.
+	base := baseLayer(t, 31, 5000)
+	amd := image(t, base, appLayer(t, "amd64"))
+	arm := image(t, base, appLayer(t, "arm64"))
+	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
+	idx = mutate.AppendManifests(idx,
+		mutate.IndexAddendum{Add: amd, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
+		mutate.IndexAddendum{Add: arm, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64"}}})
+	must(t, remote.WriteIndex(h.reg.ref(t, "multi/app:2"), idx))
+	id, err := idx.Digest()
+	must(t, err)
+	deadline := time.Now().Add(time.Minute)
+	var twin v1.ImageIndex
+	for time.Now().Before(deadline) && twin == nil {
+		if desc, err := remote.Get(h.reg.ref(t, "multi/app:2-erofs")); err == nil {
+			twin, err = desc.ImageIndex()
+			must(t, err)
+		} else {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	if twin == nil {
+		t.Fatal("no twin of the index")
+	}
+	desc, err := remote.Get(h.reg.ref(t, "multi/app:2"))
+	must(t, err)
+	conv, err := convert.NewConverter(convert.ImageOptions{Jobs: 2})
+	must(t, err)
+	defer conv.Close()
+	_, rep, err := conv.Index(context.Background(), must2(desc.ImageIndex()), desc.Descriptor)
+	must(t, err)
+	if td, _ := twin.Digest(); td.String() != rep.Digest {
+		t.Errorf("twin index %s, convert makes %s", td, rep.Digest)
+	}
+	im, err := twin.IndexManifest()
+	must(t, err)
+	if len(im.Manifests) != 2 || im.Annotations[convert.AnnotationSourceManifest] != id.String() {
+		t.Fatalf("twin index %+v", im)
+	}
+	armTwin, err := twin.Image(im.Manifests[1].Digest)
+	must(t, err)
+	checkTwin(t, arm, armTwin)
+	if n := h.metric(t, `ocierofs_mirror_events_total{result="untagged"}`); n < 2 {
+		t.Errorf("%v untagged manifest pushes (the index's), want 2", n)
+	}
+	if n := h.metric(t, `ocierofs_mirror_layers_total{result="reused"}`); n < 1 {
+		t.Errorf("the index's platforms share a base: %v layers reused, want 1", n)
+	}
+}
+
+func must2[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// A worker lost on the last attempt: the server's max-deliveries
+// advisory marks the task failed instead of leaving it running forever.
+func TestLostOnLastAttempt(t *testing.T) {
+	h := newHarness(t, "l", func(c *mirror.Config) { c.Queue.MaxDeliver = 1 })
+	nc, err := nats.Connect(h.q.ClientURL())
+	must(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	must(t, err)
+	ctx := withTimeout(t, time.Minute)
+	cons, err := js.Consumer(ctx, "OCIEROFS_TASKS", "ocierofs-workers")
+	must(t, err)
+	d := h.reg.push(t, "lost/me:1", image(t, baseLayer(t, 40, 100)))
+	// This test is the worker: it takes the task and never answers.
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(20*time.Second))
+	must(t, err)
+	got := 0
+	for range batch.Messages() {
+		got++
+	}
+	if got != 1 {
+		t.Fatalf("fetched %d tasks, want 1 (%v)", got, batch.Error())
+	}
+	r := h.waitRecord(t, "lost/me", "1", d, 20*time.Second, func(r *mirror.Record) bool { return r.State == mirror.StateFailed })
+	if !strings.Contains(r.Error, "lost") {
+		t.Errorf("failed task's error %q does not say the worker was lost", r.Error)
+	}
+	if w, p, err := h.q.Depth(ctx); err != nil || w != 0 || p != 0 {
+		t.Errorf("queue after the advisory: %d waiting, %d in progress, %v; want it empty", w, p, err)
+	}
+}

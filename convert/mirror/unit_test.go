@@ -1,0 +1,210 @@
+package mirror
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/ocierofs/ocierofs/convert"
+	"github.com/ocierofs/ocierofs/erofs"
+)
+
+func TestRules(t *testing.T) {
+	r := Rules{Include: []string{"library/*", "apps/**:v*", "exact:1.0"}, Exclude: []string{"library/secret", "**:*-rc?"}}
+	for _, c := range []struct {
+		repo, tag string
+		want      bool
+	}{
+		{"library/alpine", "3.20", true},
+		{"library/alpine", "3.20-rc1", false}, // excluded by tag
+		{"library/secret", "1", false},
+		{"library/a/b", "1", false}, // * stays within one path element
+		{"apps/team/web", "v2", true},
+		{"apps/team/web", "latest", false},
+		{"apps", "v1", false}, // apps/** needs a slash after apps
+		{"exact", "1.0", true},
+		{"exact", "1.01", false},
+		{"other", "v1", false},
+	} {
+		if got := r.Match(c.repo, c.tag); got != c.want {
+			t.Errorf("Match(%s:%s) = %v, want %v", c.repo, c.tag, got, c.want)
+		}
+	}
+	if !(Rules{}).Match("any/thing", "x") {
+		t.Error("no rules must select everything")
+	}
+	if (Rules{Exclude: []string{"**"}}).Match("a", "b") {
+		t.Error("exclude ** must select nothing")
+	}
+}
+
+func TestGlob(t *testing.T) {
+	for _, c := range []struct {
+		p, s string
+		want bool
+	}{
+		{"a?c", "abc", true}, {"a?c", "a/c", false}, {"*", "", true}, {"**", "a/b/c", true},
+		{"a/**/z", "a/b/c/z", true}, {"a/**/z", "a/z", false}, {"a**z", "az", true}, {"*.*", "x.y", true},
+		{"a*", "b", false}, {"", "", true}, {"", "a", false},
+	} {
+		if got := glob(c.p, c.s); got != c.want {
+			t.Errorf("glob(%q, %q) = %v, want %v", c.p, c.s, got, c.want)
+		}
+	}
+}
+
+func TestParseNotification(t *testing.T) {
+	dist := `{"events":[
+	 {"id":"1","action":"push","target":{"mediaType":"application/vnd.docker.distribution.manifest.v2+json","digest":"sha256:aa","repository":"lib/app","url":"http://reg.example:5000/v2/lib/app/manifests/sha256:aa","tag":"1.0"},"request":{"host":"internal:5000","useragent":"docker/27"}},
+	 {"id":"2","action":"push","target":{"mediaType":"application/octet-stream","digest":"sha256:bb","repository":"lib/app"}},
+	 {"id":"3","action":"pull","target":{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:cc","repository":"lib/app","tag":"1.0"}},
+	 {"id":"4","action":"push","target":{"mediaType":"application/vnd.oci.image.index.v1+json","digest":"sha256:dd","repository":"lib/multi"},"request":{"host":"h"}}]}`
+	kind, evs, err := ParseNotification([]byte(dist))
+	if err != nil || kind != KindDistribution {
+		t.Fatalf("distribution envelope: %q, %v", kind, err)
+	}
+	want := []Event{
+		{Repository: "lib/app", Tag: "1.0", Digest: "sha256:aa", MediaType: "application/vnd.docker.distribution.manifest.v2+json", Host: "reg.example:5000", UserAgent: "docker/27"},
+		{Repository: "lib/multi", Digest: "sha256:dd", MediaType: "application/vnd.oci.image.index.v1+json", Host: "h"},
+	}
+	if len(evs) != len(want) {
+		t.Fatalf("events %+v, want %+v", evs, want)
+	}
+	for i := range want {
+		if evs[i] != want[i] {
+			t.Errorf("event %d: %+v, want %+v", i, evs[i], want[i])
+		}
+	}
+	harbor := `{"type":"PUSH_ARTIFACT","occur_at":1700000000,"operator":"robot","event_data":{"resources":[{"digest":"sha256:ee","tag":"v1","resource_url":"harbor.example.com/library/app:v1"}],"repository":{"date_created":1,"name":"app","namespace":"library","repo_full_name":"library/app","repo_type":"public"}}}`
+	kind, evs, err = ParseNotification([]byte(harbor))
+	if err != nil || kind != KindHarbor || len(evs) != 1 {
+		t.Fatalf("harbor: %q %+v %v", kind, evs, err)
+	}
+	if e := evs[0]; e.Repository != "library/app" || e.Tag != "v1" || e.Digest != "sha256:ee" || e.Host != "harbor.example.com" {
+		t.Errorf("harbor event %+v", e)
+	}
+	// Without repo_full_name the resource URL names the repository.
+	harbor2 := `{"type":"PUSH_ARTIFACT","event_data":{"resources":[{"digest":"sha256:ff","tag":"2","resource_url":"h:443/ns/deep/app:2"}],"repository":{}}}`
+	if _, evs, err = ParseNotification([]byte(harbor2)); err != nil || len(evs) != 1 || evs[0].Repository != "ns/deep/app" {
+		t.Errorf("harbor without repository: %+v %v", evs, err)
+	}
+	if _, evs, err = ParseNotification([]byte(`{"type":"DELETE_ARTIFACT","event_data":{"resources":[]}}`)); err != nil || len(evs) != 0 {
+		t.Errorf("harbor delete: %+v %v", evs, err)
+	}
+	for _, bad := range []string{``, `[]`, `{"foo":1}`, `{"events":"x"}`, `{"type":"PUSH_ARTIFACT","event_data":{"resources":[{"tag":"x"}]}}`} {
+		if _, _, err := ParseNotification([]byte(bad)); err == nil {
+			t.Errorf("ParseNotification(%q): no error", bad)
+		}
+	}
+}
+
+func TestConfig(t *testing.T) {
+	t.Setenv("MIRROR_TEST_SECRET", "from-env")
+	text := `
+# NATS syntax: comments, unquoted keys, $ENV variables
+registry: "reg.example:5000"
+plainHTTP: true
+secret: $MIRROR_TEST_SECRET
+rules {
+  include: ["library/**", "apps/*:v*"]
+  exclude: ["library/internal"]
+}
+nats { storeDir: "/var/lib/ocierofs/nats", listen: "0.0.0.0:4222" }
+queue { ackWait: "30s", maxDeliver: 3, backoff: 5 }
+workers: 2
+convert { compress: "lz4hc,level=9", "layer-compression": "zstd" }
+`
+	c, err := ParseConfig(text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetDefaults()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.Registry != "reg.example:5000" || !c.PlainHTTP || c.Secret != "from-env" || c.Suffix != "-erofs" || c.SecretHeader != "Authorization" {
+		t.Errorf("config %+v", c)
+	}
+	if len(c.Rules.Include) != 2 || c.Rules.Exclude[0] != "library/internal" || c.Workers != 2 {
+		t.Errorf("rules %+v workers %d", c.Rules, c.Workers)
+	}
+	if c.Queue.AckWait != Duration(30*time.Second) || c.Queue.MaxDeliver != 3 || c.Queue.Backoff != Duration(5*time.Second) || c.Queue.Timeout != Duration(2*time.Hour) {
+		t.Errorf("queue %+v", c.Queue)
+	}
+	if c.Convert["layer-compression"] != "zstd" || c.NATS.StoreDir != "/var/lib/ocierofs/nats" {
+		t.Errorf("convert %v, nats %+v", c.Convert, c.NATS)
+	}
+	// JSON works; unknown keys and bad values are errors.
+	p := filepath.Join(t.TempDir(), "m.json")
+	if err := os.WriteFile(p, []byte(`{"registry": "r:1", "rules": {"include": ["a"]}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := LoadConfig(p); err != nil || c.Registry != "r:1" {
+		t.Errorf("JSON config: %+v %v", c, err)
+	}
+	for _, bad := range []string{`registri: "x"`, `queue { ackWait: "soon" }`, `rules { include: "a" }`} {
+		if _, err := ParseConfig(bad); err == nil {
+			t.Errorf("ParseConfig(%q): no error", bad)
+		}
+	}
+	for _, bad := range []*Config{{}, {Registry: "http://r"}, {Registry: "r", Suffix: "-x:y"}, {Registry: "r", Rules: Rules{Include: []string{"a:b:c"}}}} {
+		bad.SetDefaults()
+		if err := bad.Validate(); err == nil {
+			t.Errorf("Validate(%+v): no error", bad)
+		}
+	}
+}
+
+func TestTaskID(t *testing.T) {
+	a := TaskID("r", "t", "sha256:1")
+	if a != TaskID("r", "t", "sha256:1") || a == TaskID("r", "t", "sha256:2") || a == TaskID("r", "t2", "sha256:1") || a == TaskID("r2", "t", "sha256:1") {
+		t.Error("TaskID must be the same for the same digest and tag, and only then")
+	}
+	// No ambiguity from concatenation.
+	if TaskID("a", "bc", "d") == TaskID("ab", "c", "d") {
+		t.Error("TaskID(a, bc) == TaskID(ab, c)")
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	w := &Worker{Queue: &Queue{cfg: &Config{Queue: QueueConfig{Backoff: Duration(time.Second)}}}}
+	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 10 * time.Second, 10 * time.Second}
+	for i, d := range want {
+		if got := w.backoff(i + 1); got != d {
+			t.Errorf("backoff(%d) = %s, want %s", i+1, got, d)
+		}
+	}
+}
+
+func TestCacheKeys(t *testing.T) {
+	h := func(s string) v1.Hash { return v1.Hash{Algorithm: "sha256", Hex: strings.Repeat(s, 64)} }
+	opts := optionsKey(convert.ImageOptions{})
+	a := chainKeys(opts, []v1.Hash{h("a"), h("b")})
+	b := chainKeys(opts, []v1.Hash{h("a"), h("c")})
+	c := chainKeys(opts, []v1.Hash{h("c"), h("b")})
+	if a[0] != b[0] || a[0] != "l."+opts+"."+h("a").Hex {
+		t.Errorf("a bottom layer's key is its diffID: %s, %s", a[0], b[0])
+	}
+	if a[1] == b[1] || a[1] == c[1] {
+		t.Error("a layer on other lower layers must have another key")
+	}
+	// Options that change the bytes change the key; the temp dir does not.
+	same := convert.ImageOptions{Jobs: 8, TempDir: "/elsewhere"}
+	if optionsKey(same) != opts {
+		t.Error("jobs and temp dir changed the options key")
+	}
+	for _, o := range []convert.ImageOptions{
+		{LayerZstd: true}, {SpecMediaTypes: true},
+		{Layer: convert.Options{Erofs: erofs.Options{BlockSize: 512}}},
+		{Layer: convert.Options{Erofs: erofs.Options{Compression: &erofs.Compression{Level: 3}}}},
+		{Layer: convert.Options{Erofs: erofs.Options{BuildTime: time.Unix(1, 0)}}},
+	} {
+		if optionsKey(o) == opts {
+			t.Errorf("options %+v: same key as the defaults", o)
+		}
+	}
+}
