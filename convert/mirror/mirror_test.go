@@ -314,6 +314,23 @@ func TestServe(t *testing.T) {
 			t.Errorf("%s is not counted", s)
 		}
 	}
+	// sync with a queue: what no notification brought (the excluded
+	// repository, for a syncer without that rule) goes to the workers; a
+	// failed task is queued again (a retry), a converted one is up to date.
+	scfg := *h.cfg
+	scfg.Rules = mirror.Rules{}
+	s := &mirror.Syncer{Config: &scfg, Queue: h.q}
+	ctx := withTimeout(t, time.Minute)
+	items, err := s.Sources(ctx)
+	must(t, err)
+	results := map[string]string{}
+	for _, it := range s.Run(ctx, s.Plan(ctx, items)) {
+		results[it.Repository+":"+it.Tag] = it.Action + "/" + it.Result
+	}
+	if results["private/secret:1"] != "convert/queued" || results["apps/first:v1"] != "up-to-date/" || results["apps/broken:v1"] != "convert/queued" {
+		t.Errorf("sync into the queue: %v", results)
+	}
+	h.reg.waitTwin(t, "private/secret:1", must2(remote.Head(h.reg.ref(t, "private/secret:1"))).Digest, time.Minute)
 	if code := getStatus(t, h.url+"/readyz"); code != 200 {
 		t.Errorf("/readyz: %d", code)
 	}

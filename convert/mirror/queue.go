@@ -292,29 +292,33 @@ func (q *Queue) putRecord(ctx context.Context, r *Record) error {
 	return err
 }
 
-// Records lists every task record, newest first.
+// Records lists every task record, newest first. One watch of the bucket
+// delivers the latest value of every key (not a request per key).
 func (q *Queue) Records(ctx context.Context) ([]Record, error) {
-	lister, err := q.tasks.ListKeys(ctx)
+	w, err := q.tasks.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
 		return nil, err
 	}
-	var keys []string
-	for k := range lister.Keys() {
-		keys = append(keys, k)
-	}
+	defer w.Stop()
 	var out []Record
-	for _, k := range keys {
-		e, err := q.tasks.Get(ctx, k)
-		if err != nil {
-			continue // deleted meanwhile
-		}
-		var r Record
-		if json.Unmarshal(e.Value(), &r) == nil {
-			out = append(out, r)
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, errors.New("task bucket: watch closed")
+			}
+			if e == nil { // the initial values are all delivered
+				sort.Slice(out, func(i, j int) bool { return out[i].Queued.After(out[j].Queued) })
+				return out, nil
+			}
+			var r Record
+			if json.Unmarshal(e.Value(), &r) == nil {
+				out = append(out, r)
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Queued.After(out[j].Queued) })
-	return out, nil
 }
 
 // WatchLostTasks records as failed the tasks whose last delivery never
