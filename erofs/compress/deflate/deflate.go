@@ -1,10 +1,32 @@
-// Package deflate is the DEFLATE codec of EROFS pclusters.
+// Package deflate is the DEFLATE codec of EROFS pclusters: a raw DEFLATE
+// (RFC 1951) encoder that fills a fixed output budget in one pass, and a
+// decoder that checks a stream decodes to exactly the expected size.
+//
+// An EROFS writer hands the remaining file data and one pcluster's worth of
+// output to CompressDestSize, which compresses the longest prefix it can fit
+// and reports how much input it used:
+//
+//	enc, _ := deflate.NewEncoder(deflate.LevelDefault)
+//	n, used := enc.CompressDestSize(pcluster[:4096], data)
+//	// pcluster[:n] inflates to data[:used]; advance data by used.
+//	err := deflate.Decompress(out[:used], pcluster[:n])
+//
+// The encoder parses with hash chains (greedy at levels 1–3, lazy from 4 on,
+// deeper searches with the level, like zlib) and keeps exact count of the
+// bits each block costs with the fixed code, a dynamic code and stored
+// blocks. When the parse would pass the budget, it cuts the block at the
+// last token that fits, marks it final and writes it in the cheapest form.
+// So the stream's final block ends exactly at the consumed input, as the
+// Linux kernel's full decoding requires (erofs-format.md §8.3), and the input
+// is parsed once. Data that does not compress is detected early and stored.
+//
+// Matches reach at most 32 KiB back (WindowBits). A stream never starts with
+// a zero byte, as EROFS 0padding requires: a leading non-final stored block
+// gets bit 3 set, a padding bit that inflaters ignore.
 package deflate
 
 import (
 	"fmt"
-
-	"github.com/klauspost/compress/flate"
 )
 
 // Compression levels accepted by NewEncoder.
@@ -17,73 +39,293 @@ const (
 // WindowBits is log2 of the largest match distance the encoder emits.
 const WindowBits = 15
 
+// maxInput bounds the input one call looks at, so positions fit in int32.
+const maxInput = 1 << 30
+
 // Option changes an Encoder's behaviour.
 type Option func(*Encoder) error
 
-// Encoder fills fixed-size outputs with raw DEFLATE streams.
-type Encoder struct {
-	level int
-	w     *flate.Writer
-	buf   sliceWriter
-	ratio float64
+// WithBlockTokens sets how many symbols a block collects before a new block
+// with a fresh Huffman code begins (default 16384, as zlib). Smaller blocks
+// adapt faster to changing data and cost more headers.
+func WithBlockTokens(n int) Option {
+	return func(e *Encoder) error {
+		if n < 256 || n > 1<<20 {
+			return fmt.Errorf("deflate: block tokens %d out of range 256..1048576", n)
+		}
+		e.maxTokens = n
+		return nil
+	}
 }
 
-type sliceWriter struct{ b []byte }
+// Encoder fills fixed-size outputs with raw DEFLATE streams. It keeps its
+// tables between calls (no history: every call is an independent stream)
+// and allocates nothing after the first calls. It is not safe for
+// concurrent use.
+type Encoder struct {
+	p         levelParams
+	maxTokens int
+	mf        matchFinder
 
-func (s *sliceWriter) Write(p []byte) (int, error) { s.b = append(s.b, p...); return len(p), nil }
+	// Parse state of the current call.
+	i        int // next input position to examine
+	tokEnd   int // input covered by tokens
+	pending  bool
+	prevLen  int
+	prevDist int
+	done     bool
+	misses   int // searches without a match in a row
 
-// NewEncoder returns an encoder at level 1 … 9.
+	// The block being built: its tokens, statistics and estimated size.
+	tokens []token
+	blk    block
+	est    int
+	mLit   [numLitLen]uint8 // model cost of each literal/length symbol
+	mLen   [256]uint8       // model cost of each length, extra bits included
+	mDist  [numDist]uint8   // model cost of each distance symbol with extra bits
+
+	huff  huffman
+	code  dynCode // code of the whole block
+	code2 dynCode // code of a cut block's prefix
+	bw    bitWriter
+}
+
+// NewEncoder returns an encoder at level LevelMin … LevelMax.
 func NewEncoder(level int, opts ...Option) (*Encoder, error) {
 	if level < LevelMin || level > LevelMax {
 		return nil, fmt.Errorf("deflate: level %d out of range %d..%d", level, LevelMin, LevelMax)
 	}
-	e := &Encoder{level: level}
+	e := &Encoder{p: levels[level], maxTokens: 1 << 14}
 	for _, o := range opts {
 		if err := o(e); err != nil {
 			return nil, err
 		}
 	}
-	w, err := flate.NewWriter(&e.buf, level)
-	if err != nil {
-		return nil, err
-	}
-	e.w = w
 	return e, nil
 }
 
-func (e *Encoder) try(src []byte) int {
-	e.buf.b = e.buf.b[:0]
-	e.w.Reset(&e.buf)
-	e.w.Write(src)
-	e.w.Close()
-	return len(e.buf.b)
-}
-
 // CompressDestSize compresses the longest prefix of src whose compressed
-// form fits in dst.
+// form fits in dst (len(dst) is the budget) into one raw DEFLATE stream
+// whose final block ends exactly at src[:consumed]. It returns the bytes
+// written to dst and the bytes of src consumed; consumed is 0 when not even
+// one byte fits (or src is empty).
 func (e *Encoder) CompressDestSize(dst, src []byte) (written, consumed int) {
-	budget := len(dst)
-	lo, hi := 0, len(src) // lo fits, hi+1 does not
-	best := 0
-	if e.try(src) <= budget {
-		lo = len(src)
-	} else {
-		for lo < hi {
-			m := (lo + hi + 1) / 2
-			if e.try(src[:m]) <= budget {
-				lo = m
-			} else {
-				hi = m - 1
-			}
-		}
+	if len(src) > maxInput {
+		src = src[:maxInput]
 	}
-	if lo == 0 {
+	if len(src) == 0 || len(dst) == 0 {
 		return 0, 0
 	}
-	best = e.try(src[:lo])
-	copy(dst, e.buf.b[:best])
-	if dst[0] == 0 {
-		dst[0] |= 8
+	e.mf.begin(len(src))
+	e.i, e.tokEnd, e.pending, e.prevLen, e.done, e.misses = 0, 0, false, 0, false, 0
+	w := &e.bw
+	w.reset(dst)
+	budget := 8 * len(dst)
+	lastHeader := -1 // bit position of the last written block's header
+	blockStart := 0
+	e.newBlock()
+	nextCheck := budget * 3 / 4
+	header := 600 // guess of a dynamic header's size, then the last one's
+	for {
+		e.parse(src, nextCheck, e.maxTokens)
+		pos := w.pos()
+		avail := budget - pos
+		n := e.tokEnd - blockStart
+		fix := e.blk.fixedBits()
+		sto := storedBits(pos, n)
+		ent := e.entropy()
+		guess := ent + ent>>6 + header
+		if !e.done && sto <= fix && sto <= guess && e.blk.matched*8 < n {
+			// Storing beats the codes by the estimate: incompressible
+			// data. Store as much as fits.
+			consumed = e.finishStored(src, blockStart, lastHeader, budget)
+			break
+		}
+		if min(guess, fix, sto) <= avail && !e.done && len(e.tokens) < e.maxTokens {
+			// Under budget by the estimate: check again a little past
+			// the point where the block should fill it.
+			room := avail - min(guess, fix, sto)
+			e.est = ent
+			nextCheck = e.est + room + max(room/16, 64)
+			continue
+		}
+		dyn := e.code.build(&e.blk, &e.huff)
+		header = e.code.header
+		best := min(dyn, fix, sto)
+		switch {
+		case best > avail:
+			consumed = e.cut(src, blockStart, lastHeader, budget)
+		case e.done:
+			e.writeBlock(src[blockStart:e.tokEnd], e.tokens, &e.code, dyn, fix, sto, true)
+			consumed = e.tokEnd
+		case len(e.tokens) >= e.maxTokens:
+			lastHeader = pos
+			e.writeBlock(src[blockStart:e.tokEnd], e.tokens, &e.code, dyn, fix, sto, false)
+			blockStart = e.tokEnd
+			e.newBlock()
+			nextCheck = (budget - w.pos()) * 3 / 4
+			continue
+		default:
+			// The estimate was pessimistic.
+			room := avail - best
+			e.est = dyn - header
+			nextCheck = e.est + room + max(room/16, 64)
+			continue
+		}
+		break
 	}
-	return best, lo
+	w.align()
+	if w.overflow {
+		// Cannot happen unless the bit accounting is wrong; stay correct.
+		return e.storeOnly(dst, src)
+	}
+	if w.n > 0 && dst[0] == 0 {
+		dst[0] |= 8 // a leading non-final stored block (§8.3)
+	}
+	return w.n, consumed
+}
+
+// newBlock starts a block whose size is first estimated with the fixed
+// code's lengths.
+func (e *Encoder) newBlock() {
+	e.tokens = e.tokens[:0]
+	e.blk.reset()
+	e.est = 0
+	for s := range e.mLit {
+		e.mLit[s] = fixedLitLen[s]
+	}
+	for l := range e.mLen {
+		e.mLen[l] = fixedLitLen[257+int(lenSym[l])] + lenExtra[l]
+	}
+	for s := range e.mDist {
+		e.mDist[s] = 5 + distExtra[s]
+	}
+}
+
+// writeBlock writes a block in its cheapest form.
+func (e *Encoder) writeBlock(data []byte, ts []token, c *dynCode, dyn, fix, sto int, final bool) {
+	w := &e.bw
+	switch min(dyn, fix, sto) {
+	case sto:
+		w.writeStored(data, final)
+	case fix:
+		w.writeFixed(ts, final)
+	default:
+		w.writeDynHeader(c, final)
+		w.writeTokens(ts, c.litCode[:], c.lit[:], c.dstCode[:], c.dist[:])
+	}
+}
+
+// cut ends the stream inside the current block: it finds the longest token
+// prefix that fits with the block's dynamic code and with the fixed code,
+// and the longest input that fits stored, and writes the one that covers
+// the most input as the final block. It returns the input consumed.
+func (e *Encoder) cut(src []byte, blockStart, lastHeader, budget int) int {
+	w := &e.bw
+	avail := budget - w.pos()
+	c := &e.code
+	costD := c.header + int(c.lit[endOfBlock])
+	costF := 3 + int(fixedLitLen[endOfBlock])
+	nD, nF := 0, 0 // tokens that fit
+	endD, endF := blockStart, blockStart
+	okD, okF := costD <= avail, costF <= avail
+	at := blockStart
+	for k, t := range e.tokens {
+		var d, f, length int
+		if t < matchFlag {
+			d, f, length = int(c.lit[t]), int(fixedLitLen[t]), 1
+		} else {
+			l := uint32(t) >> 16 & 0xff
+			ls := 257 + int(lenSym[l])
+			ds, dx := distSym(uint32(t) & 0xffff)
+			x := int(lenExtra[l]) + int(dx)
+			d = int(c.lit[ls]) + int(c.dist[ds]) + x
+			f = int(fixedLitLen[ls]) + 5 + x
+			length = int(l) + 3
+		}
+		at += length
+		if okD {
+			if costD+d <= avail {
+				costD += d
+				nD, endD = k+1, at
+			} else {
+				okD = false
+			}
+		}
+		if okF {
+			if costF+f <= avail {
+				costF += f
+				nF, endF = k+1, at
+			} else {
+				okF = false
+			}
+		}
+		if !okD && !okF {
+			break
+		}
+	}
+	endS := blockStart + storedCapacity(w.pos(), budget)
+	endS = min(endS, len(src))
+	end := max(endD, endF, endS)
+	switch {
+	case end == blockStart:
+		return e.endAtLastBlock(lastHeader, blockStart)
+	case end == endD && costD <= avail:
+		ts := e.tokens[:nD]
+		if nD < len(e.tokens) {
+			// A code made for the prefix is usually a little smaller.
+			for _, t := range e.tokens[nD:] {
+				e.blk.remove(t)
+			}
+			if e.code2.build(&e.blk, &e.huff) <= avail {
+				c = &e.code2
+			}
+		}
+		w.writeDynHeader(c, true)
+		w.writeTokens(ts, c.litCode[:], c.lit[:], c.dstCode[:], c.dist[:])
+	case end == endF:
+		w.writeFixed(e.tokens[:nF], true)
+	default:
+		w.writeStored(src[blockStart:end], true)
+	}
+	return end
+}
+
+// finishStored ends the stream with stored blocks holding as much input as
+// fits.
+func (e *Encoder) finishStored(src []byte, blockStart, lastHeader, budget int) int {
+	w := &e.bw
+	end := min(blockStart+storedCapacity(w.pos(), budget), len(src))
+	if end == blockStart {
+		return e.endAtLastBlock(lastHeader, blockStart)
+	}
+	w.writeStored(src[blockStart:end], true)
+	return end
+}
+
+// endAtLastBlock makes the last written block final, when nothing more
+// fits; with no block written, nothing fits at all.
+func (e *Encoder) endAtLastBlock(lastHeader, blockStart int) int {
+	if lastHeader < 0 {
+		e.bw.reset(e.bw.dst)
+		return 0
+	}
+	e.bw.setBit(lastHeader)
+	return blockStart
+}
+
+// storeOnly encodes the input as stored blocks from scratch.
+func (e *Encoder) storeOnly(dst, src []byte) (int, int) {
+	w := &e.bw
+	w.reset(dst)
+	n := min(storedCapacity(0, 8*len(dst)), len(src))
+	if n == 0 {
+		return 0, 0
+	}
+	w.writeStored(src[:n], true)
+	w.align()
+	if w.overflow {
+		return 0, 0
+	}
+	return w.n, n
 }

@@ -1,0 +1,262 @@
+package deflate
+
+import (
+	"encoding/binary"
+	"math/bits"
+)
+
+const (
+	windowSize = 1 << WindowBits // largest match distance
+	minMatch   = 4               // shortest match the encoder looks for
+	maxMatch   = 258
+	hashBits   = 15
+	hashMul    = 0x9E3779B1
+)
+
+// levelParams tune the match finder, as zlib's configuration table does.
+type levelParams struct {
+	chain int // hash chain candidates examined per search
+	good  int // a previous match this long quarters the chain
+	lazy  int // 0: greedy; else look one byte ahead unless the match is this long
+	nice  int // a match this long ends the search
+	// insert is the longest match whose positions all enter the hash
+	// chains in greedy mode (longer ones skip them, trading ratio for speed).
+	insert int
+	// skip is how many searches in a row may fail before the parser
+	// starts stepping over input (a byte more every 16 further failures,
+	// like LZ4), which crosses incompressible data quickly.
+	skip int
+}
+
+var levels = [LevelMax + 1]levelParams{
+	1: {chain: 4, nice: 8, insert: 4, skip: 16},
+	2: {chain: 8, nice: 16, insert: 5, skip: 16},
+	3: {chain: 32, nice: 32, insert: 6, skip: 32},
+	4: {chain: 16, good: 4, lazy: 4, nice: 16, skip: 32},
+	5: {chain: 32, good: 8, lazy: 16, nice: 32, skip: 32},
+	6: {chain: 128, good: 8, lazy: 16, nice: 128, skip: 32},
+	7: {chain: 256, good: 8, lazy: 32, nice: 128, skip: 64},
+	8: {chain: 1024, good: 32, lazy: 128, nice: 258, skip: 128},
+	9: {chain: 4096, good: 32, lazy: 258, nice: 258, skip: 256},
+}
+
+func hash4(v uint32) uint32 { return v * hashMul >> (32 - hashBits) }
+
+// matchFinder keeps hash chains over the current call's input. Positions
+// are stored plus base; base grows with every call, so entries of earlier
+// calls fall below it and read as empty without clearing the tables.
+type matchFinder struct {
+	head [1 << hashBits]int32
+	prev [windowSize]int32
+	base int
+	next int // base of the next call
+}
+
+// begin prepares the tables for a new input of n bytes.
+func (m *matchFinder) begin(n int) {
+	if m.next < 1 || m.next+n > 1<<31-windowSize-2 {
+		clear(m.head[:])
+		m.next = 1
+	}
+	m.base = m.next
+	m.next = m.base + n + windowSize + 1
+}
+
+func (m *matchFinder) insert(src []byte, i int) {
+	h := hash4(binary.LittleEndian.Uint32(src[i:]))
+	m.prev[i&(windowSize-1)] = m.head[h]
+	m.head[h] = int32(i + m.base)
+}
+
+// find returns the longest match at src[i:] longer than prev, among the
+// first chain candidates, or 0. src[i:] has at least 4 bytes.
+func (m *matchFinder) find(src []byte, i, prev, chain, nice int) (length, dist int) {
+	maxLen := min(maxMatch, len(src)-i)
+	nice = min(nice, maxLen)
+	best := max(prev, minMatch-1)
+	if best >= maxLen {
+		return 0, 0
+	}
+	cur := binary.LittleEndian.Uint32(src[i:])
+	cand := int(m.head[hash4(cur)]) - m.base
+	stop := max(i-windowSize, 0)
+	in := src[i : i+maxLen]
+	for cand >= stop && chain > 0 {
+		if src[cand+best] == in[best] && binary.LittleEndian.Uint32(src[cand:]) == cur {
+			l := matchLen(src[cand:cand+maxLen], in)
+			if l > best {
+				best, dist = l, i-cand
+				if l >= nice {
+					break
+				}
+			}
+		}
+		cand = int(m.prev[cand&(windowSize-1)]) - m.base
+		chain--
+	}
+	if dist == 0 {
+		return 0, 0
+	}
+	return best, dist
+}
+
+// matchLen is the length of the common prefix of a and b, len(a) ≥ len(b).
+func matchLen(a, b []byte) int {
+	n := 0
+	for len(b)-n >= 8 {
+		if x := binary.LittleEndian.Uint64(a[n:]) ^ binary.LittleEndian.Uint64(b[n:]); x != 0 {
+			return n + bits.TrailingZeros64(x)>>3
+		}
+		n += 8
+	}
+	a = a[:len(b)]
+	for n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
+}
+
+// step is how far the parser moves after a failed search: 1, and a byte
+// more for every 16 failures beyond the level's skip threshold, up to 32.
+func (e *Encoder) step() int {
+	return 1 + min(max(e.misses-e.p.skip, 0)>>4, 31)
+}
+
+// lit appends a literal token.
+func (e *Encoder) lit(c byte) {
+	e.tokens = append(e.tokens, token(c))
+	e.blk.lit[c]++
+	e.est += int(e.mLit[c])
+	e.tokEnd++
+}
+
+// match appends a match token.
+func (e *Encoder) match(length, dist int) {
+	l := length - 3
+	d := uint32(dist - 1)
+	ds, dx := distSym(d)
+	e.tokens = append(e.tokens, token(matchFlag|uint32(l)<<16|d))
+	e.blk.lit[257+int(lenSym[l])]++
+	e.blk.dist[ds]++
+	e.blk.extra += int(lenExtra[l]) + int(dx)
+	e.blk.matched += length
+	e.blk.matches++
+	e.est += int(e.mLen[l]) + int(e.mDist[ds])
+	e.tokEnd += length
+}
+
+// parse turns input into tokens from e.i on until the estimated block
+// size reaches stopEst bits, the block holds maxTokens tokens, or the input
+// ends (then e.done is set and every byte is covered by a token).
+func (e *Encoder) parse(src []byte, stopEst, maxTokens int) {
+	if e.p.lazy == 0 {
+		e.parseGreedy(src, stopEst, maxTokens)
+	} else {
+		e.parseLazy(src, stopEst, maxTokens)
+	}
+}
+
+func (e *Encoder) parseGreedy(src []byte, stopEst, maxTokens int) {
+	m := &e.mf
+	p := e.p
+	i := e.i
+	for e.est < stopEst && len(e.tokens) < maxTokens {
+		if i > len(src)-minMatch {
+			for ; i < len(src); i++ {
+				e.lit(src[i])
+			}
+			e.done = true
+			break
+		}
+		l, d := m.find(src, i, 0, p.chain, p.nice)
+		m.insert(src, i)
+		if l == 0 {
+			e.misses++
+			end := min(i+e.step(), len(src)-minMatch+1)
+			for ; i < end; i++ {
+				e.lit(src[i])
+			}
+			continue
+		}
+		e.misses = 0
+		e.match(l, d)
+		if l <= p.insert {
+			for j := i + 1; j < i+l && j <= len(src)-minMatch; j++ {
+				m.insert(src, j)
+			}
+		}
+		i += l
+	}
+	e.i = i
+}
+
+// parseLazy defers each match by a byte when the next position has a
+// longer one (zlib's deflate_slow). e.prevLen/e.prevDist hold the match
+// found at e.i-1 while e.pending says src[e.i-1] is not yet a token.
+func (e *Encoder) parseLazy(src []byte, stopEst, maxTokens int) {
+	m := &e.mf
+	p := e.p
+	i := e.i
+	for e.est < stopEst && len(e.tokens) < maxTokens {
+		if i > len(src)-minMatch {
+			if e.pending {
+				if e.prevLen >= minMatch {
+					e.match(e.prevLen, e.prevDist)
+					i += e.prevLen - 1
+				} else {
+					e.lit(src[i-1])
+				}
+				e.pending = false
+			}
+			for ; i < len(src); i++ {
+				e.lit(src[i])
+			}
+			e.done = true
+			break
+		}
+		var l, d int
+		if !e.pending || e.prevLen < p.lazy {
+			chain := p.chain
+			if e.pending && e.prevLen >= p.good {
+				chain >>= 2
+			}
+			prev := 0
+			if e.pending {
+				prev = e.prevLen
+			}
+			l, d = m.find(src, i, prev, chain, p.nice)
+		}
+		m.insert(src, i)
+		if e.pending && e.prevLen >= minMatch && l <= e.prevLen {
+			end := i - 1 + e.prevLen
+			e.match(e.prevLen, e.prevDist)
+			for j := i + 1; j < end && j <= len(src)-minMatch; j++ {
+				m.insert(src, j)
+			}
+			i = end
+			e.pending, e.prevLen = false, 0
+			e.misses = 0
+			continue
+		}
+		if l >= minMatch {
+			e.misses = 0
+		} else if !e.pending || e.prevLen < minMatch {
+			e.misses++
+		}
+		if e.pending {
+			e.lit(src[i-1])
+		}
+		if e.misses > p.skip {
+			// Nothing found here nor a byte before: step over input.
+			end := min(i+e.step(), len(src)-minMatch+1)
+			for ; i < end; i++ {
+				e.lit(src[i])
+			}
+			e.pending = false
+			continue
+		}
+		e.pending, e.prevLen, e.prevDist = true, l, d
+		i++
+	}
+	e.i = i
+}
