@@ -19,6 +19,8 @@ package zstd
 import (
 	"fmt"
 	"math/bits"
+
+	"github.com/klauspost/compress/huff0"
 )
 
 // Window bounds. The kernel reads windows up to 1 MiB (its configuration
@@ -53,11 +55,47 @@ func WithWindow(size int) Option {
 
 // An Encoder compresses independent frames; it is not safe for concurrent
 // use. Its tables are reused between calls, but no history is: every frame
-// stands alone.
+// stands alone, and the same input always gives the same frame.
 type Encoder struct {
 	level     int
 	windowLog uint8
-	search    *searchEncoder
+	window    int // 1 << windowLog: the largest match distance
+	blockMax  int // largest block content: min(window, 128 KiB)
+	p         params
+
+	hash hashTable
+
+	// Parse state of the current block: sequences and their literals up
+	// to anchor, the next position to search (ip), the furthest position
+	// parsed in this frame and the parser's own repeat offsets.
+	seqs   []seq
+	lits   []byte
+	ip     int
+	anchor int
+	parsed int
+	frep   [2]int
+
+	cost  costModel
+	sc    seqCoder
+	huff  huff0.Scratch
+	tlits []byte // literals of the candidate block
+	litB  []byte // literals section being tried
+	seqB  []byte // sequences section being tried
+}
+
+// params are the parser settings of a level.
+type params struct {
+	hashLog   uint
+	minMatch  int
+	stepShift uint // the search step grows by one every 1<<stepShift bytes without a match
+}
+
+func levelParams(level int) params {
+	switch level {
+	case 1:
+		return params{hashLog: 14, minMatch: 5, stepShift: 6}
+	}
+	return params{hashLog: 15, minMatch: 5, stepShift: 7}
 }
 
 // NewEncoder makes an encoder for a zstd level (MinLevel … MaxLevel).
@@ -71,11 +109,10 @@ func NewEncoder(level int, opts ...Option) (*Encoder, error) {
 			return nil, err
 		}
 	}
-	s, err := newSearchEncoder(level, 1<<e.windowLog)
-	if err != nil {
-		return nil, err
-	}
-	e.search = s
+	e.window = 1 << e.windowLog
+	e.blockMax = min(e.window, maxBlock)
+	e.p = levelParams(level)
+	e.hash.init(e.p.hashLog)
 	return e, nil
 }
 
@@ -85,11 +122,3 @@ func (e *Encoder) Level() int { return e.level }
 // WindowLog is log2 of the window every frame declares (10 … 20); an EROFS
 // writer stores WindowLog()-10 in the zstd configuration record.
 func (e *Encoder) WindowLog() int { return int(e.windowLog) }
-
-// CompressDestSize compresses the longest prefix of src it can fit into
-// dst and returns the frame length and the prefix length. dst[:written] is
-// one zstd frame that decodes to exactly src[:consumed]; consumed is 0
-// (and written 0) when not even one byte fits.
-func (e *Encoder) CompressDestSize(dst, src []byte) (written, consumed int) {
-	return e.search.compress(dst, src)
-}

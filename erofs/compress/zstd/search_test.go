@@ -28,7 +28,7 @@ func newSearchEncoder(level, window int) (*searchEncoder, error) {
 	return &searchEncoder{enc: enc, guess: 4}, nil
 }
 
-func (s *searchEncoder) compress(dst, src []byte) (int, int) {
+func (s *searchEncoder) CompressDestSize(dst, src []byte) (int, int) {
 	budget := len(dst)
 	if budget < 16 || len(src) == 0 {
 		return 0, 0

@@ -1,0 +1,269 @@
+package zstd
+
+import (
+	"math"
+	"math/bits"
+)
+
+// FSE (tANS) tables of the sequences section, RFC 8878 §4.1. The encoder
+// normalizes a histogram to a power-of-two total, writes it as a table
+// description and encodes symbols backwards, so that the decoder, reading
+// the bit stream from its end, meets the first sequence first.
+
+const (
+	maxLLCode = 35
+	maxMLCode = 52
+	maxOFCode = 31
+
+	maxLLLog  = 9
+	maxMLLog  = 9
+	maxOFLog  = 8
+	minFSELog = 5
+)
+
+// The predefined distributions (RFC 8878 §3.1.1.3.2.2); -1 marks a
+// "less than 1" probability, which takes one slot.
+var (
+	predefLL = [...]int16{4, 3, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1,
+		2, 2, 2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 1, 1, 1, -1, -1, -1, -1}
+	predefML = [...]int16{1, 4, 3, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1,
+		1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+		1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1, -1, -1}
+	predefOF = [...]int16{1, 1, 1, 1, 1, 1, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1,
+		1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1}
+)
+
+// Table modes of the Symbol_Compression_Modes byte.
+const (
+	modePredefined = 0
+	modeRLE        = 1
+	modeFSE        = 2
+)
+
+// symbolTransform is the per-symbol encoding rule: with state s in
+// [tableSize, 2*tableSize), (s+deltaNbBits)>>16 low bits of s go out and
+// the next state is stateTable[(s>>nbBits)+deltaFindState].
+type symbolTransform struct {
+	deltaNbBits    uint32
+	deltaFindState int32
+}
+
+// fseTable is one stream's encoding table.
+type fseTable struct {
+	tableLog   uint8
+	mode       uint8
+	rleSymbol  uint8
+	norm       [maxMLCode + 1]int16
+	symbolTT   [maxMLCode + 1]symbolTransform
+	stateTable [1 << maxMLLog]uint16
+	spread     [1 << maxMLLog]uint8
+}
+
+// build makes the encoding table from a normalized distribution whose
+// positive entries and -1s sum to 1<<tableLog.
+func (t *fseTable) build(norm []int16, tableLog uint8) {
+	size := 1 << tableLog
+	mask := size - 1
+	var cumul [maxMLCode + 2]int
+	high := size - 1
+	for s, n := range norm {
+		if n == -1 {
+			cumul[s+1] = cumul[s] + 1
+			t.spread[high] = uint8(s)
+			high--
+		} else {
+			cumul[s+1] = cumul[s] + int(n)
+		}
+	}
+	// Spread the symbols over the table with the format's fixed step, so
+	// the decoder, doing the same, sees the same layout.
+	step := size>>1 + size>>3 + 3
+	pos := 0
+	for s, n := range norm {
+		for range max(n, 0) {
+			t.spread[pos] = uint8(s)
+			pos = (pos + step) & mask
+			for pos > high {
+				pos = (pos + step) & mask
+			}
+		}
+	}
+	// stateTable lists, per symbol, its states in increasing order.
+	var next [maxMLCode + 2]int
+	copy(next[:], cumul[:len(norm)])
+	for u := range size {
+		s := t.spread[u]
+		t.stateTable[next[s]] = uint16(size + u)
+		next[s]++
+	}
+	for s, n := range norm {
+		switch {
+		case n == 0:
+			// Unused; an encode of s would be a bug (the deltas give
+			// garbage, not a crash: stateTable indexes stay in range).
+			t.symbolTT[s] = symbolTransform{deltaNbBits: uint32(tableLog+1)<<16 - uint32(size), deltaFindState: 0}
+		case n == -1 || n == 1:
+			t.symbolTT[s] = symbolTransform{
+				deltaNbBits:    uint32(tableLog)<<16 - uint32(size),
+				deltaFindState: int32(cumul[s] - 1),
+			}
+		default:
+			maxBits := uint32(tableLog) - uint32(bits.Len16(uint16(n-1))-1)
+			minStatePlus := uint32(n) << maxBits
+			t.symbolTT[s] = symbolTransform{
+				deltaNbBits:    maxBits<<16 - minStatePlus,
+				deltaFindState: int32(cumul[s] - int(n)),
+			}
+		}
+	}
+	t.tableLog = tableLog
+	copy(t.norm[:], norm)
+	for s := len(norm); s < len(t.norm); s++ {
+		t.norm[s] = 0
+	}
+}
+
+// initState is the encoder state for the last symbol of the stream: no
+// bits are written for it, the decoder's initial state read at the end
+// stands for it.
+func (t *fseTable) initState(s uint8) uint32 {
+	tt := t.symbolTT[s]
+	nb := (tt.deltaNbBits + 1<<15) >> 16
+	v := nb<<16 - tt.deltaNbBits
+	return uint32(t.stateTable[int32(v>>nb)+tt.deltaFindState])
+}
+
+// normalize scales a histogram of total n to 1<<tableLog: every present
+// symbol keeps at least one slot, rounding errors go to the most frequent
+// symbols. The result is valid for any histogram with at least one and
+// at most 1<<tableLog present symbols.
+func normalize(norm []int16, hist []uint32, n int, tableLog uint8) {
+	size := 1 << tableLog
+	sum := 0
+	largest := 0
+	for s, c := range hist {
+		if c == 0 {
+			norm[s] = 0
+			continue
+		}
+		v := int((uint64(c)<<tableLog + uint64(n)/2) / uint64(n))
+		v = max(v, 1)
+		norm[s] = int16(v)
+		sum += v
+		if c > hist[largest] {
+			largest = s
+		}
+	}
+	if sum <= size {
+		norm[largest] += int16(size - sum)
+		return
+	}
+	// Too many slots handed out by rounding up rare symbols: take them
+	// back from the largest counts, one at a time.
+	for sum > size {
+		best := -1
+		for s, v := range norm {
+			if v > 1 && (best < 0 || v > norm[best]) {
+				best = s
+			}
+		}
+		norm[best]--
+		sum--
+	}
+}
+
+// optimalLog picks a table size for n symbols of which present differ.
+func optimalLog(n, present int, maxLog uint8) uint8 {
+	l := uint8(bits.Len(uint(n))) - 2 // about four symbols per slot…
+	l = min(l, maxLog)
+	need := uint8(bits.Len(uint(present))) + 1 // …but room for every symbol
+	l = max(l, need, minFSELog)
+	return min(l, maxLog)
+}
+
+// writeNorm appends the table description (FSE_Compressed_Mode) of norm.
+func writeNorm(dst []byte, norm []int16, tableLog uint8) []byte {
+	var acc uint64
+	var nb uint
+	put := func(v uint64, n uint) {
+		acc |= v << nb
+		nb += n
+		for nb >= 8 {
+			dst = append(dst, byte(acc))
+			acc >>= 8
+			nb -= 8
+		}
+	}
+	put(uint64(tableLog-minFSELog), 4)
+	remaining := 1<<tableLog + 1
+	threshold := 1 << tableLog
+	nbBits := uint(tableLog) + 1
+	prevZero := false
+	s := 0
+	for remaining > 1 && s < len(norm) {
+		if prevZero {
+			start := s
+			for norm[s] == 0 {
+				s++
+			}
+			run := s - start
+			for run >= 3 {
+				put(3, 2)
+				run -= 3
+			}
+			put(uint64(run), 2)
+		}
+		count := int(norm[s])
+		s++
+		value := count + 1
+		maxv := 2*threshold - 1 - remaining
+		if value >= threshold {
+			value += maxv
+		}
+		if value < maxv {
+			put(uint64(value), nbBits-1)
+		} else {
+			put(uint64(value), nbBits)
+		}
+		if count < 0 {
+			remaining++
+		} else {
+			remaining -= count
+		}
+		prevZero = count == 0
+		for remaining < threshold {
+			nbBits--
+			threshold >>= 1
+		}
+	}
+	if nb > 0 {
+		dst = append(dst, byte(acc))
+	}
+	return dst
+}
+
+// log2x16 is 16*log2(i) rounded, for cost estimates in 1/16 bits.
+var log2x16 [1<<maxMLLog + 1]uint16
+
+func init() {
+	for i := 1; i < len(log2x16); i++ {
+		log2x16[i] = uint16(math.Round(16 * math.Log2(float64(i))))
+	}
+}
+
+// cost is the estimated size, in 1/16 bits, of coding hist with norm at
+// tableLog, or -1 when norm cannot code a present symbol.
+func cost(hist []uint32, norm []int16, tableLog uint8) int {
+	total := 0
+	for s, c := range hist {
+		if c == 0 {
+			continue
+		}
+		if s >= len(norm) || norm[s] == 0 {
+			return -1
+		}
+		n := max(int(norm[s]), 1)
+		total += int(c) * (16*int(tableLog) - int(log2x16[n]))
+	}
+	return total
+}

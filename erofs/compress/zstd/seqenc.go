@@ -1,0 +1,342 @@
+package zstd
+
+import (
+	"encoding/binary"
+	"errors"
+	"math/bits"
+
+	"github.com/klauspost/compress/huff0"
+)
+
+// A seq is one parsed sequence: litLen literals, then a match of matchLen
+// bytes at distance offset. offVal and the codes are filled in by code,
+// which replays the repeat-offset history the decoder keeps.
+type seq struct {
+	litLen, matchLen, offset uint32
+	offVal                   uint32
+	llc, mlc, ofc            uint8
+}
+
+// Literal and match length codes (RFC 8878 §3.1.1.3.2.1.1): baselines
+// and extra bits per code.
+var (
+	llBase = [maxLLCode + 1]uint32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+		16, 18, 20, 22, 24, 28, 32, 40, 48, 64, 128, 256, 512, 1024, 2048, 4096,
+		8192, 16384, 32768, 65536}
+	llBits = [maxLLCode + 1]uint8{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+		1, 1, 1, 1, 2, 2, 3, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
+	mlBase = [maxMLCode + 1]uint32{3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18,
+		19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34,
+		35, 37, 39, 41, 43, 47, 51, 59, 67, 83, 99, 131, 259, 515, 1027, 2051,
+		4099, 8195, 16387, 32771, 65539}
+	mlBits = [maxMLCode + 1]uint8{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+		0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+		1, 1, 1, 1, 2, 2, 3, 3, 4, 4, 5, 7, 8, 9, 10, 11,
+		12, 13, 14, 15, 16}
+
+	llCodeSmall [64]uint8  // litLen < 64
+	mlCodeSmall [128]uint8 // matchLen-3 < 128
+)
+
+func init() {
+	for c := maxLLCode; c >= 0; c-- {
+		for v := llBase[c]; v < 64 && v < llBase[c]+1<<llBits[c]; v++ {
+			llCodeSmall[v] = uint8(c)
+		}
+	}
+	for c := maxMLCode; c >= 0; c-- {
+		for v := mlBase[c] - 3; v < 128 && v < mlBase[c]-3+1<<mlBits[c]; v++ {
+			mlCodeSmall[v] = uint8(c)
+		}
+	}
+}
+
+func llCode(ll uint32) uint8 {
+	if ll < 64 {
+		return llCodeSmall[ll]
+	}
+	return uint8(bits.Len32(ll)) - 1 + 19
+}
+
+func mlCode(ml uint32) uint8 {
+	if m := ml - 3; m < 128 {
+		return mlCodeSmall[m]
+	}
+	return uint8(bits.Len32(ml-3)) - 1 + 36
+}
+
+// reps is the repeat-offset history of the decoder.
+type reps [3]uint32
+
+var initialReps = reps{1, 4, 8}
+
+// code fills in offVal and the codes of seqs, starting from history r,
+// and returns the history after them (RFC 8878 §3.1.2.5).
+func code(seqs []seq, r reps) reps {
+	for i := range seqs {
+		s := &seqs[i]
+		o := s.offset
+		var v uint32
+		if s.litLen > 0 {
+			switch o {
+			case r[0]:
+				v = 1
+			case r[1]:
+				v = 2
+				r[0], r[1] = o, r[0]
+			case r[2]:
+				v = 3
+				r[0], r[1], r[2] = o, r[0], r[1]
+			default:
+				v = o + 3
+				r[0], r[1], r[2] = o, r[0], r[1]
+			}
+		} else {
+			switch o {
+			case r[1]:
+				v = 1
+				r[0], r[1] = o, r[0]
+			case r[2]:
+				v = 2
+				r[0], r[1], r[2] = o, r[0], r[1]
+			case r[0] - 1:
+				v = 3
+				r[0], r[1], r[2] = o, r[0], r[1]
+			default:
+				v = o + 3
+				r[0], r[1], r[2] = o, r[0], r[1]
+			}
+		}
+		s.offVal = v
+		s.ofc = uint8(bits.Len32(v)) - 1
+		s.llc = llCode(s.litLen)
+		s.mlc = mlCode(s.matchLen)
+	}
+	return r
+}
+
+// bitWriter writes the forward bit stream a zstd decoder reads backwards.
+type bitWriter struct {
+	acc uint64
+	nb  uint
+	out []byte
+}
+
+// add appends the n low bits of v (v has no higher bits set); the caller
+// keeps nb+n <= 64 by flushing.
+func (w *bitWriter) add(v uint64, n uint) {
+	w.acc |= v << w.nb
+	w.nb += n
+}
+
+func (w *bitWriter) flush32() {
+	if w.nb >= 32 {
+		w.out = binary.LittleEndian.AppendUint32(w.out, uint32(w.acc))
+		w.acc >>= 32
+		w.nb -= 32
+	}
+}
+
+// close writes the end mark and the last partial byte.
+func (w *bitWriter) close() {
+	w.add(1, 1)
+	for w.nb > 0 {
+		w.out = append(w.out, byte(w.acc))
+		w.acc >>= 8
+		w.nb -= min(w.nb, 8)
+	}
+}
+
+func (w *bitWriter) encode(t *fseTable, state *uint32, s uint8) {
+	tt := t.symbolTT[s]
+	nb := (*state + tt.deltaNbBits) >> 16
+	w.add(uint64(*state&(1<<nb-1)), uint(nb))
+	*state = uint32(t.stateTable[int32(*state>>nb)+tt.deltaFindState])
+}
+
+var predefLLTable, predefMLTable, predefOFTable fseTable
+
+func init() {
+	predefLLTable.build(predefLL[:], 6)
+	predefMLTable.build(predefML[:], 6)
+	predefOFTable.build(predefOF[:], 5)
+}
+
+// seqCoder holds the tables of one sequences section.
+type seqCoder struct {
+	llHist, mlHist, ofHist [maxMLCode + 1]uint32
+	tables                 [3]fseTable
+	norm                   [maxMLCode + 1]int16
+	desc                   [3][]byte
+}
+
+// choose picks the cheapest mode for one stream: RLE for a single symbol,
+// else the predefined table or a table of its own with its description,
+// by estimated bits. It returns the table to encode with.
+func (c *seqCoder) choose(i int, hist []uint32, n int, maxLog uint8, predef *fseTable, predefLog uint8) (*fseTable, uint8) {
+	present, last := 0, 0
+	for s, h := range hist {
+		if h != 0 {
+			present++
+			last = s
+		}
+	}
+	t := &c.tables[i]
+	c.desc[i] = c.desc[i][:0]
+	if present == 1 {
+		var norm [1 << 6]int16
+		norm[last] = 1
+		t.build(norm[:last+1], 0)
+		c.desc[i] = append(c.desc[i], byte(last))
+		return t, modeRLE
+	}
+	pc := cost(hist[:last+1], predef.norm[:], predefLog)
+	log := optimalLog(n, present, maxLog)
+	normalize(c.norm[:last+1], hist[:last+1], n, log)
+	fc := cost(hist[:last+1], c.norm[:last+1], log)
+	c.desc[i] = writeNorm(c.desc[i], c.norm[:last+1], log)
+	fc += len(c.desc[i]) * 8 * 16
+	if pc >= 0 && pc <= fc {
+		c.desc[i] = c.desc[i][:0]
+		return predef, modePredefined
+	}
+	t.build(c.norm[:last+1], log)
+	return t, modeFSE
+}
+
+// writeSequences appends the sequences section of seqs (coded).
+func (c *seqCoder) writeSequences(out []byte, seqs []seq) []byte {
+	n := len(seqs)
+	switch {
+	case n < 128:
+		out = append(out, byte(n))
+	case n < 0x7f00:
+		out = append(out, byte(n>>8)+128, byte(n))
+	default:
+		out = append(out, 255, byte(n-0x7f00), byte((n-0x7f00)>>8))
+	}
+	if n == 0 {
+		return out
+	}
+	c.llHist, c.mlHist, c.ofHist = [maxMLCode + 1]uint32{}, [maxMLCode + 1]uint32{}, [maxMLCode + 1]uint32{}
+	for i := range seqs {
+		s := &seqs[i]
+		c.llHist[s.llc]++
+		c.mlHist[s.mlc]++
+		c.ofHist[s.ofc]++
+	}
+	llT, llM := c.choose(0, c.llHist[:maxLLCode+1], n, maxLLLog, &predefLLTable, 6)
+	ofT, ofM := c.choose(1, c.ofHist[:maxOFCode+1], n, maxOFLog, &predefOFTable, 5)
+	mlT, mlM := c.choose(2, c.mlHist[:maxMLCode+1], n, maxMLLog, &predefMLTable, 6)
+	out = append(out, llM<<6|ofM<<4|mlM<<2)
+	out = append(out, c.desc[0]...)
+	out = append(out, c.desc[1]...)
+	out = append(out, c.desc[2]...)
+
+	w := bitWriter{out: out}
+	last := &seqs[n-1]
+	llS := llT.initState(last.llc)
+	mlS := mlT.initState(last.mlc)
+	ofS := ofT.initState(last.ofc)
+	w.add(uint64(last.litLen-llBase[last.llc]), uint(llBits[last.llc]))
+	w.add(uint64(last.matchLen-mlBase[last.mlc]), uint(mlBits[last.mlc]))
+	w.flush32()
+	w.add(uint64(last.offVal-1<<last.ofc), uint(last.ofc))
+	w.flush32()
+	for i := n - 2; i >= 0; i-- {
+		s := &seqs[i]
+		w.encode(ofT, &ofS, s.ofc)
+		w.encode(mlT, &mlS, s.mlc)
+		w.encode(llT, &llS, s.llc)
+		w.flush32()
+		w.add(uint64(s.litLen-llBase[s.llc]), uint(llBits[s.llc]))
+		w.add(uint64(s.matchLen-mlBase[s.mlc]), uint(mlBits[s.mlc]))
+		w.flush32()
+		w.add(uint64(s.offVal-1<<s.ofc), uint(s.ofc))
+		w.flush32()
+	}
+	w.add(uint64(mlS)&(1<<mlT.tableLog-1), uint(mlT.tableLog))
+	w.add(uint64(ofS)&(1<<ofT.tableLog-1), uint(ofT.tableLog))
+	w.flush32()
+	w.add(uint64(llS)&(1<<llT.tableLog-1), uint(llT.tableLog))
+	w.close()
+	return w.out
+}
+
+// Literals_Section types.
+const (
+	litRaw        = 0
+	litRLE        = 1
+	litCompressed = 2
+)
+
+// writeLiterals appends the literals section: Huffman-coded (one stream
+// below 1 KiB, four above) when that is smaller, else raw or RLE.
+func writeLiterals(out []byte, lits []byte, h *huff0.Scratch) []byte {
+	n := len(lits)
+	if n >= 32 {
+		h.Reuse = huff0.ReusePolicyNone
+		var comp []byte
+		var err error
+		single := n < 1024
+		if single {
+			comp, _, err = huff0.Compress1X(lits, h)
+		} else {
+			comp, _, err = huff0.Compress4X(lits, h)
+		}
+		switch {
+		case err == nil:
+			c := len(comp)
+			hdr := 3
+			switch {
+			case max(n, c) >= 16384:
+				hdr = 5
+			case max(n, c) >= 1024:
+				hdr = 4
+			}
+			if c+hdr < n+rawHeaderLen(n) {
+				switch {
+				case single:
+					v := uint32(litCompressed) | uint32(n)<<4 | uint32(c)<<14
+					out = append(out, byte(v), byte(v>>8), byte(v>>16))
+				case hdr == 3:
+					v := uint32(litCompressed) | 1<<2 | uint32(n)<<4 | uint32(c)<<14
+					out = append(out, byte(v), byte(v>>8), byte(v>>16))
+				case hdr == 4:
+					v := uint32(litCompressed) | 2<<2 | uint32(n)<<4 | uint32(c)<<18
+					out = binary.LittleEndian.AppendUint32(out, v)
+				default:
+					v := uint64(litCompressed) | 3<<2 | uint64(n)<<4 | uint64(c)<<22
+					out = binary.LittleEndian.AppendUint32(out, uint32(v))
+					out = append(out, byte(v>>32))
+				}
+				return append(out, comp...)
+			}
+		case errors.Is(err, huff0.ErrUseRLE):
+			out = appendRawHeader(out, litRLE, n)
+			return append(out, lits[0])
+		}
+	}
+	out = appendRawHeader(out, litRaw, n)
+	return append(out, lits...)
+}
+
+func rawHeaderLen(n int) int {
+	switch {
+	case n < 32:
+		return 1
+	case n < 4096:
+		return 2
+	}
+	return 3
+}
+
+func appendRawHeader(out []byte, typ byte, n int) []byte {
+	switch {
+	case n < 32:
+		return append(out, typ|byte(n)<<3)
+	case n < 4096:
+		return append(out, typ|1<<2|byte(n&15)<<4, byte(n>>4))
+	}
+	return append(out, typ|3<<2|byte(n&15)<<4, byte(n>>4), byte(n>>12))
+}
