@@ -37,6 +37,9 @@ type Options struct {
 	ImpliedDir func(path string) (Entry, bool)
 	// Compression, if set, compresses regular files (see Compression).
 	Compression *Compression
+	// Workers is the number of goroutines that compress (0: GOMAXPROCS).
+	// The image does not depend on it.
+	Workers int
 	// MinKernel, if set, is the oldest kernel that must mount the image:
 	// options it cannot mount are refused, and sparse files are stored
 	// plainly when it predates chunk-based files.
@@ -77,6 +80,7 @@ type Builder struct {
 	chunked  bool
 	spool    *tailSpool
 	z        *zwriter // compression, if on
+	zp       *zpipe   // its workers
 	packed   *inode   // the packed inode of fragments, made by Finish
 	scratch  []byte   // one block, reused
 	finished bool
@@ -142,6 +146,7 @@ func NewBuilder(w io.WriterAt, opt Options) (*Builder, error) {
 			return nil, err
 		}
 		b.z = z
+		b.zp = newZpipe(z, bs, opt.Workers)
 	}
 	b.outBlk = b.firstBlk()
 	b.out = bufio.NewWriterSize(io.NewOffsetWriter(w, int64(b.outBlk)*int64(bs)), 1<<20)
@@ -477,6 +482,9 @@ func (b *Builder) newInode(e *Entry) (*inode, error) {
 // Close releases temporary resources without writing the image; it is safe
 // to call after Finish.
 func (b *Builder) Close() error {
+	if b.zp != nil {
+		b.zp.stop()
+	}
 	var err error
 	if b.spool != nil {
 		err = b.spool.close()

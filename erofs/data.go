@@ -34,10 +34,16 @@ func (b *Builder) writeData(ino *inode, e *Entry, r io.Reader) error {
 		return errors.New("no data reader for a non-empty file")
 	}
 	if e.Sparse && !b.opt.MinKernel.before(kernelChunked) {
+		if b.zp != nil {
+			// The output is written in order: compressed files first.
+			if err := b.zp.drain(b); err != nil {
+				return err
+			}
+		}
 		return b.writeSparse(ino, r)
 	}
 	if b.z != nil {
-		return b.writeCompressed(ino, r, b.opt.Compression.Fragments)
+		return b.writeCompressed(e.Path, ino, r, b.opt.Compression.Fragments)
 	}
 	size := ino.size
 	full := size >> b.blkbits

@@ -46,6 +46,11 @@ func (b *Builder) Finish() error {
 }
 
 func (b *Builder) finish() error {
+	if b.zp != nil {
+		if err := b.zp.drain(b); err != nil {
+			return err
+		}
+	}
 	order, err := b.collect()
 	if err != nil {
 		return err

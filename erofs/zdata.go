@@ -44,11 +44,9 @@ type zfile struct {
 // zwriter holds the buffers of compression, reused for every file.
 type zwriter struct {
 	c         *Compression
-	comp      compressor
+	comp      compressor // for the config record; workers have their own
 	pcluster  int // bytes
 	maxExtent int
-	window    []byte // input not consumed yet, at most maxExtent
-	dst       []byte // one pcluster of output
 	big       bool
 	used      bool // some file is compressed
 	usedBig   bool // some pcluster is larger than a block
@@ -70,155 +68,15 @@ func newZwriter(c *Compression, bs int) (*zwriter, error) {
 		z.maxExtent = max(DefaultMaxExtent, z.pcluster)
 	}
 	z.big = z.pcluster > bs
-	z.window = make([]byte, 0, z.maxExtent)
-	z.dst = make([]byte, z.pcluster)
 	return z, nil
-}
-
-// writeCompressed streams a regular file through the compressor. It falls
-// back to the flat layout when no extent of the file saves a block.
-func (b *Builder) writeCompressed(ino *inode, r io.Reader, fragments bool) error {
-	z := b.z
-	bs := b.bs
-	size := ino.size
-	zf := &zfile{big: z.big}
-	ino.startBlk = uint32(b.outBlk)
-	var pos uint64 // logical offset of window[0]
-	win := z.window[:0]
-	var read uint64
-	tailLimit := bs
-	if fragments {
-		tailLimit = max(tailLimit, z.pcluster)
-	}
-	for {
-		// Fill the window: the extent bound, or what is left of the file.
-		want := int(min(uint64(z.maxExtent), size-pos))
-		if len(win) < want {
-			n, err := io.ReadFull(r, win[len(win):want])
-			read += uint64(n)
-			win = win[:len(win)+n]
-			if err != nil {
-				return shortData(int64(read), size, err)
-			}
-		}
-		last := pos+uint64(len(win)) == size
-		if last && len(win) <= tailLimit {
-			break
-		}
-		w, c := z.comp.CompressDestSize(z.dst, win)
-		if last && c == len(win) {
-			break // the tail: decided below, with the compressed form at hand
-		}
-		nblk := (w + bs - 1) / bs
-		var e zextent
-		if c == 0 || nblk*bs >= c {
-			e = zextent{length: uint32(bs), blocks: 1, kind: zPlain}
-			if err := b.writeBlock(win[:bs]); err != nil {
-				return err
-			}
-		} else {
-			if err := b.writeZeros(uint64(nblk*bs - w)); err != nil {
-				return err
-			}
-			if _, err := b.out.Write(z.dst[:w]); err != nil {
-				return err
-			}
-			b.outBlk += uint64(nblk)
-			e = zextent{length: uint32(c), blocks: uint16(nblk), kind: zCompressed}
-			if nblk > 1 {
-				z.usedBig = true
-			}
-		}
-		zf.extents = append(zf.extents, e)
-		zf.blocks += uint32(e.blocks)
-		pos += uint64(e.length)
-		win = win[:copy(win, win[e.length:])]
-		if b.outBlk >= 1<<32 {
-			return fmt.Errorf("image would exceed 2^32 blocks")
-		}
-	}
-	return b.zTail(ino, zf, pos, win, fragments)
-}
-
-// zTail stores the last extent of a file, data = [pos, size).
-func (b *Builder) zTail(ino *inode, zf *zfile, pos uint64, data []byte, fragments bool) error {
-	z := b.z
-	bs := b.bs
-	allPlain := true
-	for _, e := range zf.extents {
-		allPlain = allPlain && e.kind == zPlain
-	}
-	if fragments {
-		if err := z.appendFragment(b, data); err != nil {
-			return err
-		}
-		zf.fragOff = z.packedLen - uint64(len(data))
-		zf.extents = append(zf.extents, zextent{length: uint32(len(data)), kind: zFragment})
-		return b.zDone(ino, zf)
-	}
-	lastLcn := (ino.size - 1) >> b.blkbits
-	for len(data) > 0 {
-		w, c := z.comp.CompressDestSize(z.dst, data)
-		whole := c == len(data)
-		if z.c.TailPacking && whole && w < len(data) && w < bs && b.canInlineZ(ino, zf, w) {
-			ref, err := b.spoolTail(z.dst[:w])
-			if err != nil {
-				return err
-			}
-			zf.inline = ref
-			zf.extents = append(zf.extents, zextent{length: uint32(len(data)), kind: zInline})
-			z.inlined = true
-			return b.zDone(ino, zf)
-		}
-		nblk := (w + bs - 1) / bs
-		if whole && nblk*bs < c && pos>>b.blkbits != lastLcn {
-			if err := b.writeZeros(uint64(nblk*bs - w)); err != nil {
-				return err
-			}
-			if _, err := b.out.Write(z.dst[:w]); err != nil {
-				return err
-			}
-			b.outBlk += uint64(nblk)
-			if nblk > 1 {
-				z.usedBig = true
-			}
-			zf.extents = append(zf.extents, zextent{length: uint32(c), blocks: uint16(nblk), kind: zCompressed})
-			zf.blocks += uint32(nblk)
-			return b.zDone(ino, zf)
-		}
-		n := min(bs, len(data))
-		if allPlain && n == len(data) {
-			// Nothing of the file was compressed: it is an ordinary flat
-			// file, and its tail may go inline like any other.
-			return b.flatTail(ino, data)
-		}
-		if z.c.TailPacking && n == len(data) && b.canInlineZ(ino, zf, n) {
-			ref, err := b.spoolTail(data)
-			if err != nil {
-				return err
-			}
-			zf.inline, zf.plainIn = ref, true
-			zf.extents = append(zf.extents, zextent{length: uint32(n), kind: zInline})
-			z.inlined = true
-			return b.zDone(ino, zf)
-		}
-		if err := b.writeBlock(data[:n]); err != nil {
-			return err
-		}
-		zf.extents = append(zf.extents, zextent{length: uint32(n), blocks: 1, kind: zPlain})
-		zf.blocks++
-		pos += uint64(n)
-		data = data[n:]
-	}
-	return b.zDone(ino, zf)
 }
 
 // flatTail ends a file whose every extent was stored plain: the blocks
 // written so far are exactly its data, so it becomes FLAT_PLAIN (or
 // FLAT_INLINE with this tail next to the inode).
-func (b *Builder) flatTail(ino *inode, tail []byte) error {
+func (b *Builder) flatTail(ino *inode, tail []byte, inline bool) error {
 	ino.layout = LayoutFlatPlain
-	if len(tail) < b.bs && b.canInline(ino, len(tail)) {
+	if len(tail) < b.bs && inline {
 		ref, err := b.spoolTail(tail)
 		if err != nil {
 			return err
@@ -289,8 +147,11 @@ func (b *Builder) writePacked() (*inode, error) {
 	}
 	p := &inode{mode: S_IFREG | 0o600, size: z.packedLen, nlink: 1}
 	r := io.NewSectionReader(z.packed.f, 0, int64(z.packedLen))
-	if err := b.writeCompressed(p, r, false); err != nil {
+	if err := b.writeCompressed("(packed inode)", p, r, false); err != nil {
 		return nil, fmt.Errorf("packed inode: %w", err)
+	}
+	if err := b.zp.drain(b); err != nil {
+		return nil, err
 	}
 	b.packed = p
 	return p, nil

@@ -47,6 +47,12 @@ func zInputs() map[string][]byte {
 		copy(mixed[off:], random(9000))
 	}
 	in["mixed-2M"] = mixed
+	// Several compression segments, cut mid-extent, with random patches.
+	seg := text(9<<20 + 7)
+	for off := 100000; off+9000 < len(seg); off += 1 << 20 {
+		copy(seg[off:], random(9000))
+	}
+	in["segments-9M"] = seg
 	return in
 }
 
@@ -100,10 +106,14 @@ func zConfigs(t testing.TB) []zConfig {
 }
 
 func buildZ(t testing.TB, cfg zConfig, files map[string][]byte) []byte {
+	return buildZWorkers(t, cfg, files, 0)
+}
+
+func buildZWorkers(t testing.TB, cfg zConfig, files map[string][]byte, workers int) []byte {
 	t.Helper()
 	var img memWriterAt
 	c := cfg.c
-	b, err := NewBuilder(&img, Options{BlockSize: cfg.bs, Compression: &c, TempDir: t.TempDir()})
+	b, err := NewBuilder(&img, Options{BlockSize: cfg.bs, Compression: &c, TempDir: t.TempDir(), Workers: workers})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,5 +245,24 @@ func mountCompare(t *testing.T, raw []byte, files map[string][]byte) {
 		if !bytes.Equal(got, want) {
 			t.Errorf("kernel: %s: read %d bytes that differ from the %d written (first difference at %d)", name, len(got), len(want), firstDiff(got, want))
 		}
+	}
+}
+
+// TestWorkersSameImage: the image does not depend on the number of
+// compression workers.
+func TestWorkersSameImage(t *testing.T) {
+	files := zInputs()
+	for _, cfg := range zConfigs(t) {
+		if cfg.c.Level != codecs[cfg.c.Algorithm].defaultLevel || cfg.c.PclusterSize == 1<<20 {
+			continue // the other levels take the same path
+		}
+		t.Run(cfg.name, func(t *testing.T) {
+			one := buildZWorkers(t, cfg, files, 1)
+			for _, n := range []int{2, 3, 8} {
+				if got := buildZWorkers(t, cfg, files, n); !bytes.Equal(got, one) {
+					t.Errorf("%d workers: image of %d bytes differs from one worker's (%d bytes) at %d", n, len(got), len(one), firstDiff(got, one))
+				}
+			}
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/pprof"
 
 	"github.com/urfave/cli/v2"
 )
@@ -29,6 +30,11 @@ func main() {
 			extractCommand,
 			verifyCommand,
 		},
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile (go tool pprof) to `FILE`"},
+		},
+		Before:         startProfile,
+		After:          stopProfile,
 		ExitErrHandler: func(*cli.Context, error) {},
 	}
 	if err := app.Run(os.Args); err != nil {
@@ -38,6 +44,26 @@ func main() {
 			code = ee.ExitCode()
 		}
 		fmt.Fprintf(os.Stderr, "ocierofs: %v\n", err)
+		pprof.StopCPUProfile()
 		os.Exit(code)
 	}
+}
+
+// startProfile starts the CPU profile of --cpuprofile; stopProfile (or an
+// error exit) writes it.
+func startProfile(c *cli.Context) error {
+	name := c.String("cpuprofile")
+	if name == "" {
+		return nil
+	}
+	f, err := os.Create(name)
+	if err != nil {
+		return fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return pprof.StartCPUProfile(f)
+}
+
+func stopProfile(*cli.Context) error {
+	pprof.StopCPUProfile()
+	return nil
 }

@@ -1,0 +1,436 @@
+package erofs
+
+import (
+	"fmt"
+	"io"
+	"runtime"
+	"sync"
+)
+
+// Compression runs on worker goroutines while the caller of Add keeps
+// reading input; the results are written in input order on the caller's
+// goroutine, which alone touches the output, the spools and the inodes.
+//
+// A file is cut into segments of segmentSize bytes, each compressed on its
+// own: extents never cross a segment boundary. The boundaries depend only
+// on the file size and the options, so the image is the same for every
+// number of workers (one worker cuts the same segments). The price is at
+// most one partly filled pcluster per segment.
+//
+// Memory: the input of the jobs in flight, bounded by inflightBytes (a few
+// segments) and inflightJobs, plus one pcluster of output per worker.
+
+// segmentSize is the unit of parallel compression within a file.
+const segmentSize = 4 << 20
+
+// zop is one step of a job's result, applied in order.
+type zop struct {
+	kind      uint8  // zPlain, zCompressed, or one of the tail kinds below
+	length    uint32 // decompressed bytes
+	blocks    uint16 // physical blocks (zPlain, zCompressed)
+	padBefore uint32 // zeros before the bytes (the 0padding of a pcluster)
+	off, n    int    // the bytes, in the job's buffer
+}
+
+// Tail kinds: the last extent of a file, decided by the worker as far as it
+// can; the rest is settled when the job is applied.
+const (
+	zopFragment    = 10 + iota // bytes go to the packed inode
+	zopInlineZ                 // compressed tail inline after the index
+	zopInlinePlain             // uncompressed tail inline after the index
+	// zopFlatTail: this job's extents are all plain and the tail does not
+	// compress. If the file's earlier segments are all plain too, the
+	// file becomes FLAT (flatTail); otherwise the tail is stored inline
+	// uncompressed if it fits, else as a plain block.
+	zopFlatTail
+)
+
+// zjob is one segment of one file.
+type zjob struct {
+	ino  *inode
+	zf   *zfile // shared by the segments of a file
+	path string // for errors
+	data []byte // the input; the worker compacts its output into it
+	base uint64 // logical offset of data[0] in the file
+	last bool   // the file's last segment
+	frag bool   // the last extent may become a fragment
+
+	// Captured when the job is made, so the result does not depend on
+	// when it is applied: the largest inline tail of the compressed
+	// layouts (canInlineZ) and of the flat one (canInline); -1 for none.
+	inlineZ, inlineFlat int
+
+	ops  []zop
+	done chan struct{}
+}
+
+// zpipe is the pipeline of one Builder.
+type zpipe struct {
+	z       *zwriter
+	bs      int
+	blkbits uint
+	workers int
+	jobs    chan *zjob // to the workers
+	wg      sync.WaitGroup
+
+	pending  []*zjob // submitted, not yet applied, in input order
+	inflight int     // bytes of their buffers
+	free     [][]byte
+}
+
+const inflightJobsPerWorker = 64
+
+func newZpipe(z *zwriter, bs int, workers int) *zpipe {
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	p := &zpipe{z: z, bs: bs, workers: workers}
+	for bs>>p.blkbits > 1 {
+		p.blkbits++
+	}
+	return p
+}
+
+func (p *zpipe) inflightBytes() int { return (p.workers + 1) * p.segment() }
+
+// segment is the segment size: at least one extent, whole blocks.
+func (p *zpipe) segment() int {
+	s := max(segmentSize, p.z.maxExtent)
+	return (s + p.bs - 1) / p.bs * p.bs
+}
+
+func (p *zpipe) start() {
+	if p.jobs != nil {
+		return
+	}
+	p.jobs = make(chan *zjob, p.workers*inflightJobsPerWorker)
+	for range p.workers {
+		comp, _ := p.z.c.newCompressor() // validated by newZwriter
+		w := &zworker{p: p, comp: comp, dst: make([]byte, p.z.pcluster)}
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			for j := range p.jobs {
+				w.run(j)
+				close(j.done)
+			}
+		}()
+	}
+}
+
+// stop ends the workers once the jobs sent are done.
+func (p *zpipe) stop() {
+	if p.jobs != nil {
+		close(p.jobs)
+		p.wg.Wait()
+		p.jobs = nil
+	}
+}
+
+// buffer returns a buffer of n bytes, first applying finished (or, when
+// too much is in flight, the oldest) jobs.
+func (p *zpipe) buffer(b *Builder, n int) ([]byte, error) {
+	for len(p.pending) > 0 && (p.inflight+n > p.inflightBytes() || len(p.pending) >= cap(p.jobs)) {
+		if err := p.applyHead(b); err != nil {
+			return nil, err
+		}
+	}
+	if n == p.segment() {
+		if k := len(p.free); k > 0 {
+			buf := p.free[k-1]
+			p.free = p.free[:k-1]
+			return buf, nil
+		}
+	}
+	return make([]byte, n), nil
+}
+
+func (p *zpipe) submit(j *zjob) {
+	p.start()
+	j.done = make(chan struct{})
+	p.pending = append(p.pending, j)
+	p.inflight += len(j.data)
+	p.jobs <- j
+}
+
+// applyHead waits for the oldest job and writes its result.
+func (p *zpipe) applyHead(b *Builder) error {
+	j := p.pending[0]
+	p.pending[0] = nil
+	p.pending = p.pending[1:]
+	<-j.done
+	p.inflight -= len(j.data)
+	err := b.apply(j)
+	if len(j.data) == p.segment() {
+		p.free = append(p.free, j.data)
+	}
+	if err != nil {
+		return fmt.Errorf("erofs: entry %q: %w", j.path, err)
+	}
+	return nil
+}
+
+// drain applies every pending job.
+func (p *zpipe) drain(b *Builder) error {
+	for len(p.pending) > 0 {
+		if err := p.applyHead(b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// applyDone applies the jobs at the head that are finished, without
+// waiting, so the output keeps up with the workers.
+func (p *zpipe) applyDone(b *Builder) error {
+	for len(p.pending) > 0 {
+		select {
+		case <-p.pending[0].done:
+			if err := p.applyHead(b); err != nil {
+				return err
+			}
+		default:
+			return nil
+		}
+	}
+	return nil
+}
+
+// writeCompressed reads a regular file segment by segment and hands the
+// segments to the workers. The file falls back to the flat layout when no
+// extent of it saves a block.
+func (b *Builder) writeCompressed(path string, ino *inode, r io.Reader, fragments bool) error {
+	p := b.zp
+	size := ino.size
+	zf := &zfile{big: b.z.big}
+	inlineZ, inlineFlat := b.inlineLimits(ino)
+	seg := uint64(p.segment())
+	for base := uint64(0); base < size; base += seg {
+		n := int(min(seg, size-base))
+		buf, err := p.buffer(b, n)
+		if err != nil {
+			return err
+		}
+		if m, err := io.ReadFull(r, buf[:n]); err != nil {
+			return shortData(int64(base)+int64(m), size, err)
+		}
+		p.submit(&zjob{
+			ino: ino, zf: zf, path: path, data: buf[:n], base: base,
+			last: base+uint64(n) == size, frag: fragments,
+			inlineZ: inlineZ, inlineFlat: inlineFlat,
+		})
+	}
+	return p.applyDone(b)
+}
+
+// inlineLimits are the largest tails that fit inline next to the inode in
+// the compressed layouts (see canInlineZ) and in the flat one (canInline).
+func (b *Builder) inlineLimits(ino *inode) (z, flat int) {
+	z, flat = -1, -1
+	totalidx := int((ino.size + uint64(b.bs) - 1) >> b.blkbits)
+	if room := b.bs - (ExtendedInodeSize + xattrAreaMax(ino.xattrs) + 4 + 16 + 8*totalidx); room > 0 {
+		z = room
+	}
+	if !b.opt.NoInlineData {
+		flat = b.bs - (ExtendedInodeSize + xattrAreaMax(ino.xattrs))
+	}
+	return z, flat
+}
+
+// zworker compresses jobs with its own compressor.
+type zworker struct {
+	p    *zpipe
+	comp compressor
+	dst  []byte // one pcluster
+}
+
+// run cuts a segment into extents, as many bytes per pcluster as fit. An
+// extent whose pcluster would save no block is stored plain (one block of
+// input in one block). The output is compacted into the front of j.data:
+// it never overtakes the input, since every pcluster written is shorter
+// than the input it stands for.
+func (w *zworker) run(j *zjob) {
+	bs := w.p.bs
+	z := w.p.z
+	data := j.data
+	j.ops = j.ops[:0]
+	pos, out := 0, 0
+	tailLimit := bs
+	if j.last && j.frag {
+		tailLimit = max(tailLimit, z.pcluster)
+	}
+	var wn, c int // the last compression of data[pos:]
+	for {
+		end := min(pos+z.maxExtent, len(data))
+		win := data[pos:end]
+		last := end == len(data)
+		if last && len(win) <= tailLimit {
+			wn, c = -1, 0
+			break
+		}
+		wn, c = w.comp.CompressDestSize(w.dst, win)
+		if j.last && last && c == len(win) {
+			break // the file's tail: decided below
+		}
+		nblk := (wn + bs - 1) / bs
+		if c == 0 || nblk*bs >= c {
+			copy(data[out:], data[pos:pos+bs])
+			j.ops = append(j.ops, zop{kind: zPlain, length: uint32(bs), blocks: 1, off: out, n: bs})
+			out += bs
+			pos += bs
+			continue
+		}
+		copy(data[out:], w.dst[:wn])
+		j.ops = append(j.ops, zop{kind: zCompressed, length: uint32(c), blocks: uint16(nblk), padBefore: uint32(nblk*bs - wn), off: out, n: wn})
+		out += wn
+		pos += c
+	}
+	rest := data[pos:]
+	if !j.last {
+		// A segment's last bytes (at most a block) are one plain extent;
+		// the next segment starts a new lcluster.
+		if len(rest) > 0 {
+			copy(data[out:], rest)
+			j.ops = append(j.ops, zop{kind: zPlain, length: uint32(len(rest)), blocks: 1, off: out, n: len(rest)})
+		}
+		return
+	}
+	w.tail(j, pos, out, wn, c)
+}
+
+// tail stores the last extent of a file, data[pos:], whose compression
+// (wn, c) is at hand unless wn < 0.
+func (w *zworker) tail(j *zjob, pos, out, wn, c int) {
+	bs := w.p.bs
+	data := j.data
+	size := j.base + uint64(len(data))
+	lastLcn := (size - 1) >> w.p.blkbits
+	allPlain := true
+	for _, op := range j.ops {
+		allPlain = allPlain && op.kind == zPlain
+	}
+	emit := func(kind uint8, src []byte, length int) {
+		copy(data[out:], src)
+		j.ops = append(j.ops, zop{kind: kind, length: uint32(length), off: out, n: len(src)})
+		out += len(src)
+	}
+	if j.frag {
+		emit(zopFragment, data[pos:], len(data)-pos)
+		return
+	}
+	tailPacking := w.p.z.c.TailPacking
+	for pos < len(data) {
+		rest := data[pos:]
+		if wn < 0 {
+			wn, c = w.comp.CompressDestSize(w.dst, rest)
+		}
+		whole := c == len(rest)
+		if tailPacking && whole && wn < len(rest) && wn < bs && wn <= j.inlineZ {
+			emit(zopInlineZ, w.dst[:wn], len(rest))
+			return
+		}
+		nblk := (wn + bs - 1) / bs
+		if whole && nblk*bs < c && (j.base+uint64(pos))>>w.p.blkbits != lastLcn {
+			copy(data[out:], w.dst[:wn])
+			j.ops = append(j.ops, zop{kind: zCompressed, length: uint32(c), blocks: uint16(nblk), padBefore: uint32(nblk*bs - wn), off: out, n: wn})
+			return
+		}
+		n := min(bs, len(rest))
+		if allPlain && n == len(rest) {
+			emit(zopFlatTail, rest, n)
+			return
+		}
+		if tailPacking && n == len(rest) && n <= j.inlineZ {
+			emit(zopInlinePlain, rest, n)
+			return
+		}
+		copy(data[out:], rest[:n])
+		j.ops = append(j.ops, zop{kind: zPlain, length: uint32(n), blocks: 1, off: out, n: n})
+		out += n
+		pos += n
+		wn = -1
+	}
+}
+
+// apply writes a finished job's result to the output and records its
+// extents; the file's last job completes its inode.
+func (b *Builder) apply(j *zjob) error {
+	z := b.z
+	zf := j.zf
+	ino := j.ino
+	if j.base == 0 {
+		ino.startBlk = uint32(b.outBlk)
+	}
+	for _, op := range j.ops {
+		bytes := j.data[op.off : op.off+op.n]
+		switch op.kind {
+		case zPlain, zCompressed:
+			if err := b.writeZeros(uint64(op.padBefore)); err != nil {
+				return err
+			}
+			if op.kind == zPlain {
+				if err := b.writeBlock(bytes); err != nil {
+					return err
+				}
+			} else {
+				if _, err := b.out.Write(bytes); err != nil {
+					return err
+				}
+				b.outBlk += uint64(op.blocks)
+			}
+			if op.blocks > 1 {
+				z.usedBig = true
+			}
+			zf.extents = append(zf.extents, zextent{length: op.length, blocks: op.blocks, kind: op.kind})
+			zf.blocks += uint32(op.blocks)
+			if b.outBlk >= 1<<32 {
+				return fmt.Errorf("image would exceed 2^32 blocks")
+			}
+		case zopFragment:
+			if err := z.appendFragment(b, bytes); err != nil {
+				return err
+			}
+			zf.fragOff = z.packedLen - uint64(len(bytes))
+			zf.extents = append(zf.extents, zextent{length: op.length, kind: zFragment})
+		case zopFlatTail:
+			allPlain := true
+			for _, e := range zf.extents {
+				allPlain = allPlain && e.kind == zPlain
+			}
+			if allPlain {
+				return b.flatTail(ino, bytes, len(bytes) <= j.inlineFlat)
+			}
+			if z.c.TailPacking && len(bytes) <= j.inlineZ {
+				if err := b.inlineTail(zf, bytes, op.length, true); err != nil {
+					return err
+				}
+				break
+			}
+			if err := b.writeBlock(bytes); err != nil {
+				return err
+			}
+			zf.extents = append(zf.extents, zextent{length: op.length, blocks: 1, kind: zPlain})
+			zf.blocks++
+		case zopInlineZ, zopInlinePlain:
+			if err := b.inlineTail(zf, bytes, op.length, op.kind == zopInlinePlain); err != nil {
+				return err
+			}
+		}
+	}
+	if j.last {
+		return b.zDone(ino, zf)
+	}
+	return nil
+}
+
+// inlineTail spools the last extent of a file to go inline after its index.
+func (b *Builder) inlineTail(zf *zfile, p []byte, length uint32, plain bool) error {
+	ref, err := b.spoolTail(p)
+	if err != nil {
+		return err
+	}
+	zf.inline, zf.plainIn = ref, plain
+	zf.extents = append(zf.extents, zextent{length: length, kind: zInline})
+	b.z.inlined = true
+	return nil
+}
