@@ -45,7 +45,7 @@ type zfile struct {
 type zwriter struct {
 	c         *Compression
 	comp      compressor // for the config record; workers have their own
-	pcluster  int // bytes
+	pcluster  int        // bytes
 	maxExtent int
 	big       bool
 	used      bool // some file is compressed
