@@ -24,27 +24,11 @@ func (e *Encoder) encLiteral(pos int) {
 	ps := uint32(pos) & e.pbMask
 	st := e.state
 	e.rc.bit(&e.p.isMatch[st<<posBitsMax|ps], 0)
-	probs := e.litProbs(pos)
-	sym := uint32(e.src[pos]) | 0x100
-	if st < 7 {
-		for sym < 0x10000 {
-			e.rc.bit(&probs[sym>>8], (sym>>7)&1)
-			sym <<= 1
-		}
-	} else {
-		// Matched literal: while the bits agree with the byte at rep0,
-		// they are coded in the context of that byte's bits.
-		match := uint32(e.src[pos-int(e.reps[0])-1])
-		offs := uint32(0x100)
-		for sym < 0x10000 {
-			match <<= 1
-			mb := match & offs
-			b := (sym >> 7) & 1
-			e.rc.bit(&probs[offs+mb+sym>>8], b)
-			sym <<= 1
-			offs &^= mb ^ b<<8
-		}
+	var match uint32
+	if st >= 7 {
+		match = uint32(e.src[pos-int(e.reps[0])-1])
 	}
+	e.rc.literal(e.litProbs(pos), uint32(e.src[pos]), st >= 7, match)
 	e.state = stateLiteral(st)
 }
 

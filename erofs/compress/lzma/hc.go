@@ -9,10 +9,11 @@ import (
 // hashChain is the match finder: heads for 2-, 3- and 4-byte sequences and a
 // chain linking each position to the previous one with the same 4-byte hash.
 //
-// The 2- and 3-byte hashes are exact once the first byte agrees (a table
-// value of the first byte xor the others' bits), so a head whose first byte
-// matches is a true 2- or 3-byte match: short matches at small distances,
-// which LZMA codes cheaply, cost one lookup each.
+// The 2-byte hash is exact once the first byte agrees (a table value of the
+// first byte xor the second), so a head whose first byte matches is a true
+// 2-byte match; the 3-byte head is verified. Short matches at small
+// distances, which LZMA codes cheaply, cost one lookup each. The tables are
+// small on purpose: the encoder's speed is bound by cache misses.
 //
 // Positions are stored as base+pos. Each call starts base past every
 // position stored before, so entries of earlier calls read as out of range
@@ -22,7 +23,6 @@ type hashChain struct {
 	head3 []uint32
 	head4 []uint32
 	chain []uint32
-	mask4 uint32
 	maskC uint32
 	shift uint32 // 32 - log2(len(head4))
 
@@ -32,12 +32,15 @@ type hashChain struct {
 	nice   int
 	next   int // next position to insert
 	src    []byte
+	budget int // output budget of the call, a hint of how far it reaches
 	window uint32 // largest usable distance: min(dict, len(chain))
 }
 
 const (
-	hash2Bits = 10
-	hash3Bits = 16
+	hash2Bits    = 10
+	hash3Bits    = 12
+	hash4MinBits = 12
+	hash4MaxBits = 20
 )
 
 type match struct {
@@ -47,12 +50,10 @@ type match struct {
 
 func (h *hashChain) init(dict, depth, nice int) {
 	h.dict, h.depth, h.nice = uint32(dict), depth, nice
-	b4 := min(max(bits.Len32(uint32(dict))-1, 14), 20)
+	b4 := min(max(bits.Len32(uint32(dict))-4, hash4MinBits), hash4MaxBits)
 	h.head2 = make([]uint32, 1<<hash2Bits)
 	h.head3 = make([]uint32, 1<<hash3Bits)
 	h.head4 = make([]uint32, 1<<b4)
-	h.mask4 = 1<<b4 - 1
-	h.shift = uint32(32 - b4)
 }
 
 // reset prepares a call over src: the chain covers the smaller of the
@@ -65,6 +66,12 @@ func (h *hashChain) reset(src []byte) {
 		h.maskC = uint32(n - 1)
 	}
 	h.window = min(h.dict, uint32(len(h.chain))-1)
+	// The 4-byte table in use scales with what this call can cover:
+	// about 16 positions per head. Entries of earlier calls are out of
+	// range whatever the mask was, so the size may change between calls.
+	span := min(len(src), int(h.dict), 8*h.budget)
+	b4 := min(max(bits.Len(uint(span))-4, hash4MinBits), bits.Len(uint(len(h.head4)))-1)
+	h.shift = uint32(32 - b4)
 	if uint64(h.base)+uint64(len(src))+2 >= 1<<32 || h.base == 0 {
 		clear(h.head2)
 		clear(h.head3)
@@ -85,8 +92,7 @@ func (h *hashChain) done() {
 func (h *hashChain) hashes(v uint32) (h2, h3, h4 uint32) {
 	t := crc32.IEEETable[v&0xFF] ^ (v>>8)&0xFF
 	h2 = t & (1<<hash2Bits - 1)
-	t ^= (v >> 16 & 0xFF) << 8
-	h3 = t & (1<<hash3Bits - 1)
+	h3 = (t ^ (v>>16&0xFF)<<5) & (1<<hash3Bits - 1)
 	h4 = (v * 2654435761) >> h.shift
 	return
 }
@@ -140,7 +146,7 @@ func (h *hashChain) find(pos int, ms []match) int {
 		ms[0] = match{2, d2 - 1}
 		n = 1
 	}
-	if d2 != d3 && d3-1 < maxd && src[pos-int(d3)] == cur[0] {
+	if d2 != d3 && d3-1 < maxd && binary.LittleEndian.Uint32(src[pos-int(d3):])&0xFFFFFF == v&0xFFFFFF {
 		best = 3
 		ms[n] = match{3, d3 - 1}
 		n++

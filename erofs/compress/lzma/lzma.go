@@ -175,6 +175,7 @@ func (e *Encoder) CompressDestSize(dst, src []byte) (written, consumed int) {
 	e.p.reset(1 << (encLC + encLP))
 	e.state = 0
 	e.reps = [numReps]uint32{}
+	e.mf.budget = e.budget
 	e.mf.reset(src)
 	var pos int
 	if e.lv.optimal {

@@ -41,60 +41,125 @@ func (r *rangeEncoder) shiftLow() {
 	r.low = uint64(uint32(r.low) << 8)
 }
 
-// bit codes one binary decision with probability *p and adapts *p. One
-// shift always restores the range: a probability is at least 31/2048, so a
-// single decision never shrinks the range by more than 2^8.
+// step codes one binary decision b with probability v (of a 0) on low and
+// rng and returns them with the adapted probability; the caller normalizes.
+// It is branch-free (literal bits are unpredictable) and inlines, so the
+// loops below keep low and rng in registers. One shift always restores the
+// range: a probability is at least 31/2048, so a single decision never
+// shrinks the range by more than 2^8.
+func step(low uint64, rng, v, b uint32) (uint64, uint32, uint32) {
+	mask := 0 - b
+	bound := (rng >> probBits) * v
+	return low + uint64(bound&mask), bound + (rng-2*bound)&mask,
+		v + ((probOne-v)>>moveBits)&^mask - (v>>moveBits)&mask
+}
+
+// norm shifts a byte out; rare, so out of line.
+//
+//go:noinline
+func (r *rangeEncoder) norm(low uint64, rng uint32) (uint64, uint32) {
+	r.low, r.rng = low, rng<<8
+	r.shiftLow()
+	return r.low, r.rng
+}
+
+// bit codes one binary decision with probability *p and adapts *p.
 func (r *rangeEncoder) bit(p *uint16, b uint32) {
-	v := uint32(*p)
-	bound := (r.rng >> probBits) * v
-	if b == 0 {
-		r.rng = bound
-		*p = uint16(v + (probOne-v)>>moveBits)
-	} else {
-		r.low += uint64(bound)
-		r.rng -= bound
-		*p = uint16(v - v>>moveBits)
+	low, rng, v := step(r.low, r.rng, uint32(*p), b)
+	*p = uint16(v)
+	if rng < rangeTop {
+		low, rng = r.norm(low, rng)
 	}
-	if r.rng < rangeTop {
-		r.rng <<= 8
-		r.shiftLow()
-	}
+	r.low, r.rng = low, rng
 }
 
 // direct codes the n low bits of v, most significant first, at probability
 // one half.
 func (r *rangeEncoder) direct(v uint32, n uint32) {
+	low, rng := r.low, r.rng
 	for n > 0 {
 		n--
-		r.rng >>= 1
-		r.low += uint64(r.rng & (0 - (v>>n)&1))
-		if r.rng < rangeTop {
-			r.rng <<= 8
-			r.shiftLow()
+		rng >>= 1
+		low += uint64(rng & (0 - (v>>n)&1))
+		if rng < rangeTop {
+			low, rng = r.norm(low, rng)
 		}
 	}
+	r.low, r.rng = low, rng
 }
 
 // tree codes the n-bit symbol v with a bit tree rooted at probs[1].
 func (r *rangeEncoder) tree(probs []uint16, v uint32, n uint32) {
+	low, rng := r.low, r.rng
 	m := uint32(1)
 	for n > 0 {
 		n--
 		b := (v >> n) & 1
-		r.bit(&probs[m], b)
+		var pv uint32
+		low, rng, pv = step(low, rng, uint32(probs[m]), b)
+		probs[m] = uint16(pv)
+		if rng < rangeTop {
+			low, rng = r.norm(low, rng)
+		}
 		m = m<<1 | b
 	}
+	r.low, r.rng = low, rng
 }
 
 // reverseTree codes the n-bit symbol v least significant bit first.
 func (r *rangeEncoder) reverseTree(probs []uint16, v uint32, n uint32) {
+	low, rng := r.low, r.rng
 	m := uint32(1)
 	for ; n > 0; n-- {
 		b := v & 1
 		v >>= 1
-		r.bit(&probs[m], b)
+		var pv uint32
+		low, rng, pv = step(low, rng, uint32(probs[m]), b)
+		probs[m] = uint16(pv)
+		if rng < rangeTop {
+			low, rng = r.norm(low, rng)
+		}
 		m = m<<1 | b
 	}
+	r.low, r.rng = low, rng
+}
+
+// literal codes byte c with the literal coder probs; after a match, with
+// the byte at rep0 as context (a matched literal): while c's bits agree
+// with match's, they are coded with probabilities of their own.
+func (r *rangeEncoder) literal(probs []uint16, c uint32, matched bool, match uint32) {
+	low, rng := r.low, r.rng
+	sym := c | 0x100
+	probs = probs[:literalCoderSize]
+	if !matched {
+		for sym < 0x10000 {
+			i := sym >> 8
+			var pv uint32
+			low, rng, pv = step(low, rng, uint32(probs[i&0xFF]), (sym>>7)&1)
+			probs[i&0xFF] = uint16(pv)
+			if rng < rangeTop {
+				low, rng = r.norm(low, rng)
+			}
+			sym <<= 1
+		}
+	} else {
+		offs := uint32(0x100)
+		for sym < 0x10000 {
+			match <<= 1
+			mb := match & offs
+			b := (sym >> 7) & 1
+			i := offs + mb + sym>>8
+			var pv uint32
+			low, rng, pv = step(low, rng, uint32(probs[i]), b)
+			probs[i] = uint16(pv)
+			if rng < rangeTop {
+				low, rng = r.norm(low, rng)
+			}
+			sym <<= 1
+			offs &^= mb ^ b<<8
+		}
+	}
+	r.low, r.rng = low, rng
 }
 
 func (r *rangeEncoder) flush() {
