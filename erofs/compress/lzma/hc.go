@@ -32,7 +32,7 @@ type hashChain struct {
 	nice   int
 	next   int // next position to insert
 	src    []byte
-	budget int // output budget of the call, a hint of how far it reaches
+	budget int    // output budget of the call, a hint of how far it reaches
 	window uint32 // largest usable distance: min(dict, len(chain))
 }
 
