@@ -124,7 +124,7 @@ func (e *Encoder) CompressDestSize(dst, src []byte) (written, consumed int) {
 	lastHeader := -1 // bit position of the last written block's header
 	blockStart := 0
 	e.newBlock()
-	nextCheck := budget * 3 / 4
+	nextCheck := budget / 4 // early: incompressible data shows soon
 	header := 600 // guess of a dynamic header's size, then the last one's
 	for {
 		e.parse(src, nextCheck, e.maxTokens)
@@ -163,7 +163,7 @@ func (e *Encoder) CompressDestSize(dst, src []byte) (written, consumed int) {
 			e.writeBlock(src[blockStart:e.tokEnd], e.tokens, &e.code, dyn, fix, sto, false)
 			blockStart = e.tokEnd
 			e.newBlock()
-			nextCheck = (budget - w.pos()) * 3 / 4
+			nextCheck = (budget - w.pos()) / 4
 			continue
 		default:
 			// The estimate was pessimistic.

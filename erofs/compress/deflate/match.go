@@ -33,14 +33,18 @@ var levels = [LevelMax + 1]levelParams{
 	2: {chain: 8, nice: 16, insert: 5, skip: 16},
 	3: {chain: 32, nice: 32, insert: 6, skip: 32},
 	4: {chain: 16, good: 4, lazy: 4, nice: 16, skip: 32},
-	5: {chain: 32, good: 8, lazy: 16, nice: 32, skip: 32},
-	6: {chain: 128, good: 8, lazy: 16, nice: 128, skip: 32},
-	7: {chain: 256, good: 8, lazy: 32, nice: 128, skip: 64},
+	5: {chain: 16, good: 8, lazy: 16, nice: 32, skip: 32},
+	6: {chain: 32, good: 8, lazy: 16, nice: 64, skip: 32},
+	7: {chain: 128, good: 8, lazy: 32, nice: 128, skip: 64},
 	8: {chain: 1024, good: 32, lazy: 128, nice: 258, skip: 128},
 	9: {chain: 4096, good: 32, lazy: 258, nice: 258, skip: 256},
 }
 
 func hash4(v uint32) uint32 { return v * hashMul >> (32 - hashBits) }
+
+// hashTail is the number of bytes from a position the match finder reads
+// at least: positions closer to the end are literals.
+const hashTail = minMatch
 
 // matchFinder keeps hash chains over the current call's input. Positions
 // are stored plus base; base grows with every call, so entries of earlier
@@ -77,18 +81,23 @@ func (m *matchFinder) find(src []byte, i, prev, chain, nice int) (length, dist i
 	if best >= maxLen {
 		return 0, 0
 	}
-	cur := binary.LittleEndian.Uint32(src[i:])
-	cand := int(m.head[hash4(cur)]) - m.base
-	stop := max(i-windowSize, 0)
 	in := src[i : i+maxLen]
+	first := binary.LittleEndian.Uint32(in)
+	tail := binary.LittleEndian.Uint32(in[best-3:])
+	cand := int(m.head[hash4(first)]) - m.base
+	stop := max(i-windowSize, 0)
 	for cand >= stop && chain > 0 {
-		if src[cand+best] == in[best] && binary.LittleEndian.Uint32(src[cand:]) == cur {
-			l := matchLen(src[cand:cand+maxLen], in)
+		// Candidates must match the 4 bytes ending where the best match
+		// so far ends (most fail here), and then the first 4.
+		c := src[cand : cand+maxLen]
+		if binary.LittleEndian.Uint32(c[best-3:]) == tail && binary.LittleEndian.Uint32(c) == first {
+			l := 4 + matchLen(c[4:], in[4:])
 			if l > best {
 				best, dist = l, i-cand
 				if l >= nice {
 					break
 				}
+				tail = binary.LittleEndian.Uint32(in[best-3:])
 			}
 		}
 		cand = int(m.prev[cand&(windowSize-1)]) - m.base
@@ -161,7 +170,7 @@ func (e *Encoder) parseGreedy(src []byte, stopEst, maxTokens int) {
 	p := e.p
 	i := e.i
 	for e.est < stopEst && len(e.tokens) < maxTokens {
-		if i > len(src)-minMatch {
+		if i > len(src)-hashTail {
 			for ; i < len(src); i++ {
 				e.lit(src[i])
 			}
@@ -172,7 +181,7 @@ func (e *Encoder) parseGreedy(src []byte, stopEst, maxTokens int) {
 		m.insert(src, i)
 		if l == 0 {
 			e.misses++
-			end := min(i+e.step(), len(src)-minMatch+1)
+			end := min(i+e.step(), len(src)-hashTail+1)
 			for ; i < end; i++ {
 				e.lit(src[i])
 			}
@@ -181,7 +190,7 @@ func (e *Encoder) parseGreedy(src []byte, stopEst, maxTokens int) {
 		e.misses = 0
 		e.match(l, d)
 		if l <= p.insert {
-			for j := i + 1; j < i+l && j <= len(src)-minMatch; j++ {
+			for j := i + 1; j < i+l && j <= len(src)-hashTail; j++ {
 				m.insert(src, j)
 			}
 		}
@@ -198,7 +207,7 @@ func (e *Encoder) parseLazy(src []byte, stopEst, maxTokens int) {
 	p := e.p
 	i := e.i
 	for e.est < stopEst && len(e.tokens) < maxTokens {
-		if i > len(src)-minMatch {
+		if i > len(src)-hashTail {
 			if e.pending {
 				if e.prevLen >= minMatch {
 					e.match(e.prevLen, e.prevDist)
@@ -230,7 +239,7 @@ func (e *Encoder) parseLazy(src []byte, stopEst, maxTokens int) {
 		if e.pending && e.prevLen >= minMatch && l <= e.prevLen {
 			end := i - 1 + e.prevLen
 			e.match(e.prevLen, e.prevDist)
-			for j := i + 1; j < end && j <= len(src)-minMatch; j++ {
+			for j := i + 1; j < end && j <= len(src)-hashTail; j++ {
 				m.insert(src, j)
 			}
 			i = end
@@ -248,7 +257,7 @@ func (e *Encoder) parseLazy(src []byte, stopEst, maxTokens int) {
 		}
 		if e.misses > p.skip {
 			// Nothing found here nor a byte before: step over input.
-			end := min(i+e.step(), len(src)-minMatch+1)
+			end := min(i+e.step(), len(src)-hashTail+1)
 			for ; i < end; i++ {
 				e.lit(src[i])
 			}
