@@ -125,7 +125,7 @@ func (e *Encoder) CompressDestSize(dst, src []byte) (written, consumed int) {
 	blockStart := 0
 	e.newBlock()
 	nextCheck := budget / 4 // early: incompressible data shows soon
-	header := 600 // guess of a dynamic header's size, then the last one's
+	header := 600           // guess of a dynamic header's size, then the last one's
 	for {
 		e.parse(src, nextCheck, e.maxTokens)
 		pos := w.pos()
