@@ -42,6 +42,10 @@ type LayerCache interface {
 	Release(ctx context.Context, key, owner string)
 	// Forget drops an entry whose blob is gone from the registry.
 	Forget(ctx context.Context, key string)
+	// Skeleton returns the skeleton kept for key (see skeleton.go), or an
+	// error; PutSkeleton keeps one.
+	Skeleton(ctx context.Context, key string) ([]byte, error)
+	PutSkeleton(ctx context.Context, key string, gz []byte) error
 }
 
 // cacheValue is what a key holds: a claim or an entry.
@@ -58,7 +62,8 @@ type claim struct {
 // kvCache keeps the layer cache in a JetStream key-value bucket.
 type kvCache struct {
 	kv    jetstream.KeyValue
-	ttl   time.Duration // a claim not refreshed for this long is dead
+	obj   jetstream.ObjectStore // skeletons
+	ttl   time.Duration         // a claim not refreshed for this long is dead
 	poll  time.Duration
 	mu    sync.Mutex
 	revs  map[string]uint64 // revisions of our claims
@@ -69,7 +74,7 @@ type kvCache struct {
 // without a refresh (the queue's ack wait: the time after which a task is
 // thought lost).
 func (q *Queue) LayerCache() LayerCache {
-	return &kvCache{kv: q.layers, ttl: time.Duration(q.cfg.Queue.AckWait), poll: 200 * time.Millisecond, revs: map[string]uint64{}}
+	return &kvCache{kv: q.layers, obj: q.skeletons, ttl: time.Duration(q.cfg.Queue.AckWait), poll: 200 * time.Millisecond, revs: map[string]uint64{}}
 }
 
 func (c *kvCache) Claim(ctx context.Context, key, owner string) (*LayerEntry, bool, error) {
@@ -163,12 +168,40 @@ func (c *kvCache) Release(ctx context.Context, key, owner string) {
 
 func (c *kvCache) Forget(ctx context.Context, key string) { c.kv.Delete(ctx, key) }
 
+func (c *kvCache) Skeleton(ctx context.Context, key string) ([]byte, error) {
+	return c.obj.GetBytes(ctx, key)
+}
+
+func (c *kvCache) PutSkeleton(ctx context.Context, key string, gz []byte) error {
+	_, err := c.obj.PutBytes(ctx, key, gz)
+	return err
+}
+
 // MemoryCache is a LayerCache for one process (sync without NATS).
-func MemoryCache() LayerCache { return &memCache{m: map[string]*cacheValue{}} }
+func MemoryCache() LayerCache {
+	return &memCache{m: map[string]*cacheValue{}, skel: map[string][]byte{}}
+}
 
 type memCache struct {
-	mu sync.Mutex
-	m  map[string]*cacheValue
+	mu   sync.Mutex
+	m    map[string]*cacheValue
+	skel map[string][]byte
+}
+
+func (c *memCache) Skeleton(_ context.Context, key string) ([]byte, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if b, ok := c.skel[key]; ok {
+		return b, nil
+	}
+	return nil, errNoSkeleton
+}
+
+func (c *memCache) PutSkeleton(_ context.Context, key string, gz []byte) error {
+	c.mu.Lock()
+	c.skel[key] = gz
+	c.mu.Unlock()
+	return nil
 }
 
 func (c *memCache) Claim(ctx context.Context, key, owner string) (*LayerEntry, bool, error) {

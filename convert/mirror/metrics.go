@@ -14,6 +14,7 @@ type Metrics struct {
 	Conversions *prometheus.CounterVec   // task attempts by result
 	Duration    *prometheus.HistogramVec // seconds per attempt, by result
 	Layers      *prometheus.CounterVec   // layers converted here / reused from the cache
+	LowerReads  *prometheus.CounterVec   // cached layers read for their directories
 	BytesIn     prometheus.Counter
 	BytesOut    prometheus.Counter
 }
@@ -40,6 +41,10 @@ func NewMetrics(depth func(context.Context) (waiting, inProgress int, err error)
 			Name: "ocierofs_mirror_layers_total",
 			Help: "Source layers converted here (converted) or taken from the shared layer cache (reused).",
 		}, []string{"result"}),
+		LowerReads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ocierofs_mirror_lower_reads_total",
+			Help: "Cached layers read for their directories under a converted one: via their skeleton, or the layer itself.",
+		}, []string{"via"}),
 		BytesIn: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ocierofs_mirror_bytes_in_total",
 			Help: "Bytes of source layers converted (compressed, as stored in the registry).",
@@ -49,7 +54,7 @@ func NewMetrics(depth func(context.Context) (waiting, inProgress int, err error)
 			Help: "Bytes of converted layers pushed.",
 		}),
 	}
-	m.Registry.MustRegister(m.Events, m.Conversions, m.Duration, m.Layers, m.BytesIn, m.BytesOut)
+	m.Registry.MustRegister(m.Events, m.Conversions, m.Duration, m.Layers, m.LowerReads, m.BytesIn, m.BytesOut)
 	if depth != nil {
 		gauge := func(name, help string, pick func(w, p int) int) prometheus.GaugeFunc {
 			return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 {
@@ -80,6 +85,8 @@ func (m *Metrics) observe(result string, seconds float64, out *Outcome) {
 	if out != nil {
 		m.Layers.WithLabelValues("converted").Add(float64(out.LayersConverted))
 		m.Layers.WithLabelValues("reused").Add(float64(out.LayersReused))
+		m.LowerReads.WithLabelValues("skeleton").Add(float64(out.SkeletonReads))
+		m.LowerReads.WithLabelValues("layer").Add(float64(out.LayerReads))
 		m.BytesIn.Add(float64(out.BytesIn))
 		m.BytesOut.Add(float64(out.BytesOut))
 	}

@@ -247,6 +247,12 @@ func TestServe(t *testing.T) {
 	if reused < 9 {
 		t.Errorf("%v layers reused from the cache, want at least 9", reused)
 	}
+	skel := h.metric(t, `ocierofs_mirror_lower_reads_total{via="skeleton"}`)
+	whole := h.metric(t, `ocierofs_mirror_lower_reads_total{via="layer"}`)
+	t.Logf("the shared base read for its directories: %v times from its skeleton, %v times whole", skel, whole)
+	if skel+whole != 9 || whole > 2 {
+		t.Errorf("base read %v times via its skeleton and %v times whole: want 9 in all, at most 2 whole (until the skeleton is kept)", skel, whole)
+	}
 	if len(workers) != 2 {
 		t.Errorf("tasks per worker %v: want both workers to take some", workers)
 	}

@@ -20,16 +20,18 @@ import (
 // key-value buckets: task records and the layer cache. Every serve and
 // sync process of a mirror opens the same ones.
 type Queue struct {
-	cfg     *Config
-	srv     *server.Server // the embedded server, if any
-	nc      *nats.Conn
-	js      jetstream.JetStream
-	stream  jetstream.Stream
-	cons    jetstream.Consumer
-	tasks   jetstream.KeyValue
-	layers  jetstream.KeyValue
-	subject string // prefix of task subjects
-	adv     *nats.Subscription
+	cfg    *Config
+	srv    *server.Server // the embedded server, if any
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	stream jetstream.Stream
+	cons   jetstream.Consumer
+	tasks  jetstream.KeyValue
+	layers jetstream.KeyValue
+	// skeletons of cached layers (skeleton.go), by cache key
+	skeletons jetstream.ObjectStore
+	subject   string // prefix of task subjects
+	adv       *nats.Subscription
 }
 
 // names used on the NATS side, from the configured prefix.
@@ -171,6 +173,15 @@ func (q *Queue) setup(ctx context.Context) error {
 	})
 	if err != nil {
 		return fmt.Errorf("layer bucket: %w", err)
+	}
+	q.skeletons, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket:      c.NATS.Prefix + "-skeletons",
+		Description: "ocierofs mirror: directory records of cached layers",
+		Storage:     jetstream.FileStorage,
+		Replicas:    c.NATS.Replicas,
+	})
+	if err != nil {
+		return fmt.Errorf("skeleton store: %w", err)
 	}
 	return nil
 }

@@ -159,7 +159,18 @@ func (j *twinJob) image(src v1.Image, desc v1.Descriptor) (v1.Image, error) {
 		}
 	}
 	if len(misses) > 0 {
-		if err := j.convertMissing(src, desc, s, keys, entries, misses); err != nil {
+		scan, diffIDs := src, s.cfg.RootFS.DiffIDs
+		if sk, d, ok := j.skeletonImage(src, s, keys, entries, misses[len(misses)-1]); ok {
+			scan, diffIDs = sk, d
+		} else {
+			j.out.SkeletonReads = 0
+			for _, e := range entries[:misses[len(misses)-1]] {
+				if e != nil {
+					j.out.LayerReads++
+				}
+			}
+		}
+		if err := j.convertMissing(scan, desc, s, diffIDs, keys, entries, misses); err != nil {
 			return nil, err
 		}
 	}
@@ -218,9 +229,10 @@ func (j *twinJob) nameOpts() []name.Option {
 	return nil
 }
 
-// convertMissing converts the layers at misses (the others are cached:
-// CacheImage reads them only for their directories) and records them.
-func (j *twinJob) convertMissing(src v1.Image, desc v1.Descriptor, s *sourceImage, keys []string, entries []*LayerEntry, misses []int) error {
+// convertMissing converts the layers at misses of src (the others are
+// cached: CacheImage reads them, or their skeletons, only for their
+// directories; diffIDs are src's) and records them.
+func (j *twinJob) convertMissing(src v1.Image, desc v1.Descriptor, s *sourceImage, diffIDs []v1.Hash, keys []string, entries []*LayerEntry, misses []int) error {
 	dir, err := os.MkdirTemp(j.opt.TempDir, "ocierofs-mirror-")
 	if err != nil {
 		return err
@@ -228,7 +240,7 @@ func (j *twinJob) convertMissing(src v1.Image, desc v1.Descriptor, s *sourceImag
 	defer os.RemoveAll(dir)
 	for i, e := range entries {
 		if e != nil { // an empty file marks it done for CacheImage
-			p := convert.CachePath(dir, s.cfg.RootFS.DiffIDs[i])
+			p := convert.CachePath(dir, diffIDs[i])
 			if err := os.MkdirAll(p[:strings.LastIndexByte(p, '/')], 0o755); err != nil {
 				return err
 			}
@@ -295,25 +307,9 @@ func hashFile(p string) (v1.Hash, int64, error) {
 // entries, with the annotations and diff_ids the converter would have
 // given them; the converter passes such layers through.
 func (j *twinJob) substitute(src v1.Image, s *sourceImage, entries []*LayerEntry) (v1.Image, error) {
-	var m map[string]any
-	dec := json.NewDecoder(bytes.NewReader(s.raw))
-	dec.UseNumber()
-	if err := dec.Decode(&m); err != nil {
-		return nil, err
-	}
-	var cfg map[string]any
-	dec = json.NewDecoder(bytes.NewReader(s.rawCfg))
-	dec.UseNumber()
-	if err := dec.Decode(&cfg); err != nil {
-		return nil, err
-	}
-	img := &substImage{layers: map[v1.Hash]v1.Layer{}, orig: src}
-	diffIDs := make([]string, len(s.m.Layers))
-	descs := make([]v1.Descriptor, len(s.m.Layers))
+	repl := map[int]replacement{}
 	ropts := j.t.Remote.Options(j.ctx)
 	for i, l := range s.m.Layers {
-		diffIDs[i] = s.cfg.RootFS.DiffIDs[i].String()
-		descs[i] = l
 		e := entries[i]
 		if e == nil {
 			continue
@@ -330,15 +326,48 @@ func (j *twinJob) substitute(src v1.Image, s *sourceImage, entries []*LayerEntry
 		if j.opt.SpecMediaTypes {
 			ann[convert.AnnotationUncompressed] = e.DiffID
 		}
-		descs[i] = v1.Descriptor{MediaType: types.MediaType(e.MediaType), Digest: h, Size: e.Size, Annotations: ann}
-		diffIDs[i] = e.DiffID
 		// The blob is in the target repository now (published or mounted).
-		ref := j.dst.Name.Context().Digest(e.Digest)
-		rl, err := remote.Layer(ref, ropts...)
+		rl, err := remote.Layer(j.dst.Name.Context().Digest(e.Digest), ropts...)
 		if err != nil {
 			return nil, err
 		}
-		img.layers[h] = rl
+		repl[i] = replacement{desc: v1.Descriptor{MediaType: types.MediaType(e.MediaType), Digest: h, Size: e.Size, Annotations: ann},
+			diffID: e.DiffID, layer: rl}
+	}
+	return assemble(src, s, repl)
+}
+
+// replacement is a layer put in place of a source layer.
+type replacement struct {
+	desc   v1.Descriptor
+	diffID string
+	layer  v1.Layer
+}
+
+// assemble is src with some layers replaced: the manifest and config are
+// edited as JSON, so every other field stays as it was (numbers included).
+func assemble(src v1.Image, s *sourceImage, repl map[int]replacement) (v1.Image, error) {
+	var m map[string]any
+	dec := json.NewDecoder(bytes.NewReader(s.raw))
+	dec.UseNumber()
+	if err := dec.Decode(&m); err != nil {
+		return nil, err
+	}
+	var cfg map[string]any
+	dec = json.NewDecoder(bytes.NewReader(s.rawCfg))
+	dec.UseNumber()
+	if err := dec.Decode(&cfg); err != nil {
+		return nil, err
+	}
+	img := &substImage{layers: map[v1.Hash]v1.Layer{}, orig: src}
+	diffIDs := make([]string, len(s.m.Layers))
+	descs := make([]v1.Descriptor, len(s.m.Layers))
+	for i, l := range s.m.Layers {
+		diffIDs[i], descs[i] = s.cfg.RootFS.DiffIDs[i].String(), l
+		if r, ok := repl[i]; ok {
+			diffIDs[i], descs[i] = r.diffID, r.desc
+			img.layers[r.desc.Digest] = r.layer
+		}
 	}
 	rootfs, _ := cfg["rootfs"].(map[string]any)
 	if rootfs == nil {

@@ -44,6 +44,9 @@ type Outcome struct {
 	LayersReused    int
 	BytesIn         int64 // source layers converted
 	BytesOut        int64 // converted layers produced
+	// Cached layers read for their directories (below a converted one):
+	// from their skeletons, or whole (the first time: a skeleton is made).
+	SkeletonReads, LayerReads int
 }
 
 func (t *Twins) logf(format string, args ...any) {

@@ -1,13 +1,20 @@
 package mirror
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/ocierofs/ocierofs/convert"
 	"github.com/ocierofs/ocierofs/erofs"
@@ -207,4 +214,91 @@ func TestCacheKeys(t *testing.T) {
 			t.Errorf("options %+v: same key as the defaults", o)
 		}
 	}
+}
+
+func TestSkeleton(t *testing.T) {
+	var raw bytes.Buffer
+	tw := tar.NewWriter(&raw)
+	mt := time.Unix(1700000000, 123000000)
+	add := func(h tar.Header, data string) {
+		h.Size = int64(len(data))
+		h.Format = tar.FormatPAX
+		if err := tw.WriteHeader(&h); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write([]byte(data))
+	}
+	add(tar.Header{Typeflag: tar.TypeXGlobalHeader, Name: "pax_global_header", PAXRecords: map[string]string{"comment": "x"}}, "")
+	add(tar.Header{Typeflag: tar.TypeDir, Name: "./", Mode: 0o755, ModTime: mt}, "")
+	add(tar.Header{Typeflag: tar.TypeDir, Name: "etc/", Mode: 0o750, Uid: 7, Gid: 8, ModTime: mt,
+		PAXRecords: map[string]string{"SCHILY.xattr.user.a": "1", "LIBARCHIVE.xattr.user.b": "Mg==", "comment": "dropped"}}, "")
+	add(tar.Header{Typeflag: tar.TypeReg, Name: "etc/passwd", Mode: 0o644, ModTime: mt, PAXRecords: map[string]string{"SCHILY.xattr.user.f": "x"}}, "root:x:0:0\n")
+	add(tar.Header{Typeflag: tar.TypeLink, Name: "etc/hard", Linkname: "etc/passwd", ModTime: mt}, "")
+	add(tar.Header{Typeflag: tar.TypeSymlink, Name: "etc/sym", Linkname: "passwd", ModTime: mt}, "")
+	add(tar.Header{Typeflag: tar.TypeChar, Name: "etc/null", Devmajor: 1, Devminor: 3, ModTime: mt}, "")
+	add(tar.Header{Typeflag: tar.TypeReg, Name: "var/.wh.gone", ModTime: mt}, "")
+	add(tar.Header{Typeflag: tar.TypeReg, Name: "opt/.wh..wh..opq", ModTime: mt}, "")
+	tw.Close()
+	gz, err := makeSkeleton(&rawLayer{b: raw.Bytes()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(gz))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(zr)
+	var got []string
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var xs []string
+		for k, v := range h.PAXRecords {
+			if strings.Contains(k, "xattr") {
+				xs = append(xs, k+"="+v)
+			}
+		}
+		sort.Strings(xs)
+		got = append(got, fmt.Sprintf("%c %s %o %d:%d %d %s %v", h.Typeflag, h.Name, h.Mode, h.Uid, h.Gid, h.Size, h.ModTime.UTC().Format(time.RFC3339Nano), xs))
+	}
+	want := []string{
+		"5 ./ 755 0:0 0 2023-11-14T22:13:20.123Z []",
+		"5 etc/ 750 7:8 0 2023-11-14T22:13:20.123Z [LIBARCHIVE.xattr.user.b=Mg== SCHILY.xattr.user.a=1]",
+		"0 etc/passwd 644 0:0 0 2023-11-14T22:13:20.123Z []",
+		"0 etc/hard 0 0:0 0 2023-11-14T22:13:20.123Z []",
+		"0 etc/sym 0 0:0 0 2023-11-14T22:13:20.123Z []",
+		"0 etc/null 0 0:0 0 2023-11-14T22:13:20.123Z []",
+		"0 var/.wh.gone 0 0:0 0 2023-11-14T22:13:20.123Z []",
+		"0 opt/.wh..wh..opq 0 0:0 0 2023-11-14T22:13:20.123Z []",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("skeleton:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// Same layer, same bytes.
+	gz2, _ := makeSkeleton(&rawLayer{b: raw.Bytes()})
+	if !bytes.Equal(gz, gz2) {
+		t.Error("two skeletons of one layer differ")
+	}
+}
+
+// rawLayer is an uncompressed tar as a layer.
+type rawLayer struct{ b []byte }
+
+func (r *rawLayer) Digest() (v1.Hash, error) {
+	h, _, err := v1.SHA256(bytes.NewReader(r.b))
+	return h, err
+}
+func (r *rawLayer) DiffID() (v1.Hash, error)            { return r.Digest() }
+func (r *rawLayer) Size() (int64, error)                { return int64(len(r.b)), nil }
+func (r *rawLayer) MediaType() (types.MediaType, error) { return types.OCIUncompressedLayer, nil }
+func (r *rawLayer) Compressed() (io.ReadCloser, error) {
+	return io.NopCloser(bytes.NewReader(r.b)), nil
+}
+func (r *rawLayer) Uncompressed() (io.ReadCloser, error) {
+	return io.NopCloser(bytes.NewReader(r.b)), nil
 }
