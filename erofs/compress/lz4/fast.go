@@ -7,7 +7,7 @@ const (
 	fastHashLog = 14
 	// skipTrigger: after 2^skipTrigger probes without a match the step grows
 	// by one byte, so incompressible data is crossed quickly.
-	skipTrigger = 6
+	skipTrigger = 5
 )
 
 func fastHash(u uint64) uint32 {
@@ -34,7 +34,9 @@ func (e *Encoder) compressFast(dst, src []byte) (int, int) {
 	ip := 1
 	step0 := e.accel << skipTrigger
 	for {
-		// Find a 4-byte match.
+		// Find a 4-byte match. One 8-byte load serves two positions, ip
+		// and ip+1; with no match at either, the step grows with the
+		// number of probes since the last match.
 		var cand int
 		probes := step0
 		for {
@@ -42,14 +44,23 @@ func (e *Encoder) compressFast(dst, src []byte) (int, int) {
 				return finish(dst, di, src, anchor)
 			}
 			u := le64(src, ip)
-			h := fastHash(u)
-			cand = int(t[h]) - off
-			t[h] = uint32(ip + off)
-			if ip-cand <= MaxDistance && le32(src, cand) == uint32(u) {
+			h0, h1 := fastHash(u), fastHash(u>>8)
+			c0, c1 := int(t[h0])-off, int(t[h1])-off
+			t[h0] = uint32(ip + off)
+			if ip-c0 <= MaxDistance && le32(src, c0) == uint32(u) {
+				cand = c0
 				break
 			}
-			ip += probes >> skipTrigger
-			probes++
+			if ip < ipLimit {
+				t[h1] = uint32(ip + 1 + off)
+				if ip+1-c1 <= MaxDistance && le32(src, c1) == uint32(u>>8) {
+					cand = c1
+					ip++
+					break
+				}
+			}
+			ip += 1 + probes>>skipTrigger
+			probes += 2
 		}
 		// Extend backwards over pending literals.
 		for ip > anchor && cand > 0 && src[ip-1] == src[cand-1] {
