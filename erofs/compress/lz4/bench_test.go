@@ -189,7 +189,7 @@ func TestSpeedTable(t *testing.T) {
 							pos = 0
 						}
 					}
-					c.best = max(c.best, float64(in)/(threadCPU() - start).Seconds()/1e6)
+					c.best = max(c.best, float64(in)/(threadCPU()-start).Seconds()/1e6)
 					c.in, c.out = in, out
 				})
 			}
@@ -212,7 +212,7 @@ func TestSpeedTable(t *testing.T) {
 						out += w
 						pos += size
 					}
-					c.best = max(c.best, float64(in)/(threadCPU() - start).Seconds()/1e6)
+					c.best = max(c.best, float64(in)/(threadCPU()-start).Seconds()/1e6)
 					c.in, c.out = in, out
 				})
 			}
@@ -232,7 +232,7 @@ func TestSpeedTable(t *testing.T) {
 					out += n
 					pos += size
 				}
-				c.best = max(c.best, float64(in)/(threadCPU() - start).Seconds()/1e6)
+				c.best = max(c.best, float64(in)/(threadCPU()-start).Seconds()/1e6)
 				c.in, c.out = in, out
 			})
 		}
