@@ -45,7 +45,9 @@ type tarLayer struct {
 // It returns the sha256 of the whole stream (the layer's diffID).
 func (l *tarLayer) addTar(r io.Reader) (hash.Hash, error) {
 	h := sha256.New()
-	cr := &countingReader{r: io.TeeReader(r, h)}
+	ra := newReadAhead(r, h)
+	defer ra.Close()
+	cr := &countingReader{r: ra}
 	tr := tar.NewReader(cr)
 	for {
 		hdr, err := tr.Next()
