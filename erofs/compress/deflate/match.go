@@ -51,7 +51,10 @@ const hashTail = minMatch
 // calls fall below it and read as empty without clearing the tables.
 type matchFinder struct {
 	head [1 << hashBits]int32
-	prev [windowSize]int32
+	// prev holds, for each position in the window, the distance back to
+	// the previous position with the same hash (0: none in the window);
+	// 16-bit deltas keep the chains in half the cache of positions.
+	prev [windowSize]uint16
 	base int
 	next int // base of the next call
 }
@@ -68,7 +71,11 @@ func (m *matchFinder) begin(n int) {
 
 func (m *matchFinder) insert(src []byte, i int) {
 	h := hash4(binary.LittleEndian.Uint32(src[i:]))
-	m.prev[i&(windowSize-1)] = m.head[h]
+	d := i + m.base - int(m.head[h])
+	if d > windowSize {
+		d = 0 // an earlier call's position, or too far
+	}
+	m.prev[i&(windowSize-1)] = uint16(d)
 	m.head[h] = int32(i + m.base)
 }
 
@@ -100,7 +107,11 @@ func (m *matchFinder) find(src []byte, i, prev, chain, nice int) (length, dist i
 				tail = binary.LittleEndian.Uint32(in[best-3:])
 			}
 		}
-		cand = int(m.prev[cand&(windowSize-1)]) - m.base
+		d := int(m.prev[cand&(windowSize-1)])
+		if d == 0 {
+			break
+		}
+		cand -= d
 		chain--
 	}
 	if dist == 0 {
@@ -206,16 +217,18 @@ func (e *Encoder) parseLazy(src []byte, stopEst, maxTokens int) {
 	m := &e.mf
 	p := e.p
 	i := e.i
+	pending, prevLen, prevDist := e.pending, e.prevLen, e.prevDist
+	last := len(src) - hashTail // the last position that is searched
 	for e.est < stopEst && len(e.tokens) < maxTokens {
-		if i > len(src)-hashTail {
-			if e.pending {
-				if e.prevLen >= minMatch {
-					e.match(e.prevLen, e.prevDist)
-					i += e.prevLen - 1
+		if i > last {
+			if pending {
+				if prevLen >= minMatch {
+					e.match(prevLen, prevDist)
+					i += prevLen - 1
 				} else {
 					e.lit(src[i-1])
 				}
-				e.pending = false
+				pending = false
 			}
 			for ; i < len(src); i++ {
 				e.lit(src[i])
@@ -224,48 +237,47 @@ func (e *Encoder) parseLazy(src []byte, stopEst, maxTokens int) {
 			break
 		}
 		var l, d int
-		if !e.pending || e.prevLen < p.lazy {
+		if !pending {
+			l, d = m.find(src, i, 0, p.chain, p.nice)
+		} else if prevLen < p.lazy {
 			chain := p.chain
-			if e.pending && e.prevLen >= p.good {
+			if prevLen >= p.good {
 				chain >>= 2
 			}
-			prev := 0
-			if e.pending {
-				prev = e.prevLen
-			}
-			l, d = m.find(src, i, prev, chain, p.nice)
+			l, d = m.find(src, i, prevLen, chain, p.nice)
 		}
 		m.insert(src, i)
-		if e.pending && e.prevLen >= minMatch && l <= e.prevLen {
-			end := i - 1 + e.prevLen
-			e.match(e.prevLen, e.prevDist)
-			for j := i + 1; j < end && j <= len(src)-hashTail; j++ {
+		if pending && prevLen >= minMatch && l <= prevLen {
+			end := i - 1 + prevLen
+			e.match(prevLen, prevDist)
+			for j := i + 1; j < end && j <= last; j++ {
 				m.insert(src, j)
 			}
 			i = end
-			e.pending, e.prevLen = false, 0
+			pending, prevLen = false, 0
 			e.misses = 0
 			continue
 		}
 		if l >= minMatch {
 			e.misses = 0
-		} else if !e.pending || e.prevLen < minMatch {
+		} else if !pending || prevLen < minMatch {
 			e.misses++
 		}
-		if e.pending {
+		if pending {
 			e.lit(src[i-1])
 		}
 		if e.misses > p.skip {
 			// Nothing found here nor a byte before: step over input.
-			end := min(i+e.step(), len(src)-hashTail+1)
+			end := min(i+e.step(), last+1)
 			for ; i < end; i++ {
 				e.lit(src[i])
 			}
-			e.pending = false
+			pending = false
 			continue
 		}
-		e.pending, e.prevLen, e.prevDist = true, l, d
+		pending, prevLen, prevDist = true, l, d
 		i++
 	}
 	e.i = i
+	e.pending, e.prevLen, e.prevDist = pending, prevLen, prevDist
 }
