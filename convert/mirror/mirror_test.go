@@ -188,8 +188,9 @@ func directDigest(t testing.TB, reg *registry, repoTag string) string {
 
 func TestServe(t *testing.T) {
 	h := newHarness(t, "s3cret", func(c *mirror.Config) { c.Rules.Exclude = []string{"private/**"} })
-	h.startWorker(t, "w1")
-	h.startWorker(t, "w2")
+	mc := newMountCounter(t, h.reg.host)
+	h.startWorker(t, "w1", mc.host)
+	h.startWorker(t, "w2", mc.host)
 
 	// Notifications without the secret are refused.
 	for _, auth := range []string{"", "Bearer wrong", "s3cre"} {
@@ -252,6 +253,9 @@ func TestServe(t *testing.T) {
 	t.Logf("the shared base read for its directories: %v times from its skeleton, %v times whole", skel, whole)
 	if skel+whole != 9 || whole > 2 {
 		t.Errorf("base read %v times via its skeleton and %v times whole: want 9 in all, at most 2 whole (until the skeleton is kept)", skel, whole)
+	}
+	if n := mc.mounts.Load(); n < 9 {
+		t.Errorf("%d blobs mounted across repositories, want the converted base in 9 of the 10 (not uploaded again)", n)
 	}
 	if len(workers) != 2 {
 		t.Errorf("tasks per worker %v: want both workers to take some", workers)

@@ -147,3 +147,46 @@ func TestLostOnLastAttempt(t *testing.T) {
 		t.Errorf("queue after the advisory: %d waiting, %d in progress, %v; want it empty", w, p, err)
 	}
 }
+
+// A conversion longer than the ack wait stays with its worker: progress
+// reports keep the task from going to the idle one.
+func TestLongConversion(t *testing.T) {
+	h := newHarness(t, "s", nil) // ack wait 3s
+	slow := newThrottle(t, h.reg.host, 256<<10)
+	h.startWorker(t, "slow", slow.host)
+	img := image(t, baseLayer(t, 60, 1_500_000), appLayer(t, "long"))
+	d := h.reg.push(t, "long/one:1", img)
+	h.waitRecord(t, "long/one", "1", d, 30*time.Second, func(r *mirror.Record) bool { return r.State == mirror.StateRunning })
+	h.startWorker(t, "idle")
+	h.reg.waitTwin(t, "long/one:1", d, 2*time.Minute)
+	r := h.waitRecord(t, "long/one", "1", d, 10*time.Second, func(r *mirror.Record) bool { return r.State == mirror.StateDone })
+	t.Logf("conversion took %.1fs with an ack wait of 3s", r.Seconds)
+	if r.Worker != "slow" || r.Attempts != 1 || r.Seconds < 4 {
+		t.Errorf("task done by %s on attempt %d in %.1fs; want the slow worker, attempt 1, longer than the ack wait", r.Worker, r.Attempts, r.Seconds)
+	}
+}
+
+// mountCounter is a proxy that counts the cross-repository blob mounts
+// the registry accepted.
+type mountCounter struct {
+	host   string
+	mounts atomic.Int32
+}
+
+func newMountCounter(t testing.TB, upstream string) *mountCounter {
+	u, err := url.Parse("http://" + upstream)
+	must(t, err)
+	mc := &mountCounter{}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.ModifyResponse = func(resp *http.Response) error {
+		q := resp.Request.URL.Query()
+		if resp.Request.Method == http.MethodPost && q.Get("mount") != "" && q.Get("from") != "" && resp.StatusCode == http.StatusCreated {
+			mc.mounts.Add(1)
+		}
+		return nil
+	}
+	srv := httptest.NewServer(rp)
+	t.Cleanup(srv.Close)
+	mc.host = strings.TrimPrefix(srv.URL, "http://")
+	return mc
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -127,7 +128,7 @@ func (t *Twins) Convert(ctx context.Context, task Task, owner string) (*Outcome,
 	opt.Progress = nil
 	opt.Log = t.Log
 	repo := dst.Name.Context()
-	pubOpts := append(ropts[:len(ropts):len(ropts)], remote.WithContext(ctx))
+	pubOpts := slices.Clip(ropts) // appended to by concurrent uploads
 	opt.Publish = func(ctx context.Context, l v1.Layer) error {
 		if err := remote.WriteLayer(repo, l, append(pubOpts, remote.WithContext(ctx))...); err != nil {
 			return err
