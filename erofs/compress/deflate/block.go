@@ -16,6 +16,7 @@ type bitWriter struct {
 	acc      uint64 // pending bits, fewer than 32 between calls
 	nbits    uint
 	overflow bool
+	header   int // bit position of the last block header written
 }
 
 func (w *bitWriter) reset(dst []byte) {
@@ -99,6 +100,7 @@ func (w *bitWriter) writeStored(data []byte, final bool) {
 		if final && last {
 			h = 1
 		}
+		w.header = w.pos()
 		w.bits(h, 3)
 		w.align()
 		if w.overflow || w.n+4+c > len(w.dst) {
@@ -290,6 +292,7 @@ func (w *bitWriter) writeDynHeader(c *dynCode, final bool) {
 	if final {
 		h = 5
 	}
+	w.header = w.pos()
 	w.bits(h, 3)
 	w.bits(uint64(c.hlit-257)|uint64(c.hdist-1)<<5|uint64(c.hclen-4)<<10, 14)
 	for _, s := range clOrder[:c.hclen] {
@@ -338,6 +341,7 @@ func (w *bitWriter) writeFixed(ts []token, final bool) {
 	if final {
 		h = 3
 	}
+	w.header = w.pos()
 	w.bits(h, 3)
 	w.writeTokens(ts, fixedLit[:], fixedLitLen[:], fixedDist[:], fixedDistLen[:])
 }

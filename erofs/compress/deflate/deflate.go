@@ -159,8 +159,8 @@ func (e *Encoder) CompressDestSize(dst, src []byte) (written, consumed int) {
 			e.writeBlock(src[blockStart:e.tokEnd], e.tokens, &e.code, dyn, fix, sto, true)
 			consumed = e.tokEnd
 		case len(e.tokens) >= e.maxTokens:
-			lastHeader = pos
 			e.writeBlock(src[blockStart:e.tokEnd], e.tokens, &e.code, dyn, fix, sto, false)
+			lastHeader = w.header // of the last stored block if it took several
 			blockStart = e.tokEnd
 			e.newBlock()
 			nextCheck = (budget - w.pos()) / 4

@@ -34,7 +34,7 @@ var levels = [LevelMax + 1]levelParams{
 	3: {chain: 32, nice: 32, insert: 6, skip: 32},
 	4: {chain: 16, good: 4, lazy: 4, nice: 16, skip: 32},
 	5: {chain: 16, good: 8, lazy: 16, nice: 32, skip: 32},
-	6: {chain: 32, good: 8, lazy: 16, nice: 64, skip: 32},
+	6: {chain: 48, good: 12, lazy: 24, nice: 96, skip: 32},
 	7: {chain: 128, good: 8, lazy: 32, nice: 128, skip: 64},
 	8: {chain: 1024, good: 32, lazy: 128, nice: 258, skip: 128},
 	9: {chain: 4096, good: 32, lazy: 258, nice: 258, skip: 256},
