@@ -17,18 +17,19 @@ type hcParams struct {
 	lazy       int // positions a match may be deferred by (levels 1–9)
 	window     int // parse window of the optimal parser
 	sufficient int // optimal parser: a match this long is taken at once
+	nice       int // levels 1–9: a match this long ends the search
 }
 
 var hcLevels = [LevelMax + 1]hcParams{
-	1:  {depth: 2},
-	2:  {depth: 4},
-	3:  {depth: 8, lazy: 1},
-	4:  {depth: 16, lazy: 1},
-	5:  {depth: 32, lazy: 1},
-	6:  {depth: 64, lazy: 1},
-	7:  {depth: 128, lazy: 2},
-	8:  {depth: 256, lazy: 2},
-	9:  {depth: 512, lazy: 2},
+	1:  {depth: 2, nice: 32},
+	2:  {depth: 4, nice: 32},
+	3:  {depth: 8, lazy: 1, nice: 64},
+	4:  {depth: 16, lazy: 1, nice: 64},
+	5:  {depth: 32, lazy: 1, nice: 64},
+	6:  {depth: 64, lazy: 1, nice: 128},
+	7:  {depth: 64, lazy: 2, nice: 128},
+	8:  {depth: 128, lazy: 2, nice: 256},
+	9:  {depth: 256, lazy: 2, nice: 256},
 	10: {depth: 64, window: 512, sufficient: 64},
 	11: {depth: 256, window: 1024, sufficient: 128},
 	12: {depth: 4096, window: 4096, sufficient: 4096},
@@ -95,7 +96,7 @@ func (h *hcState) find(src []byte, off, ip, limit, best int) (ml, dist int) {
 			l := minMatch + matchLen(src, c+minMatch, ip+minMatch, limit)
 			if l > best {
 				best, ml, dist = l, l, ip-c
-				if l == maxLen {
+				if l == maxLen || l >= h.nice && h.nice > 0 {
 					break
 				}
 			}
