@@ -33,6 +33,8 @@ var serveCommand = &cli.Command{
 		&cli.StringFlag{Name: "listen", Usage: "HTTP address (default :8080)"},
 		&cli.StringFlag{Name: "secret", EnvVars: []string{"OCIEROFS_WEBHOOK_SECRET"}, Usage: "shared secret every notification must carry (bare or as \"Bearer SECRET\")"},
 		&cli.StringFlag{Name: "secret-header", Usage: "header holding the secret (default Authorization)"},
+		&cli.StringFlag{Name: "tls-cert", Usage: "serve HTTPS with this PEM certificate (and --tls-key)"},
+		&cli.StringFlag{Name: "tls-key", Usage: "PEM key of --tls-cert"},
 		&cli.StringFlag{Name: "nats-store", Usage: "JetStream directory of the embedded NATS server"},
 		&cli.StringFlag{Name: "nats-listen", Usage: "client address of the embedded NATS server, for remote workers (default 127.0.0.1:4222)"},
 		&cli.BoolFlag{Name: "worker", Usage: "only take tasks from --nats (no notifications); health and metrics still on --listen"},
@@ -84,6 +86,8 @@ func mirrorConfig(c *cli.Context) (*mirror.Config, error) {
 	set("listen", &cfg.Listen)
 	set("secret", &cfg.Secret)
 	set("secret-header", &cfg.SecretHeader)
+	set("tls-cert", &cfg.TLSCert)
+	set("tls-key", &cfg.TLSKey)
 	set("nats", &cfg.NATS.URL)
 	set("nats-creds", &cfg.NATS.Creds)
 	set("nats-store", &cfg.NATS.StoreDir)
@@ -202,12 +206,18 @@ func runServe(ctx context.Context, c *cli.Context) error {
 	}
 	httpSrv := &http.Server{Handler: mirror.NewServer(cfg, srvQueue, metrics, logf).Handler(), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 2)
-	go func() { errc <- httpSrv.Serve(ln) }()
+	scheme := "http"
+	if cfg.TLSCert != "" {
+		scheme = "https"
+		go func() { errc <- httpSrv.ServeTLS(ln, cfg.TLSCert, cfg.TLSKey) }()
+	} else {
+		go func() { errc <- httpSrv.Serve(ln) }()
+	}
 	what := "receiving notifications"
 	if worker {
 		what = "worker"
 	}
-	logf("serve: %s on http://%s, registry %s, %d worker(s), queue %s", what, ln.Addr(), cfg.Registry, cfg.Workers,
+	logf("serve: %s on %s://%s, registry %s, %d worker(s), queue %s", what, scheme, ln.Addr(), cfg.Registry, cfg.Workers,
 		strings.TrimSpace(cfg.NATS.URL+" "+q.ClientURL()))
 	wctx, wcancel := context.WithCancel(ctx)
 	defer wcancel()

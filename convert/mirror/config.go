@@ -36,6 +36,9 @@ type Config struct {
 	// Authorization) of every notification, bare or as "Bearer SECRET".
 	Secret       string `json:"secret"`
 	SecretHeader string `json:"secretHeader"`
+	// TLSCert and TLSKey, if set, make serve answer HTTPS (PEM files).
+	TLSCert string `json:"tlsCert"`
+	TLSKey  string `json:"tlsKey"`
 
 	NATS  NATSConfig  `json:"nats"`
 	Queue QueueConfig `json:"queue"`
@@ -208,6 +211,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Queue.MaxDeliver < 1 {
 		errs = append(errs, fmt.Errorf("queue.maxDeliver %d: at least 1", c.Queue.MaxDeliver))
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		errs = append(errs, errors.New("tlsCert and tlsKey go together"))
 	}
 	if c.Workers < 0 {
 		errs = append(errs, fmt.Errorf("workers %d: not negative", c.Workers))

@@ -424,6 +424,12 @@ func rawLayers(t testing.TB, img v1.Image, dir string) []string {
 func mountStack(t testing.TB, layers []string) string {
 	t.Helper()
 	roundtrip.RequireMount(t)
+	if len(layers) > 1 && !hasOverlay() {
+		exec.Command("modprobe", "overlay").Run()
+		if !hasOverlay() {
+			t.Skip("cannot stack layers: no overlay in /proc/filesystems, even after modprobe overlay")
+		}
+	}
 	var mnts []string
 	for _, l := range layers {
 		mnts = append(mnts, roundtrip.Mount(t, l))
@@ -442,6 +448,11 @@ func mountStack(t testing.TB, layers []string) string {
 	}
 	t.Cleanup(func() { roundtrip.Unmount(t, merged) })
 	return merged
+}
+
+func hasOverlay() bool {
+	b, err := os.ReadFile("/proc/filesystems")
+	return err == nil && strings.Contains(string(b), "\toverlay\n")
 }
 
 func umociRootfs(t testing.TB, img v1.Image) string {

@@ -3,12 +3,22 @@ package mirror_test
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
+	"math/big"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -260,4 +270,71 @@ convert { "layer-compression": "zstd", jobs: 1 }
 	case <-time.After(15 * time.Second):
 		t.Errorf("serve still running 15s after SIGTERM")
 	}
+}
+
+// serve over HTTPS: the secret never crosses the network in clear.
+func TestServeTLS(t *testing.T) {
+	bin := ocierofsBinary(t)
+	dir := t.TempDir()
+	cert, key := selfSigned(t, dir)
+	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	var logs lockedBuffer
+	cmd := exec.Command(bin, "serve", "--registry", "127.0.0.1:1", "--nats-store", filepath.Join(dir, "nats"), "--nats-listen", "127.0.0.1:0",
+		"--listen", listen, "--tls-cert", cert, "--tls-key", key, "--secret", "tls-secret", "--workers", "0")
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	must(t, cmd.Start())
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // the test's own certificate
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := client.Get("https://" + listen + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve (TLS) not ready in 30s:\n%s", logs.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	post := func(auth string) int {
+		req, _ := http.NewRequest("POST", "https://"+listen+"/notify", strings.NewReader(`{"events":[]}`))
+		req.Header.Set("Authorization", auth)
+		resp, err := client.Do(req)
+		must(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := post("Bearer tls-secret"); code != 200 {
+		t.Errorf("notify over TLS with the secret: %d", code)
+	}
+	if code := post("Bearer other"); code != 401 {
+		t.Errorf("notify over TLS with a wrong secret: %d, want 401", code)
+	}
+	if resp, err := http.Post("http://"+listen+"/notify", "application/json", strings.NewReader("{}")); err == nil {
+		if resp.StatusCode == 200 {
+			t.Error("plain HTTP answered 200 on a TLS endpoint")
+		}
+		resp.Body.Close()
+	}
+}
+
+// selfSigned writes a certificate for 127.0.0.1 and its key.
+func selfSigned(t testing.TB, dir string) (cert, key string) {
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	must(t, err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ocierofs-test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
+	must(t, err)
+	kb, err := x509.MarshalECPrivateKey(k)
+	must(t, err)
+	cert, key = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	must(t, os.WriteFile(cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644))
+	must(t, os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600))
+	return cert, key
 }
