@@ -3,6 +3,7 @@ package zstd
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	kzstd "github.com/klauspost/compress/zstd"
+	"golang.org/x/sys/unix"
 )
 
 // Benchmarks report MB/s of input (10^6 B/s) and the ratio (input/output).
@@ -158,22 +160,36 @@ func TestSpeedTable(t *testing.T) {
 	// corpus in every round.
 	const perRound = 8 << 20
 	type cell struct {
-		mbs     []float64
-		in, out int
-		name    string
+		mbs, cpu []float64
+		in, out  int
+		name     string
+	}
+	// CPU time of this thread: on a shared machine it varies less than
+	// wall time.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	cpuNow := func() time.Duration {
+		var ru unix.Rusage
+		unix.Getrusage(unix.RUSAGE_THREAD, &ru)
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	}
 	var cells []*cell
 	var runs []func(c *cell)
 	add := func(name string, amount int, f func(amount int) (int, int)) {
 		cells = append(cells, &cell{name: name})
 		runs = append(runs, func(c *cell) {
-			start := time.Now()
+			start, cpu := time.Now(), cpuNow()
 			in, out := f(amount)
 			c.mbs = append(c.mbs, float64(in)/time.Since(start).Seconds()/1e6)
+			c.cpu = append(c.cpu, float64(in)/(cpuNow()-cpu).Seconds()/1e6)
 			c.in, c.out = in, out
 		})
 	}
-	for _, data := range []string{"text", "random"} {
+	datas := []string{"text", "random"}
+	if d := os.Getenv("ZSTD_DATA"); d != "" {
+		datas = strings.Split(d, ",")
+	}
+	for _, data := range datas {
 		src := benchCorpus(data)
 		for _, level := range levels {
 			for _, budget := range []int{4 << 10, 16 << 10} {
@@ -204,7 +220,7 @@ func TestSpeedTable(t *testing.T) {
 					return in, o
 				})
 			}
-			if level == 1 {
+			if level == 1 && os.Getenv("ZSTD_SEARCH") != "" {
 				s, _ := newSearchEncoder(level, 1<<20)
 				dst := make([]byte, 4<<10)
 				pos := 0
@@ -222,6 +238,68 @@ func TestSpeedTable(t *testing.T) {
 	}
 	for _, c := range cells {
 		sort.Float64s(c.mbs)
-		t.Logf("%-36s %8.1f MB/s (min %6.1f max %6.1f)  ratio %.3f", c.name, c.mbs[len(c.mbs)/2], c.mbs[0], c.mbs[len(c.mbs)-1], float64(c.in)/float64(c.out))
+		sort.Float64s(c.cpu)
+		t.Logf("%-36s %7.1f MB/s (min %6.1f max %6.1f) %7.1f MB/s of CPU  ratio %.3f", c.name, c.mbs[len(c.mbs)/2], c.mbs[0], c.mbs[len(c.mbs)-1], c.cpu[len(c.cpu)/2], float64(c.in)/float64(c.out))
 	}
+}
+
+// TestKlauspostFile prints the MB/s (wall and CPU) of klauspost's plain
+// encoder compressing the file ZSTD_FILE as independent frames of
+// ZSTD_FRAME bytes (default 16 KiB) at ZSTD_LEVEL (default 1): the
+// yardstick of the mkfs speed target.
+//
+//	ZSTD_FILE=source.bin GOMAXPROCS=1 taskset -c 1 go test -run TestKlauspostFile -v ./erofs/compress/zstd/
+func TestKlauspostFile(t *testing.T) {
+	name := os.Getenv("ZSTD_FILE")
+	if name == "" {
+		t.Skip("set ZSTD_FILE to run")
+	}
+	src, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	frame, level := 16<<10, 1
+	if v := os.Getenv("ZSTD_FRAME"); v != "" {
+		fmt.Sscan(v, &frame)
+	}
+	if v := os.Getenv("ZSTD_LEVEL"); v != "" {
+		fmt.Sscan(v, &level)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var ru0, ru1 unix.Rusage
+	enc := newKlauspost(level)
+	var out []byte
+	total := 0
+	unix.Getrusage(unix.RUSAGE_THREAD, &ru0)
+	start := time.Now()
+	for pos := 0; pos < len(src); pos += frame {
+		out = enc.EncodeAll(src[pos:min(len(src), pos+frame)], out[:0])
+		total += len(out)
+	}
+	wall := time.Since(start)
+	unix.Getrusage(unix.RUSAGE_THREAD, &ru1)
+	cpu := time.Duration(ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano())
+	t.Logf("klauspost L%d, %d-byte frames: %.1f MB/s wall, %.1f MB/s CPU, ratio %.3f", level, frame,
+		float64(len(src))/wall.Seconds()/1e6, float64(len(src))/cpu.Seconds()/1e6, float64(len(src))/float64(total))
+
+	// This package on the same bytes: 4 KiB pclusters from 64 KiB extents.
+	e, _ := NewEncoder(level, WithWindow(64<<10))
+	dst := make([]byte, 4096)
+	total = 0
+	unix.Getrusage(unix.RUSAGE_THREAD, &ru0)
+	start = time.Now()
+	for pos := 0; pos < len(src); {
+		w, c := e.CompressDestSize(dst, src[pos:min(len(src), pos+maxExtent)])
+		if c == 0 {
+			c, w = min(len(dst), len(src)-pos), min(len(dst), len(src)-pos)
+		}
+		pos += c
+		total += w
+	}
+	wall = time.Since(start)
+	unix.Getrusage(unix.RUSAGE_THREAD, &ru1)
+	cpu = time.Duration(ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano())
+	t.Logf("destsize L%d, 4 KiB budget: %.1f MB/s wall, %.1f MB/s CPU, ratio %.3f", level,
+		float64(len(src))/wall.Seconds()/1e6, float64(len(src))/cpu.Seconds()/1e6, float64(len(src))/float64(total))
 }

@@ -88,21 +88,19 @@ func (e *Encoder) block(dst, src []byte, pos, end int, r *reps) (typ byte, n, co
 	// input ends), starting from a guess of 3:1.
 	limit := min(end, pos+max(room, 256))
 	var pe int
-	cr, coded := *r, 0
+	e.crep = *r
 	e.cost.statSeqs = -1
 	for {
 		e.parse(src, limit, end)
-		dbgParse++
 		pe = min(max(e.ip, limit), end)
-		cr = code(e.seqs[coded:], cr)
-		coded = len(e.seqs)
+		coded := len(e.seqs)
 		if e.cost.statSeqs < 0 || e.cost.statSeqs < 64 && coded > 2*e.cost.statSeqs {
 			// Costs from a handful of sequences are noise: retake them.
 			e.cost.stats(e.seqs, e.lits, src[e.anchor:max(e.anchor, pe)])
 			e.cost.reset(pos)
 		}
 		e.cost.extend(e.seqs, e.lits)
-		est := e.cost.estimate(len(e.seqs), pe-e.cost.end[len(e.seqs)])
+		est := e.cost.estimate(len(e.seqs), pe-int(e.cost.p[len(e.seqs)].end))
 		if est > target || pe >= end {
 			break
 		}
@@ -118,19 +116,16 @@ func (e *Encoder) block(dst, src []byte, pos, end int, r *reps) (typ byte, n, co
 	// which only changes the literals section.
 	margin := room * 128 / 256
 	tol := max(2, room/512)
-	k, t := len(e.seqs), pe-e.cost.end[len(e.seqs)]
+	k, t := len(e.seqs), pe-int(e.cost.p[len(e.seqs)].end)
 	if e.cost.estimate(k, t) > target-margin {
 		k, t = e.cost.cut(target-margin, end)
-		if e.cost.end[k]+t-pos <= rawN+rawN/64 {
+		if int(e.cost.p[k].end)+t-pos <= rawN+rawN/64 {
 			return e.rawBlock(dst, src, pos, rawN)
 		}
 	}
 	size := 0
 	for try := 0; ; try++ {
 		size = e.encode(src, k, t)
-		if dbgOn {
-			println("try", try, "k", k, "of", len(e.seqs), "t", t, "est", (e.cost.estimate(k, t)+127)/128, "size", size, "room", room, "lits", len(e.tlits), "litB", len(e.litB), "seqB", len(e.seqB))
-		}
 		if size <= room {
 			break
 		}
@@ -140,7 +135,7 @@ func (e *Encoder) block(dst, src []byte, pos, end int, r *reps) (typ byte, n, co
 		}
 		delta := size*128 - e.cost.estimate(k, t)
 		nk, nt := e.cost.cut(target-delta-margin, end)
-		if e.cost.end[nk]+nt >= e.cost.end[k]+t {
+		if int(e.cost.p[nk].end)+nt >= int(e.cost.p[k].end)+t {
 			// No progress from the estimate: drop the overshoot's worth.
 			nk, nt = e.cost.cut(e.cost.estimate(k, t)-(size-room)*128-margin, end)
 		}
@@ -148,34 +143,34 @@ func (e *Encoder) block(dst, src []byte, pos, end int, r *reps) (typ byte, n, co
 	}
 	bestN, bestC := 0, 0
 	if size >= 0 {
-		rate := e.cost.litAvg
-		for i := 0; ; i++ {
-			bestN, bestC = size, e.cost.end[k]+t-pos
-			if i == 3 || room-size <= tol || pos+bestC >= end {
-				break
-			}
-			add := max((room-size)*128/rate, 1)
-			nt := min(t+add, end-e.cost.end[k])
-			s2 := e.encodeMore(src, k, t, nt)
-			if dbgOn {
-				println("fill", i, "t", t, "->", nt, "size", size, "->", s2)
-			}
-			if s2 > room {
-				rate = max(rate*2, (s2-size)*128/(nt-t)+1)
-				e.encodeMore(src, k, nt, t)
-				continue
-			}
-			t, size = nt, s2
-		}
 		copy(dst, e.litB)
 		copy(dst[len(e.litB):], e.seqB)
+		bestN, bestC = size, int(e.cost.p[k].end)+t-pos
+		if slack := room - size; slack > tol && pos+bestC < end {
+			// At most two tries: the second with half the literals.
+			nt := e.fill(src, k, t, slack, end)
+			for try := 0; try < 2 && nt > t; try++ {
+				s2 := e.encodeMore(src, k, t, nt)
+				if s2 <= room {
+					copy(dst, e.litB)
+					copy(dst[len(e.litB):], e.seqB)
+					bestN, bestC = s2, int(e.cost.p[k].end)+nt-pos
+					break
+				}
+				e.encodeMore(src, k, nt, t)
+				nt = t + (nt-t)/2
+			}
+		}
 	}
 	if bestC <= rawN {
 		return e.rawBlock(dst, src, pos, rawN)
 	}
 	// Settle the history at the chosen cut for the next block.
-	k = e.cost.seqsBefore(pos + bestC)
-	*r = code(e.seqs[:k], *r)
+	if pos+bestC == end {
+		// The frame goes on: the next block starts from this history.
+		k = e.cost.seqsBefore(pos + bestC)
+		*r = code(e.seqs[:k], *r)
+	}
 	e.ip, e.anchor = pos+bestC, pos+bestC
 	return blockCompressed, bestN, bestC
 }
@@ -190,20 +185,56 @@ func (e *Encoder) rawBlock(dst, src []byte, pos, n int) (byte, int, int) {
 // sequences followed by t literals into e.litB and e.seqB and returns
 // their total size.
 func (e *Encoder) encode(src []byte, k, t int) int {
-	lc := e.cost.lc[k]
+	lc := int(e.cost.p[k].lc)
 	e.tlits = append(e.tlits[:0], e.lits[:lc]...)
-	at := e.cost.end[k]
+	at := int(e.cost.p[k].end)
 	e.tlits = append(e.tlits, src[at:at+t]...)
 	e.litB = writeLiterals(e.litB[:0], e.tlits, &e.huff)
 	e.seqB = e.sc.writeSequences(e.seqB[:0], e.seqs[:k])
 	return len(e.litB) + len(e.seqB)
 }
 
+// fill is how far the trailing literals of the encoded cut (k, t) can
+// grow into slack bytes: priced with the Huffman table just built, less a
+// few bytes for stream padding and a longer header.
+func (e *Encoder) fill(src []byte, k, t, slack, end int) int {
+	at := int(e.cost.p[k].end) + t
+	allowed := slack - 6
+	if allowed <= 0 {
+		return t
+	}
+	if e.litB[0]&3 != litCompressed {
+		return t + min(allowed, end-at) // raw literals: a byte each
+	}
+	add := min(allowed*128/e.cost.litAvg+allowed/8, end-at)
+	var hist [256]uint32
+	for _, b := range src[at : at+add] {
+		hist[b]++
+	}
+	for add > 0 {
+		est := e.huff.EstimateSize(&hist)
+		if est < 0 {
+			// A byte the table cannot code: the new table will, at a
+			// guess of at most nine bits a byte.
+			return t + min(add, allowed*8/9)
+		}
+		if est <= allowed {
+			return t + add
+		}
+		drop := min(max((est-allowed)*add/est, 1), add)
+		for _, b := range src[at+add-drop : at+add] {
+			hist[b]--
+		}
+		add -= drop
+	}
+	return t
+}
+
 // encodeMore changes the trailing literals of the encoded cut from t to
 // nt and rebuilds the literals section only: the last literals are not
 // part of any sequence.
 func (e *Encoder) encodeMore(src []byte, k, t, nt int) int {
-	at := e.cost.end[k]
+	at := int(e.cost.p[k].end)
 	if nt > t {
 		e.tlits = append(e.tlits, src[at+t:at+nt]...)
 	} else {
@@ -223,13 +254,16 @@ func (e *Encoder) parse(src []byte, limit, end int) {
 type costModel struct {
 	lit        [256]int32
 	ll, ml, of [maxMLCode + 1]int32
-	statSeqs   int   // sequences the unit costs were taken from
-	cum        []int // cum[i]: cost of seqs[:i] with their literals
-	end        []int // end[i]: input position after seqs[:i]
-	lc         []int // lc[i]: literal count of seqs[:i]
+	statSeqs   int     // sequences the unit costs were taken from
+	p          []point // p[i]: the block after seqs[:i]
 	litAvg     int
 	fixed      int
 }
+
+// A point is the state of a block after a number of sequences: their
+// estimated cost (1/16 bits with their literals), the input position
+// reached and the literals used.
+type point struct{ cum, end, lc int32 }
 
 // log2x16 of x of any size, approximately.
 func log16(x uint32) int {
@@ -289,58 +323,51 @@ func (c *costModel) stats(seqs []seq, lits, trailing []byte) {
 
 // reset starts the cumulative costs of a block at input position pos.
 func (c *costModel) reset(pos int) {
-	c.cum = append(c.cum[:0], 0)
-	c.end = append(c.end[:0], pos)
-	c.lc = append(c.lc[:0], 0)
+	c.p = append(c.p[:0], point{end: int32(pos)})
 }
 
 // extend appends the cumulative costs of the sequences not yet counted.
 func (c *costModel) extend(seqs []seq, lits []byte) {
-	i := len(c.cum) - 1
-	cost, p, l := c.cum[i], c.end[i], c.lc[i]
+	i := len(c.p) - 1
+	cost, p, l := int(c.p[i].cum), int(c.p[i].end), int(c.p[i].lc)
 	for ; i < len(seqs); i++ {
 		s := &seqs[i]
-		for _, b := range lits[l : l+int(s.litLen)] {
-			cost += int(c.lit[b])
-		}
 		l += int(s.litLen)
 		p += int(s.litLen + s.matchLen)
-		cost += int(c.ll[s.llc] + c.ml[s.mlc] + c.of[s.ofc])
-		c.cum = append(c.cum, cost)
-		c.end = append(c.end, p)
-		c.lc = append(c.lc, l)
+		cost += int(s.litLen)*c.litAvg + int(c.ll[s.llc]+c.ml[s.mlc]+c.of[s.ofc])
+		c.p = append(c.p, point{cum: int32(cost), end: int32(p), lc: int32(l)})
 	}
 }
 
 // estimate is the cost of the first k sequences and t more literals.
 func (c *costModel) estimate(k, t int) int {
-	return c.fixed + c.cum[k] + t*c.litAvg
+	return c.fixed + int(c.p[k].cum) + t*c.litAvg
 }
 
 // cut is the largest prefix (k sequences, t literals, not past end) whose
 // estimate is within target.
 func (c *costModel) cut(target, end int) (k, t int) {
-	lo, hi := 0, len(c.cum)-1
+	lo, hi := 0, len(c.p)-1
 	for lo < hi {
 		m := (lo + hi + 1) / 2
-		if c.fixed+c.cum[m] <= target {
+		if c.fixed+int(c.p[m].cum) <= target {
 			lo = m
 		} else {
 			hi = m - 1
 		}
 	}
 	k = lo
-	left := target - c.fixed - c.cum[k]
+	left := target - c.fixed - int(c.p[k].cum)
 	t = max(left, 0) / c.litAvg
-	return k, min(t, end-c.end[k])
+	return k, min(t, end-int(c.p[k].end))
 }
 
 // seqsBefore is the number of sequences that end at or before p.
 func (c *costModel) seqsBefore(p int) int {
-	lo, hi := 0, len(c.end)-1
+	lo, hi := 0, len(c.p)-1
 	for lo < hi {
 		m := (lo + hi + 1) / 2
-		if c.end[m] <= p {
+		if int(c.p[m].end) <= p {
 			lo = m
 		} else {
 			hi = m - 1
@@ -348,7 +375,3 @@ func (c *costModel) seqsBefore(p int) int {
 	}
 	return lo
 }
-
-var dbgParse, dbgEncode int
-
-var dbgOn bool

@@ -74,84 +74,49 @@ var initialReps = reps{1, 4, 8}
 // and returns the history after them (RFC 8878 §3.1.2.5).
 func code(seqs []seq, r reps) reps {
 	for i := range seqs {
-		s := &seqs[i]
-		o := s.offset
-		var v uint32
-		if s.litLen > 0 {
-			switch o {
-			case r[0]:
-				v = 1
-			case r[1]:
-				v = 2
-				r[0], r[1] = o, r[0]
-			case r[2]:
-				v = 3
-				r[0], r[1], r[2] = o, r[0], r[1]
-			default:
-				v = o + 3
-				r[0], r[1], r[2] = o, r[0], r[1]
-			}
-		} else {
-			switch o {
-			case r[1]:
-				v = 1
-				r[0], r[1] = o, r[0]
-			case r[2]:
-				v = 2
-				r[0], r[1], r[2] = o, r[0], r[1]
-			case r[0] - 1:
-				v = 3
-				r[0], r[1], r[2] = o, r[0], r[1]
-			default:
-				v = o + 3
-				r[0], r[1], r[2] = o, r[0], r[1]
-			}
-		}
-		s.offVal = v
-		s.ofc = uint8(bits.Len32(v)) - 1
-		s.llc = llCode(s.litLen)
-		s.mlc = mlCode(s.matchLen)
+		r.code(&seqs[i])
 	}
 	return r
 }
 
-// bitWriter writes the forward bit stream a zstd decoder reads backwards.
-type bitWriter struct {
-	acc uint64
-	nb  uint
-	out []byte
-}
-
-// add appends the n low bits of v (v has no higher bits set); the caller
-// keeps nb+n <= 64 by flushing.
-func (w *bitWriter) add(v uint64, n uint) {
-	w.acc |= v << w.nb
-	w.nb += n
-}
-
-func (w *bitWriter) flush32() {
-	if w.nb >= 32 {
-		w.out = binary.LittleEndian.AppendUint32(w.out, uint32(w.acc))
-		w.acc >>= 32
-		w.nb -= 32
+// code fills in the offset value and codes of s and moves the history on.
+func (r *reps) code(s *seq) {
+	o := s.offset
+	var v uint32
+	if s.litLen > 0 {
+		switch o {
+		case r[0]:
+			v = 1
+		case r[1]:
+			v = 2
+			r[0], r[1] = o, r[0]
+		case r[2]:
+			v = 3
+			r[0], r[1], r[2] = o, r[0], r[1]
+		default:
+			v = o + 3
+			r[0], r[1], r[2] = o, r[0], r[1]
+		}
+	} else {
+		switch o {
+		case r[1]:
+			v = 1
+			r[0], r[1] = o, r[0]
+		case r[2]:
+			v = 2
+			r[0], r[1], r[2] = o, r[0], r[1]
+		case r[0] - 1:
+			v = 3
+			r[0], r[1], r[2] = o, r[0], r[1]
+		default:
+			v = o + 3
+			r[0], r[1], r[2] = o, r[0], r[1]
+		}
 	}
-}
-
-// close writes the end mark and the last partial byte.
-func (w *bitWriter) close() {
-	w.add(1, 1)
-	for w.nb > 0 {
-		w.out = append(w.out, byte(w.acc))
-		w.acc >>= 8
-		w.nb -= min(w.nb, 8)
-	}
-}
-
-func (w *bitWriter) encode(t *fseTable, state *uint32, s uint8) {
-	tt := t.symbolTT[s]
-	nb := (*state + tt.deltaNbBits) >> 16
-	w.add(uint64(*state&(1<<nb-1)), uint(nb))
-	*state = uint32(t.stateTable[int32(*state>>nb)+tt.deltaFindState])
+	s.offVal = v
+	s.ofc = uint8(bits.Len32(v)) - 1
+	s.llc = llCode(s.litLen)
+	s.mlc = mlCode(s.matchLen)
 }
 
 var predefLLTable, predefMLTable, predefOFTable fseTable
@@ -233,34 +198,84 @@ func (c *seqCoder) writeSequences(out []byte, seqs []seq) []byte {
 	out = append(out, c.desc[1]...)
 	out = append(out, c.desc[2]...)
 
-	w := bitWriter{out: out}
+	return appendSeqBits(out, seqs, llT, mlT, ofT)
+}
+
+// appendSeqBits writes the bit stream of seqs: sequences last to first,
+// each as its three state transitions then its extra bits, so that the
+// decoder reads them in order. The accumulator stays in registers and is
+// flushed a whole word at a time (at most 7+26 bits before the extra
+// bits, 7+16+16+20 after).
+func appendSeqBits(out []byte, seqs []seq, llT, mlT, ofT *fseTable) []byte {
+	n := len(seqs)
+	need := len(out) + n*10 + 24
+	if cap(out) < need {
+		out = append(make([]byte, 0, need+need/4), out...)
+	}
+	buf := out[:cap(out)]
+	o := len(out)
+	var acc uint64
+	var nb uint
+	flush := func() {
+		binary.LittleEndian.PutUint64(buf[o:], acc)
+		k := nb >> 3
+		o += int(k)
+		acc >>= (k << 3) & 63
+		nb &= 7
+	}
 	last := &seqs[n-1]
 	llS := llT.initState(last.llc)
 	mlS := mlT.initState(last.mlc)
 	ofS := ofT.initState(last.ofc)
-	w.add(uint64(last.litLen-llBase[last.llc]), uint(llBits[last.llc]))
-	w.add(uint64(last.matchLen-mlBase[last.mlc]), uint(mlBits[last.mlc]))
-	w.flush32()
-	w.add(uint64(last.offVal-1<<last.ofc), uint(last.ofc))
-	w.flush32()
+	acc = uint64(last.litLen - llBase[last.llc])
+	nb = uint(llBits[last.llc])
+	acc |= uint64(last.matchLen-mlBase[last.mlc]) << (nb & 63)
+	nb += uint(mlBits[last.mlc])
+	acc |= uint64(last.offVal-1<<last.ofc) << (nb & 63)
+	nb += uint(last.ofc)
+	flush()
+	llTT, mlTT, ofTT := &llT.symbolTT, &mlT.symbolTT, &ofT.symbolTT
+	llST, mlST, ofST := llT.stateTable[:], mlT.stateTable[:], ofT.stateTable[:]
 	for i := n - 2; i >= 0; i-- {
 		s := &seqs[i]
-		w.encode(ofT, &ofS, s.ofc)
-		w.encode(mlT, &mlS, s.mlc)
-		w.encode(llT, &llS, s.llc)
-		w.flush32()
-		w.add(uint64(s.litLen-llBase[s.llc]), uint(llBits[s.llc]))
-		w.add(uint64(s.matchLen-mlBase[s.mlc]), uint(mlBits[s.mlc]))
-		w.flush32()
-		w.add(uint64(s.offVal-1<<s.ofc), uint(s.ofc))
-		w.flush32()
+		tt := ofTT[s.ofc]
+		k := (ofS + tt.deltaNbBits) >> 16
+		acc |= uint64(ofS&(1<<(k&31)-1)) << (nb & 63)
+		nb += uint(k)
+		ofS = uint32(ofST[int32(ofS>>(k&31))+tt.deltaFindState])
+		tt = mlTT[s.mlc]
+		k = (mlS + tt.deltaNbBits) >> 16
+		acc |= uint64(mlS&(1<<(k&31)-1)) << (nb & 63)
+		nb += uint(k)
+		mlS = uint32(mlST[int32(mlS>>(k&31))+tt.deltaFindState])
+		tt = llTT[s.llc]
+		k = (llS + tt.deltaNbBits) >> 16
+		acc |= uint64(llS&(1<<(k&31)-1)) << (nb & 63)
+		nb += uint(k)
+		llS = uint32(llST[int32(llS>>(k&31))+tt.deltaFindState])
+		flush()
+		acc |= uint64(s.litLen-llBase[s.llc]) << (nb & 63)
+		nb += uint(llBits[s.llc])
+		acc |= uint64(s.matchLen-mlBase[s.mlc]) << (nb & 63)
+		nb += uint(mlBits[s.mlc])
+		acc |= uint64(s.offVal-1<<(s.ofc&31)) << (nb & 63)
+		nb += uint(s.ofc)
+		flush()
 	}
-	w.add(uint64(mlS)&(1<<mlT.tableLog-1), uint(mlT.tableLog))
-	w.add(uint64(ofS)&(1<<ofT.tableLog-1), uint(ofT.tableLog))
-	w.flush32()
-	w.add(uint64(llS)&(1<<llT.tableLog-1), uint(llT.tableLog))
-	w.close()
-	return w.out
+	acc |= uint64(mlS&(1<<mlT.tableLog-1)) << (nb & 63)
+	nb += uint(mlT.tableLog)
+	acc |= uint64(ofS&(1<<ofT.tableLog-1)) << (nb & 63)
+	nb += uint(ofT.tableLog)
+	flush()
+	acc |= uint64(llS&(1<<llT.tableLog-1)) << (nb & 63)
+	nb += uint(llT.tableLog)
+	acc |= 1 << (nb & 63) // end mark
+	nb++
+	flush()
+	if nb > 0 {
+		o++
+	}
+	return buf[:o]
 }
 
 // Literals_Section types.
