@@ -38,7 +38,7 @@ var serveCommand = &cli.Command{
 		&cli.StringFlag{Name: "nats-store", Usage: "JetStream directory of the embedded NATS server"},
 		&cli.StringFlag{Name: "nats-listen", Usage: "client address of the embedded NATS server, for remote workers (default 127.0.0.1:4222)"},
 		&cli.BoolFlag{Name: "worker", Usage: "only take tasks from --nats (no notifications); health and metrics still on --listen"},
-		&cli.IntFlag{Name: "workers", Value: -1, Usage: "tasks converted at once by this process (default 1; 0: only receive notifications)"},
+		&cli.IntFlag{Name: "tasks", Value: 1, Usage: "images converted at once by this process (0: only receive notifications)"},
 		&cli.StringFlag{Name: "name", Usage: "this worker's name in /status (default host:pid)"},
 	}, erofsFlags(), sourceFlags(), convertFlags()),
 	Action: func(c *cli.Context) error {
@@ -119,11 +119,9 @@ func mirrorConfig(c *cli.Context) (*mirror.Config, error) {
 	if c.IsSet("backoff") {
 		cfg.Queue.Backoff = mirror.Duration(c.Duration("backoff"))
 	}
-	if c.IsSet("workers") && c.Int("workers") >= 0 {
-		cfg.Workers = c.Int("workers")
-		if cfg.Workers == 0 {
-			cfg.Workers = -1 // SetDefaults must not make it 1
-		}
+	if c.IsSet("tasks") {
+		n := c.Int("tasks")
+		cfg.Tasks = &n
 	}
 	// convert options of the file: as if given as flags, unless they were.
 	known := map[string]bool{}
@@ -143,9 +141,6 @@ func mirrorConfig(c *cli.Context) (*mirror.Config, error) {
 		}
 	}
 	cfg.SetDefaults()
-	if cfg.Workers < 0 {
-		cfg.Workers = 0
-	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -181,8 +176,8 @@ func runServe(ctx context.Context, c *cli.Context) error {
 	if worker && cfg.NATS.URL == "" {
 		return errors.New("serve --worker takes tasks from a queue elsewhere: give --nats URL")
 	}
-	if worker && cfg.Workers == 0 {
-		cfg.Workers = 1
+	if worker && *cfg.Tasks == 0 {
+		return errors.New("serve --worker --tasks 0 would do nothing")
 	}
 	if cfg.NATS.URL == "" && cfg.NATS.StoreDir == "" {
 		return errors.New("serve: the embedded NATS server keeps the queue on disk: give --nats-store DIR (or nats.storeDir), or --nats URL")
@@ -217,12 +212,12 @@ func runServe(ctx context.Context, c *cli.Context) error {
 	if worker {
 		what = "worker"
 	}
-	logf("serve: %s on %s://%s, registry %s, %d worker(s), queue %s", what, scheme, ln.Addr(), cfg.Registry, cfg.Workers,
+	logf("serve: %s on %s://%s, registry %s, %d task(s) at once, queue %s", what, scheme, ln.Addr(), cfg.Registry, *cfg.Tasks,
 		strings.TrimSpace(cfg.NATS.URL+" "+q.ClientURL()))
 	wctx, wcancel := context.WithCancel(ctx)
 	defer wcancel()
 	wdone := make(chan struct{})
-	if cfg.Workers > 0 {
+	if *cfg.Tasks > 0 {
 		twins, err := mirrorTwins(c, cfg, q.LayerCache(), logger)
 		if err != nil {
 			return err
@@ -231,7 +226,7 @@ func runServe(ctx context.Context, c *cli.Context) error {
 		if name == "" {
 			name = mirror.DefaultWorkerName()
 		}
-		w := &mirror.Worker{Name: name, Queue: q, Twins: twins, Metrics: metrics, Concurrency: cfg.Workers, Logf: logf}
+		w := &mirror.Worker{Name: name, Queue: q, Twins: twins, Metrics: metrics, Concurrency: *cfg.Tasks, Logf: logf}
 		go func() { w.Run(wctx); close(wdone) }()
 	} else {
 		close(wdone)

@@ -42,8 +42,9 @@ type Config struct {
 
 	NATS  NATSConfig  `json:"nats"`
 	Queue QueueConfig `json:"queue"`
-	// Workers is how many tasks one process converts at once (default 1).
-	Workers int `json:"workers"`
+	// Tasks is how many tasks one process converts at once (default 1;
+	// 0: a process that only receives notifications).
+	Tasks *int `json:"tasks"`
 	// Convert holds convert's options by flag name ("compress": "lz4hc");
 	// the command line applies them.
 	Convert map[string]any `json:"convert"`
@@ -184,8 +185,9 @@ func (c *Config) SetDefaults() {
 	if q.Keep == 0 {
 		q.Keep = Duration(7 * 24 * time.Hour)
 	}
-	if c.Workers == 0 {
-		c.Workers = 1
+	if c.Tasks == nil {
+		one := 1
+		c.Tasks = &one
 	}
 }
 
@@ -215,8 +217,8 @@ func (c *Config) Validate() error {
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		errs = append(errs, errors.New("tlsCert and tlsKey go together"))
 	}
-	if c.Workers < 0 {
-		errs = append(errs, fmt.Errorf("workers %d: not negative", c.Workers))
+	if c.Tasks != nil && *c.Tasks < 0 {
+		errs = append(errs, fmt.Errorf("tasks %d: not negative", *c.Tasks))
 	}
 	return errors.Join(errs...)
 }

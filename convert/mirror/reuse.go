@@ -37,7 +37,8 @@ func optionsKey(o convert.ImageOptions) string {
 		comp = fmt.Sprintf("%+v", *e.Compression)
 	}
 	bt := e.BuildTime
-	e.Compression, e.ImpliedDir, e.TempDir, e.BuildTime = nil, nil, "", time.Time{}
+	// Nothing the bytes do not depend on: hooks, temp dir, goroutines.
+	e.Compression, e.ImpliedDir, e.TempDir, e.BuildTime, e.Workers = nil, nil, "", time.Time{}, 0
 	var btUnix int64
 	if !bt.IsZero() {
 		btUnix = bt.Unix()

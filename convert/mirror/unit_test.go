@@ -122,7 +122,7 @@ rules {
 }
 nats { storeDir: "/var/lib/ocierofs/nats", listen: "0.0.0.0:4222" }
 queue { ackWait: "30s", maxDeliver: 3, backoff: 5 }
-workers: 2
+tasks: 2
 convert { compress: "lz4hc,level=9", "layer-compression": "zstd" }
 `
 	c, err := ParseConfig(text)
@@ -136,8 +136,15 @@ convert { compress: "lz4hc,level=9", "layer-compression": "zstd" }
 	if c.Registry != "reg.example:5000" || !c.PlainHTTP || c.Secret != "from-env" || c.Suffix != "-erofs" || c.SecretHeader != "Authorization" {
 		t.Errorf("config %+v", c)
 	}
-	if len(c.Rules.Include) != 2 || c.Rules.Exclude[0] != "library/internal" || c.Workers != 2 {
-		t.Errorf("rules %+v workers %d", c.Rules, c.Workers)
+	if len(c.Rules.Include) != 2 || c.Rules.Exclude[0] != "library/internal" || *c.Tasks != 2 {
+		t.Errorf("rules %+v tasks %d", c.Rules, *c.Tasks)
+	}
+	c0, err := ParseConfig("registry: r\ntasks: 0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c0.SetDefaults(); *c0.Tasks != 0 {
+		t.Errorf("tasks: 0 must stay 0 (a receive-only process), got %d", *c0.Tasks)
 	}
 	if c.Queue.AckWait != Duration(30*time.Second) || c.Queue.MaxDeliver != 3 || c.Queue.Backoff != Duration(5*time.Second) || c.Queue.Timeout != Duration(2*time.Hour) {
 		t.Errorf("queue %+v", c.Queue)
@@ -200,9 +207,9 @@ func TestCacheKeys(t *testing.T) {
 		t.Error("a layer on other lower layers must have another key")
 	}
 	// Options that change the bytes change the key; the temp dir does not.
-	same := convert.ImageOptions{Jobs: 8, TempDir: "/elsewhere"}
+	same := convert.ImageOptions{Jobs: 8, TempDir: "/elsewhere", Layer: convert.Options{Erofs: erofs.Options{Workers: 4}}}
 	if optionsKey(same) != opts {
-		t.Error("jobs and temp dir changed the options key")
+		t.Error("jobs, workers or the temp dir changed the options key")
 	}
 	for _, o := range []convert.ImageOptions{
 		{LayerZstd: true}, {SpecMediaTypes: true},

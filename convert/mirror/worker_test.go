@@ -280,7 +280,7 @@ func TestServeTLS(t *testing.T) {
 	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	var logs lockedBuffer
 	cmd := exec.Command(bin, "serve", "--registry", "127.0.0.1:1", "--nats-store", filepath.Join(dir, "nats"), "--nats-listen", "127.0.0.1:0",
-		"--listen", listen, "--tls-cert", cert, "--tls-key", key, "--secret", "tls-secret", "--workers", "0")
+		"--listen", listen, "--tls-cert", cert, "--tls-key", key, "--secret", "tls-secret", "--tasks", "0")
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	must(t, cmd.Start())
