@@ -18,13 +18,13 @@ func (e *Encoder) parseFast() int {
 	src := e.src
 	cur, nxt := e.ms[0][:], e.ms[1][:]
 	nCur := -1 // matches at pos not searched yet
-	pos, check := 0, checkEvery
+	pos, check := 0, checkFirst
 	for pos < len(src) {
 		if pos >= check {
 			if e.incompressible(pos) {
 				break
 			}
-			check += checkEvery
+			check = nextCheck(check)
 		}
 		if nCur < 0 {
 			nCur = e.mf.find(pos, cur)

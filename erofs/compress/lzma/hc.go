@@ -160,6 +160,9 @@ func (h *hashChain) find(pos int, ms []match) int {
 		}
 	}
 	best = max(best, 3)
+	// A candidate can only be longer if the four bytes ending at the
+	// current best length agree: one compare rejects most of them.
+	tail := binary.LittleEndian.Uint32(cur[best-3:])
 	for depth := h.depth; depth > 0; depth-- {
 		d := abs - cand
 		if d-1 >= maxd {
@@ -167,14 +170,15 @@ func (h *hashChain) find(pos int, ms []match) int {
 		}
 		next := h.chain[cand&h.maskC]
 		mp := pos - int(d)
-		if src[mp+best] == cur[best] && src[mp] == cur[0] {
-			if l := extend(src, mp, pos, 1, limit); l > best {
+		if binary.LittleEndian.Uint32(src[mp+best-3:]) == tail {
+			if l := extend(src, mp, pos, 0, limit); l > best {
 				best = l
 				ms[n] = match{l, d - 1}
 				n++
 				if l == limit {
 					return h.finish(ms, n, pos, limit)
 				}
+				tail = binary.LittleEndian.Uint32(cur[best-3:])
 			}
 		}
 		cand = next

@@ -36,9 +36,10 @@
 //     literals, matches, repeated matches and short reps is chosen; nice
 //     lengths 16, 32, 64, 128, 192, 273 and search depths growing with them.
 //
-// Incompressible input is detected early: once 4 KiB are coded, if the
-// stream is not smaller than its input at a 4 KiB mark, the encoder stops
-// there, since such a pcluster is stored plain anyway.
+// Incompressible input is detected early: if the stream is not smaller than
+// its input at 1, 2, 3 or 4 KiB of input or at any later 4 KiB mark, the
+// encoder stops there, since such a pcluster is stored plain anyway (the
+// EROFS writer then stores one block plain and tries again after it).
 package lzma
 
 import (
@@ -162,7 +163,7 @@ const minStream = 6
 // stream fits in dst (len(dst) is the budget) and returns the stream's
 // length and the bytes of src it holds. consumed is 0 when nothing fits
 // (and for empty src); the stream then is meaningless. Input that does not
-// compress may be cut short at a 4 KiB mark (see the package comment).
+// compress may be cut short at a 1 KiB mark (see the package comment).
 func (e *Encoder) CompressDestSize(dst, src []byte) (written, consumed int) {
 	if len(src) == 0 || len(dst) < minStream {
 		return 0, 0
@@ -194,12 +195,21 @@ func (e *Encoder) CompressDestSize(dst, src []byte) (written, consumed int) {
 }
 
 // incompressible reports whether the stream so far is no smaller than the
-// input it holds; checked at every 4 KiB of input.
+// input it holds. It is checked at 1, 2, 3 and 4 KiB of input and then at
+// every 4 KiB: random data is caught after 1 KiB, while text is already
+// smaller than its input there even without history.
 func (e *Encoder) incompressible(pos int) bool {
 	return e.rc.size() >= pos
 }
 
-const checkEvery = 4096
+const checkFirst = 1024
+
+func nextCheck(c int) int {
+	if c < 4096 {
+		return c + 1024
+	}
+	return c + 4096
+}
 
 // ErrCorrupt is returned for a stream that is not valid MicroLZMA for the
 // sizes given.
