@@ -11,14 +11,24 @@
 //	// pcluster[:n] inflates to data[:used]; advance data by used.
 //	err := deflate.Decompress(out[:used], pcluster[:n])
 //
-// The encoder parses with hash chains (greedy at levels 1–3, lazy from 4 on,
-// deeper searches with the level, like zlib) and keeps exact count of the
-// bits each block costs with the fixed code, a dynamic code and stored
-// blocks. When the parse would pass the budget, it cuts the block at the
-// last token that fits, marks it final and writes it in the cheapest form.
-// So the stream's final block ends exactly at the consumed input, as the
-// Linux kernel's full decoding requires (erofs-format.md §8.3), and the input
-// is parsed once. Data that does not compress is detected early and stored.
+// The input is parsed once. The encoder keeps the symbol statistics of the
+// block it builds and estimates the block's size from their entropy as it
+// grows; near the budget it builds the block's Huffman code and counts the
+// exact size of the block with that code, with the fixed code and stored.
+// When the block would pass the budget, it cuts it at the last token that
+// fits, marks it final and writes it in the cheapest form, so the stream's
+// final block ends exactly at the consumed input, as the Linux kernel's full
+// decoding requires (erofs-format.md §8.3). Blocks hold up to 16384 symbols
+// (WithBlockTokens); a block that ends early is written, non-final, and the
+// stream goes on. Data whose first quarter of a pcluster does not compress is
+// stored (it is found early, and crossed quickly: the parser steps over input
+// where its searches keep failing).
+//
+// Levels choose the parse, as zlib's do: 1–3 greedy over hash chains of
+// 4-byte sequences examined 4, 8 and 32 deep; 4–9 lazy (a match waits one
+// byte for a longer one) with chains 16, 16, 48, 128, 1024 and 4096 deep.
+// Level 6 compresses Linux sources in 4 KiB pclusters about as well as
+// mkfs.erofs -zdeflate,level=6.
 //
 // Matches reach at most 32 KiB back (WindowBits). A stream never starts with
 // a zero byte, as EROFS 0padding requires: a leading non-final stored block
