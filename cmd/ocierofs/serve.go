@@ -30,16 +30,16 @@ var serveCommand = &cli.Command{
 		"is an external cluster, and `serve --worker` processes anywhere take its tasks.\n" +
 		"Also GET /healthz, /readyz, /metrics (Prometheus) and /status (the tasks).",
 	Flags: slices.Concat(mirrorFlags(), []cli.Flag{
-		&cli.StringFlag{Name: "listen", Usage: "HTTP address (default :8080)"},
+		&cli.StringFlag{Name: "listen", DefaultText: ":8080", Usage: "HTTP address"},
 		&cli.StringFlag{Name: "secret", EnvVars: []string{"OCIEROFS_WEBHOOK_SECRET"}, Usage: "shared secret every notification must carry (bare or as \"Bearer SECRET\")"},
-		&cli.StringFlag{Name: "secret-header", Usage: "header holding the secret (default Authorization)"},
+		&cli.StringFlag{Name: "secret-header", DefaultText: "Authorization", Usage: "header holding the secret"},
 		&cli.StringFlag{Name: "tls-cert", Usage: "serve HTTPS with this PEM certificate (and --tls-key)"},
 		&cli.StringFlag{Name: "tls-key", Usage: "PEM key of --tls-cert"},
 		&cli.StringFlag{Name: "nats-store", Usage: "JetStream directory of the embedded NATS server"},
-		&cli.StringFlag{Name: "nats-listen", Usage: "client address of the embedded NATS server, for remote workers (default 127.0.0.1:4222)"},
+		&cli.StringFlag{Name: "nats-listen", DefaultText: "127.0.0.1:4222", Usage: "client address of the embedded NATS server, for remote workers"},
 		&cli.BoolFlag{Name: "worker", Usage: "only take tasks from --nats (no notifications); health and metrics still on --listen"},
 		&cli.IntFlag{Name: "tasks", Value: 1, Usage: "images converted at once by this process (0: only receive notifications)"},
-		&cli.StringFlag{Name: "name", Usage: "this worker's name in /status (default host:pid)"},
+		&cli.StringFlag{Name: "name", DefaultText: "host:pid", Usage: "this worker's name in /status"},
 	}, erofsFlags(), sourceFlags(), convertFlags()),
 	Action: func(c *cli.Context) error {
 		if c.NArg() != 0 {
@@ -61,9 +61,9 @@ func mirrorFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "exclude", Usage: "never convert REPO[:TAG] matching this glob (repeatable)"},
 		&cli.StringFlag{Name: "nats", EnvVars: []string{"OCIEROFS_NATS"}, Usage: "URL of an external NATS cluster (default: the embedded server)"},
 		&cli.StringFlag{Name: "nats-creds", Usage: "NATS credentials file"},
-		&cli.DurationFlag{Name: "ack-wait", Usage: "a task without progress for this long goes to another worker (default 1m)"},
-		&cli.IntFlag{Name: "max-deliver", Usage: "attempts per task (default 5)"},
-		&cli.DurationFlag{Name: "backoff", Usage: "delay before the first retry, doubled each time (default 10s)"},
+		&cli.DurationFlag{Name: "ack-wait", DefaultText: "1m", Usage: "a task without progress for this long goes to another worker"},
+		&cli.IntFlag{Name: "max-deliver", DefaultText: "5", Usage: "attempts per task"},
+		&cli.DurationFlag{Name: "backoff", DefaultText: "10s", Usage: "delay before the first retry, doubled each time"},
 	}
 }
 
