@@ -190,3 +190,22 @@ func newMountCounter(t testing.TB, upstream string) *mountCounter {
 	mc.host = strings.TrimPrefix(srv.URL, "http://")
 	return mc
 }
+
+// The embedded server keeps the queue on disk: tasks queued before a
+// restart are converted after it.
+func TestRestart(t *testing.T) {
+	h := newHarness(t, "x", nil) // no worker yet
+	img := image(t, baseLayer(t, 70, 1000), appLayer(t, "restart"))
+	d := h.reg.push(t, "restart/me:1", img)
+	h.waitRecord(t, "restart/me", "1", d, 30*time.Second, func(r *mirror.Record) bool { return r.State == mirror.StateQueued })
+	h.q.Close()
+	q, err := mirror.OpenQueue(withTimeout(t, 30*time.Second), h.cfg, h.logf)
+	must(t, err)
+	t.Cleanup(q.Close)
+	if w, _, err := q.Depth(context.Background()); err != nil || w != 1 {
+		t.Fatalf("after the restart: %d tasks waiting (%v), want 1", w, err)
+	}
+	h.q = q
+	h.startWorker(t, "after")
+	h.reg.waitTwin(t, "restart/me:1", d, time.Minute)
+}
