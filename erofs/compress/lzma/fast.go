@@ -112,7 +112,7 @@ func (e *Encoder) chooseFast(pos int, cur []match, nCur int, nxt []match) (back,
 	n := max(2, lenMain-1)
 	for i := range numReps {
 		d := int(e.reps[i]) + 1
-		if d <= p1 && bytes.Equal(src[p1:p1+n], src[p1-d:p1-d+n]) {
+		if d <= p1 && src[p1] == src[p1-d] && src[p1+1] == src[p1+1-d] && bytes.Equal(src[p1:p1+n], src[p1-d:p1-d+n]) {
 			return -1, 1, nNext
 		}
 	}

@@ -2,18 +2,15 @@ package lzma
 
 import (
 	"encoding/binary"
-	"hash/crc32"
-	"math/bits"
+		"math/bits"
 )
 
 // hashChain is the match finder: heads for 2-, 3- and 4-byte sequences and a
 // chain linking each position to the previous one with the same 4-byte hash.
 //
-// The 2-byte hash is exact once the first byte agrees (a table value of the
-// first byte xor the second), so a head whose first byte matches is a true
-// 2-byte match; the 3-byte head is verified. Short matches at small
-// distances, which LZMA codes cheaply, cost one lookup each. The tables are
-// small on purpose: the encoder's speed is bound by cache misses.
+// The 2- and 3-byte heads are verified by one compare each: short matches at
+// small distances, which LZMA codes cheaply, cost one lookup each. The tables
+// are small on purpose: the encoder's speed is bound by cache misses.
 //
 // Positions are stored as base+pos. Each call starts base past every
 // position stored before, so entries of earlier calls read as out of range
@@ -90,9 +87,8 @@ func (h *hashChain) done() {
 }
 
 func (h *hashChain) hashes(v uint32) (h2, h3, h4 uint32) {
-	t := crc32.IEEETable[v&0xFF] ^ (v>>8)&0xFF
-	h2 = t & (1<<hash2Bits - 1)
-	h3 = (t ^ (v>>16&0xFF)<<5) & (1<<hash3Bits - 1)
+	h2 = ((v & 0xFFFF) * 0x9E3779B1) >> (32 - hash2Bits)
+	h3 = ((v << 8) * 0x9E3779B1) >> (32 - hash3Bits)
 	h4 = (v * 2654435761) >> h.shift
 	return
 }
@@ -141,7 +137,7 @@ func (h *hashChain) find(pos int, ms []match) int {
 	maxd := min(uint32(pos), h.window)
 	cur := src[pos:]
 	n, best := 0, 1
-	if d2-1 < maxd && src[pos-int(d2)] == cur[0] {
+	if d2-1 < maxd && binary.LittleEndian.Uint16(src[pos-int(d2):]) == uint16(v) {
 		best = 2
 		ms[0] = match{2, d2 - 1}
 		n = 1
