@@ -2,7 +2,7 @@ package lzma
 
 import (
 	"encoding/binary"
-		"math/bits"
+	"math/bits"
 )
 
 // hashChain is the match finder: heads for 2-, 3- and 4-byte sequences and a
