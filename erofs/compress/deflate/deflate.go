@@ -145,9 +145,12 @@ func (e *Encoder) CompressDestSize(dst, src []byte) (written, consumed int) {
 		sto := storedBits(pos, n)
 		ent := e.entropy()
 		guess := ent + ent>>6 + header
-		if !e.done && sto <= fix && sto <= guess && e.blk.matched*8 < n {
-			// Storing beats the codes by the estimate: incompressible
-			// data. Store as much as fits.
+		if !e.done && len(e.tokens) < e.maxTokens && sto <= fix && sto <= guess && e.blk.matched*8 < n {
+			// Storing beats the codes by the estimate on a quarter of
+			// the budget: incompressible data. Store as much as fits.
+			// (A full block that stores best is written as it is, and
+			// the stream goes on: with large budgets, compressible data
+			// may follow.)
 			consumed = e.finishStored(src, blockStart, lastHeader, budget)
 			break
 		}
@@ -157,6 +160,15 @@ func (e *Encoder) CompressDestSize(dst, src []byte) (written, consumed int) {
 			room := avail - min(guess, fix, sto)
 			e.est = ent
 			nextCheck = e.est + room + max(room/16, 64)
+			continue
+		}
+		if len(e.tokens) >= e.maxTokens && !e.done && sto <= fix && sto <= guess && sto <= avail {
+			// A full block of incompressible data: stored, no code needed.
+			w.writeStored(src[blockStart:e.tokEnd], false)
+			lastHeader = w.header
+			blockStart = e.tokEnd
+			e.newBlock()
+			nextCheck = (budget - w.pos()) / 4
 			continue
 		}
 		dyn := e.code.build(&e.blk, &e.huff)

@@ -150,6 +150,18 @@ func (e *Encoder) lit(c byte) {
 	e.tokEnd++
 }
 
+// lits appends literal tokens for all of b.
+func (e *Encoder) lits(b []byte) {
+	ts, est := e.tokens, e.est
+	for _, c := range b {
+		ts = append(ts, token(c))
+		e.blk.lit[c]++
+		est += int(e.mLit[c])
+	}
+	e.tokens, e.est = ts, est
+	e.tokEnd += len(b)
+}
+
 // match appends a match token.
 func (e *Encoder) match(length, dist int) {
 	l := length - 3
@@ -193,9 +205,8 @@ func (e *Encoder) parseGreedy(src []byte, stopEst, maxTokens int) {
 		if l == 0 {
 			e.misses++
 			end := min(i+e.step(), len(src)-hashTail+1)
-			for ; i < end; i++ {
-				e.lit(src[i])
-			}
+			e.lits(src[i:end])
+			i = end
 			continue
 		}
 		e.misses = 0
@@ -269,9 +280,8 @@ func (e *Encoder) parseLazy(src []byte, stopEst, maxTokens int) {
 		if e.misses > p.skip {
 			// Nothing found here nor a byte before: step over input.
 			end := min(i+e.step(), last+1)
-			for ; i < end; i++ {
-				e.lit(src[i])
-			}
+			e.lits(src[i:end])
+			i = end
 			pending = false
 			continue
 		}
