@@ -113,6 +113,9 @@ func TestMirrorFigures(t *testing.T) {
 	pushed := time.Since(start)
 	h.reg.waitTwin(t, "b/app0:1", dg, 5*time.Minute)
 	t.Logf("cold: push %.2fs, then twin after %.2fs (base and top converted)", pushed.Seconds(), time.Since(start).Seconds()-pushed.Seconds())
+	r := h.waitRecord(t, "b/app0", "1", dg, time.Minute, func(r *mirror.Record) bool { return r.State == mirror.StateDone })
+	t.Logf("cold: notification → queued %.2fs after the push, taken %.2fs later, converted and pushed in %.2fs",
+		r.Queued.Sub(start.Add(pushed)).Seconds(), r.Started.Sub(r.Queued).Seconds(), r.Seconds)
 	start = time.Now()
 	dg = h.reg.push(t, "b/app1:1", imgs[1])
 	pushed = time.Since(start)

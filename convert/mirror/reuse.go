@@ -159,6 +159,13 @@ func (j *twinJob) image(src v1.Image, desc v1.Descriptor) (v1.Image, error) {
 			j.t.Cache.Forget(j.ctx, keys[i]) // its blob is gone: convert again
 		}
 	}
+	if len(misses) == len(s.m.Layers)-countNonTar(s.m) {
+		// Nothing to reuse: the converter does it all, as convert does
+		// (without CacheImage's copy of each layer); the claimed layers are
+		// recorded from its report.
+		j.markPlain(desc.Digest)
+		return src, nil
+	}
 	if len(misses) > 0 {
 		scan, diffIDs := src, s.cfg.RootFS.DiffIDs
 		if sk, d, ok := j.skeletonImage(src, s, keys, entries, misses[len(misses)-1]); ok {
@@ -447,8 +454,8 @@ func (j *twinJob) storePlain(a *oci.Artifact, reps []*convert.ImageReport) error
 			}
 			e := LayerEntry{Digest: l.Digest, DiffID: l.DiffID, MediaType: l.MediaType, Size: l.Size, SourceSize: l.SourceSize,
 				Repository: repo, Source: l.Source, Worker: j.owner, Created: time.Now().UTC()}
-			if err := j.t.Cache.Store(j.ctx, keys[i], e); err != nil {
-				return fmt.Errorf("layer cache: %w", err)
+			if err := j.store(keys[i], e); err != nil {
+				return err
 			}
 		}
 	}
