@@ -97,7 +97,7 @@ func (e *Encoder) block(dst, src []byte, pos, end int, r *reps) (typ byte, n, co
 		coded := len(e.seqs)
 		if e.cost.statSeqs < 0 || e.cost.statSeqs < 64 && coded > 2*e.cost.statSeqs {
 			// Costs from a handful of sequences are noise: retake them.
-			e.cost.stats(e.seqs, e.lits, src[e.anchor:max(e.anchor, pe)])
+			e.cost.stats(e.seqs, e.lits, src[e.anchor:max(e.anchor, pe)], true)
 			e.cost.reset(pos)
 		}
 		e.cost.extend(e.seqs, e.lits)
@@ -114,7 +114,7 @@ func (e *Encoder) block(dst, src []byte, pos, end int, r *reps) (typ byte, n, co
 	if e.cost.statSeqs < len(e.seqs)*3/4 {
 		// The costs came from the first part of the block: retake them
 		// from all of it, the cut is priced more closely.
-		e.cost.stats(e.seqs, e.lits, src[e.anchor:max(e.anchor, pe)])
+		e.cost.stats(e.seqs, e.lits, src[e.anchor:max(e.anchor, pe)], false)
 		e.cost.reset(pos)
 		e.cost.extend(e.seqs, e.lits)
 	}
@@ -285,15 +285,26 @@ func log16(x uint32) int {
 }
 
 // stats sets the unit costs from the parsed sequences and literals.
-func (c *costModel) stats(seqs []seq, lits, trailing []byte) {
+// With sample set, only every fourth literal is counted: enough to steer
+// the parse (and to see that random data does not compress: the entropy
+// of 1000 samples of uniform bytes comes out under 8 bits by only 0.2),
+// at a quarter of the work, which on random data is most of the cost.
+func (c *costModel) stats(seqs []seq, lits, trailing []byte, sample bool) {
 	var hist [256]uint32
-	for _, b := range lits {
-		hist[b]++
+	step := 1
+	if sample {
+		step = 4
 	}
-	for _, b := range trailing {
-		hist[b]++
+	n := uint32(0)
+	for i := 0; i < len(lits); i += step {
+		hist[lits[i]]++
 	}
-	n := uint32(len(lits) + len(trailing))
+	for i := 0; i < len(trailing); i += step {
+		hist[trailing[i]]++
+	}
+	for _, h := range hist {
+		n += h
+	}
 	ln := log16(n)
 	present := 0
 	sum := 0

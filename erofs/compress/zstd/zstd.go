@@ -100,7 +100,7 @@ type params struct {
 func levelParams(level int) params {
 	switch {
 	case level <= 1:
-		return params{hashLog: 14, minMatch: 5, stepShift: 6, lazy: true}
+		return params{hashLog: 14, minMatch: 5, stepShift: 5, lazy: true}
 	case level == 2:
 		return params{hashLog: 15, minMatch: 5, stepShift: 7}
 	case level <= 4:
