@@ -152,7 +152,7 @@ func (b *bench) markdown() string {
 			}
 		}
 		if len(ws) > 1 {
-			head = append(head, fmt.Sprintf("%s %s÷%s", ref.Name, workersLabel(ws[0]), workersLabel(ws[len(ws)-1])))
+			head = append(head, fmt.Sprintf("%s wall %s ÷ %s", ref.Name, workersLabel(ws[0]), workersLabel(ws[len(ws)-1])))
 		}
 		row(&sb, head)
 		sep := make([]string, len(head))
