@@ -98,6 +98,9 @@ type Encoder struct {
 	code  dynCode // code of the whole block
 	code2 dynCode // code of a cut block's prefix
 	bw    bitWriter
+	// fallbacks counts streams that overran the budget and were redone as
+	// stored blocks; tests check that it stays 0.
+	fallbacks int
 }
 
 // NewEncoder returns an encoder at level LevelMin … LevelMax.
@@ -199,6 +202,7 @@ func (e *Encoder) CompressDestSize(dst, src []byte) (written, consumed int) {
 	w.align()
 	if w.overflow {
 		// Cannot happen unless the bit accounting is wrong; stay correct.
+		e.fallbacks++
 		return e.storeOnly(dst, src)
 	}
 	if w.n > 0 && dst[0] == 0 {

@@ -158,6 +158,9 @@ func TestRoundTrip(t *testing.T) {
 						pieces++
 						src = src[c:]
 					}
+					if e.fallbacks != 0 {
+						t.Errorf("%d streams overran the budget in the bit accounting", e.fallbacks)
+					}
 					t.Logf("%d pieces, ratio %.3f", pieces, float64(inBytes)/float64(total))
 				})
 			}
@@ -179,6 +182,9 @@ func TestTinyBudgets(t *testing.T) {
 				check(t, dst, src, w, c)
 				if budget >= 8 && c == 0 {
 					t.Errorf("%s L%d: nothing fits in %d bytes", name, level, budget)
+				}
+				if e.fallbacks != 0 {
+					t.Fatalf("%s L%d, %d bytes: the bit accounting overran the budget", name, level, budget)
 				}
 			}
 		}

@@ -27,6 +27,9 @@ func FuzzDeflate(f *testing.F) {
 		dst := make([]byte, budget)
 		w, c := e[level].CompressDestSize(dst, src)
 		check(t, dst, src, w, c)
+		if e[level].fallbacks != 0 {
+			t.Fatalf("the bit accounting overran the budget")
+		}
 		if len(src) > 0 && budget >= 8 && c == 0 {
 			t.Fatalf("nothing fits in %d bytes", budget)
 		}
