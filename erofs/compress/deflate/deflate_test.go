@@ -221,6 +221,12 @@ func TestNoAllocations(t *testing.T) {
 	if n != 0 {
 		t.Errorf("%v allocations per call pair", n)
 	}
+	w, c := e.CompressDestSize(dst, text)
+	out := make([]byte, c)
+	Decompress(out, dst[:w])
+	if n := testing.AllocsPerRun(10, func() { Decompress(out, dst[:w]) }); n != 0 {
+		t.Errorf("Decompress: %v allocations per call", n)
+	}
 }
 
 func TestLevels(t *testing.T) {
