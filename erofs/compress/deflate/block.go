@@ -370,38 +370,50 @@ func log2Fix(x uint32) int {
 }
 
 // entropy is the Shannon bound of the block's symbols in bits, extra bits
-// included: no Huffman code makes the symbols smaller. As a side effect it
-// sets the model costs (rounded self-information, unseen symbols one bit
-// more than the rarest) used to estimate the block's growth.
+// included: no Huffman code makes the symbols smaller.
 func (e *Encoder) entropy() int {
 	b := &e.blk
-	nl := uint32(len(e.tokens) + 1)
 	total := 0
-	ll := log2Fix(nl)
-	unseen := uint8(min(maxBits, (ll+255)>>8+1))
-	for s, f := range b.lit {
-		if f == 0 {
-			e.mLit[s] = unseen
-			continue
+	ll := log2Fix(uint32(len(e.tokens) + 1))
+	for _, f := range b.lit {
+		if f != 0 {
+			total += int(f) * (ll - log2Fix(f))
 		}
-		c := ll - log2Fix(f)
-		total += int(f) * c
-		e.mLit[s] = uint8(min(max((c+128)>>8, 1), maxBits))
 	}
 	if b.matches > 0 {
 		ld := log2Fix(uint32(b.matches))
-		for s, f := range b.dist {
-			if f == 0 {
-				e.mDist[s] = unseen + distExtra[s]
-				continue
+		for _, f := range b.dist {
+			if f != 0 {
+				total += int(f) * (ld - log2Fix(f))
 			}
-			c := ld - log2Fix(f)
-			total += int(f) * c
-			e.mDist[s] = uint8(min(max((c+128)>>8, 1), maxBits)) + distExtra[s]
 		}
+	}
+	return total>>8 + b.extra
+}
+
+// setModel sets the costs that estimate the block's growth from its
+// statistics: each symbol's rounded self-information, unseen symbols one
+// bit more than the rarest possible.
+func (e *Encoder) setModel() {
+	b := &e.blk
+	ll := log2Fix(uint32(len(e.tokens) + 1))
+	unseen := uint8(min(maxBits, (ll+255)>>8+1))
+	for s, f := range b.lit {
+		c := unseen
+		if f != 0 {
+			c = uint8(min(max((ll-log2Fix(f)+128)>>8, 1), maxBits))
+		}
+		e.mLit[s] = c
+	}
+	ld := log2Fix(uint32(max(b.matches, 1)))
+	for s, f := range b.dist {
+		c := unseen
+		if f != 0 {
+			c = uint8(min(max((ld-log2Fix(f)+128)>>8, 1), maxBits))
+		}
+		e.mDist[s] = c + distExtra[s]
 	}
 	for l := range e.mLen {
 		e.mLen[l] = e.mLit[257+int(lenSym[l])] + lenExtra[l]
 	}
-	return total>>8 + b.extra
 }

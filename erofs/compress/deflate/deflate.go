@@ -161,6 +161,7 @@ func (e *Encoder) CompressDestSize(dst, src []byte) (written, consumed int) {
 			// Under budget by the estimate: check again a little past
 			// the point where the block should fill it.
 			room := avail - min(guess, fix, sto)
+			e.setModel()
 			e.est = ent
 			nextCheck = e.est + room + max(room/16, 64)
 			continue
@@ -193,6 +194,7 @@ func (e *Encoder) CompressDestSize(dst, src []byte) (written, consumed int) {
 		default:
 			// The estimate was pessimistic.
 			room := avail - best
+			e.setModel()
 			e.est = dyn - header
 			nextCheck = e.est + room + max(room/16, 64)
 			continue
