@@ -32,11 +32,15 @@ func (h *hashTable) init(log uint) {
 	h.gen = 1
 }
 
-// newFrame invalidates all entries; used is the extent of the previous
-// frame's positions.
-func (h *hashTable) newFrame(used int) {
+// newFrame invalidates all entries of the tables; used is the extent of
+// the previous frame's positions.
+func (e *Encoder) newFrame(used int) {
+	h := &e.hash
+	e.chainNext = 0
 	if uint64(h.gen)+uint64(used)+1 >= 1<<31 {
 		clear(h.t)
+		clear(e.chain.head)
+		clear(e.chain.prev)
 		h.gen = 1
 		return
 	}

@@ -31,7 +31,7 @@ func (e *Encoder) CompressDestSize(dst, src []byte) (written, consumed int) {
 	if len(src) == 0 || budget < frameHeaderLen+blockHeaderLen+1 {
 		return 0, 0
 	}
-	e.hash.newFrame(e.parsed)
+	e.newFrame(e.parsed)
 	e.parsed = 0
 	e.frep = [2]int{1, 4}
 	binary.LittleEndian.PutUint32(dst, 0xFD2FB528)
@@ -255,6 +255,10 @@ func (e *Encoder) encodeMore(src []byte, k, t, nt int) int {
 }
 
 func (e *Encoder) parse(src []byte, limit, end int) {
+	if e.p.depth > 0 {
+		e.parseChain(src, limit, end)
+		return
+	}
 	e.parseFast(src, limit, end)
 }
 

@@ -63,7 +63,9 @@ type Encoder struct {
 	blockMax  int // largest block content: min(window, 128 KiB)
 	p         params
 
-	hash hashTable
+	hash      hashTable  // fast parser; its gen also serves the chains
+	chain     chainTable // chain parser
+	chainNext int        // chain parser: first position not in the chains
 
 	// Parse state of the current block: sequences and their literals up
 	// to anchor, the next position to search (ip), the furthest position
@@ -87,26 +89,37 @@ type Encoder struct {
 // params are the parser settings of a level.
 type params struct {
 	hashLog   uint
-	minMatch  int  // bytes hashed: 4, 5 or 6
+	minMatch  int  // fast parser: bytes hashed, 4, 5 or 6
 	stepShift uint // the search step grows by one every 1<<stepShift bytes without a match
-	lazy      bool // look one byte ahead for a longer match
+	lazy      bool // fast parser: look one byte ahead for a longer match
+
+	// Chain parser (depth > 0): chain length, positions searched per
+	// chain, bytes looked ahead for a better match.
+	chainLog  uint
+	depth     int
+	lazySteps int
 }
 
-// levelParams maps zstd levels onto the parser. Level 1 is tuned to
-// compress a little better than libzstd's level 1 at 4 KiB pclusters (the
-// one-byte lazy step costs about 1% more time and saves 1.5% of the
-// output on source code: fewer, longer matches); above level 4 every
-// level uses the largest setting (there is no deeper search yet).
+// levelParams maps zstd levels onto the parsers. Level 1 compresses a
+// little better than libzstd's level 1 at 4 KiB pclusters (the one-byte
+// lazy step costs about 1% more time and saves 1.5% of the output on
+// source code: fewer, longer matches). Levels 3 and up search hash chains
+// deeper with the level; levels above 18 search as deep as 18 (there is
+// no optimal parser).
 func levelParams(level int) params {
 	switch {
 	case level <= 1:
 		return params{hashLog: 14, minMatch: 5, stepShift: 5, lazy: true}
 	case level == 2:
-		return params{hashLog: 15, minMatch: 5, stepShift: 7}
-	case level <= 4:
-		return params{hashLog: 16, minMatch: 5, stepShift: 8, lazy: true}
+		return params{hashLog: 15, minMatch: 5, stepShift: 7, lazy: true}
 	}
-	return params{hashLog: 17, minMatch: 4, stepShift: 10, lazy: true}
+	depth := []int{3: 4, 4: 6, 5: 8, 6: 12, 7: 16, 8: 24, 9: 32, 10: 48, 11: 64,
+		12: 96, 13: 128, 14: 192, 15: 256, 16: 384, 17: 512, 18: 1024}[min(level, 18)]
+	p := params{hashLog: 16, chainLog: 16, stepShift: 7, depth: depth, lazySteps: 1}
+	if level >= 6 {
+		p.hashLog, p.chainLog, p.stepShift, p.lazySteps = 17, 17, 8, 2
+	}
+	return p
 }
 
 var testParams *params
@@ -128,7 +141,12 @@ func NewEncoder(level int, opts ...Option) (*Encoder, error) {
 	if testParams != nil {
 		e.p = *testParams
 	}
-	e.hash.init(e.p.hashLog)
+	e.hash.gen = 1
+	if e.p.depth > 0 {
+		e.chain.init(e.p.hashLog, e.p.chainLog)
+	} else {
+		e.hash.init(e.p.hashLog)
+	}
 	return e, nil
 }
 
