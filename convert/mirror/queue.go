@@ -257,9 +257,14 @@ func (q *Queue) Enqueue(ctx context.Context, t Task) (rec *Record, dup bool, err
 			// Recorded, but the publish was lost (a crash in between).
 			rev = e.Revision()
 			rec = &old
-		case old.State != StateFailed:
+		case old.State.pending():
+			return &old, true, nil
+		case (old.State == StateDone || old.State == StateSkipped) && q.tagDigest(ctx, t.Repository, t.Tag) == t.Digest:
+			// Finished, and the tag's twin is still this digest's.
 			return &old, true, nil
 		default:
+			// Failed (a new push is a retry), or finished but the tag has
+			// had another twin since (a rollback): queue it again.
 			if rev, err = q.tasks.Update(ctx, key, val, e.Revision()); err != nil {
 				return nil, false, fmt.Errorf("task %s: requeue: %w", t.ID, err)
 			}
@@ -273,6 +278,23 @@ func (q *Queue) Enqueue(ctx context.Context, t Task) (rec *Record, dup bool, err
 		return nil, false, fmt.Errorf("task %s: publish: %w", t.ID, err)
 	}
 	return rec, false, nil
+}
+
+// tagKey names the record of which digest a tag's twin was last made
+// from.
+func tagKey(repo, tag string) string { return "g." + TaskID(repo, tag, "") }
+
+func (q *Queue) tagDigest(ctx context.Context, repo, tag string) string {
+	e, err := q.tasks.Get(ctx, tagKey(repo, tag))
+	if err != nil {
+		return ""
+	}
+	return string(e.Value())
+}
+
+// setTagDigest records that repo:tag's twin is now digest's.
+func (q *Queue) setTagDigest(ctx context.Context, repo, tag, digest string) {
+	q.tasks.Put(ctx, tagKey(repo, tag), []byte(digest))
 }
 
 func (q *Queue) hasMessage(ctx context.Context, id string) bool {
@@ -306,7 +328,7 @@ func (q *Queue) putRecord(ctx context.Context, r *Record) error {
 // Records lists every task record, newest first. One watch of the bucket
 // delivers the latest value of every key (not a request per key).
 func (q *Queue) Records(ctx context.Context) ([]Record, error) {
-	w, err := q.tasks.WatchAll(ctx, jetstream.IgnoreDeletes())
+	w, err := q.tasks.Watch(ctx, "t.*", jetstream.IgnoreDeletes())
 	if err != nil {
 		return nil, err
 	}

@@ -59,6 +59,15 @@ func TestRetryAndIndex(t *testing.T) {
 		t.Errorf("%v attempts counted as retried, want 1", n)
 	}
 
+	// A rollback: the tag moves to another image and back; its twin follows.
+	img2 := image(t, baseLayer(t, 30, 1000), appLayer(t, "retry-2"))
+	d2 := h.reg.push(t, "retry/me:1", img2)
+	h.reg.waitTwin(t, "retry/me:1", d2, time.Minute)
+	if d1 := h.reg.push(t, "retry/me:1", img); d1 != d {
+		t.Fatalf("the same image pushed again has digest %s, not %s", d1, d)
+	}
+	h.reg.waitTwin(t, "retry/me:1", d, time.Minute)
+
 	// An index of two platforms on one base.
 	base := baseLayer(t, 31, 5000)
 	amd := image(t, base, appLayer(t, "amd64"))

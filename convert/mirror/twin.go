@@ -99,11 +99,9 @@ func (t *Twins) Convert(ctx context.Context, task Task, owner string) (*Outcome,
 	out.Target = dst.String()
 	ropts := t.Remote.Options(ctx)
 	// A tag pushed again since: the newer task converts it.
-	if task.Digest != "" {
-		if d, err := remote.Head(tagRef.Name, ropts...); err == nil && d.Digest.String() != task.Digest {
-			out.Skipped, out.Reason = true, fmt.Sprintf("superseded: %s is now %s", tagRef, d.Digest)
-			return out, nil
-		}
+	if now, moved := t.tagMoved(ctx, tagRef, task.Digest); moved {
+		out.Skipped, out.Reason = true, fmt.Sprintf("superseded: %s is now %s", tagRef, now)
+		return out, nil
 	}
 	art, err := oci.Get(ctx, src, t.Remote)
 	if err != nil {
@@ -141,6 +139,15 @@ func (t *Twins) Convert(ctx context.Context, task Task, owner string) (*Outcome,
 		return nil, err
 	}
 	defer conv.Close()
+	// Just before the twin's tag moves: has the source tag moved on while
+	// this converted? Then the newer task's twin must not be overwritten.
+	superseded := func() bool {
+		if now, moved := t.tagMoved(ctx, tagRef, task.Digest); moved {
+			out.Skipped, out.Reason, out.Digest = true, fmt.Sprintf("superseded while converting: %s is now %s", tagRef, now), ""
+			return true
+		}
+		return false
+	}
 	if art.Index != nil {
 		idx, err := job.index(art)
 		if err != nil {
@@ -152,6 +159,9 @@ func (t *Twins) Convert(ctx context.Context, task Task, owner string) (*Outcome,
 		}
 		if err := job.storePlain(art, rep.Images); err != nil {
 			return nil, err
+		}
+		if superseded() {
+			return out, nil
 		}
 		if err := oci.Write(ctx, dst, nil, cidx, t.Remote); err != nil {
 			return nil, err
@@ -169,6 +179,9 @@ func (t *Twins) Convert(ctx context.Context, task Task, owner string) (*Outcome,
 		if err := job.storePlain(art, []*convert.ImageReport{rep}); err != nil {
 			return nil, err
 		}
+		if superseded() {
+			return out, nil
+		}
 		if err := oci.Write(ctx, dst, cimg, nil, t.Remote); err != nil {
 			return nil, err
 		}
@@ -176,6 +189,32 @@ func (t *Twins) Convert(ctx context.Context, task Task, owner string) (*Outcome,
 	}
 	job.done = true
 	return out, nil
+}
+
+// tagMoved reports whether tag points at another digest than digest. The
+// registry sends its event when the manifest is stored, before the tag is
+// moved to it, so a tag still at an older digest is asked again for a few
+// seconds before the task counts as superseded.
+func (t *Twins) tagMoved(ctx context.Context, tag oci.Ref, digest string) (string, bool) {
+	if digest == "" {
+		return "", false
+	}
+	var now string
+	for i := 0; i < 30; i++ {
+		d, err := remote.Head(tag.Name, t.Remote.Options(ctx)...)
+		if err != nil {
+			return "", false // cannot tell: convert what was asked
+		}
+		if now = d.Digest.String(); now == digest {
+			return "", false
+		}
+		select {
+		case <-ctx.Done():
+			return "", false
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return now, true
 }
 
 // madeByUs is the second loop guard: an image whose manifest or layers

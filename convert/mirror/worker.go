@@ -168,6 +168,9 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 			w.logf("task %s %s:%s → %s@%s in %.2fs (%d layers converted, %d reused)", t.ID, t.Repository, t.Tag,
 				out.Target, out.Digest, secs, out.LayersConverted, out.LayersReused)
 		}
+		if out.Digest != "" { // made, or up to date: the tag's twin is this digest's
+			w.Queue.setTagDigest(fctx, t.Repository, t.Tag, t.Digest)
+		}
 		// Record first, then ack: a crash in between redelivers a task
 		// whose record says it is finished, and that is acked at once.
 		w.Queue.putRecord(fctx, rec)
