@@ -261,3 +261,46 @@ func TestZstdCLI(t *testing.T) {
 		}
 	}
 }
+
+// destRatio compresses all of src through budget-sized clusters.
+func destRatio(t *testing.T, e *Encoder, src []byte, budget int) float64 {
+	in, out := 0, 0
+	dst := make([]byte, budget)
+	for len(src) > 0 {
+		w, c := e.CompressDestSize(dst, src[:min(len(src), 64<<10)])
+		if c == 0 {
+			t.Fatalf("nothing fits in %d bytes", budget)
+		}
+		in += c
+		out += w
+		src = src[c:]
+	}
+	return float64(in) / float64(out)
+}
+
+// TestRatio: filling 4 KiB clusters must compress Go source at least as
+// well as klauspost's plain encoder does in independent 16 KiB frames
+// (less 2%: the clusters hold about 12 KiB), and higher levels better.
+func TestRatio(t *testing.T) {
+	src := text()
+	enc := newKlauspost(1)
+	kin, kout := 0, 0
+	for p := 0; p < len(src); p += 16 << 10 {
+		kin += min(16<<10, len(src)-p)
+		kout += len(enc.EncodeAll(src[p:min(len(src), p+16<<10)], nil))
+	}
+	kr := float64(kin) / float64(kout)
+	var prev float64
+	for _, lv := range []int{1, 3, 9} {
+		e, _ := NewEncoder(lv)
+		r := destRatio(t, e, src, 4096)
+		t.Logf("level %d: ratio %.3f (klauspost level 1, 16 KiB frames: %.3f)", lv, r, kr)
+		if lv == 1 && r < kr*0.98 {
+			t.Errorf("level 1 ratio %.3f, klauspost %.3f", r, kr)
+		}
+		if r <= prev {
+			t.Errorf("level %d ratio %.3f not above the level before (%.3f)", lv, r, prev)
+		}
+		prev = r
+	}
+}
