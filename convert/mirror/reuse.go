@@ -2,14 +2,10 @@ package mirror
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"reflect"
-	"sort"
 	"strings"
 	"time"
 
@@ -29,92 +25,6 @@ import (
 // recorded; then the converter assembles the twin from an image whose tar
 // layers are all EROFS already, so it passes them through and writes the
 // manifest and config exactly as for a plain conversion.
-
-// optionsKey names the conversion options in cache keys: two workers
-// with different options never share layers. It is written from the
-// options' values (pointers followed, functions left out), so an option
-// added to erofs.Options later is part of it without anyone remembering.
-func optionsKey(o convert.ImageOptions) string {
-	l := o.Layer
-	// Nothing the bytes do not depend on: temp dir, goroutines.
-	l.Erofs.TempDir, l.Erofs.Workers = "", 0
-	var b strings.Builder
-	b.WriteString("v1|")
-	canon(&b, reflect.ValueOf(l))
-	fmt.Fprintf(&b, "|z%t|s%t", o.LayerZstd, o.SpecMediaTypes)
-	h := sha256.Sum256([]byte(b.String()))
-	return hex.EncodeToString(h[:8])
-}
-
-// canon writes a value's contents, the same in every process.
-func canon(b *strings.Builder, v reflect.Value) {
-	if v.Type() == reflect.TypeOf(time.Time{}) && v.CanInterface() {
-		t := v.Interface().(time.Time)
-		if t.IsZero() {
-			b.WriteString("0")
-		} else {
-			fmt.Fprint(b, t.UnixNano())
-		}
-		return
-	}
-	switch v.Kind() {
-	case reflect.Func, reflect.Chan, reflect.UnsafePointer, reflect.Interface:
-		b.WriteString("-") // hooks: not part of the result's identity
-	case reflect.Pointer:
-		if v.IsNil() {
-			b.WriteString("nil")
-		} else {
-			canon(b, v.Elem())
-		}
-	case reflect.Struct:
-		b.WriteByte('{')
-		for i := 0; i < v.NumField(); i++ {
-			b.WriteString(v.Type().Field(i).Name)
-			b.WriteByte(':')
-			canon(b, v.Field(i))
-			b.WriteByte(',')
-		}
-		b.WriteByte('}')
-	case reflect.Slice, reflect.Array:
-		b.WriteByte('[')
-		for i := 0; i < v.Len(); i++ {
-			canon(b, v.Index(i))
-			b.WriteByte(',')
-		}
-		b.WriteByte(']')
-	case reflect.Map:
-		keys := v.MapKeys()
-		sort.Slice(keys, func(i, j int) bool { return fmt.Sprint(keys[i]) < fmt.Sprint(keys[j]) })
-		b.WriteByte('{')
-		for _, k := range keys {
-			canon(b, k)
-			b.WriteByte(':')
-			canon(b, v.MapIndex(k))
-			b.WriteByte(',')
-		}
-		b.WriteByte('}')
-	default:
-		fmt.Fprintf(b, "%v", v)
-	}
-}
-
-// chainKeys are the cache keys of an image's layers: the options and the
-// layer's OCI ChainID (its diffID on those of the layers below), since a
-// layer's EROFS image depends on the directories below it.
-func chainKeys(opts string, diffIDs []v1.Hash) []string {
-	keys := make([]string, len(diffIDs))
-	var chain string
-	for i, d := range diffIDs {
-		if i == 0 {
-			chain = d.String()
-		} else {
-			h := sha256.Sum256([]byte(chain + " " + d.String()))
-			chain = "sha256:" + hex.EncodeToString(h[:])
-		}
-		keys[i] = "l." + opts + "." + strings.TrimPrefix(chain, "sha256:")
-	}
-	return keys
-}
 
 func isTarLayer(mt types.MediaType) bool {
 	switch mt {
