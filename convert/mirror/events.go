@@ -41,8 +41,11 @@ func ParseNotification(body []byte) (kind string, events []Event, err error) {
 	case probe["type"] != nil && probe["event_data"] != nil:
 		events, err = parseHarbor(body)
 		return KindHarbor, events, err
+	case probe["specversion"] != nil && probe["type"] != nil:
+		events, err = parseCloudEvent(body)
+		return KindHarbor, events, err
 	}
-	return "", nil, errors.New("notification: neither a distribution envelope ({\"events\": …}) nor a Harbor webhook ({\"type\": …, \"event_data\": …})")
+	return "", nil, errors.New("notification: neither a distribution envelope ({\"events\": …}) nor a Harbor webhook ({\"type\": …, \"event_data\": …} or a CloudEvent)")
 }
 
 // distribution's notifications/event.go, the fields used.
@@ -83,38 +86,65 @@ func parseDistribution(body []byte) ([]Event, error) {
 	return out, nil
 }
 
-// Harbor's webhook payload (src/pkg/notifier/model), the fields used.
-type harborPayload struct {
-	Type      string `json:"type"`
-	EventData struct {
-		Resources []struct {
-			Digest      string `json:"digest"`
-			Tag         string `json:"tag"`
-			ResourceURL string `json:"resource_url"`
-		} `json:"resources"`
-		Repository struct {
-			Name         string `json:"name"`
-			Namespace    string `json:"namespace"`
-			RepoFullName string `json:"repo_full_name"`
-		} `json:"repository"`
-	} `json:"event_data"`
+// Harbor's webhook payload, the fields used: its "Default" format
+// ({"type": "PUSH_ARTIFACT", "event_data": …}) and its CloudEvents format
+// ({"specversion": "1.0", "type": "harbor.artifact.pushed", "data": …}),
+// where data is what event_data is in the other.
+type harborData struct {
+	Resources []struct {
+		Digest      string `json:"digest"`
+		Tag         string `json:"tag"`
+		ResourceURL string `json:"resource_url"`
+	} `json:"resources"`
+	Repository struct {
+		Name         string `json:"name"`
+		Namespace    string `json:"namespace"`
+		RepoFullName string `json:"repo_full_name"`
+	} `json:"repository"`
 }
 
 func parseHarbor(body []byte) ([]Event, error) {
-	var p harborPayload
+	var p struct {
+		Type      string     `json:"type"`
+		EventData harborData `json:"event_data"`
+	}
 	if err := json.Unmarshal(body, &p); err != nil {
 		return nil, fmt.Errorf("harbor webhook: %w", err)
 	}
 	if p.Type != "PUSH_ARTIFACT" && p.Type != "pushImage" {
 		return nil, nil
 	}
-	repo := p.EventData.Repository.RepoFullName
-	if repo == "" && p.EventData.Repository.Name != "" {
-		repo = strings.Trim(p.EventData.Repository.Namespace+"/"+p.EventData.Repository.Name, "/")
+	return harborEvents(p.EventData)
+}
+
+func parseCloudEvent(body []byte) ([]Event, error) {
+	var p struct {
+		Type string     `json:"type"`
+		Data harborData `json:"data"`
+	}
+	if err := json.Unmarshal(body, &p); err != nil {
+		return nil, fmt.Errorf("CloudEvent: %w", err)
+	}
+	if !strings.HasPrefix(p.Type, "harbor.") {
+		return nil, fmt.Errorf("CloudEvent of type %q: only Harbor's are understood", p.Type)
+	}
+	if p.Type != "harbor.artifact.pushed" {
+		return nil, nil
+	}
+	return harborEvents(p.Data)
+}
+
+func harborEvents(d harborData) ([]Event, error) {
+	repo := d.Repository.RepoFullName
+	if repo == "" && d.Repository.Name != "" {
+		repo = strings.Trim(d.Repository.Namespace+"/"+d.Repository.Name, "/")
 	}
 	var out []Event
-	for _, r := range p.EventData.Resources {
+	for _, r := range d.Resources {
 		e := Event{Repository: repo, Tag: r.Tag, Digest: r.Digest}
+		if strings.Contains(e.Tag, ":") {
+			e.Tag = "" // Harbor names a push by digest alone with the digest as its "tag"
+		}
 		// resource_url is host/namespace/name:tag (or @digest).
 		if host, rest, ok := strings.Cut(r.ResourceURL, "/"); ok {
 			e.Host = host

@@ -99,6 +99,16 @@ func TestParseNotification(t *testing.T) {
 	if _, evs, err = ParseNotification([]byte(harbor2)); err != nil || len(evs) != 1 || evs[0].Repository != "ns/deep/app" {
 		t.Errorf("harbor without repository: %+v %v", evs, err)
 	}
+	ce := `{"specversion":"1.0","id":"x","source":"/projects/2/webhook/policies/15","type":"harbor.artifact.pushed","datacontenttype":"application/json","time":"2026-04-03T06:04:46Z",
+	 "data":{"resources":[{"digest":"sha256:ab","tag":"stable","resource_url":"h/team/app:stable"},{"digest":"sha256:cd","tag":"sha256:cd","resource_url":"h/team/app@sha256:cd"}],
+	 "repository":{"name":"app","namespace":"team","repo_full_name":"team/app","repo_type":"private"}},"operator":"robot"}`
+	kind, evs, err = ParseNotification([]byte(ce))
+	if err != nil || kind != KindHarbor || len(evs) != 2 || evs[0].Repository != "team/app" || evs[0].Tag != "stable" || evs[1].Tag != "" || evs[1].Digest != "sha256:cd" {
+		t.Errorf("Harbor CloudEvent: %q %+v %v", kind, evs, err)
+	}
+	if _, _, err := ParseNotification([]byte(`{"specversion":"1.0","type":"com.example.other","data":{}}`)); err == nil {
+		t.Error("a CloudEvent not from Harbor: no error")
+	}
 	if _, evs, err = ParseNotification([]byte(`{"type":"DELETE_ARTIFACT","event_data":{"resources":[]}}`)); err != nil || len(evs) != 0 {
 		t.Errorf("harbor delete: %+v %v", evs, err)
 	}
