@@ -4,7 +4,7 @@ BIN     := bin/ocierofs
 PKGS    := ./...
 FUZZTIME ?= 15s
 
-.PHONY: build test bench fuzz demo lint clean
+.PHONY: build test bench bench-mkfs fuzz demo lint clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/ocierofs
@@ -16,6 +16,17 @@ test: lint
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3x -timeout 30m ./erofs/... ./convert/...
+
+# The seed-003 comparison (cmd/erofsbench): makes the datasets in BENCHDATA
+# once (several GiB), then times ocierofs mkfs and, where it is on PATH or
+# given as MKFS_EROFS, mkfs.erofs on each; a Markdown table on stdout and
+# in BENCHDATA/results. BENCHFLAGS narrows it, e.g. -datasets src256 -codecs lz4.
+BENCHDATA  ?= /var/tmp/ocierofs-bench
+MKFS_EROFS ?= mkfs.erofs
+BENCHFLAGS ?=
+bench-mkfs: build
+	$(GO) build -o bin/erofsbench ./cmd/erofsbench
+	bin/erofsbench -data $(BENCHDATA) -ocierofs $(BIN) -mkfs-erofs $(MKFS_EROFS) -out $(BENCHDATA)/results.md $(BENCHFLAGS)
 
 # A short run of every fuzz target.
 fuzz:
