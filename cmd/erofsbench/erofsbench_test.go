@@ -133,7 +133,7 @@ func TestArgs(t *testing.T) {
 	}
 	old := &tool{kind: kindMkfsErofs}
 	got = strings.Join(old.args("none", 1, "dir", "out.img", false), " ")
-	if strings.Contains(got, "-z") || strings.Contains(got, "^") || strings.Contains(got, "--workers") || strings.Contains(got, "--tar") {
+	if strings.Contains(got, "-z") || strings.Contains(got, "^") || strings.Contains(got, "--workers") || strings.Contains(got, "--tar") || strings.Contains(got, "-b4096") {
 		t.Errorf("mkfs.erofs 1.5 args %q carry options it lacks", got)
 	}
 }

@@ -128,11 +128,12 @@ func (t *tool) args(c string, workers int, in, out string, tarInput bool) []stri
 		}
 		return append(a, out, in)
 	default:
-		a := []string{"-b4096", "-C4096", "--max-extent-bytes=65536"}
+		a := []string{"-C4096", "--max-extent-bytes=65536"}
 		if t.modern {
-			a = append(a, "--quiet", "-Eforce-inode-extended,^ztailpacking,^fragments,^dedupe", "--zD=0")
+			a = append(a, "-b4096", "--quiet", "-Eforce-inode-extended,^ztailpacking,^fragments,^dedupe", "--zD=0")
 		} else {
-			// 1.5 and older: tail packing, fragments and dedupe are opt-in.
+			// 1.5 and older: no -b (the block size is the page size, 4 KiB
+			// here); tail packing, fragments and dedupe are opt-in.
 			a = append(a, "-Eforce-inode-extended")
 		}
 		if cd.mkfs != "" {
