@@ -37,6 +37,10 @@ type Options struct {
 	ImpliedDir func(path string) (Entry, bool)
 	// Compression, if set, compresses regular files (see Compression).
 	Compression *Compression
+	// NoDedupe stores every regular file's data, even when an earlier file
+	// has the same content (by default it shares that file's blocks).
+	// Dedupe needs an output that can be truncated (an *os.File).
+	NoDedupe bool
 	// Workers is the number of goroutines that compress (0: GOMAXPROCS).
 	// The image does not depend on it.
 	Workers int
@@ -85,6 +89,12 @@ type Builder struct {
 	scratch  []byte   // one block, reused
 	finished bool
 	err      error // sticky: after a failed Add the image is unusable
+
+	// Whole-file dedupe (dedupe.go).
+	dups         map[dupKey]dupOrig
+	dedupedBytes int64
+	trunc        interface{ Truncate(int64) error } // w, if it can shrink
+	maxBlk       uint64                             // the output's end before a rewind
 }
 
 // node is a name in the tree; hard links are several nodes sharing an inode.
@@ -138,6 +148,7 @@ func NewBuilder(w io.WriterAt, opt Options) (*Builder, error) {
 		blkbits: uint(bits.TrailingZeros(uint(bs))),
 		scratch: make([]byte, bs),
 	}
+	b.trunc, _ = w.(interface{ Truncate(int64) error })
 	b.opt.BlockSize = bs
 	if opt.Compression != nil {
 		c := *opt.Compression // the caller may reuse its options

@@ -2,8 +2,10 @@ package erofs
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 )
 
@@ -51,6 +53,11 @@ func (b *Builder) writeData(ino *inode, e *Entry, r io.Reader) error {
 	if b.outBlk+full+1 > 1<<32 {
 		return errors.New("image would exceed 2^32 blocks")
 	}
+	var h hash.Hash
+	if !b.opt.NoDedupe && b.trunc != nil {
+		h = sha256.New()
+		r = io.TeeReader(r, h)
+	}
 	ino.startBlk = uint32(b.outBlk)
 	if full > 0 {
 		n, err := io.CopyN(b.out, r, int64(full<<b.blkbits))
@@ -59,13 +66,21 @@ func (b *Builder) writeData(ino *inode, e *Entry, r io.Reader) error {
 		}
 		b.outBlk += full
 	}
-	ino.layout = LayoutFlatPlain
-	if tail == 0 {
-		return nil
-	}
 	buf := b.scratch[:tail]
 	if n, err := io.ReadFull(r, buf); err != nil {
 		return shortData(int64(full<<b.blkbits)+int64(n), size, err)
+	}
+	if h != nil {
+		_, inlineFlat := b.inlineLimits(ino)
+		if orig := b.dupOf(dupKey(h.Sum(nil)), ino, 0, inlineFlat); orig != nil {
+			start := uint64(ino.startBlk)
+			b.share(ino, orig)
+			return b.rewind(start)
+		}
+	}
+	ino.layout = LayoutFlatPlain
+	if tail == 0 {
+		return nil
 	}
 	if b.canInline(ino, tail) {
 		ref, err := b.spoolTail(buf)

@@ -168,6 +168,12 @@ func (b *Builder) finish() error {
 	if b.outBlk != late {
 		return fmt.Errorf("internal: wrote %d blocks, planned %d", b.outBlk, late)
 	}
+	if b.maxBlk > late {
+		// Duplicate data was written past the end, then rewound over.
+		if err := b.trunc.Truncate(int64(late) * int64(bs)); err != nil {
+			return err
+		}
+	}
 
 	sb := superBlock{
 		Magic:         SuperMagic,

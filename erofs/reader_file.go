@@ -428,3 +428,38 @@ func (img *Image) Devices() []DeviceSlot {
 	}
 	return out
 }
+
+// DataAddress is where a regular file's stored data begins: the byte
+// address of its first data block (flat layouts) or of its first pcluster
+// (compressed; for a file that is one fragment, its offset in the packed
+// inode, with frag set). ok is false for a file with no data blocks.
+// Files that share their data (whole-file dedupe) have the same address.
+func (img *Image) DataAddress(ino *Inode) (addr int64, frag, ok bool) {
+	if !ino.IsRegular() || ino.Size == 0 {
+		return 0, false, false
+	}
+	switch ino.Layout {
+	case LayoutFlatPlain, LayoutFlatInline:
+		if ino.Size < img.bs && ino.Layout == LayoutFlatInline {
+			return 0, false, false
+		}
+		return int64(ino.startBlk) * img.bs, false, true
+	case LayoutCompressedFull, LayoutCompressedCompact:
+		d, err := img.zReader(ino)
+		if err != nil {
+			return 0, false, false
+		}
+		if d.whole {
+			return d.fragOff, true, true
+		}
+		e, err := d.mapExtent(0)
+		if err != nil || e.kind == zInline {
+			return 0, false, false
+		}
+		if e.kind == zFragment {
+			return d.fragOff, true, true
+		}
+		return e.pa, false, true
+	}
+	return 0, false, false
+}

@@ -52,6 +52,7 @@ type zwriter struct {
 	usedBig   bool // some pcluster is larger than a block
 	inlined   bool // some file has an inline compressed tail
 	packed    *tailSpool
+	packing   bool // the packed inode is being written (it is not deduped)
 	packedLen uint64
 }
 
@@ -147,6 +148,7 @@ func (b *Builder) writePacked() (*inode, error) {
 	}
 	p := &inode{mode: S_IFREG | 0o600, size: z.packedLen, nlink: 1}
 	r := io.NewSectionReader(z.packed.f, 0, int64(z.packedLen))
+	z.packing = true
 	if err := b.writeCompressed("(packed inode)", p, r, false); err != nil {
 		return nil, fmt.Errorf("packed inode: %w", err)
 	}

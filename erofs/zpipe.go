@@ -1,7 +1,9 @@
 package erofs
 
 import (
+	"crypto/sha256"
 	"fmt"
+	"hash"
 	"io"
 	"runtime"
 	"sync"
@@ -59,6 +61,10 @@ type zjob struct {
 	// when it is applied: the largest inline tail of the compressed
 	// layouts (canInlineZ) and of the flat one (canInline); -1 for none.
 	inlineZ, inlineFlat int
+	// dupOf, on a file's last job, is an earlier file with the same
+	// content: the file shares its data, and what its earlier segments
+	// wrote is rewound over.
+	dupOf *inode
 
 	ops  []zop
 	done chan struct{}
@@ -150,6 +156,10 @@ func (p *zpipe) submit(j *zjob) {
 	j.done = make(chan struct{})
 	p.pending = append(p.pending, j)
 	p.inflight += len(j.data)
+	if j.dupOf != nil {
+		close(j.done) // nothing to compress
+		return
+	}
 	p.jobs <- j
 }
 
@@ -204,6 +214,10 @@ func (b *Builder) writeCompressed(path string, ino *inode, r io.Reader, fragment
 	size := ino.size
 	zf := &zfile{big: b.z.big}
 	inlineZ, inlineFlat := b.inlineLimits(ino)
+	var h hash.Hash
+	if !b.opt.NoDedupe && b.trunc != nil && !b.z.packing {
+		h = sha256.New()
+	}
 	seg := uint64(p.segment())
 	for base := uint64(0); base < size; base += seg {
 		n := int(min(seg, size-base))
@@ -214,11 +228,18 @@ func (b *Builder) writeCompressed(path string, ino *inode, r io.Reader, fragment
 		if m, err := io.ReadFull(r, buf[:n]); err != nil {
 			return shortData(int64(base)+int64(m), size, err)
 		}
-		p.submit(&zjob{
+		j := &zjob{
 			ino: ino, zf: zf, path: path, data: buf[:n], base: base,
 			last: base+uint64(n) == size, frag: fragments,
 			inlineZ: inlineZ, inlineFlat: inlineFlat,
-		})
+		}
+		if h != nil {
+			h.Write(j.data)
+			if j.last {
+				j.dupOf = b.dupOf(dupKey(h.Sum(nil)), ino, inlineZ, inlineFlat)
+			}
+		}
+		p.submit(j)
 	}
 	return p.applyDone(b)
 }
@@ -244,9 +265,9 @@ type zworker struct {
 	dst  []byte // one pcluster
 }
 
-// run cuts a segment into extents, as many bytes per pcluster as fit. An
-// extent whose pcluster would save no block is stored plain (one block of
-// input in one block). The output is compacted into the front of j.data:
+// run cuts a segment into extents, as many bytes per pcluster as fit. Input
+// whose pcluster would save no block is stored plain (one block of input in
+// each block, an extent of its own). The output is compacted into the front of j.data:
 // it never overtakes the input, since every pcluster written is shorter
 // than the input it stands for.
 func (w *zworker) run(j *zjob) {
@@ -274,10 +295,14 @@ func (w *zworker) run(j *zjob) {
 		}
 		nblk := (wn + bs - 1) / bs
 		if c == 0 || nblk*bs >= c {
-			copy(data[out:], data[pos:pos+bs])
-			j.ops = append(j.ops, zop{kind: zPlain, length: uint32(bs), blocks: 1, off: out, n: bs})
-			out += bs
-			pos += bs
+			// What the pcluster would hold does not shrink: store it as
+			// plain blocks (each its own extent) and compress again after.
+			for range max(1, c/bs) {
+				copy(data[out:], data[pos:pos+bs])
+				j.ops = append(j.ops, zop{kind: zPlain, length: uint32(bs), blocks: 1, off: out, n: bs})
+				out += bs
+				pos += bs
+			}
 			continue
 		}
 		copy(data[out:], w.dst[:wn])
@@ -360,6 +385,11 @@ func (b *Builder) apply(j *zjob) error {
 	ino := j.ino
 	if j.base == 0 {
 		ino.startBlk = uint32(b.outBlk)
+	}
+	if j.dupOf != nil {
+		start := uint64(ino.startBlk)
+		b.share(ino, j.dupOf)
+		return b.rewind(start)
 	}
 	for _, op := range j.ops {
 		bytes := j.data[op.off : op.off+op.n]

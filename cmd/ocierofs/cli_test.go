@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -158,5 +160,47 @@ func TestCLI(t *testing.T) {
 	}
 	for _, d := range fstree.Diff(want, got, fstree.DiffOptions{IgnoreImpliedMtime: true, IgnoreRootMeta: true}) {
 		t.Errorf("extract vs tar: %s", d)
+	}
+}
+
+// TestCLIDedupe: files with the same content share their data, inspect
+// says how much, and --no-file-dedupe stores every copy.
+func TestCLIDedupe(t *testing.T) {
+	b := bin(t)
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	// Words in random order: compressible, but not into an inline tail.
+	rnd := rand.New(rand.NewPCG(1, 2))
+	words := strings.Fields("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau upsilon phi chi psi omega")
+	var sb strings.Builder
+	for sb.Len() < 200000 {
+		fmt.Fprintf(&sb, "%s %s %d\n", words[rnd.IntN(len(words))], words[rnd.IntN(len(words))], rnd.IntN(1000))
+	}
+	data := sb.String()
+	for _, d := range []string{"a", "b", "c"} {
+		os.MkdirAll(filepath.Join(src, d), 0o755)
+		os.WriteFile(filepath.Join(src, d, "file"), []byte(data), 0o644)
+	}
+	os.WriteFile(filepath.Join(src, "other"), []byte(data+"!"), 0o644)
+	for _, z := range []string{"none", "lz4"} {
+		img := filepath.Join(dir, z+".erofs")
+		if _, e, code := run(t, b, "mkfs", "-q", "-z", z, img, src); code != 0 {
+			t.Fatalf("mkfs -z %s: exit %d: %s", z, code, e)
+		}
+		out, _, code := run(t, b, "inspect", img)
+		if code != 0 || !regexp.MustCompile(fmt.Sprintf(`deduplicated:\s+2 files share an earlier file's data \(%d bytes`, 2*len(data))).MatchString(out) {
+			t.Errorf("inspect -z %s: exit %d:\n%s", z, code, out)
+		}
+		if out, e, code := run(t, b, "verify", img, src); code != 0 {
+			t.Errorf("verify -z %s: exit %d: %s%s", z, code, out, e)
+		}
+		full := filepath.Join(dir, z+"-full.erofs")
+		run(t, b, "mkfs", "-q", "-z", z, "--no-file-dedupe", full, src)
+		out, _, _ = run(t, b, "inspect", full)
+		fi, _ := os.Stat(img)
+		fullFi, err := os.Stat(full)
+		if err != nil || strings.Contains(out, "deduplicated") || fullFi.Size() <= fi.Size() || z == "lz4" && !strings.Contains(out, "compressed_") {
+			t.Errorf("--no-file-dedupe -z %s: %d bytes against %d deduplicated (%v):\n%s", z, fullFi.Size(), fi.Size(), err, out)
+		}
 	}
 }

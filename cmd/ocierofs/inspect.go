@@ -100,6 +100,9 @@ func inspect(out io.Writer, img *erofs.Image, name string) error {
 	total := int64(s.Blocks) * int64(s.BlockSize)
 	fmt.Fprintf(w, "file data:\t%d bytes in regular files (%d in data blocks, %d inline)\n", st.fileBytes, st.dataBlockBytes, st.inlineBytes)
 	fmt.Fprintf(w, "metadata:\t%d bytes (image size less data blocks)\n", total-st.dataBlockBytes)
+	if st.sharedFiles > 0 {
+		fmt.Fprintf(w, "deduplicated:\t%d files share an earlier file's data (%d bytes not stored again)\n", st.sharedFiles, st.sharedBytes)
+	}
 	if st.zFiles > 0 {
 		fmt.Fprintf(w, "compressed:\t%d files, %d bytes in %d bytes of pclusters (+ inline and fragments)\n", st.zFiles, st.zBytes, st.zStored)
 	}
@@ -117,6 +120,8 @@ type stats struct {
 	dataBlockBytes  int64 // regular-file bytes that sit in data blocks
 	inlineBytes     int64
 	zFiles          int
+	sharedFiles     int   // files whose data is another file's
+	sharedBytes     int64 // their size
 	zBytes, zStored int64 // compressed files: their size, their pcluster bytes
 }
 
@@ -152,6 +157,11 @@ func typeName(mode uint32) string {
 func imageStats(img *erofs.Image) (*stats, error) {
 	st := &stats{byType: map[string]int{}, byLayout: map[string]int{}}
 	seen := map[uint64]bool{}
+	type dataKey struct {
+		addr, size int64
+		frag       bool
+	}
+	data := map[dataKey]bool{}
 	bs := int64(img.Super().BlockSize)
 	err := fs.WalkDir(img, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -173,6 +183,15 @@ func imageStats(img *erofs.Image) (*stats, error) {
 		st.byLayout[layoutNames[ino.Layout]]++
 		if ino.Mode&erofs.S_IFMT == erofs.S_IFREG {
 			st.fileBytes += ino.Size
+			if addr, frag, ok := img.DataAddress(ino); ok {
+				k := dataKey{addr, ino.Size, frag}
+				if data[k] {
+					st.sharedFiles++
+					st.sharedBytes += ino.Size
+					return nil // its blocks are counted once
+				}
+				data[k] = true
+			}
 			switch ino.Layout {
 			case erofs.LayoutFlatInline:
 				st.dataBlockBytes += ino.Size / bs * bs

@@ -70,6 +70,7 @@ func erofsFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "tail-packing", Value: true, Usage: "store each compressed file's last extent inline after its inode (ztailpacking, 5.17; off for older --min-kernel)"},
 		&cli.BoolFlag{Name: "fragments", Usage: "pack small files and file tails together into the packed inode (6.1): smallest images, slower random reads of small files"},
 		&cli.StringFlag{Name: "min-kernel", Usage: "oldest Linux X.Y that must mount the image: refuse what it cannot mount"},
+		&cli.BoolFlag{Name: "no-file-dedupe", Usage: "store every file's data, even when an earlier file has the same content (by default they share its blocks)"},
 		&cli.IntFlag{Name: "workers", Usage: "goroutines compressing each image (default: the number of CPUs); the image does not depend on it"},
 		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print nothing but errors"},
 	}
@@ -95,6 +96,7 @@ func layerOptions(c *cli.Context) (convert.Options, error) {
 	}
 	opt.Erofs.VolumeName = c.String("label")
 	opt.Erofs.NoInlineData = c.Bool("no-inline-data")
+	opt.Erofs.NoDedupe = c.Bool("no-file-dedupe")
 	if opt.Erofs.Workers = c.Int("workers"); opt.Erofs.Workers < 0 {
 		return opt, fmt.Errorf("--workers %d: want 1 or more", opt.Erofs.Workers)
 	}

@@ -1,0 +1,71 @@
+package erofs
+
+import (
+	"crypto/sha256"
+	"io"
+)
+
+// Whole-file dedupe: a regular file whose content equals an earlier one's
+// shares its data blocks (or pclusters, inline tail and fragment) instead
+// of storing them again. The content is known only once it has been read,
+// so the data is written as usual and the output rewound over it when it
+// turns out to be a duplicate; a file read in one piece (one compression
+// segment) is never written at all.
+//
+// Memory: one entry (hash and pointer) per distinct file.
+
+// dupKey is the SHA-256 of a file's content.
+type dupKey [sha256.Size]byte
+
+// dupOrig is the first file with some content, and the inline room its
+// inode had: a later file shares its layout only if it has as much room,
+// so that whatever inline tail the first one got fits it too.
+type dupOrig struct {
+	ino                 *inode
+	inlineZ, inlineFlat int
+}
+
+// dupOf returns the earlier file with content k that a file with the given
+// inline room can share, or nil; otherwise it records the file as the
+// first with k if there is none yet.
+func (b *Builder) dupOf(k dupKey, ino *inode, inlineZ, inlineFlat int) *inode {
+	if b.opt.NoDedupe || b.trunc == nil {
+		return nil
+	}
+	if b.dups == nil {
+		b.dups = map[dupKey]dupOrig{}
+	}
+	o, ok := b.dups[k]
+	if !ok {
+		b.dups[k] = dupOrig{ino, inlineZ, inlineFlat}
+		return nil
+	}
+	if inlineZ < o.inlineZ || inlineFlat < o.inlineFlat {
+		return nil
+	}
+	return o.ino
+}
+
+// share gives ino the data of orig, whose content is the same.
+func (b *Builder) share(ino, orig *inode) {
+	ino.layout, ino.startBlk, ino.tail, ino.z = orig.layout, orig.startBlk, orig.tail, orig.z
+	b.dedupedBytes += int64(ino.size)
+}
+
+// rewind moves the output back to block blk, over data that turned out to
+// be a duplicate; Finish truncates what is left beyond the image's end.
+func (b *Builder) rewind(blk uint64) error {
+	if blk == b.outBlk {
+		return nil
+	}
+	if err := b.out.Flush(); err != nil {
+		return err
+	}
+	b.maxBlk = max(b.maxBlk, b.outBlk)
+	b.out.Reset(io.NewOffsetWriter(b.w, int64(blk)*int64(b.bs)))
+	b.outBlk = blk
+	return nil
+}
+
+// DedupedBytes is the size of the files that share an earlier file's data.
+func (b *Builder) DedupedBytes() int64 { return b.dedupedBytes }

@@ -1,0 +1,127 @@
+package erofs
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+// dupFiles holds contents repeated under several names: short files (inline
+// tails), a file of whole blocks, a big one spanning compression segments,
+// and near-duplicates that must not be shared.
+func dupFiles() map[string][]byte {
+	rnd := rand.New(rand.NewPCG(7, 7))
+	random := func(n int) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(rnd.Uint32())
+		}
+		return b
+	}
+	var text bytes.Buffer
+	for i := 0; text.Len() < 9<<20; i++ {
+		fmt.Fprintf(&text, "line %d: the quick brown fox %d jumps\n", i, i%17)
+	}
+	big := text.Bytes()[:9<<20+5]
+	small := []byte("a small config file\n")
+	blocks := random(3 * 4096)
+	mixed := append(random(70000), bytes.Repeat([]byte("ab"), 40000)...)
+	files := map[string][]byte{
+		"big/a": big, "big/b": big, "big/c": append(bytes.Clone(big[:len(big)-1]), 'X'),
+		"blocks/a": blocks, "blocks/b": blocks,
+		"mixed/a": mixed, "mixed/b": mixed,
+		"near/a": append(bytes.Clone(mixed), 0), "near/b": mixed[:len(mixed)-1],
+	}
+	for i := range 20 {
+		files[fmt.Sprintf("small/%02d", i)] = small
+	}
+	return files
+}
+
+// TestDedupe builds the same files with and without whole-file dedupe,
+// uncompressed and compressed, and checks that the deduplicated image is
+// smaller by about the duplicates, reads back the same (reader and
+// kernel), and does not depend on the worker count.
+func TestDedupe(t *testing.T) {
+	files := dupFiles()
+	dupBytes := 0
+	seen := map[string]bool{}
+	for _, name := range sortedKeys(files) {
+		k := string(files[name])
+		if seen[k] {
+			dupBytes += len(files[name])
+		}
+		seen[k] = true
+	}
+	for _, c := range []*Compression{
+		nil,
+		{Algorithm: AlgLZ4, PclusterSize: 65536, TailPacking: true},
+		{Algorithm: AlgLZ4, PclusterSize: 16384, Fragments: true},
+		{Algorithm: AlgLZ4, Level: 1, PclusterSize: 4096},
+	} {
+		name := "plain"
+		if c != nil {
+			name = fmt.Sprintf("%s-%d_pc%dk_tail%v_frag%v", c.Algorithm, c.Level, c.PclusterSize>>10, c.TailPacking, c.Fragments)
+		}
+		t.Run(name, func(t *testing.T) {
+			build := func(noDedupe bool, workers int) ([]byte, int64) {
+				var img memWriterAt
+				o := Options{Compression: c, NoDedupe: noDedupe, Workers: workers, TempDir: t.TempDir()}
+				b, err := NewBuilder(&img, o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer b.Close()
+				for _, name := range sortedKeys(files) {
+					e := Entry{Path: name, Mode: S_IFREG | 0o644, Size: int64(len(files[name]))}
+					if strings.HasPrefix(name, "small/1") {
+						// Less inline room than the first copy: not shared
+						// when the first copy's tail went inline.
+						e.Xattrs = []Xattr{{Name: "user.pad", Value: bytes.Repeat([]byte("x"), 3000)}}
+					}
+					if err := b.Add(e, bytes.NewReader(files[name])); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := b.Finish(); err != nil {
+					t.Fatal(err)
+				}
+				return img.b, b.DedupedBytes()
+			}
+			full, none := build(true, 0)
+			deduped, saved := build(false, 1)
+			if none != 0 {
+				t.Errorf("NoDedupe, yet %d bytes deduplicated", none)
+			}
+			// The small files with big xattrs are stored again (when
+			// inline); everything else duplicated is shared.
+			if saved < int64(dupBytes)-10*int64(len(files["small/00"])) || saved > int64(dupBytes) {
+				t.Errorf("deduplicated %d bytes, the duplicates are %d", saved, dupBytes)
+			}
+			if len(deduped) >= len(full) {
+				t.Errorf("image with dedupe %d bytes, without %d", len(deduped), len(full))
+			}
+			t.Logf("%d bytes of files, %d duplicated: image %d bytes without dedupe, %d with (%d bytes shared)",
+				sumLen(files), dupBytes, len(full), len(deduped), saved)
+			for _, n := range []int{2, 5} {
+				if got, _ := build(false, n); !bytes.Equal(got, deduped) {
+					t.Errorf("%d workers: image differs from one worker's at %d", n, firstDiff(got, deduped))
+				}
+			}
+			for _, raw := range [][]byte{full, deduped} {
+				img := openBytes(t, raw)
+				for name, want := range files {
+					got, err := img.ReadFile(name)
+					if err != nil || !bytes.Equal(got, want) {
+						t.Errorf("reader: %s: %d bytes (%v), want %d, first difference at %d", name, len(got), err, len(want), firstDiff(got, want))
+					}
+				}
+			}
+			if canMount() {
+				mountCompare(t, deduped, files)
+			}
+		})
+	}
+}
