@@ -172,7 +172,10 @@ func (e *Encoder) block(dst, src []byte, pos, end int, r *reps) (typ byte, n, co
 			}
 		}
 	}
-	if bestC <= rawN {
+	// Raw wins when it holds more input, or as much in no more bytes
+	// (when the whole rest fits raw, the compressed form is still the
+	// smaller one to keep).
+	if bestC < rawN || bestC == rawN && bestN >= rawN {
 		return e.rawBlock(dst, src, pos, rawN)
 	}
 	// Settle the history at the chosen cut for the next block.

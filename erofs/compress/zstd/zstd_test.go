@@ -304,3 +304,26 @@ func TestRatio(t *testing.T) {
 		prev = r
 	}
 }
+
+// TestRoomToSpare: an input that would fit the budget uncompressed is
+// still compressed (a raw block holding as much input is no better).
+func TestRoomToSpare(t *testing.T) {
+	src := text()
+	for _, level := range []int{1, 3, 9} {
+		e, err := NewEncoder(level)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []int{4097, 65536, 200000} {
+			dst := make([]byte, 1<<20)
+			w, c := e.CompressDestSize(dst, src[:n])
+			if c != n || w > n/2 {
+				t.Errorf("level %d, %d bytes of text into 1 MiB: written %d, consumed %d", level, n, w, c)
+			}
+			out := make([]byte, c)
+			if err := Decompress(out, dst[:w]); err != nil || !bytes.Equal(out, src[:c]) {
+				t.Errorf("level %d, %d bytes: decode: %v", level, n, err)
+			}
+		}
+	}
+}
