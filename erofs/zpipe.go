@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"math/bits"
 	"runtime"
 	"sync"
 )
@@ -79,9 +80,10 @@ type zpipe struct {
 	jobs    chan *zjob // to the workers
 	wg      sync.WaitGroup
 
-	pending  []*zjob // submitted, not yet applied, in input order
-	inflight int     // bytes of their buffers
-	free     [][]byte
+	pending  []*zjob      // submitted, not yet applied, in input order
+	inflight int          // bytes of their buffers
+	free     [40][][]byte // reused buffers by size class (capacity 1<<class)
+	pooled   int          // their bytes
 }
 
 const inflightJobsPerWorker = 64
@@ -141,14 +143,27 @@ func (p *zpipe) buffer(b *Builder, n int) ([]byte, error) {
 			return nil, err
 		}
 	}
-	if n == p.segment() {
-		if k := len(p.free); k > 0 {
-			buf := p.free[k-1]
-			p.free = p.free[:k-1]
-			return buf, nil
-		}
+	c := sizeClass(n)
+	if k := len(p.free[c]); k > 0 {
+		buf := p.free[c][k-1]
+		p.free[c] = p.free[c][:k-1]
+		p.pooled -= cap(buf)
+		return buf[:n], nil
 	}
-	return make([]byte, n), nil
+	return make([]byte, n, 1<<c), nil
+}
+
+// sizeClass is the class of a buffer for n bytes: the capacity 1<<class
+// is the power of two that holds n, 4 KiB at least.
+func sizeClass(n int) int { return max(12, bits.Len(uint(n-1))) }
+
+// release keeps a job's buffer for reuse, as long as the pool stays within
+// what may be in flight anyway.
+func (p *zpipe) release(buf []byte) {
+	if c := bits.Len(uint(cap(buf))) - 1; 1<<c == cap(buf) && p.pooled+cap(buf) <= p.inflightBytes() {
+		p.free[c] = append(p.free[c], buf)
+		p.pooled += cap(buf)
+	}
 }
 
 func (p *zpipe) submit(j *zjob) {
@@ -171,9 +186,7 @@ func (p *zpipe) applyHead(b *Builder) error {
 	<-j.done
 	p.inflight -= len(j.data)
 	err := b.apply(j)
-	if len(j.data) == p.segment() {
-		p.free = append(p.free, j.data)
-	}
+	p.release(j.data)
 	if err != nil {
 		return fmt.Errorf("erofs: entry %q: %w", j.path, err)
 	}
