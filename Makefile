@@ -34,6 +34,10 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzReader$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./erofs
 	$(GO) test -run '^$$' -fuzz '^FuzzTar$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./convert
 	$(GO) test -run '^$$' -fuzz '^FuzzLZ4$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./erofs/compress/lz4
+	$(GO) test -run '^$$' -fuzz '^FuzzDeflate$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./erofs/compress/deflate
+	$(GO) test -run '^$$' -fuzz '^FuzzDecompress$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./erofs/compress/deflate
+	$(GO) test -run '^$$' -fuzz '^FuzzZstd$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./erofs/compress/zstd
+	$(GO) test -run '^$$' -fuzz '^FuzzLZMA$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./erofs/compress/lzma
 
 # The main job on data shipped in testdata: a layer tar (with whiteouts, an
 # opaque directory, a hard link, xattrs) into an image, then a look inside.
