@@ -5,55 +5,18 @@ import (
 	stdflate "compress/flate"
 	"errors"
 	"fmt"
+	shared "github.com/ocierofs/ocierofs/erofs/compress/internal/corpus"
 	"io"
-	"io/fs"
-	"math/rand/v2"
-	"os"
-	"path/filepath"
-	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 )
 
-// goSource returns size bytes of the Go sources in GOROOT concatenated in
-// path order (or, without GOROOT sources, words drawn from a vocabulary).
-func goSource(size int) []byte {
-	var buf bytes.Buffer
-	var files []string
-	filepath.WalkDir(filepath.Join(runtime.GOROOT(), "src"), func(p string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".go") {
-			files = append(files, p)
-		}
-		return nil
-	})
-	slices.Sort(files)
-	for _, f := range files {
-		if buf.Len() >= size {
-			break
-		}
-		if b, err := os.ReadFile(f); err == nil {
-			buf.Write(b)
-		}
-	}
-	r := rand.New(rand.NewPCG(1, 2))
-	words := strings.Fields("func return if else for range var const type struct interface map nil err := { } ( ) int string byte error len make append")
-	for buf.Len() < size {
-		buf.WriteString(words[r.IntN(len(words))])
-		buf.WriteByte(" \n"[r.IntN(2)])
-	}
-	return buf.Bytes()[:size]
-}
-
-func randomBytes(n int, seed uint64) []byte {
-	r := rand.New(rand.NewPCG(seed, 9))
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(r.Uint32())
-	}
-	return b
-}
+// The shared test inputs (erofs/compress/internal/corpus).
+var (
+	goSource    = shared.GoSource
+	randomBytes = shared.Random
+)
 
 var (
 	corpusOnce sync.Once

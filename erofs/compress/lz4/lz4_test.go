@@ -4,12 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io/fs"
+	"github.com/ocierofs/ocierofs/erofs/compress/internal/corpus"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
-	"runtime"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -17,66 +13,12 @@ import (
 	pierrec "github.com/pierrec/lz4/v4"
 )
 
-// goSource returns up to size bytes of Go source files from GOROOT, always the
-// same bytes for the same size, or a synthetic text if GOROOT has no sources.
-func goSource(size int) []byte {
-	var buf bytes.Buffer
-	root := filepath.Join(runtime.GOROOT(), "src")
-	var files []string
-	filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".go") {
-			files = append(files, p)
-		}
-		return nil
-	})
-	sort.Strings(files)
-	for _, f := range files {
-		if buf.Len() >= size {
-			break
-		}
-		b, err := os.ReadFile(f)
-		if err == nil {
-			buf.Write(b)
-		}
-	}
-	if buf.Len() < size {
-		// No sources: words drawn from a small vocabulary.
-		r := rand.New(rand.NewPCG(1, 2))
-		words := strings.Fields("func return if else for range var const type struct interface map chan go defer select case default package import nil err := = { } ( ) , ; int string byte error len make append copy")
-		for buf.Len() < size {
-			buf.WriteString(words[r.IntN(len(words))])
-			if r.IntN(8) == 0 {
-				buf.WriteString("\n\t")
-			} else {
-				buf.WriteByte(' ')
-			}
-		}
-	}
-	return buf.Bytes()[:size]
-}
-
-func randomData(size int, seed uint64) []byte {
-	r := rand.New(rand.NewPCG(seed, 7))
-	b := make([]byte, size)
-	for i := range b {
-		b[i] = byte(r.Uint32())
-	}
-	return b
-}
-
-// repetitive is a short pattern repeated with rare changes.
-func repetitive(size int) []byte {
-	r := rand.New(rand.NewPCG(3, 4))
-	b := make([]byte, size)
-	pat := []byte("abcdefgh0123")
-	for i := range b {
-		b[i] = pat[i%len(pat)]
-		if r.IntN(500) == 0 {
-			b[i] = byte(r.Uint32())
-		}
-	}
-	return b
-}
+// The shared test inputs (erofs/compress/internal/corpus).
+var (
+	goSource   = corpus.GoSource
+	randomData = corpus.Random
+	repetitive = corpus.Repetitive
+)
 
 var (
 	textOnce sync.Once

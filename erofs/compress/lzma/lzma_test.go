@@ -4,70 +4,18 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io/fs"
-	"math/rand/v2"
-	"os"
+	"github.com/ocierofs/ocierofs/erofs/compress/internal/corpus"
 	"os/exec"
-	"path/filepath"
-	"runtime"
-	"sort"
-	"strings"
 	"sync"
 	"testing"
 )
 
-// goSource is up to size bytes of Go's own sources: source-like text.
-func goSource(size int) []byte {
-	var buf bytes.Buffer
-	root := filepath.Join(runtime.GOROOT(), "src")
-	var files []string
-	filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".go") {
-			files = append(files, p)
-		}
-		return nil
-	})
-	sort.Strings(files)
-	for _, f := range files {
-		if buf.Len() >= size {
-			break
-		}
-		if b, err := os.ReadFile(f); err == nil {
-			buf.Write(b)
-		}
-	}
-	// Without sources: words drawn from a small vocabulary.
-	r := rand.New(rand.NewPCG(1, 2))
-	words := strings.Fields("func return if else for range var const type struct interface map chan go defer select case default package import nil err := = { } ( ) , ; int string byte error len make append copy")
-	for buf.Len() < size {
-		buf.WriteString(words[r.IntN(len(words))])
-		buf.WriteByte(" \n\t"[r.IntN(3)])
-	}
-	return buf.Bytes()[:size]
-}
-
-func randomData(size int, seed uint64) []byte {
-	r := rand.New(rand.NewPCG(seed, 7))
-	b := make([]byte, size)
-	for i := range b {
-		b[i] = byte(r.Uint32())
-	}
-	return b
-}
-
-// repetitive is a short pattern with rare changes: long matches, reps.
-func repetitive(size int) []byte {
-	r := rand.New(rand.NewPCG(3, 4))
-	b := make([]byte, size)
-	pat := []byte("abcdefgh0123")
-	for i := range b {
-		b[i] = pat[i%len(pat)]
-		if r.IntN(500) == 0 {
-			b[i] = byte(r.Uint32())
-		}
-	}
-	return b
-}
+// The shared test inputs (erofs/compress/internal/corpus).
+var (
+	goSource   = corpus.GoSource
+	randomData = corpus.Random
+	repetitive = corpus.Repetitive
+)
 
 var (
 	textOnce sync.Once

@@ -3,71 +3,18 @@ package zstd
 import (
 	"bytes"
 	"fmt"
-	"io/fs"
-	"math/rand/v2"
-	"os"
+	"github.com/ocierofs/ocierofs/erofs/compress/internal/corpus"
 	"os/exec"
-	"path/filepath"
-	"runtime"
-	"sort"
-	"strings"
 	"sync"
 	"testing"
 )
 
-// goSource returns size bytes of Go sources from GOROOT (always the same
-// bytes for the same size), or words from a small vocabulary without them.
-func goSource(size int) []byte {
-	var buf bytes.Buffer
-	root := filepath.Join(runtime.GOROOT(), "src")
-	var files []string
-	filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".go") {
-			files = append(files, p)
-		}
-		return nil
-	})
-	sort.Strings(files)
-	for _, f := range files {
-		if buf.Len() >= size {
-			break
-		}
-		if b, err := os.ReadFile(f); err == nil {
-			buf.Write(b)
-		}
-	}
-	r := rand.New(rand.NewPCG(1, 2))
-	words := strings.Fields("func return if else for range var const type struct map go defer nil err := = { } ( ) int string byte len")
-	for buf.Len() < size {
-		buf.WriteString(words[r.IntN(len(words))])
-		buf.WriteByte(" \n"[r.IntN(8)/7])
-	}
-	return buf.Bytes()[:size]
-}
-
-func randomData(size int, seed uint64) []byte {
-	r := rand.New(rand.NewPCG(seed, 7))
-	b := make([]byte, size)
-	for i := range b {
-		b[i] = byte(r.Uint32())
-	}
-	return b
-}
-
-// repetitive is a short pattern with rare random bytes: long matches,
-// long repeat-offset runs and few literals.
-func repetitive(size int) []byte {
-	r := rand.New(rand.NewPCG(3, 4))
-	b := make([]byte, size)
-	pat := []byte("abcdefgh0123")
-	for i := range b {
-		b[i] = pat[i%len(pat)]
-		if r.IntN(500) == 0 {
-			b[i] = byte(r.Uint32())
-		}
-	}
-	return b
-}
+// The shared test inputs (erofs/compress/internal/corpus).
+var (
+	goSource   = corpus.GoSource
+	randomData = corpus.Random
+	repetitive = corpus.Repetitive
+)
 
 var (
 	textOnce sync.Once
