@@ -157,7 +157,7 @@ func NewBuilder(w io.WriterAt, opt Options) (*Builder, error) {
 			return nil, err
 		}
 		b.z = z
-		b.zp = newZpipe(z, bs, opt.Workers)
+		b.zp = newZpipe(z, bs, b.blkbits, opt.Workers)
 	}
 	b.outBlk = b.firstBlk()
 	b.out = bufio.NewWriterSize(io.NewOffsetWriter(w, int64(b.outBlk)*int64(bs)), 1<<20)

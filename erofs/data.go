@@ -16,16 +16,28 @@ type chunkRun struct {
 	pblk        uint32
 }
 
-// maxInlineRecord is the largest inode record (core, xattrs, tail) that may
-// hold an inline tail: it must fit one block.
-func (b *Builder) canInline(ino *inode, tail int) bool {
-	if b.opt.NoInlineData || tail == 0 {
-		return false
+// inlineRoom is the largest tail that fits one block next to ino's record,
+// in the flat layouts and in the compressed ones (after the largest, FULL,
+// index); -1 where none may go inline. The inode form and the xattr
+// sharing are decided in Finish: the room assumes the largest (extended,
+// every xattr inline), so a choice made now always fits later.
+func (b *Builder) inlineRoom(ino *inode) (flat, z int) {
+	flat, z = -1, -1
+	core := ExtendedInodeSize + xattrAreaMax(ino.xattrs)
+	if !b.opt.NoInlineData {
+		flat = b.bs - core
 	}
-	// The inode form and the xattr sharing are decided in Finish; assume
-	// the largest (extended, every xattr inline) so the choice made now
-	// always fits later.
-	return ExtendedInodeSize+xattrAreaMax(ino.xattrs)+tail <= b.bs
+	lclusters := int((ino.size + uint64(b.bs) - 1) >> b.blkbits)
+	if room := b.bs - (core + 4 + 16 + 8*lclusters); room > 0 {
+		z = room
+	}
+	return flat, z
+}
+
+// canInline reports whether a flat file's tail of n bytes goes inline.
+func (b *Builder) canInline(ino *inode, n int) bool {
+	flat, _ := b.inlineRoom(ino)
+	return n > 0 && n <= flat
 }
 
 // writeData streams a regular file's data to the output: full blocks go to
@@ -71,7 +83,7 @@ func (b *Builder) writeData(ino *inode, e *Entry, r io.Reader) error {
 		return shortData(int64(full<<b.blkbits)+int64(n), size, err)
 	}
 	if h != nil {
-		_, inlineFlat := b.inlineLimits(ino)
+		inlineFlat, _ := b.inlineRoom(ino)
 		if orig := b.dupOf(dupKey(h.Sum(nil)), ino, 0, inlineFlat); orig != nil {
 			start := uint64(ino.startBlk)
 			b.share(ino, orig)

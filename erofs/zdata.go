@@ -114,14 +114,6 @@ func (b *Builder) zLayout(zf *zfile) uint8 {
 	return LayoutCompressedCompact
 }
 
-// canInlineZ reports whether an inline tail of n bytes fits one block
-// together with the largest record the inode can have.
-func (b *Builder) canInlineZ(ino *inode, zf *zfile, n int) bool {
-	totalidx := int((ino.size + uint64(b.bs) - 1) >> b.blkbits)
-	idx := 16 + 8*totalidx // FULL, the larger form
-	return ExtendedInodeSize+xattrAreaMax(ino.xattrs)+4+idx+n <= b.bs
-}
-
 // appendFragment adds p to the packed inode's data.
 func (z *zwriter) appendFragment(b *Builder, p []byte) error {
 	if z.packed == nil {

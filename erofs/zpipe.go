@@ -60,7 +60,7 @@ type zjob struct {
 
 	// Captured when the job is made, so the result does not depend on
 	// when it is applied: the largest inline tail of the compressed
-	// layouts (canInlineZ) and of the flat one (canInline); -1 for none.
+	// layouts and of the flat one (inlineRoom); -1 for none.
 	inlineZ, inlineFlat int
 	// dupOf, on a file's last job, is an earlier file with the same
 	// content: the file shares its data, and what its earlier segments
@@ -88,15 +88,11 @@ type zpipe struct {
 
 const inflightJobsPerWorker = 64
 
-func newZpipe(z *zwriter, bs int, workers int) *zpipe {
+func newZpipe(z *zwriter, bs int, blkbits uint, workers int) *zpipe {
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	p := &zpipe{z: z, bs: bs, workers: workers}
-	for bs>>p.blkbits > 1 {
-		p.blkbits++
-	}
-	return p
+	return &zpipe{z: z, bs: bs, blkbits: blkbits, workers: workers}
 }
 
 func (p *zpipe) inflightBytes() int { return (p.workers + 1) * p.segment() }
@@ -226,7 +222,7 @@ func (b *Builder) writeCompressed(path string, ino *inode, r io.Reader, fragment
 	p := b.zp
 	size := ino.size
 	zf := &zfile{big: b.z.big}
-	inlineZ, inlineFlat := b.inlineLimits(ino)
+	inlineFlat, inlineZ := b.inlineRoom(ino)
 	var h hash.Hash
 	if !b.opt.NoDedupe && b.trunc != nil && !b.z.packing {
 		h = sha256.New()
@@ -257,18 +253,12 @@ func (b *Builder) writeCompressed(path string, ino *inode, r io.Reader, fragment
 	return p.applyDone(b)
 }
 
-// inlineLimits are the largest tails that fit inline next to the inode in
-// the compressed layouts (see canInlineZ) and in the flat one (canInline).
-func (b *Builder) inlineLimits(ino *inode) (z, flat int) {
-	z, flat = -1, -1
-	totalidx := int((ino.size + uint64(b.bs) - 1) >> b.blkbits)
-	if room := b.bs - (ExtendedInodeSize + xattrAreaMax(ino.xattrs) + 4 + 16 + 8*totalidx); room > 0 {
-		z = room
-	}
-	if !b.opt.NoInlineData {
-		flat = b.bs - (ExtendedInodeSize + xattrAreaMax(ino.xattrs))
-	}
-	return z, flat
+// put records a step whose bytes, src, go to data[out:] (never ahead of
+// the input still to read) and returns where the next step's bytes go.
+func (j *zjob) put(out int, kind uint8, length, blocks, padBefore int, src []byte) int {
+	copy(j.data[out:], src)
+	j.ops = append(j.ops, zop{kind: kind, length: uint32(length), blocks: uint16(blocks), padBefore: uint32(padBefore), off: out, n: len(src)})
+	return out + len(src)
 }
 
 // zworker compresses jobs with its own compressor.
@@ -311,16 +301,12 @@ func (w *zworker) run(j *zjob) {
 			// What the pcluster would hold does not shrink: store it as
 			// plain blocks (each its own extent) and compress again after.
 			for range max(1, c/bs) {
-				copy(data[out:], data[pos:pos+bs])
-				j.ops = append(j.ops, zop{kind: zPlain, length: uint32(bs), blocks: 1, off: out, n: bs})
-				out += bs
+				out = j.put(out, zPlain, bs, 1, 0, data[pos:pos+bs])
 				pos += bs
 			}
 			continue
 		}
-		copy(data[out:], w.dst[:wn])
-		j.ops = append(j.ops, zop{kind: zCompressed, length: uint32(c), blocks: uint16(nblk), padBefore: uint32(nblk*bs - wn), off: out, n: wn})
-		out += wn
+		out = j.put(out, zCompressed, c, nblk, nblk*bs-wn, w.dst[:wn])
 		pos += c
 	}
 	rest := data[pos:]
@@ -328,8 +314,7 @@ func (w *zworker) run(j *zjob) {
 		// A segment's last bytes (at most a block) are one plain extent;
 		// the next segment starts a new lcluster.
 		if len(rest) > 0 {
-			copy(data[out:], rest)
-			j.ops = append(j.ops, zop{kind: zPlain, length: uint32(len(rest)), blocks: 1, off: out, n: len(rest)})
+			j.put(out, zPlain, len(rest), 1, 0, rest)
 		}
 		return
 	}
@@ -347,13 +332,8 @@ func (w *zworker) tail(j *zjob, pos, out, wn, c int) {
 	for _, op := range j.ops {
 		allPlain = allPlain && op.kind == zPlain
 	}
-	emit := func(kind uint8, src []byte, length int) {
-		copy(data[out:], src)
-		j.ops = append(j.ops, zop{kind: kind, length: uint32(length), off: out, n: len(src)})
-		out += len(src)
-	}
 	if j.frag {
-		emit(zopFragment, data[pos:], len(data)-pos)
+		j.put(out, zopFragment, len(data)-pos, 0, 0, data[pos:])
 		return
 	}
 	tailPacking := w.p.z.c.TailPacking
@@ -364,27 +344,24 @@ func (w *zworker) tail(j *zjob, pos, out, wn, c int) {
 		}
 		whole := c == len(rest)
 		if tailPacking && whole && wn < len(rest) && wn < bs && wn <= j.inlineZ {
-			emit(zopInlineZ, w.dst[:wn], len(rest))
+			j.put(out, zopInlineZ, len(rest), 0, 0, w.dst[:wn])
 			return
 		}
 		nblk := (wn + bs - 1) / bs
 		if whole && nblk*bs < c && (j.base+uint64(pos))>>w.p.blkbits != lastLcn {
-			copy(data[out:], w.dst[:wn])
-			j.ops = append(j.ops, zop{kind: zCompressed, length: uint32(c), blocks: uint16(nblk), padBefore: uint32(nblk*bs - wn), off: out, n: wn})
+			j.put(out, zCompressed, c, nblk, nblk*bs-wn, w.dst[:wn])
 			return
 		}
 		n := min(bs, len(rest))
 		if allPlain && n == len(rest) {
-			emit(zopFlatTail, rest, n)
+			j.put(out, zopFlatTail, n, 0, 0, rest)
 			return
 		}
 		if tailPacking && n == len(rest) && n <= j.inlineZ {
-			emit(zopInlinePlain, rest, n)
+			j.put(out, zopInlinePlain, n, 0, 0, rest)
 			return
 		}
-		copy(data[out:], rest[:n])
-		j.ops = append(j.ops, zop{kind: zPlain, length: uint32(n), blocks: 1, off: out, n: n})
-		out += n
+		out = j.put(out, zPlain, n, 1, 0, rest[:n])
 		pos += n
 		wn = -1
 	}
