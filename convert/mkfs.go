@@ -9,6 +9,7 @@ package convert
 import (
 	"crypto/sha1"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -25,6 +26,17 @@ type Options struct {
 	// KeepUUID keeps Erofs.UUID even when it is zero; otherwise a zero UUID
 	// is derived from the input (containerd's rule for tar layers).
 	KeepUUID bool
+	// Blob (Mkfs only), if set, is the path of a blob that receives the
+	// data of every regular file, chunk-deduplicated (mkfs --blobdev):
+	// the image holds metadata only and names the blob, by its base name,
+	// as extra device 1.
+	Blob string
+	// TarIndex makes a metadata-only image of a tar (uncompressed, a file
+	// for Mkfs) whose file data stays in the tar, extra device 1, with
+	// 512-byte blocks (mkfs.erofs --tar=i; Linux 6.4+). Mount it with
+	// -o device=TAR, or set AppendTar: Mkfs then writes the tar after the
+	// index, containerd's tar-index layer, which mounts alone.
+	TarIndex, AppendTar bool
 }
 
 // Result describes a converted layer.
@@ -67,12 +79,20 @@ func buildTar(w io.WriterAt, r io.Reader, opt Options, ops *dirOps) (*Result, er
 		return nil, err
 	}
 	defer rc.Close()
+	if opt.TarIndex {
+		if comp != Uncompressed {
+			return nil, fmt.Errorf("tar index: the tar is %s-compressed; the index needs the uncompressed tar it points into", comp)
+		}
+		if len(opt.Erofs.Devices) != 1 || opt.Erofs.BlockSize != tarBlock {
+			return nil, errors.New("tar index: want 512-byte blocks and the tar as the only extra device")
+		}
+	}
 	b, err := erofs.NewBuilder(w, opt.Erofs)
 	if err != nil {
 		return nil, err
 	}
 	defer b.Close()
-	l := &tarLayer{b: b, wt: whiteout.NewTranslator(opt.Whiteouts), ops: ops}
+	l := &tarLayer{b: b, wt: whiteout.NewTranslator(opt.Whiteouts), ops: ops, tarIndex: opt.TarIndex}
 	h, err := l.addTar(rc)
 	if err != nil {
 		return nil, err
@@ -96,11 +116,12 @@ func buildTar(w io.WriterAt, r io.Reader, opt Options, ops *dirOps) (*Result, er
 }
 
 // Mkfs writes the image of input (a tar file, "-" for stdin, or a
-// directory) to output. The image appears under its name only when it is
-// complete: nothing is left behind on error.
+// directory) to output, and the blob to opt.Blob if set. They appear under
+// their names only when complete: nothing is left behind on error.
 func Mkfs(output, input string, opt Options) (res *Result, err error) {
 	var src io.Reader
 	var dir string
+	var size int64
 	if input == "-" {
 		src = os.Stdin
 	} else {
@@ -116,10 +137,40 @@ func Mkfs(output, input string, opt Options) (res *Result, err error) {
 				return nil, err
 			}
 			defer f.Close()
-			src = f
+			src, size = f, fi.Size()
 		}
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(output), "."+filepath.Base(output)+".tmp-*")
+	if opt.AppendTar {
+		opt.TarIndex = true
+	}
+	if opt.TarIndex {
+		if size == 0 || opt.Blob != "" {
+			return nil, errors.New("tar index: the input must be a tar file, and there is no blob")
+		}
+		if bs := opt.Erofs.BlockSize; bs != 0 && bs != tarBlock {
+			return nil, fmt.Errorf("tar index: block size %d: it has 512-byte blocks, as tar data is 512-aligned", bs)
+		}
+		opt.Erofs.BlockSize = tarBlock
+		opt.Erofs.Devices = []erofs.DeviceSlot{{Tag: deviceTag(input), Blocks: uint64((size + tarBlock - 1) / tarBlock)}}
+	}
+	var blob *os.File
+	if opt.Blob != "" {
+		if dir == "" && src == nil {
+			return nil, errors.New("no input")
+		}
+		if blob, err = createTemp(opt.Blob); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err != nil {
+				blob.Close()
+				os.Remove(blob.Name())
+			}
+		}()
+		opt.Erofs.Blob = blob
+		opt.Erofs.Devices = []erofs.DeviceSlot{{Tag: deviceTag(opt.Blob)}}
+	}
+	tmp, err := createTemp(output)
 	if err != nil {
 		return nil, err
 	}
@@ -140,14 +191,61 @@ func Mkfs(output, input string, opt Options) (res *Result, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err = tmp.Chmod(0o644); err != nil {
-		return nil, err
+	if opt.AppendTar {
+		if err = appendFile(tmp, input); err != nil {
+			return nil, fmt.Errorf("appending the tar: %w", err)
+		}
 	}
-	if err = tmp.Close(); err != nil {
-		return nil, err
+	if blob != nil {
+		if err = finishTemp(blob, opt.Blob); err != nil {
+			return nil, err
+		}
 	}
-	if err = os.Rename(tmp.Name(), output); err != nil {
-		return nil, fmt.Errorf("rename to %s: %w", output, err)
+	if err = finishTemp(tmp, output); err != nil {
+		return nil, err
 	}
 	return res, nil
+}
+
+// createTemp makes the file that becomes name once complete.
+func createTemp(name string) (*os.File, error) {
+	return os.CreateTemp(filepath.Dir(name), "."+filepath.Base(name)+".tmp-*")
+}
+
+// finishTemp closes a complete temporary file and gives it its name.
+func finishTemp(f *os.File, name string) error {
+	if err := f.Chmod(0o644); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(f.Name(), name); err != nil {
+		return fmt.Errorf("rename to %s: %w", name, err)
+	}
+	return nil
+}
+
+// appendFile copies the file src to the end of f.
+func appendFile(f *os.File, src string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	end, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(io.NewOffsetWriter(f, end), in)
+	return err
+}
+
+// deviceTag names an extra device in the device table: its file's base
+// name, if it fits the 64-byte tag.
+func deviceTag(path string) string {
+	if t := filepath.Base(path); len(t) <= 64 {
+		return t
+	}
+	return ""
 }

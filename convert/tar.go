@@ -39,6 +39,10 @@ type tarLayer struct {
 	flat     *flattener
 	rank     int
 	progress func(read int64) // of a flattened image: bytes read of all layers
+	// tarIndex, when set, leaves file data in the tar (extra device 1) and
+	// indexes it from the image (mkfs --tar-index); pos is the tar offset.
+	tarIndex bool
+	pos      *countingReader
 }
 
 // addTar reads an uncompressed tar stream to its end, adding every entry.
@@ -48,6 +52,7 @@ func (l *tarLayer) addTar(r io.Reader) (hash.Hash, error) {
 	ra := newReadAhead(r, h)
 	defer ra.Close()
 	cr := &countingReader{r: ra}
+	l.pos = cr
 	tr := tar.NewReader(cr)
 	for {
 		hdr, err := tr.Next()
@@ -126,8 +131,33 @@ func (l *tarLayer) addEntry(hdr *tar.Header, data io.Reader) error {
 	} else {
 		l.ops.add(opNonDir, e.Path, nil)
 	}
+	if l.tarIndex && e.Mode&erofs.S_IFMT == erofs.S_IFREG && e.Size > 0 && !e.Sparse {
+		return l.addIndexed(e)
+	}
 	return l.b.Add(e, data)
 }
+
+// addIndexed adds a file whose data stays in the tar: one chunk, as large
+// as the file, at its data's place in the tar (archive/tar has read just
+// the header blocks, so the position is where the data starts). A sparse
+// file's data is not contiguous in the tar: it is stored in the image.
+func (l *tarLayer) addIndexed(e erofs.Entry) error {
+	off := l.pos.n
+	if off%tarBlock != 0 {
+		return fmt.Errorf("data at offset %d: not on a 512-byte tar block", off)
+	}
+	bits := uint8(0)
+	for int64(tarBlock)<<bits < e.Size {
+		bits++
+	}
+	if off/tarBlock >= 1<<32-1 {
+		return fmt.Errorf("data at offset %d: beyond the 2 TiB a tar index addresses", off)
+	}
+	return l.b.AddChunks(e, bits, []erofs.ChunkRef{{Device: 1, Block: uint32(off / tarBlock)}})
+}
+
+// tarBlock is the tar record unit, and the block size of a tar index.
+const tarBlock = 512
 
 // entryOf translates a tar header for the builder; ok is false for headers
 // that are no file (pax global headers, volume labels).

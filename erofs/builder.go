@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"math/bits"
 	"os"
@@ -44,6 +45,21 @@ type Options struct {
 	// Workers is the number of goroutines that compress (0: GOMAXPROCS).
 	// The image does not depend on it.
 	Workers int
+	// ChunkSize, if set, stores every regular file of at least ChunkSize
+	// bytes CHUNK_BASED in chunks of that size (a power of two, at least the
+	// block size): a chunk equal to one stored before, in any file, is
+	// stored once, and all-zero chunks are holes. Uncompressed images only.
+	ChunkSize int
+	// Devices are the extra devices the image refers to: device n is
+	// Devices[n-1]. UniAddr is computed (as if the devices followed the
+	// image in order); Blocks must be set except for the Blob.
+	Devices []DeviceSlot
+	// Blob, if set, receives the data of every regular file, chunk-based
+	// (in chunks of ChunkSize, or of one block), and the image holds
+	// metadata only. It is extra device 1; Devices[0], if given, names it.
+	// A Blob that is rewound over (chunks larger than 1 MiB turning out to
+	// be duplicates) must be truncatable, as an *os.File is.
+	Blob io.WriterAt
 	// MinKernel, if set, is the oldest kernel that must mount the image:
 	// options it cannot mount are refused, and sparse files are stored
 	// plainly when it predates chunk-based files.
@@ -65,6 +81,23 @@ func (o *Options) Validate() error {
 	if o.Compression != nil {
 		if err := o.Compression.validate(bs); err != nil {
 			return err
+		}
+	}
+	if c := o.ChunkSize; c != 0 && (c < bs || c&(c-1) != 0 || uint64(c) > uint64(bs)<<maxChunkBits) {
+		return fmt.Errorf("erofs: chunk size %d: want a power of two from the block size %d up", c, bs)
+	}
+	if (o.ChunkSize != 0 || o.Blob != nil) && o.Compression != nil {
+		return errors.New("erofs: chunk-based files (chunk size, blob) are uncompressed: they exclude compression")
+	}
+	if len(o.Devices) > 0xFFFF {
+		return fmt.Errorf("erofs: %d extra devices: at most 65535", len(o.Devices))
+	}
+	for i, d := range o.Devices {
+		if len(d.Tag) > deviceTagSize {
+			return fmt.Errorf("erofs: device %d: tag %q longer than %d bytes", i+1, d.Tag, deviceTagSize)
+		}
+		if d.Blocks >= 1<<32 {
+			return fmt.Errorf("erofs: device %d: %d blocks exceed 2^32", i+1, d.Blocks)
 		}
 	}
 	return o.checkKernel(bs)
@@ -95,6 +128,13 @@ type Builder struct {
 	dedupedBytes int64
 	trunc        interface{ Truncate(int64) error } // w, if it can shrink
 	maxBlk       uint64                             // the output's end before a rewind
+
+	// Chunk dedupe (chunk.go).
+	chunks     map[chunkKey]chunkLoc
+	chunkBuf   []byte
+	chunkHash  hash.Hash
+	chunkSaved int64
+	blob       *blobSink // Options.Blob, device 1
 }
 
 // node is a name in the tree; hard links are several nodes sharing an inode.
@@ -120,7 +160,8 @@ type inode struct {
 	startBlk  uint32  // first data block of streamed data
 	tail      tailRef // inline tail of a regular file, in the spool
 	chunks    []chunkRun
-	chunkBits uint8 // log2(blocks per chunk) of a chunk-based file
+	nchunks   uint64 // index entries of a chunk-based file
+	chunkBits uint8  // log2(blocks per chunk) of a chunk-based file
 	layout    uint8
 	z         *zfile // compressed layouts
 
@@ -150,6 +191,16 @@ func NewBuilder(w io.WriterAt, opt Options) (*Builder, error) {
 	}
 	b.trunc, _ = w.(interface{ Truncate(int64) error })
 	b.opt.BlockSize = bs
+	b.opt.Devices = append([]DeviceSlot(nil), opt.Devices...)
+	if opt.Blob != nil {
+		if len(b.opt.Devices) == 0 {
+			b.opt.Devices = []DeviceSlot{{}}
+		}
+		b.blob = newBlobSink(opt.Blob, bs)
+	}
+	if opt.ChunkSize > chunkBufSize && b.trunc == nil && opt.Blob == nil {
+		return nil, errors.New("erofs: chunks larger than 1 MiB need an output that can be truncated")
+	}
 	if opt.Compression != nil {
 		c := *opt.Compression // the caller may reuse its options
 		z, err := newZwriter(&c, bs)
@@ -167,13 +218,26 @@ func NewBuilder(w io.WriterAt, opt Options) (*Builder, error) {
 	return b, nil
 }
 
-// firstBlk is the first block after the superblock's checksummed region.
+// firstBlk is the first block after the superblock's checksummed region
+// and the device table.
 func (b *Builder) firstBlk() uint64 {
 	end := SuperOffset + b.bs
 	if b.bs > SuperOffset {
 		end = b.bs
 	}
-	return uint64(end / b.bs)
+	if n := len(b.opt.Devices); n > 0 {
+		end = max(end, b.devtOff()+n*deviceSlotSize)
+	}
+	return uint64((end + b.bs - 1) / b.bs)
+}
+
+// devtOff is the byte offset of the device table: after the superblock
+// and the compression config records, 128-byte aligned.
+func (b *Builder) devtOff() int {
+	if b.opt.Compression != nil {
+		return SuperOffset + SuperSize + 128 // room for the config records
+	}
+	return SuperOffset + SuperSize
 }
 
 // SetUUID sets the superblock UUID; callers that derive it from the input
@@ -232,6 +296,18 @@ func (b *Builder) fail(err error) error {
 // directories. A later entry for an existing path replaces it, except that a
 // directory over a directory only takes the new metadata.
 func (b *Builder) Add(e Entry, data io.Reader) error {
+	return b.addEntry(e, func(ino *inode) error {
+		if ino.mode&S_IFMT == S_IFREG && e.Size > 0 {
+			return b.writeData(ino, &e, data)
+		}
+		return nil
+	})
+}
+
+// addEntry adds e (a new inode after fill gave it its data, or a hard
+// link). A failed fill leaves the output out of step with the tree, so its
+// error is sticky.
+func (b *Builder) addEntry(e Entry, fill func(*inode) error) error {
 	if b.err != nil {
 		return b.err
 	}
@@ -249,11 +325,8 @@ func (b *Builder) Add(e Entry, data io.Reader) error {
 	if err != nil {
 		return fmt.Errorf("erofs: entry %q: %w", e.Path, err)
 	}
-	if ino.mode&S_IFMT == S_IFREG && e.Size > 0 {
-		if err := b.writeData(ino, &e, data); err != nil {
-			// The output is now out of step with the tree.
-			return b.fail(fmt.Errorf("erofs: entry %q: %w", e.Path, err))
-		}
+	if err := fill(ino); err != nil {
+		return b.fail(fmt.Errorf("erofs: entry %q: %w", e.Path, err))
 	}
 	if p == "" {
 		if !ino.isDir() {

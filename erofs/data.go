@@ -14,6 +14,7 @@ import (
 type chunkRun struct {
 	lblk, count uint64
 	pblk        uint32
+	dev         uint16 // 0: the image; n: extra device n
 }
 
 // inlineRoom is the largest tail that fits one block next to ino's record,
@@ -46,6 +47,9 @@ func (b *Builder) canInline(ino *inode, n int) bool {
 func (b *Builder) writeData(ino *inode, e *Entry, r io.Reader) error {
 	if r == nil {
 		return errors.New("no data reader for a non-empty file")
+	}
+	if b.chunkedFile(ino.size) {
+		return b.writeChunked(ino, r)
 	}
 	if e.Sparse && !b.opt.MinKernel.before(kernelChunked) {
 		if b.zp != nil {
@@ -147,6 +151,7 @@ func (b *Builder) writeSparse(ino *inode, r io.Reader) error {
 	}
 	ino.chunkBits = uint8(cbits)
 	chunk := b.bs << cbits
+	ino.nchunks = (size + uint64(chunk) - 1) / uint64(chunk)
 	buf := b.scratch
 	if len(buf) < chunk {
 		buf = make([]byte, chunk)
@@ -166,7 +171,7 @@ func (b *Builder) writeSparse(ino *inode, r io.Reader) error {
 		if b.outBlk+blks >= 1<<32-1 {
 			return errors.New("image would exceed 2^32 blocks")
 		}
-		ino.addChunk(l, uint32(b.outBlk))
+		ino.addChunk(l, 0, uint32(b.outBlk))
 		if _, err := b.out.Write(cb); err != nil {
 			return err
 		}
@@ -176,20 +181,21 @@ func (b *Builder) writeSparse(ino *inode, r io.Reader) error {
 	}
 	ino.layout = LayoutChunkBased
 	b.chunked = true
+	ino.widenChunks()
 	return nil
 }
 
-// addChunk records that logical chunk l starts at physical block pblk,
-// extending the last run when it continues it.
-func (ino *inode) addChunk(l uint64, pblk uint32) {
+// addChunk records that logical chunk l starts at block pblk of device
+// dev, extending the last run when it continues it.
+func (ino *inode) addChunk(l uint64, dev uint16, pblk uint32) {
 	if k := len(ino.chunks) - 1; k >= 0 {
 		c := &ino.chunks[k]
-		if c.lblk+c.count == l && c.pblk+uint32(c.count)<<ino.chunkBits == pblk {
+		if c.lblk+c.count == l && c.dev == dev && uint64(c.pblk)+c.count<<ino.chunkBits == uint64(pblk) {
 			c.count++
 			return
 		}
 	}
-	ino.chunks = append(ino.chunks, chunkRun{lblk: l, count: 1, pblk: pblk})
+	ino.chunks = append(ino.chunks, chunkRun{lblk: l, count: 1, pblk: pblk, dev: dev})
 }
 
 func isZero(p []byte) bool {

@@ -126,6 +126,7 @@ var (
 	kernelTailPacking = Kernel{5, 17}
 	kernelFragments   = Kernel{6, 1}
 	kernelChunked     = Kernel{5, 15} // sparse files become chunk-based
+	kernelDevices     = Kernel{5, 16} // the device table
 )
 
 // checkKernel refuses options whose images the target kernel cannot mount,
@@ -137,6 +138,12 @@ func (o *Options) checkKernel(bs int) error {
 	}
 	if bs < 4096 && k.before(kernelSmallBlocks) {
 		return refuse(fmt.Sprintf("block size %d", bs), kernelSmallBlocks)
+	}
+	if (o.ChunkSize != 0 || o.Blob != nil) && k.before(kernelChunked) {
+		return refuse("chunk-based files", kernelChunked)
+	}
+	if (len(o.Devices) > 0 || o.Blob != nil) && k.before(kernelDevices) {
+		return refuse("extra devices (a blob, a tar index, a merged image)", kernelDevices)
 	}
 	c := o.Compression
 	if c == nil {

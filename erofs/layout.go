@@ -10,6 +10,7 @@ type metaPlan struct {
 	compact   bool
 	icount    uint16
 	xsize     int
+	tpad      int    // zeros that align an 8-byte chunk index
 	tableSize int    // chunk map bytes after the xattrs
 	inlineLen int    // inline tail bytes after core, xattrs and table
 	zpad      int    // compressed: zeros that align the map header to 8
@@ -25,7 +26,7 @@ func (m *metaPlan) recordSize() int {
 	if !m.compact {
 		n = ExtendedInodeSize
 	}
-	return n + m.xsize + m.zsize + m.tableSize + m.inlineLen
+	return n + m.xsize + m.zsize + m.tpad + m.tableSize + m.inlineLen
 }
 
 // Finish lays out the metadata after the data and writes the superblock.
@@ -83,7 +84,9 @@ func (b *Builder) finish() error {
 			ino.size <= 0xFFFFFFFF && ino.uid <= 0xFFFF && ino.gid <= 0xFFFF && ino.nlink <= 0xFFFF
 		m.xsize, m.icount = shared.area(ino)
 		if ino.layout == LayoutChunkBased {
-			m.tableSize = 4 * int((ino.size+uint64(bs)<<ino.chunkBits-1)>>(b.blkbits+uint(ino.chunkBits)))
+			unit := ino.chunkUnit()
+			m.tpad = (unit - m.recordSize()%unit) % unit
+			m.tableSize = unit * int(ino.nchunks)
 		}
 		base := m.recordSize()
 		switch ino.mode & S_IFMT {
@@ -174,6 +177,12 @@ func (b *Builder) finish() error {
 			return err
 		}
 	}
+	if b.blob != nil {
+		if err := b.blob.finish(); err != nil {
+			return err
+		}
+		b.opt.Devices[0].Blocks = b.blob.blk
+	}
 
 	sb := superBlock{
 		Magic:         SuperMagic,
@@ -221,6 +230,28 @@ func (b *Builder) finish() error {
 	}
 	copy(sb.VolumeName[:], b.opt.VolumeName)
 	head := make([]byte, b.firstBlk()*uint64(bs))
+	if devs := b.opt.Devices; len(devs) > 0 {
+		sb.FeatureIncompat |= FeatureIncompatDeviceTable
+		sb.ExtraDevices = uint16(len(devs))
+		sb.DevtSlotOff = uint16(b.devtOff() / deviceSlotSize)
+		if len(cfgs) > b.devtOff()-SuperOffset-SuperSize {
+			return errors.New("internal: compression config records overlap the device table")
+		}
+		// Each device's unified address is where it would begin if the
+		// devices followed the image in order: then the image and its
+		// devices concatenated mount as they are (flat mode, Linux 6.4+).
+		uni := late
+		for i, d := range devs {
+			slot := head[b.devtOff()+i*deviceSlotSize:]
+			copy(slot[:deviceTagSize], d.Tag)
+			le.PutUint32(slot[64:], uint32(d.Blocks))
+			le.PutUint32(slot[68:], uint32(uni))
+			uni += d.Blocks
+			if uni >= 1<<32 {
+				return errors.New("the image and its devices exceed 2^32 blocks")
+			}
+		}
+	}
 	sb.marshal(head[SuperOffset:])
 	copy(head[SuperOffset+SuperSize:], cfgs)
 	le.PutUint32(head[SuperOffset+4:], superChecksum(head, bs))

@@ -59,7 +59,10 @@ func (b *Builder) encodeRecord(dst []byte, ino *inode, shared *sharedXattrs, dir
 	case S_IFREG:
 		switch ino.layout {
 		case LayoutChunkBased:
-			core.U = uint32(ino.chunkBits) // chunk = block << bits; 4-byte block map
+			core.U = uint32(ino.chunkBits) // chunk = block << bits
+			if ino.chunkUnit() == 8 {
+				core.U |= uint32(ChunkFormatIndexes)
+			}
 		case LayoutCompressedFull, LayoutCompressedCompact:
 			core.U = ino.z.blocks // i_blocks for stat
 		default:
@@ -87,7 +90,8 @@ func (b *Builder) encodeRecord(dst []byte, ino *inode, shared *sharedXattrs, dir
 		}
 	}
 	if ino.layout == LayoutChunkBased {
-		dst = appendBlockMap(dst, ino, b.bs)
+		dst = append(dst, make([]byte, m.tpad)...)
+		dst = appendChunkTable(dst, ino)
 	}
 	if m.inlineLen > 0 {
 		switch ino.mode & S_IFMT {
@@ -118,25 +122,45 @@ func (b *Builder) encodeRecord(dst []byte, ino *inode, shared *sharedXattrs, dir
 	return dst, nil
 }
 
-// appendBlockMap appends one u32 per chunk: its first block, or NullAddr
-// for a hole.
-func appendBlockMap(dst []byte, ino *inode, bs int) []byte {
-	cs := uint64(bs) << ino.chunkBits
-	nblk := (ino.size + cs - 1) / cs
+// appendChunkTable appends one entry per chunk: a 4-byte block map entry
+// (its first block, or NullAddr for a hole), or an 8-byte chunk index
+// that also names the device.
+func appendChunkTable(dst []byte, ino *inode) []byte {
+	unit := ino.chunkUnit()
+	put := func(dev uint16, blk uint32) {
+		if unit == 4 {
+			dst = le.AppendUint32(dst, blk)
+			return
+		}
+		dst = le.AppendUint16(dst, 0) // startblk_hi (48-bit layouts only)
+		dst = le.AppendUint16(dst, dev)
+		dst = le.AppendUint32(dst, blk)
+	}
 	var l uint64
 	for _, c := range ino.chunks {
 		for ; l < c.lblk; l++ {
-			dst = le.AppendUint32(dst, NullAddr)
+			put(0, NullAddr)
 		}
 		for i := uint64(0); i < c.count; i++ {
-			dst = le.AppendUint32(dst, c.pblk+uint32(i)<<ino.chunkBits)
+			put(c.dev, c.pblk+uint32(i)<<ino.chunkBits)
 		}
 		l = c.lblk + c.count
 	}
-	for ; l < nblk; l++ {
-		dst = le.AppendUint32(dst, NullAddr)
+	for ; l < ino.nchunks; l++ {
+		put(0, NullAddr)
 	}
 	return dst
+}
+
+// chunkUnit is the size of a chunk-based file's index entries: 8 when a
+// chunk lives on an extra device, else the 4-byte block map.
+func (ino *inode) chunkUnit() int {
+	for _, c := range ino.chunks {
+		if c.dev != 0 {
+			return 8
+		}
+	}
+	return 4
 }
 
 // writeLate writes the data blocks planned in Finish: directory blocks that

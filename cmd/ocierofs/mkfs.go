@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -22,13 +23,20 @@ var mkfsCommand = &cli.Command{
 	Description: "INPUT is a tar file (compression detected from its first bytes), - for stdin,\n" +
 		"or a directory. Whiteouts (.wh.NAME, .wh..wh..opq) become their overlayfs form,\n" +
 		"as mkfs.erofs --tar=f --aufs does. The output appears only when complete.",
-	Flags: erofsFlags(),
+	Flags: append(erofsFlags(),
+		&cli.StringFlag{Name: "blobdev", Usage: "write all file data, chunk-deduplicated, to this blob file: the image holds metadata only (mount with -o device=BLOB, or cat IMAGE BLOB)"},
+		&cli.BoolFlag{Name: "tar-index", Usage: "metadata-only image whose file data stays in the uncompressed INPUT tar (512-byte blocks, Linux 6.4+; mount with -o device=TAR)"},
+		&cli.BoolFlag{Name: "append-tar", Usage: "with --tar-index: write the tar after the index, containerd's tar-index layer, which mounts alone"},
+	),
 	Action: func(c *cli.Context) error {
 		if c.NArg() != 2 {
 			return fmt.Errorf("mkfs: want OUTPUT and INPUT, got %d arguments", c.NArg())
 		}
 		opt, err := layerOptions(c)
 		if err != nil {
+			return err
+		}
+		if err := mkfsOptions(c, &opt); err != nil {
 			return err
 		}
 		start := time.Now()
@@ -70,6 +78,7 @@ func erofsFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "tail-packing", Value: true, Usage: "store each compressed file's last extent inline after its inode (ztailpacking, 5.17; off for older --min-kernel)"},
 		&cli.BoolFlag{Name: "fragments", Usage: "pack small files and file tails together into the packed inode (6.1): smallest images, slower random reads of small files"},
 		&cli.StringFlag{Name: "min-kernel", Usage: "oldest Linux X.Y that must mount the image: refuse what it cannot mount"},
+		&cli.StringFlag{Name: "chunk-size", Usage: "store files of at least SIZE chunk-based in chunks of SIZE (a power of two ≥ the block size, e.g. 64K): each distinct chunk once, zero chunks as holes (uncompressed images; Linux 5.15+)"},
 		&cli.BoolFlag{Name: "no-file-dedupe", Usage: "store every file's data, even when an earlier file has the same content (by default they share its blocks)"},
 		&cli.IntFlag{Name: "workers", Usage: "goroutines compressing each image (default: the number of CPUs); the image does not depend on it"},
 		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print nothing but errors"},
@@ -97,6 +106,13 @@ func layerOptions(c *cli.Context) (convert.Options, error) {
 	opt.Erofs.VolumeName = c.String("label")
 	opt.Erofs.NoInlineData = c.Bool("no-inline-data")
 	opt.Erofs.NoDedupe = c.Bool("no-file-dedupe")
+	if s := c.String("chunk-size"); s != "" {
+		n, err := parseSize(s)
+		if err != nil {
+			return opt, fmt.Errorf("--chunk-size: %w", err)
+		}
+		opt.Erofs.ChunkSize = n
+	}
 	if opt.Erofs.Workers = c.Int("workers"); opt.Erofs.Workers < 0 {
 		return opt, fmt.Errorf("--workers %d: want 1 or more", opt.Erofs.Workers)
 	}
@@ -119,6 +135,44 @@ func layerOptions(c *cli.Context) (convert.Options, error) {
 	}
 	return opt, nil
 }
+
+// mkfsOptions reads the flags only mkfs has: a blob, a tar index.
+func mkfsOptions(c *cli.Context, opt *convert.Options) error {
+	opt.Blob = c.String("blobdev")
+	opt.TarIndex, opt.AppendTar = c.Bool("tar-index"), c.Bool("append-tar")
+	if opt.AppendTar && !opt.TarIndex {
+		return errors.New("--append-tar goes with --tar-index")
+	}
+	if !opt.TarIndex {
+		if opt.Blob != "" {
+			// Check here so that the error names the flags.
+			opt.Erofs.Blob = discard{}
+			defer func() { opt.Erofs.Blob = nil }()
+			if err := opt.Erofs.Validate(); err != nil {
+				return fmt.Errorf("--blobdev: %w", err)
+			}
+		}
+		return nil
+	}
+	if opt.Blob != "" || opt.Erofs.Compression != nil || opt.Erofs.ChunkSize != 0 {
+		return errors.New("--tar-index: the data stays in the tar: no --blobdev, --compress or --chunk-size")
+	}
+	if c.IsSet("block-size") && opt.Erofs.BlockSize != 512 {
+		return fmt.Errorf("--tar-index: block size %d: a tar index has 512-byte blocks, as tar data is 512-aligned", opt.Erofs.BlockSize)
+	}
+	opt.Erofs.BlockSize = 512
+	opt.Erofs.Devices = []erofs.DeviceSlot{{Blocks: 1}}
+	defer func() { opt.Erofs.Devices = nil }()
+	if err := opt.Erofs.Validate(); err != nil {
+		return fmt.Errorf("--tar-index: %w", err)
+	}
+	return nil
+}
+
+// discard stands for a blob when only the options are checked.
+type discard struct{}
+
+func (discard) WriteAt(p []byte, _ int64) (int, error) { return len(p), nil }
 
 // parseCompress reads --compress: none, lz4, lz4hc[,level=N], or
 // ALG[,level=N][,dictsize=SIZE] for the other algorithms erofs writes

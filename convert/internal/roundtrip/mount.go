@@ -90,14 +90,26 @@ func KernelLog() string {
 }
 
 // Mount mounts img read-only (mount -t erofs -o loop,ro) on a fresh
-// directory and unmounts it when the test ends. A refused mount fails the
-// test, with the kernel's erofs messages.
-func Mount(t testing.TB, img string) string {
+// directory and unmounts it when the test ends. Extra devices (blobs, the
+// tar of a tar index) are given as files: each goes on a read-only loop
+// device of its own, as the kernel opens device= as a block device. A
+// refused mount fails the test, with the kernel's erofs messages.
+func Mount(t testing.TB, img string, devices ...string) string {
 	t.Helper()
 	mnt := t.TempDir()
-	out, err := exec.Command("mount", "-t", "erofs", "-o", "loop,ro", img, mnt).CombinedOutput()
+	o := "loop,ro"
+	for _, d := range devices {
+		out, err := exec.Command("losetup", "--find", "--show", "--read-only", d).Output()
+		if err != nil {
+			t.Fatalf("losetup %s: %v", d, err)
+		}
+		loop := string(bytes.TrimSpace(out))
+		t.Cleanup(func() { exec.Command("losetup", "-d", loop).Run() })
+		o += ",device=" + loop
+	}
+	out, err := exec.Command("mount", "-t", "erofs", "-o", o, img, mnt).CombinedOutput()
 	if err != nil {
-		t.Fatalf("mount -t erofs -o loop,ro %s: %v: %s\nkernel log:\n%s", img, err, bytes.TrimSpace(out), KernelLog())
+		t.Fatalf("mount -t erofs -o %s %s: %v: %s\nkernel log:\n%s", o, img, err, bytes.TrimSpace(out), KernelLog())
 	}
 	// Registered after TempDir's cleanup, so it runs first.
 	t.Cleanup(func() { Unmount(t, mnt) })

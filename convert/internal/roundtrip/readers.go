@@ -18,15 +18,29 @@ import (
 	"github.com/ocierofs/ocierofs/erofs"
 )
 
-// ProjectTree reads img with the project's own reader (erofs.Image).
-func ProjectTree(t testing.TB, img string) *fstree.Tree {
+// ProjectTree reads img with the project's own reader (erofs.Image), with
+// its extra devices given as files or, if none are, found inside img as
+// Linux 6.4+ does (an image with its blobs or tar appended).
+func ProjectTree(t testing.TB, img string, devices ...string) *fstree.Tree {
 	t.Helper()
 	f, err := os.Open(img)
 	Must(t, err)
 	defer f.Close()
 	fi, err := f.Stat()
 	Must(t, err)
-	im, err := erofs.Open(f, fi.Size())
+	opts := []erofs.OpenOption{erofs.WithFlatDevices()}
+	if len(devices) > 0 {
+		opts = nil
+	}
+	for _, d := range devices {
+		df, err := os.Open(d)
+		Must(t, err)
+		defer df.Close()
+		dfi, err := df.Stat()
+		Must(t, err)
+		opts = append(opts, erofs.WithDevice(df, dfi.Size()))
+	}
+	im, err := erofs.Open(f, fi.Size(), opts...)
 	if err != nil {
 		t.Fatalf("erofs.Open(%s): %v", img, err)
 	}

@@ -1,0 +1,326 @@
+package erofs
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"math/bits"
+)
+
+// Chunk-based files (layout CHUNK_BASED, erofs-format.md §10.1). With
+// Options.ChunkSize a regular file is cut into chunks; each chunk is hashed
+// (SHA-256) and stored once in the whole image however many files, or
+// places in one file, hold it. All-zero chunks are holes. After a file is
+// written its chunks are widened to the largest power of two its layout
+// allows, so a file with nothing shared keeps a single index entry.
+//
+// Chunk data goes to the image (device 0) or, with Options.Blob, to a
+// separate blob that the image names as extra device 1; then every index
+// is 8 bytes and carries its device id.
+//
+// Memory: one table entry (hash and block, 36 bytes plus the map's
+// overhead) per distinct chunk.
+
+// ChunkRef is where one chunk of a file is stored: Block on Device (0 is
+// the image itself, n ≥ 1 is Options.Devices[n-1]), or nowhere (Hole: the
+// chunk reads as zeros).
+type ChunkRef struct {
+	Device uint16
+	Block  uint32
+	Hole   bool
+}
+
+// chunkKey is the SHA-256 of a chunk's content.
+type chunkKey [sha256.Size]byte
+
+// chunkLoc is where a stored chunk is.
+type chunkLoc struct {
+	dev uint16
+	blk uint32
+}
+
+// chunkBufSize is the largest chunk read whole before it is written;
+// larger chunks are written as they are read and rewound over when they
+// turn out to be duplicates or zeros.
+const chunkBufSize = 1 << 20
+
+// chunkSink is where chunk data goes: the image or the blob.
+type chunkSink interface {
+	next() uint64 // the block the next write lands on
+	write(p []byte) error
+	pad(n uint64) error // pads n bytes written since a block start to a block
+	rewind(blk uint64) error
+	dev() uint16
+}
+
+// imageSink writes chunks to the image's data area.
+type imageSink struct{ b *Builder }
+
+func (s imageSink) next() uint64            { return s.b.outBlk }
+func (s imageSink) write(p []byte) error    { _, err := s.b.out.Write(p); return err }
+func (s imageSink) pad(n uint64) error      { return s.b.padBlock(n) }
+func (s imageSink) rewind(blk uint64) error { return s.b.rewind(blk) }
+func (s imageSink) dev() uint16             { return 0 }
+func (s *blobSink) next() uint64            { return s.blk }
+func (s *blobSink) write(p []byte) error    { _, err := s.out.Write(p); return err }
+func (s *blobSink) dev() uint16             { return 1 }
+
+// blobSink writes chunks to Options.Blob, extra device 1.
+type blobSink struct {
+	w      io.WriterAt
+	out    *bufio.Writer
+	bs     int
+	blk    uint64 // next block
+	maxBlk uint64 // the end before a rewind
+}
+
+func newBlobSink(w io.WriterAt, bs int) *blobSink {
+	return &blobSink{w: w, bs: bs, out: bufio.NewWriterSize(io.NewOffsetWriter(w, 0), 1<<20)}
+}
+
+func (s *blobSink) pad(n uint64) error {
+	bs := uint64(s.bs)
+	if r := n % bs; r != 0 {
+		if _, err := s.out.Write(zeroBlock[:bs-r]); err != nil {
+			return err
+		}
+	}
+	s.blk += (n + bs - 1) / bs
+	return nil
+}
+
+func (s *blobSink) rewind(blk uint64) error {
+	if blk == s.blk {
+		return nil
+	}
+	if err := s.out.Flush(); err != nil {
+		return err
+	}
+	s.maxBlk = max(s.maxBlk, s.blk)
+	s.out.Reset(io.NewOffsetWriter(s.w, int64(blk)*int64(s.bs)))
+	s.blk = blk
+	return nil
+}
+
+// finish flushes the blob and cuts what a rewind left past its end.
+func (s *blobSink) finish() error {
+	if err := s.out.Flush(); err != nil {
+		return fmt.Errorf("blob: %w", err)
+	}
+	if s.maxBlk > s.blk {
+		t, ok := s.w.(interface{ Truncate(int64) error })
+		if !ok {
+			return errors.New("blob: cannot truncate the output")
+		}
+		if err := t.Truncate(int64(s.blk) * int64(s.bs)); err != nil {
+			return fmt.Errorf("blob: %w", err)
+		}
+	}
+	return nil
+}
+
+func (b *Builder) sink() chunkSink {
+	if b.blob != nil {
+		return b.blob
+	}
+	return imageSink{b}
+}
+
+// chunked reports whether a regular file of size bytes is stored
+// chunk-based. A file smaller than one chunk has one chunk's worth of
+// dedupe anyway (whole-file dedupe), so it keeps the flat layout and its
+// inline tail, unless its data must go to the blob.
+func (b *Builder) chunkedFile(size uint64) bool {
+	if b.blob != nil {
+		return true
+	}
+	return b.opt.ChunkSize > 0 && size >= uint64(b.opt.ChunkSize)
+}
+
+// writeChunked stores a file chunk by chunk, each distinct chunk once.
+func (b *Builder) writeChunked(ino *inode, r io.Reader) error {
+	s := b.sink()
+	size := ino.size
+	cs := uint64(b.opt.ChunkSize)
+	if cs == 0 {
+		cs = uint64(b.bs)
+	}
+	cbits := uint(bits.TrailingZeros64(cs)) - b.blkbits
+	nblk := (size + uint64(b.bs) - 1) >> b.blkbits
+	for nblk>>cbits > maxChunks {
+		cbits++ // keep the index of a huge file bounded
+	}
+	ino.chunkBits = uint8(cbits)
+	cs = uint64(b.bs) << cbits
+	ino.nchunks = (size + cs - 1) / cs
+	if b.chunkBuf == nil {
+		b.chunkBuf = make([]byte, min(cs, chunkBufSize))
+		b.chunkHash = sha256.New()
+	}
+	if b.chunks == nil {
+		b.chunks = map[chunkKey]chunkLoc{}
+	}
+	h := b.chunkHash
+	var done uint64
+	for l := uint64(0); done < size; l++ {
+		n := min(cs, size-done)
+		start := s.next()
+		if start+(n+uint64(b.bs)-1)>>b.blkbits >= 1<<32-1 {
+			return errors.New("data would exceed 2^32 blocks")
+		}
+		h.Reset()
+		zero, written, err := b.readChunk(s, r, h, n, done, size)
+		if err != nil {
+			return err
+		}
+		done += n
+		if zero {
+			if written {
+				if err := s.rewind(start); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		var k chunkKey
+		h.Sum(k[:0])
+		if loc, ok := b.chunks[k]; ok {
+			if written {
+				if err := s.rewind(start); err != nil {
+					return err
+				}
+			}
+			ino.addChunk(l, loc.dev, loc.blk)
+			b.chunkSaved += int64(n)
+			continue
+		}
+		if !written {
+			if err := s.write(b.chunkBuf[:n]); err != nil {
+				return err
+			}
+			if err := s.pad(n); err != nil {
+				return err
+			}
+		}
+		loc := chunkLoc{s.dev(), uint32(start)}
+		b.chunks[k] = loc
+		ino.addChunk(l, loc.dev, loc.blk)
+	}
+	ino.layout = LayoutChunkBased
+	b.chunked = true
+	ino.widenChunks()
+	return nil
+}
+
+// readChunk reads the next n bytes of a file into the hash. A chunk that
+// fits the buffer stays there (written reports false); a larger one is
+// written to s as it is read, and padded to a block.
+func (b *Builder) readChunk(s chunkSink, r io.Reader, h hash.Hash, n, done, size uint64) (zero, written bool, err error) {
+	buf := b.chunkBuf
+	if n <= uint64(len(buf)) {
+		p := buf[:n]
+		if m, err := io.ReadFull(r, p); err != nil {
+			return false, false, shortData(int64(done)+int64(m), size, err)
+		}
+		if isZero(p) {
+			return true, false, nil
+		}
+		h.Write(p)
+		return false, false, nil
+	}
+	zero = true
+	for left := n; left > 0; {
+		p := buf[:min(left, uint64(len(buf)))]
+		if m, err := io.ReadFull(r, p); err != nil {
+			return false, true, shortData(int64(done+n-left)+int64(m), size, err)
+		}
+		zero = zero && isZero(p)
+		h.Write(p)
+		if err := s.write(p); err != nil {
+			return false, true, err
+		}
+		left -= uint64(len(p))
+	}
+	return zero, true, s.pad(n)
+}
+
+// widenChunks doubles the chunk size while every chunk of the doubled size
+// is still one contiguous run on one device or one hole: the index gets
+// half as long and reads the same. Runs are maximal (addChunk), so a run
+// that starts or ends inside a doubled chunk means it is not contiguous.
+func (ino *inode) widenChunks() {
+	for ino.chunkBits < maxChunkBits && ino.nchunks > 1 {
+		for _, c := range ino.chunks {
+			end := c.lblk + c.count
+			if c.lblk%2 != 0 || end%2 != 0 && end != ino.nchunks {
+				return
+			}
+		}
+		for i := range ino.chunks {
+			c := &ino.chunks[i]
+			c.lblk /= 2
+			c.count = (c.count + 1) / 2
+		}
+		ino.chunkBits++
+		ino.nchunks = (ino.nchunks + 1) / 2
+	}
+}
+
+// maxChunkBits is the widest chunk the format can say (5 bits of i_u).
+const maxChunkBits = 31
+
+// AddChunks adds a regular file whose data is already stored, in chunks of
+// BlockSize<<chunkBits bytes: refs[i] is where chunk i is (see ChunkRef),
+// and there must be one per chunk of e.Size bytes. Chunk i covers its
+// chunk's blocks from refs[i].Block on, contiguously. A tar index and a
+// merged image are made of such files.
+func (b *Builder) AddChunks(e Entry, chunkBits uint8, refs []ChunkRef) error {
+	if e.Mode&S_IFMT != S_IFREG && e.HardLink == "" {
+		return fmt.Errorf("erofs: entry %q: AddChunks needs a regular file", e.Path)
+	}
+	if chunkBits > maxChunkBits {
+		return fmt.Errorf("erofs: entry %q: chunk bits %d > %d", e.Path, chunkBits, maxChunkBits)
+	}
+	cbits := b.blkbits + uint(chunkBits)
+	want := (uint64(max(e.Size, 0)) + 1<<cbits - 1) >> cbits
+	if uint64(len(refs)) != want {
+		return fmt.Errorf("erofs: entry %q: %d chunk refs for %d chunks", e.Path, len(refs), want)
+	}
+	if want > maxChunks {
+		return fmt.Errorf("erofs: entry %q: %d chunks, more than %d", e.Path, want, maxChunks)
+	}
+	blks := uint64(1) << chunkBits
+	for i, c := range refs {
+		if c.Hole {
+			continue
+		}
+		if int(c.Device) > len(b.opt.Devices) {
+			return fmt.Errorf("erofs: entry %q: chunk %d on device %d, the image has %d", e.Path, i, c.Device, len(b.opt.Devices))
+		}
+		if c.Device > 0 {
+			d := b.opt.Devices[c.Device-1]
+			// The last chunk ends with the file, not with the chunk.
+			n := min(blks, (uint64(e.Size)-uint64(i)<<cbits+uint64(b.bs)-1)>>b.blkbits)
+			if d.Blocks != 0 && uint64(c.Block)+n > d.Blocks {
+				return fmt.Errorf("erofs: entry %q: chunk %d at block %d+%d beyond device %d (%d blocks)", e.Path, i, c.Block, n, c.Device, d.Blocks)
+			}
+		} else if c.Block == NullAddr {
+			return fmt.Errorf("erofs: entry %q: chunk %d at the null block", e.Path, i)
+		}
+	}
+	return b.addEntry(e, func(ino *inode) error {
+		ino.chunkBits = chunkBits
+		ino.nchunks = want
+		for i, c := range refs {
+			if !c.Hole {
+				ino.addChunk(uint64(i), c.Device, c.Block)
+			}
+		}
+		ino.layout = LayoutChunkBased
+		b.chunked = true
+		return nil
+	})
+}

@@ -1,0 +1,328 @@
+package erofs
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	goerofs "github.com/erofs/go-erofs"
+)
+
+// chunkFiles is a tree full of duplicates at chunk granularity: the same
+// files under many names, files sharing chunks at different offsets, a
+// file repeating itself, sparse files, shared partial last chunks and
+// near-copies that must stay apart. unit is the smallest chunk size the
+// tests use, so pieces line up with chunks of every tested size.
+func chunkFiles(unit int) map[string][]byte {
+	rnd := rand.New(rand.NewPCG(11, 3))
+	random := func(n int) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(rnd.Uint32())
+		}
+		return b
+	}
+	p := make([][]byte, 8) // pieces, one chunk each
+	for i := range p {
+		p[i] = random(unit)
+	}
+	cat := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
+	zeros := make([]byte, 3*unit)
+	tail := random(unit/3 + 5)
+	files := map[string][]byte{
+		"a/one":        cat(p[0], p[1], p[2], p[3]),
+		"b/shifted":    cat(p[5], p[0], p[1], p[6], p[3]),         // shares p0, p1, p3 at other offsets
+		"b/repeats":    cat(p[4], p[4], p[4], p[7], p[4], tail),   // repeats itself, shares its tail
+		"c/sparse":     cat(zeros, p[2], zeros, p[6], zeros[:17]), // holes, and a partial last chunk
+		"c/allzero":    make([]byte, 5*unit+100),
+		"d/tail-twin":  cat(p[7], tail),
+		"d/near":       cat(p[0], p[1], p[2], p[3][:unit-1], []byte{^p[3][unit-1]}),
+		"d/unique":     random(6*unit + 1234), // nothing shared: widens to one chunk
+		"e/small":      []byte("smaller than a chunk\n"),
+		"e/small-twin": []byte("smaller than a chunk\n"),
+	}
+	for i := range 5 {
+		files[fmt.Sprintf("copies/%d", i)] = files["a/one"]
+	}
+	return files
+}
+
+// distinctChunkBytes is what chunk dedupe must store: the distinct
+// non-zero chunks of size cs, each rounded up to a block, of the files
+// stored chunk-based (those of at least cs bytes, or all).
+func distinctChunkBytes(files map[string][]byte, cs, bs int, all bool) int {
+	seen := map[[32]byte]bool{}
+	n := 0
+	for _, data := range files {
+		if len(data) < cs && !all {
+			continue
+		}
+		for off := 0; off < len(data); off += cs {
+			c := data[off:min(off+cs, len(data))]
+			k := sha256.Sum256(c)
+			if isZero(c) || seen[k] {
+				continue
+			}
+			seen[k] = true
+			n += (len(c) + bs - 1) / bs * bs
+		}
+	}
+	return n
+}
+
+func buildChunked(t testing.TB, opt Options, files map[string][]byte) []byte {
+	t.Helper()
+	var img memWriterAt
+	opt.TempDir = t.TempDir()
+	b, err := NewBuilder(&img, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for _, name := range sortedKeys(files) {
+		data := files[name]
+		if err := b.Add(Entry{Path: name, Mode: S_IFREG | 0o644, Size: int64(len(data))}, bytes.NewReader(data)); err != nil {
+			t.Fatalf("Add %s: %v", name, err)
+		}
+	}
+	if err := b.Finish(); err != nil {
+		t.Fatalf("Finish: %v", err)
+	}
+	return img.b
+}
+
+// TestChunkDedupe builds the tree chunk-based for several chunk sizes
+// (including one above the 1 MiB read buffer, which writes and rewinds)
+// and checks that every distinct chunk is stored once and nothing else,
+// that files with nothing shared get one index entry, that the image is
+// reproducible, and that our reader, go-erofs, fsck.erofs and the kernel
+// read every file back.
+func TestChunkDedupe(t *testing.T) {
+	for _, tc := range []struct{ unit, chunk int }{
+		{4096, 4096}, {65536, 65536}, {65536, 16384}, {2 << 20, 2 << 20},
+	} {
+		t.Run(fmt.Sprintf("unit%d/chunk%d", tc.unit, tc.chunk), func(t *testing.T) {
+			files := chunkFiles(tc.unit)
+			raw := buildChunked(t, Options{ChunkSize: tc.chunk}, files)
+			if again := buildChunked(t, Options{ChunkSize: tc.chunk}, files); !bytes.Equal(raw, again) {
+				t.Fatal("two builds of the same tree differ")
+			}
+			plain := buildChunked(t, Options{NoDedupe: true}, files)
+			want := distinctChunkBytes(files, tc.chunk, 4096, false)
+			// Metadata and the small files are a few blocks here.
+			if slack := 16 * 4096; len(raw) < want || len(raw) > want+slack {
+				t.Errorf("image of %d bytes; distinct chunks are %d bytes (+ at most %d of metadata)", len(raw), want, slack)
+			}
+			t.Logf("chunk %d: image %d bytes, without dedupe %d, distinct chunk data %d", tc.chunk, len(raw), len(plain), want)
+			img := openBytes(t, raw)
+			checkFiles(t, "reader", img, files)
+			if ino, err := img.Lstat("d/unique"); err != nil || ino.Layout != LayoutChunkBased {
+				t.Errorf("d/unique: %v, layout %v", err, ino)
+			} else if d, err := img.chunkReader(ino); err != nil || d.count != 1 {
+				t.Errorf("d/unique: %d index entries, want 1 (widened): %v", d.count, err)
+			}
+			if ino, err := img.Lstat("c/sparse"); err == nil {
+				if d, err := img.chunkReader(ino); err != nil || d.count < 3 {
+					t.Errorf("c/sparse: %d index entries, want holes between chunks: %v", d.count, err)
+				}
+			}
+			path := filepath.Join(t.TempDir(), "c.erofs")
+			if err := os.WriteFile(path, raw, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			goErofsCompare(t, path, files)
+			fsckErofs(t, path)
+			kernelCompare(t, path, nil, files)
+		})
+	}
+}
+
+// TestChunkBlob puts the chunk data in a blob (extra device 1): the image
+// is metadata only; the kernel mounts it with -o device=BLOB and, flat,
+// as the image and the blob concatenated.
+func TestChunkBlob(t *testing.T) {
+	files := chunkFiles(4096)
+	var blob memWriterAt
+	raw := buildChunked(t, Options{ChunkSize: 16384, Blob: &blob, Devices: []DeviceSlot{{Tag: "layer.blob"}}}, files)
+	// The small files go to the blob too; dedupe still finds their twins.
+	want := distinctChunkBytes(files, 16384, 4096, true)
+	if len(blob.b) != want {
+		t.Errorf("blob of %d bytes; distinct chunk data is %d", len(blob.b), want)
+	}
+	img := openBytes(t, raw, WithDevice(bytes.NewReader(blob.b), int64(len(blob.b))))
+	checkFiles(t, "reader", img, files)
+	devs := img.Devices()
+	if len(devs) != 1 || devs[0].Tag != "layer.blob" || devs[0].Blocks != uint64(len(blob.b)/4096) || devs[0].UniAddr != uint64(len(raw)/4096) {
+		t.Errorf("device table %+v; want tag layer.blob, %d blocks at %d", devs, len(blob.b)/4096, len(raw)/4096)
+	}
+	flat := append(bytes.Clone(raw), blob.b...)
+	checkFiles(t, "reader, flat", openBytes(t, flat, WithFlatDevices()), files)
+
+	dir := t.TempDir()
+	meta, blobPath, flatPath := filepath.Join(dir, "meta.erofs"), filepath.Join(dir, "layer.blob"), filepath.Join(dir, "flat.erofs")
+	for p, b := range map[string][]byte{meta: raw, blobPath: blob.b, flatPath: flat} {
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kernelCompare(t, meta, []string{blobPath}, files)
+	kernelCompare(t, flatPath, nil, files)
+}
+
+// TestChunkRefs builds files from chunks already stored on an extra
+// device, as a tar index and a merged image do, and checks the argument
+// checks.
+func TestChunkRefs(t *testing.T) {
+	dev := bytes.Repeat([]byte("0123456789abcdef"), 4*4096/16)
+	for i := range dev {
+		dev[i] ^= byte(i / 4096)
+	}
+	var img memWriterAt
+	b, err := NewBuilder(&img, Options{Devices: []DeviceSlot{{Tag: "dev", Blocks: 4}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := Entry{Path: "f", Mode: S_IFREG | 0o600, Size: 2*4096 + 10}
+	// Chunks of 8 KiB: blocks 2–3, then block 0 for the last 10 bytes.
+	if err := b.AddChunks(e, 1, []ChunkRef{{Device: 1, Block: 2}, {Device: 1, Block: 0}}); err != nil {
+		t.Fatal(err)
+	}
+	h := Entry{Path: "holes", Mode: S_IFREG | 0o600, Size: 3 * 4096}
+	if err := b.AddChunks(h, 0, []ChunkRef{{Hole: true}, {Device: 1, Block: 1}, {Hole: true}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []struct {
+		e    Entry
+		bits uint8
+		refs []ChunkRef
+	}{
+		{e, 1, []ChunkRef{{Device: 1, Block: 2}}},                        // too few refs
+		{e, 1, []ChunkRef{{Device: 2, Block: 0}, {Device: 1}}},           // no such device
+		{e, 1, []ChunkRef{{Device: 1, Block: 3}, {Device: 1, Block: 0}}}, // beyond the device
+		{Entry{Path: "d", Mode: S_IFDIR | 0o755}, 0, nil},
+	} {
+		if err := b.AddChunks(bad.e, bad.bits, bad.refs); err == nil {
+			t.Errorf("AddChunks(%q, %d, %v) accepted", bad.e.Path, bad.bits, bad.refs)
+		}
+	}
+	if err := b.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]byte{
+		"f":     append(bytes.Clone(dev[2*4096:4*4096]), dev[:10]...),
+		"holes": append(append(make([]byte, 4096), dev[4096:2*4096]...), make([]byte, 4096)...),
+	}
+	checkFiles(t, "reader", openBytes(t, img.b, WithDevice(bytes.NewReader(dev), int64(len(dev)))), want)
+	dir := t.TempDir()
+	meta, devPath := filepath.Join(dir, "meta.erofs"), filepath.Join(dir, "dev")
+	os.WriteFile(meta, img.b, 0o644)
+	os.WriteFile(devPath, dev, 0o644)
+	kernelCompare(t, meta, []string{devPath}, want)
+}
+
+func TestChunkOptions(t *testing.T) {
+	for _, o := range []Options{
+		{ChunkSize: 1000},
+		{ChunkSize: 2048},
+		{ChunkSize: 8192, Compression: &Compression{Algorithm: AlgLZ4}},
+		{Blob: &memWriterAt{}, Compression: &Compression{Algorithm: AlgLZ4}},
+		{ChunkSize: 8192, MinKernel: Kernel{5, 10}},
+		{Blob: &memWriterAt{}, MinKernel: Kernel{5, 15}},
+		{Devices: []DeviceSlot{{Tag: strings.Repeat("x", 65)}}},
+	} {
+		if err := o.Validate(); err == nil {
+			t.Errorf("%+v: accepted", o)
+		}
+	}
+}
+
+func checkFiles(t *testing.T, who string, img *Image, files map[string][]byte) {
+	t.Helper()
+	for name, want := range files {
+		got, err := img.ReadFile(name)
+		if err != nil {
+			t.Errorf("%s: %s: %v", who, name, err)
+		} else if !bytes.Equal(got, want) {
+			t.Errorf("%s: %s: %d bytes differ from the %d written (first at %d)", who, name, len(got), len(want), firstDiff(got, want))
+		}
+	}
+}
+
+// goErofsCompare reads every file with github.com/erofs/go-erofs.
+func goErofsCompare(t *testing.T, path string, files map[string][]byte) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fsys, err := goerofs.Open(f)
+	if err != nil {
+		t.Fatalf("go-erofs: %v", err)
+	}
+	for name, want := range files {
+		got, err := fs.ReadFile(fsys, name)
+		if err != nil {
+			t.Errorf("go-erofs: %s: %v", name, err)
+		} else if !bytes.Equal(got, want) {
+			t.Errorf("go-erofs: %s: differs from what was written (first at %d)", name, firstDiff(got, want))
+		}
+	}
+}
+
+// fsckErofs runs Debian's fsck.erofs with --extract, which reads every
+// byte, where it is installed.
+func fsckErofs(t *testing.T, path string) {
+	t.Helper()
+	if _, err := exec.LookPath("fsck.erofs"); err != nil {
+		t.Log("no fsck.erofs: skipped")
+		return
+	}
+	out := filepath.Join(t.TempDir(), "x")
+	if b, err := exec.Command("fsck.erofs", "--extract="+out, path).CombinedOutput(); err != nil {
+		t.Errorf("fsck.erofs: %v\n%s", err, b)
+	}
+}
+
+// kernelCompare mounts the image (loop, ro) with its extra devices, each
+// on a loop device of its own (the kernel opens device= as a block
+// device), and compares every file as the kernel reads it; it skips when
+// this machine cannot mount.
+func kernelCompare(t *testing.T, path string, devices []string, files map[string][]byte) {
+	t.Helper()
+	if !canMount() {
+		t.Log("kernel round trip skipped: not root or no EROFS in this kernel")
+		return
+	}
+	o := "loop,ro"
+	for _, d := range devices {
+		out, err := exec.Command("losetup", "--find", "--show", "--read-only", d).Output()
+		if err != nil {
+			t.Fatalf("losetup %s: %v", d, err)
+		}
+		loop := strings.TrimSpace(string(out))
+		defer exec.Command("losetup", "-d", loop).Run()
+		o += ",device=" + loop
+	}
+	mnt := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "erofs", "-o", o, path, mnt).CombinedOutput(); err != nil {
+		dmesg, _ := exec.Command("sh", "-c", "dmesg | tail -5").Output()
+		t.Fatalf("mount -o %s: %v: %s\n%s", o, err, out, dmesg)
+	}
+	defer exec.Command("umount", mnt).Run()
+	for name, want := range files {
+		got, err := os.ReadFile(filepath.Join(mnt, name))
+		if err != nil {
+			t.Errorf("kernel: %s: %v", name, err)
+		} else if !bytes.Equal(got, want) {
+			t.Errorf("kernel: %s: %d bytes differ from the %d written (first at %d)", name, len(got), len(want), firstDiff(got, want))
+		}
+	}
+}
