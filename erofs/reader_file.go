@@ -463,3 +463,52 @@ func (img *Image) DataAddress(ino *Inode) (addr int64, frag, ok bool) {
 	}
 	return 0, false, false
 }
+
+// ChunkRefs returns where a regular file's data is stored, in the form
+// AddChunks takes: a FLAT_PLAIN file as one chunk covering it, a
+// CHUNK_BASED file as its index (device ids as this image numbers them).
+// ok is false for data that cannot be referenced in place: inline tails
+// and compressed files (read those with Open).
+func (img *Image) ChunkRefs(ino *Inode) (chunkBits uint8, refs []ChunkRef, ok bool, err error) {
+	if !ino.IsRegular() || ino.Size == 0 {
+		return 0, nil, false, nil
+	}
+	switch ino.Layout {
+	case LayoutFlatPlain:
+		nblk := (ino.Size + img.bs - 1) >> img.bits
+		if ino.startBlk+uint64(nblk) > uint64(NullAddr) {
+			return 0, nil, false, fmt.Errorf("erofs: nid %d: blocks beyond 2^32", ino.Nid)
+		}
+		for int64(1)<<chunkBits < nblk {
+			chunkBits++
+		}
+		return chunkBits, []ChunkRef{{Block: uint32(ino.startBlk)}}, true, nil
+	case LayoutChunkBased:
+		d, err := img.chunkReader(ino)
+		if err != nil {
+			return 0, nil, false, err
+		}
+		if d.fmt&chunkFormat48Bit != 0 {
+			return 0, nil, false, nil
+		}
+		if d.count > maxChunks {
+			return 0, nil, false, fmt.Errorf("erofs: nid %d: %d chunks, more than %d", ino.Nid, d.count, maxChunks)
+		}
+		table := make([]byte, d.count*d.unit)
+		if err := img.readFull(table, d.table); err != nil {
+			return 0, nil, false, fmt.Errorf("erofs: nid %d: chunk table: %w", ino.Nid, err)
+		}
+		refs = make([]ChunkRef, d.count)
+		for i := range refs {
+			e := table[int64(i)*d.unit:]
+			if d.unit == 4 {
+				refs[i] = ChunkRef{Block: le.Uint32(e)}
+			} else {
+				refs[i] = ChunkRef{Device: le.Uint16(e[2:]) & img.deviceMask(), Block: le.Uint32(e[4:])}
+			}
+			refs[i].Hole = refs[i].Block == NullAddr
+		}
+		return uint8(d.bits - img.bits), refs, true, nil
+	}
+	return 0, nil, false, nil
+}

@@ -103,6 +103,12 @@ func inspect(out io.Writer, img *erofs.Image, name string) error {
 	if st.sharedFiles > 0 {
 		fmt.Fprintf(w, "deduplicated:\t%d files share an earlier file's data (%d bytes not stored again)\n", st.sharedFiles, st.sharedBytes)
 	}
+	if st.chunkRefs > 0 || st.holeBytes > 0 {
+		fmt.Fprintf(w, "chunks:\t%d references to %d distinct chunks (%d bytes shared, not stored again); %d bytes of holes\n", st.chunkRefs, st.chunks, st.chunkShared, st.holeBytes)
+	}
+	if st.extra > 0 {
+		fmt.Fprintf(w, "data on extra devices:\t%d bytes\n", st.extra)
+	}
 	if st.zFiles > 0 {
 		fmt.Fprintf(w, "compressed:\t%d files, %d bytes in %d bytes of pclusters (+ inline and fragments)\n", st.zFiles, st.zBytes, st.zStored)
 	}
@@ -123,6 +129,11 @@ type stats struct {
 	sharedFiles     int   // files whose data is another file's
 	sharedBytes     int64 // their size
 	zBytes, zStored int64 // compressed files: their size, their pcluster bytes
+	// Chunk-based files: chunk references, the distinct chunks they point
+	// to, the bytes of the references to a chunk already counted (stored
+	// once, used again), holes; and the bytes on extra devices.
+	chunkRefs, chunks             int
+	chunkShared, holeBytes, extra int64
 }
 
 var layoutNames = map[uint8]string{
@@ -162,6 +173,11 @@ func imageStats(img *erofs.Image) (*stats, error) {
 		frag       bool
 	}
 	data := map[dataKey]bool{}
+	type chunkKey struct {
+		dev uint16
+		blk uint32
+	}
+	chunks := map[chunkKey]bool{}
 	bs := int64(img.Super().BlockSize)
 	err := fs.WalkDir(img, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -204,8 +220,33 @@ func imageStats(img *erofs.Image) (*stats, error) {
 				st.zBytes += ino.Size
 				st.zStored += blocks * bs
 				st.dataBlockBytes += blocks * bs
-			default:
-				st.dataBlockBytes += ino.Size // upper bound (holes, chunks)
+			case erofs.LayoutChunkBased:
+				bits, refs, ok, err := img.ChunkRefs(ino)
+				if err != nil || !ok {
+					return err
+				}
+				cs := bs << bits
+				for i, r := range refs {
+					n := min(cs, ino.Size-int64(i)*cs)
+					n = (n + bs - 1) / bs * bs
+					k := chunkKey{r.Device, r.Block}
+					switch {
+					case r.Hole:
+						st.holeBytes += n
+						continue
+					case chunks[k]:
+						st.chunkShared += n
+					case r.Device == 0:
+						st.dataBlockBytes += n
+					default:
+						st.extra += n
+					}
+					st.chunkRefs++
+					if !chunks[k] {
+						st.chunks++
+						chunks[k] = true
+					}
+				}
 			}
 		}
 		return nil

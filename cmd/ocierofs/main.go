@@ -24,6 +24,7 @@ func main() {
 			serveCommand,
 			syncCommand,
 			mkfsCommand,
+			mergeCommand,
 			inspectCommand,
 			lsCommand,
 			catCommand,

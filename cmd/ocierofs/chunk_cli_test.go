@@ -1,0 +1,63 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestCLIChunks drives --chunk-size, --blobdev, --tar-index and merge
+// through the binary: what they print, what they refuse (exit 1, one
+// error, no output left behind).
+func TestCLIChunks(t *testing.T) {
+	b := bin(t)
+	dir := t.TempDir()
+	layer := "../../testdata/demo-layer.tar.gz"
+	out := func(name string) string { return filepath.Join(dir, name) }
+
+	if _, e, code := run(t, b, "mkfs", "-q", "--chunk-size", "4K", out("c.erofs"), layer); code != 0 {
+		t.Fatalf("mkfs --chunk-size: exit %d: %s", code, e)
+	}
+	if o, _, _ := run(t, b, "inspect", out("c.erofs")); !strings.Contains(o, "chunked_file") || !strings.Contains(o, "distinct chunks") {
+		t.Errorf("inspect of a chunk-based image:\n%s", o)
+	}
+	if _, e, code := run(t, b, "mkfs", "-q", "--blobdev", out("l.blob"), out("meta.erofs"), layer); code != 0 {
+		t.Fatalf("mkfs --blobdev: exit %d: %s", code, e)
+	}
+	if o, _, _ := run(t, b, "inspect", out("meta.erofs")); !strings.Contains(o, "device_table") || !strings.Contains(o, "data on extra devices") {
+		t.Errorf("inspect of a blob image:\n%s", o)
+	}
+	// The upper layer replaces every file of the lower: only its image is
+	// a device.
+	_, e, code := run(t, b, "merge", out("m.erofs"), out("meta.erofs"), out("c.erofs"))
+	if code != 0 || strings.Contains(e, "l.blob") || !strings.Contains(e, "c.erofs") {
+		t.Errorf("merge: exit %d, want c.erofs alone listed as a device: %s", code, e)
+	}
+	_, e, code = run(t, b, "merge", out("m.erofs"), out("c.erofs"), out("meta.erofs"))
+	if code != 0 || !strings.Contains(e, "l.blob") || strings.Contains(e, "c.erofs") {
+		t.Errorf("merge: exit %d, want l.blob alone listed as a device: %s", code, e)
+	}
+
+	for _, bad := range [][]string{
+		{"mkfs", "--chunk-size", "3000", out("x.erofs"), layer},
+		{"mkfs", "--chunk-size", "64K", "--compress", "lz4", out("x.erofs"), layer},
+		{"mkfs", "--blobdev", out("x.blob"), "--compress", "lz4", out("x.erofs"), layer},
+		{"mkfs", "--tar-index", out("x.erofs"), layer}, // gzip: no index into it
+		{"mkfs", "--append-tar", out("x.erofs"), layer},
+		{"mkfs", "--tar-index", "--block-size", "4096", out("x.erofs"), layer},
+		{"mkfs", "--tar-index", "--min-kernel", "6.1", out("x.erofs"), layer},
+		{"merge", out("x.erofs")},
+		{"merge", out("x.erofs"), layer},
+	} {
+		_, e, code := run(t, b, bad...)
+		if code != 1 || strings.Count(strings.TrimSpace(e), "\n") > 1 {
+			t.Errorf("%v: exit %d, want 1 and one error: %s", bad, code, e)
+		}
+		for _, f := range []string{"x.erofs", "x.blob"} {
+			if _, err := os.Stat(out(f)); err == nil {
+				t.Errorf("%v: failed but left %s", bad, f)
+			}
+		}
+	}
+}

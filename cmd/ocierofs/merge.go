@@ -1,0 +1,59 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/ocierofs/ocierofs/convert"
+)
+
+var mergeCommand = &cli.Command{
+	Name:      "merge",
+	Usage:     "stack EROFS layer images (bottom first) into one image of the result, referring to their data in place",
+	ArgsUsage: "OUTPUT LAYER...",
+	Description: "The layers' trees are stacked as overlayfs stacks them (whiteouts delete, opaque\n" +
+		"directories hide what is below) into one image with no overlay markers left. By\n" +
+		"default it holds metadata only: file data stays in the layer images and their\n" +
+		"blobs, which become its extra devices — mount it with one -o device=FILE per\n" +
+		"device, in the order printed. Inline tails and compressed files are copied in\n" +
+		"(build layers with --no-inline-data or --blobdev to avoid that). With --blobdev\n" +
+		"all data is copied into one new blob instead, each distinct chunk once.",
+	Flags: []cli.Flag{
+		&cli.StringFlag{Name: "blobdev", Usage: "copy all file data into this new blob, chunk-deduplicated: the layers are not needed to mount"},
+		&cli.StringFlag{Name: "chunk-size", Usage: "chunk size of copied data (default: the block size)"},
+		&cli.StringFlag{Name: "label", Aliases: []string{"L"}, Usage: "volume label (at most 15 bytes)"},
+		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print nothing but errors"},
+	},
+	Action: func(c *cli.Context) error {
+		if c.NArg() < 2 {
+			return fmt.Errorf("merge: want OUTPUT and at least one LAYER, got %d arguments", c.NArg())
+		}
+		var opt convert.MergeOptions
+		opt.Blob = c.String("blobdev")
+		opt.Erofs.VolumeName = c.String("label")
+		if s := c.String("chunk-size"); s != "" {
+			n, err := parseSize(s)
+			if err != nil {
+				return fmt.Errorf("--chunk-size: %w", err)
+			}
+			opt.Erofs.ChunkSize = n
+		}
+		start := time.Now()
+		out := c.Args().Get(0)
+		res, err := convert.Merge(out, c.Args().Slice()[1:], opt)
+		if err != nil {
+			return err
+		}
+		if !c.Bool("quiet") {
+			fmt.Fprintf(os.Stderr, "%s: %d entries, %d bytes of file data copied, %s\n", out, res.Entries, res.CopiedBytes, time.Since(start).Round(time.Millisecond))
+			if len(res.Devices) > 0 {
+				fmt.Fprintf(os.Stderr, "devices (mount -o device=… in this order): %s\n", strings.Join(res.Devices, " "))
+			}
+		}
+		return nil
+	},
+}

@@ -1,0 +1,198 @@
+package convert_test
+
+import (
+	"archive/tar"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ocierofs/ocierofs/convert"
+	"github.com/ocierofs/ocierofs/convert/fstree"
+	"github.com/ocierofs/ocierofs/convert/internal/roundtrip"
+	"github.com/ocierofs/ocierofs/erofs"
+)
+
+// mergeLayers are three layers that exercise every overlay rule: a
+// whiteout, an opaque directory, a directory replaced by a file and a file
+// by a directory, an overridden file, a deleted symlink; hard links,
+// devices, xattrs; and content repeated across layers.
+func mergeLayers(t *testing.T) [3][]byte {
+	t1 := time.Unix(1700000000, 0)
+	t2 := t1.Add(time.Hour)
+	big := string(content("big", 300_000))
+	withX := cFile("a/keep", "kept from layer 1\n", 0o644, t1)
+	withX.hdr.PAXRecords = map[string]string{"SCHILY.xattr.user.k": "v1"}
+	dev := craftedEntry{hdr: tar.Header{Name: "null", Typeflag: tar.TypeChar, Mode: 0o666, Devmajor: 1, Devminor: 3, ModTime: t1}}
+	fifo := craftedEntry{hdr: tar.Header{Name: "p", Typeflag: tar.TypeFifo, Mode: 0o600, ModTime: t1}}
+	l1 := tarOf(t,
+		cDir("./", 0o755, t1), cDir("a/", 0o755, t1), withX,
+		cFile("a/gone", string(content("gone", 40_000)), 0o644, t1),
+		cFile("big", big, 0o644, t1), cLink("a/hl", "big"), cSym("s", "big", t1),
+		dev, fifo,
+		cDir("o/", 0o755, t1), cFile("o/hidden", "hidden by an opaque dir\n", 0o644, t1),
+		cDir("r/", 0o755, t1), cFile("r/x", "under a dir that becomes a file\n", 0o644, t1),
+		cFile("f2d", "a file that becomes a dir\n", 0o644, t1),
+		cFile("mid", string(content("mid", 9000)), 0o640, t1),
+	)
+	l2 := tarOf(t,
+		cDir("a/", 0o750, t2), cFile("a/.wh.gone", "", 0o644, t2),
+		cFile("a/new", "new in layer 2\n", 0o644, t2),
+		cDir("o/", 0o755, t2), cFile("o/.wh..wh..opq", "", 0o644, t2), cFile("o/vis", "visible\n", 0o644, t2),
+		cFile("r", "now a file\n", 0o644, t2),
+		cDir("f2d/", 0o755, t2), cFile("f2d/in", "inside\n", 0o644, t2),
+		cFile("big3", big, 0o644, t2),
+	)
+	l3 := tarOf(t,
+		cFile("a/keep", "overridden by layer 3\n", 0o600, t2), cFile(".wh.s", "", 0o644, t2),
+		cDir("newdir/", 0o700, t2), cFile("newdir/n", string(content("n", 5000)), 0o644, t2),
+		cFile("shared", big, 0o644, t2),
+	)
+	return [3][]byte{l1, l2, l3}
+}
+
+// overlayMount stacks mounted layer trees (bottom first) with overlayfs.
+func overlayMount(t *testing.T, lowers ...string) string {
+	t.Helper()
+	dirs := make([]string, len(lowers))
+	for i, l := range lowers {
+		dirs[len(lowers)-1-i] = l // lowerdir lists the top first
+	}
+	mnt := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "overlay", "overlay", "-o", "lowerdir="+strings.Join(dirs, ":"), mnt).CombinedOutput(); err != nil {
+		t.Fatalf("mount -t overlay: %v: %s", err, out)
+	}
+	t.Cleanup(func() { roundtrip.Unmount(t, mnt) })
+	return mnt
+}
+
+// TestMerge builds the layers in each storage mode, merges them by
+// reference and by copy into a deduplicating blob, and checks that the
+// kernel's mount of each merged image is the overlayfs stack of the layer
+// images; that a merged image stacks under a further layer as the layers
+// it replaces do; that our reader agrees; and that the copy stores
+// content shared between layers once.
+func TestMerge(t *testing.T) {
+	roundtrip.RequireMount(t)
+	layers := mergeLayers(t)
+	noLinks := fstree.DiffOptions{Ignore: func(_, field string) bool { return field == "links" }}
+	for _, mode := range []struct {
+		name     string
+		opt      func(dir string, i int) convert.Options
+		devices  func(dir string, i int) []string
+		copyData bool // by reference, some data cannot stay in place
+	}{
+		{"blob", func(dir string, i int) convert.Options {
+			return convert.Options{Blob: filepath.Join(dir, fmt.Sprintf("l%d.blob", i))}
+		}, func(dir string, i int) []string { return []string{filepath.Join(dir, fmt.Sprintf("l%d.blob", i))} }, false},
+		{"noinline", func(string, int) convert.Options {
+			return convert.Options{Erofs: erofs.Options{NoInlineData: true}}
+		}, nil, false},
+		{"chunk4k-noinline", func(string, int) convert.Options {
+			return convert.Options{Erofs: erofs.Options{NoInlineData: true, ChunkSize: 4096}}
+		}, nil, false},
+		{"inline", func(string, int) convert.Options { return convert.Options{} }, nil, true},
+		{"lz4", func(string, int) convert.Options {
+			return convert.Options{Erofs: erofs.Options{Compression: &erofs.Compression{Algorithm: erofs.AlgLZ4, PclusterSize: 4096}}}
+		}, nil, true},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			dir := roundtrip.WorkDir(t)
+			var imgs, mnts []string
+			for i, l := range layers {
+				src := filepath.Join(dir, fmt.Sprintf("l%d.tar", i))
+				must(t, os.WriteFile(src, l, 0o644))
+				img := filepath.Join(dir, fmt.Sprintf("l%d.erofs", i))
+				if _, err := convert.Mkfs(img, src, mode.opt(dir, i)); err != nil {
+					t.Fatal(err)
+				}
+				imgs = append(imgs, img)
+				var devs []string
+				if mode.devices != nil {
+					devs = mode.devices(dir, i)
+				}
+				mnts = append(mnts, roundtrip.Mount(t, img, devs...))
+			}
+			want := treeFromDir(t, overlayMount(t, mnts...))
+			// The reference is what the overlay rules make of the layers.
+			for p, present := range map[string]bool{
+				"a/gone": false, "o/hidden": false, "s": false, "r/x": false,
+				"a/keep": true, "a/new": true, "o/vis": true, "f2d/in": true, "newdir/n": true,
+				"null": true, "p": true, "big": true, "big3": true, "shared": true, "mid": true,
+			} {
+				if (want.Node(p) != nil) != present {
+					t.Fatalf("overlay of the layers: %s present = %v", p, !present)
+				}
+			}
+			if n := want.Node("a/keep"); n.Size != int64(len("overridden by layer 3\n")) || n.Mode&0o777 != 0o600 {
+				t.Fatalf("overlay of the layers: a/keep is not layer 3's: %+v", n)
+			}
+			if n := want.Node("r"); n.Mode&erofs.S_IFMT != erofs.S_IFREG {
+				t.Fatalf("overlay of the layers: r is not layer 2's file")
+			}
+
+			ref := filepath.Join(dir, "merged.erofs")
+			res, err := convert.Merge(ref, imgs, convert.MergeOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if mode.copyData != (res.CopiedBytes > 0) {
+				t.Errorf("by reference: %d bytes copied", res.CopiedBytes)
+			}
+			got := treeFromDir(t, roundtrip.Mount(t, ref, res.Devices...))
+			reportDiff(t, "overlay of the layers vs merged by reference", fstree.Diff(want, got, noLinks))
+			reportDiff(t, "erofs.Image vs mount, merged", fstree.Diff(roundtrip.ProjectTree(t, ref, res.Devices...), got, fstree.DiffOptions{}))
+			if hl := got.Node("a/hl"); hl == nil || got.Node("big") == nil {
+				t.Error("merged: a/hl or big missing")
+			}
+
+			cp := filepath.Join(dir, "copied.erofs")
+			blob := filepath.Join(dir, "copied.blob")
+			cres, err := convert.Merge(cp, imgs, convert.MergeOptions{Blob: blob})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = treeFromDir(t, roundtrip.Mount(t, cp, cres.Devices...))
+			reportDiff(t, "overlay of the layers vs merged into a blob", fstree.Diff(want, got, noLinks))
+			// big, big3 and shared hold the same 300,000 bytes: once in the blob.
+			if fi, err := os.Stat(blob); err != nil || fi.Size() > 300_000+64<<10 || cres.CopiedBytes < 3*300_000 {
+				t.Errorf("blob of %v bytes for %d bytes copied: content shared by layers is not stored once (%v)", fi.Size(), cres.CopiedBytes, err)
+			}
+
+			// A merged image of the two lower layers stacks under the third
+			// as they do.
+			low := filepath.Join(dir, "low.erofs")
+			lres, err := convert.Merge(low, imgs[:2], convert.MergeOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			stacked := treeFromDir(t, overlayMount(t, roundtrip.Mount(t, low, lres.Devices...), mnts[2]))
+			reportDiff(t, "overlay of the layers vs overlay of merged(1,2) and 3", fstree.Diff(want, stacked, noLinks))
+		})
+	}
+}
+
+func TestMergeErrors(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "l.tar")
+	must(t, os.WriteFile(src, tarOf(t, cFile("f", "x", 0o644, time.Unix(1, 0))), 0o644))
+	a, b := filepath.Join(dir, "a.erofs"), filepath.Join(dir, "b.erofs")
+	if _, err := convert.Mkfs(a, src, convert.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := convert.Mkfs(b, src, convert.Options{Erofs: erofs.Options{BlockSize: 1024}}); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "m.erofs")
+	for _, in := range [][]string{nil, {a, b}, {a, src}, {a, filepath.Join(dir, "missing")}} {
+		if _, err := convert.Merge(out, in, convert.MergeOptions{}); err == nil {
+			t.Errorf("Merge(%v) succeeded", in)
+		}
+		if _, err := os.Stat(out); err == nil {
+			t.Errorf("Merge(%v) failed but left %s", in, out)
+		}
+	}
+}
