@@ -1,6 +1,8 @@
 package convert_test
 
 import (
+	"crypto/sha256"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -118,6 +120,50 @@ func TestE2EFlatten(t *testing.T) {
 			t.Logf("stacked %s, flattened %s: %d paths", stacked.digest, res.digest, flat.Len())
 		})
 	}
+
+	// Content repeated across layers is stored once: whole files by
+	// default, chunks of a file that only partly repeats with a chunk size.
+	t.Run("shared content stored once", func(t *testing.T) {
+		lib := randomBytes(21, 1<<20)
+		grown := append(append([]byte(nil), lib...), randomBytes(22, 100_000)...)
+		layers := []v1.Layer{
+			e2eLayer(t, eDir(".", 0o755), eFile("lib.so", 0o644, lib)),
+			e2eLayer(t, eFile("copy/lib.so", 0o644, lib), eFile("v2/lib.so", 0o644, grown)),
+			e2eLayer(t, eFile("again/lib.so", 0o644, lib)),
+		}
+		dir := t.TempDir()
+		srcRef, err := oci.ParseRef("oci:"+filepath.Join(dir, "src")+":v1", false)
+		must(t, err)
+		must(t, oci.Write(t.Context(), srcRef, e2eImage(t, "amd64", layers...), nil, oci.Remote{}))
+		for _, tc := range []struct {
+			name  string
+			chunk int
+			max   int64
+		}{
+			{"file dedupe", 0, 2<<20 + 256<<10},   // lib once, grown whole
+			{"chunk 64K", 65536, 1<<20 + 256<<10}, // grown shares lib's chunks
+		} {
+			opt := convert.ImageOptions{Flatten: true}
+			opt.Layer.Erofs.ChunkSize = tc.chunk
+			tag := fmt.Sprintf("flat%d", tc.chunk)
+			mustConvert(t, srcRef.String(), "oci:"+srcRef.Path+":"+tag, opt, oci.Remote{})
+			art, err := oci.Get(t.Context(), oci.Ref{Kind: oci.Layout, Path: srcRef.Path, Tag: tag}, oci.Remote{})
+			must(t, err)
+			img := rawLayers(t, art.Image, t.TempDir())[0]
+			st, err := os.Stat(img)
+			must(t, err)
+			if st.Size() > tc.max {
+				t.Errorf("%s: flattened image of %d bytes, want at most %d: shared content stored more than once", tc.name, st.Size(), tc.max)
+			}
+			got := treeFromDir(t, roundtrip.Mount(t, img))
+			for p, want := range map[string][]byte{"lib.so": lib, "copy/lib.so": lib, "again/lib.so": lib, "v2/lib.so": grown} {
+				if n := got.Node(p); n == nil || n.Digest != sha256.Sum256(want) {
+					t.Errorf("%s: %s differs from the layer's", tc.name, p)
+				}
+			}
+			t.Logf("%s: %d bytes for %d bytes of files", tc.name, st.Size(), 3*len(lib)+len(grown))
+		}
+	})
 
 	// What an upper layer hides is not written: 1 MiB of random "big" in
 	// layer 1 is replaced by layer 2, so the image is far smaller than it.
