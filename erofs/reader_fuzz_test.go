@@ -76,6 +76,8 @@ func exerciseImage(img *Image) {
 		}
 		seen[ino.Nid] = true
 		_, _ = img.Xattrs(p)
+		_, _, _, _ = img.ChunkRefs(ino)
+		_, _, _ = img.DataAddress(ino)
 		if ino.IsSymlink() {
 			_, _ = img.Readlink(p)
 		}
@@ -224,6 +226,11 @@ func TestReaderWriteSeeds(t *testing.T) {
 	seeds := tinyVariants()
 	seeds["plain-block0"] = readFixture(t, "plain.img")[:4096]
 	seeds["chunk-block01"] = readFixture(t, "chunk.img")[:8192]
+	// A metadata-only image: device table, 8-byte chunk indexes.
+	var blob memWriterAt
+	seeds["blob-meta"] = buildChunked(t, Options{BlockSize: 512, Blob: &blob, Devices: []DeviceSlot{{Tag: "b"}}}, map[string][]byte{
+		"a": bytes.Repeat([]byte("ab"), 700), "b": bytes.Repeat([]byte("ab"), 700), "z": make([]byte, 1500), "s": []byte("s"),
+	})
 	dir := filepath.Join("testdata", "fuzz", "FuzzReader")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
