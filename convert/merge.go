@@ -400,9 +400,14 @@ func (m *merger) add(n *mnode, p string) error {
 			}
 			if ok {
 				for i := range refs {
-					if !refs[i].Hole {
-						refs[i].Device = m.devNum[[2]int{n.layer, int(refs[i].Device)}]
+					if refs[i].Hole {
+						continue
 					}
+					d, ok := m.devNum[[2]int{n.layer, int(refs[i].Device)}]
+					if !ok {
+						return fmt.Errorf("%s: %s: chunk %d on device %d, which the image does not have", l.path, n.src, i, refs[i].Device)
+					}
+					refs[i].Device = d
 				}
 				return m.b.AddChunks(e, bits, refs)
 			}
