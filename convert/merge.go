@@ -291,8 +291,12 @@ type merger struct {
 	links map[[2]uint64]string
 }
 
-// planDevices gives every layer device that a kept file refers to a
-// device number in the merged image, in layer order.
+// planDevices numbers the merged image's devices: for each layer in
+// order, the image itself when it holds its own data, or its extra devices
+// (its blobs, its tar). Every layer has its device(s) whether or not a file
+// it keeps refers to them, so that one device per layer, in layer order,
+// mounts it (containerd's fsmeta convention); a device is added beyond
+// that only if something refers to it (data on a blob layer's own image).
 func (m *merger) planDevices(root *mnode) error {
 	used := map[[2]int]bool{}
 	var walk func(n *mnode) error
@@ -321,7 +325,8 @@ func (m *merger) planDevices(root *mnode) error {
 	for i, l := range m.layers {
 		slots := l.img.Devices()
 		for d := 0; d <= len(slots); d++ {
-			if !used[[2]int{i, d}] {
+			carrier := (d == 0) == (len(slots) == 0) // where the layer keeps its data
+			if !carrier && !used[[2]int{i, d}] {
 				continue
 			}
 			slot := erofs.DeviceSlot{Tag: deviceTag(l.path), Blocks: uint64(l.img.Super().Blocks)}
