@@ -130,7 +130,7 @@ type Builder struct {
 	maxBlk       uint64                             // the output's end before a rewind
 
 	// Chunk dedupe (chunk.go).
-	chunks     map[chunkKey]chunkLoc
+	chunks     chunkTable
 	chunkBuf   []byte
 	chunkHash  hash.Hash
 	chunkSaved int64

@@ -21,8 +21,8 @@ import (
 // separate blob that the image names as extra device 1; then every index
 // is 8 bytes and carries its device id.
 //
-// Memory: one table entry (hash and block, 36 bytes plus the map's
-// overhead) per distinct chunk.
+// Memory: one table entry per distinct chunk (chunktable.go: 32 bytes and
+// a 4-byte index slot).
 
 // ChunkRef is where one chunk of a file is stored: Block on Device (0 is
 // the image itself, n ≥ 1 is Options.Devices[n-1]), or nowhere (Hole: the
@@ -160,9 +160,6 @@ func (b *Builder) writeChunked(ino *inode, r io.Reader) error {
 		b.chunkBuf = make([]byte, min(cs, chunkBufSize))
 		b.chunkHash = sha256.New()
 	}
-	if b.chunks == nil {
-		b.chunks = map[chunkKey]chunkLoc{}
-	}
 	h := b.chunkHash
 	var done uint64
 	for l := uint64(0); done < size; l++ {
@@ -187,7 +184,7 @@ func (b *Builder) writeChunked(ino *inode, r io.Reader) error {
 		}
 		var k chunkKey
 		h.Sum(k[:0])
-		if loc, ok := b.chunks[k]; ok {
+		if loc, ok := b.chunks.lookup(&k); ok {
 			if written {
 				if err := s.rewind(start); err != nil {
 					return err
@@ -206,7 +203,7 @@ func (b *Builder) writeChunked(ino *inode, r io.Reader) error {
 			}
 		}
 		loc := chunkLoc{s.dev(), uint32(start)}
-		b.chunks[k] = loc
+		b.chunks.add(&k, loc)
 		ino.addChunk(l, loc.dev, loc.blk)
 	}
 	ino.layout = LayoutChunkBased

@@ -3,6 +3,7 @@ package erofs
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
 	"io/fs"
 	"math/rand/v2"
@@ -363,15 +364,45 @@ func TestChunkTableMemory(t *testing.T) {
 	runtime.ReadMemStats(&after)
 	per := float64(after.HeapAlloc-before.HeapAlloc) / n
 	t.Logf("chunk table: %.1f bytes per distinct chunk (%d chunks, %d MB of data)", per, n, n*512>>20)
-	if len(b.chunks) != n {
-		t.Fatalf("%d chunks in the table, want %d", len(b.chunks), n)
+	if b.chunks.len() != n {
+		t.Fatalf("%d chunks in the table, want %d", b.chunks.len(), n)
 	}
-	// 32-byte key and 8-byte location in a Go map: 40 bytes plus the map's
-	// slack (up to twice that right after it grows).
-	if per > 100 {
+	// A 32-byte entry and a 4-byte index slot, the index at most 3/4 and
+	// at least 3/8 full, a slab partly filled.
+	if per > 48 {
 		t.Errorf("%.1f bytes per distinct chunk", per)
 	}
 	if err := b.Finish(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestChunkTable: keys that share their index bits (the first 8 bytes)
+// stay apart, lookups find every key added and none that was not, across
+// index growth.
+func TestChunkTable(t *testing.T) {
+	var tab chunkTable
+	key := func(i int, same bool) chunkKey {
+		var k chunkKey
+		if !same {
+			binary.LittleEndian.PutUint64(k[:8], uint64(i)*0x9E3779B97F4A7C15)
+		}
+		binary.LittleEndian.PutUint32(k[20:], uint32(i))
+		return k
+	}
+	const n = 5000
+	for i := range n {
+		k := key(i, i%2 == 0) // even keys all probe from the same slot
+		if _, ok := tab.lookup(&k); ok {
+			t.Fatalf("key %d found before it was added", i)
+		}
+		tab.add(&k, chunkLoc{uint16(i % 3), uint32(i)})
+	}
+	for i := range 2 * n {
+		k := key(i, i%2 == 0)
+		loc, ok := tab.lookup(&k)
+		if ok != (i < n) || ok && (loc.blk != uint32(i) || loc.dev != uint16(i%3)) {
+			t.Fatalf("key %d: %+v, %v", i, loc, ok)
+		}
 	}
 }
