@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -253,5 +254,19 @@ func (b *bench) measureDedupe(datasets []string) error {
 		}
 	}
 	b.finished = time.Now()
+	b.load[1] = loadavg()
 	return nil
+}
+
+// loadavg is the 1, 5 and 15 minute load averages ("" without procfs).
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
 }

@@ -30,7 +30,11 @@ func (b *bench) dedupeMarkdown() string {
 		h.CPUs, h.Model, h.Kernel, b.opts.runs, pin)
 	sb.WriteString("Common settings: 4 KiB blocks, 4 KiB pclusters, 64 KiB max extent, no tail packing, no fragments (mkfs.erofs also: extended inodes, --zD=0).\n")
 	if !b.finished.IsZero() {
-		fmt.Fprintf(&sb, "Measuring took %s.\n", b.finished.Sub(b.start).Round(time.Second))
+		fmt.Fprintf(&sb, "Measuring took %s.", b.finished.Sub(b.start).Round(time.Second))
+		if b.load[0] != "" {
+			fmt.Fprintf(&sb, " Load average (1, 5, 15 min) %s at the start, %s at the end; above the CPU count, other work stretches the wall times and the CPU times are the figures to compare.", b.load[0], b.load[1])
+		}
+		sb.WriteString("\n")
 	}
 	sb.WriteString("\n")
 	for _, t := range b.tools {

@@ -74,6 +74,7 @@ func (b *bench) writeJSON() error {
 			"block": 4096, "pcluster": 4096, "max_extent": 65536,
 			"tail_packing": false, "fragments": false,
 		}
+		res.Settings["loadavg_start"], res.Settings["loadavg_end"] = b.load[0], b.load[1]
 		for _, name := range b.opts.modes {
 			m, _ := findMode(name)
 			res.Modes = append(res.Modes, m)
@@ -376,6 +377,7 @@ func loadResults(paths []string) (*bench, error) {
 		if b.start.IsZero() {
 			b.start = r.Started
 			b.opts.suite, _ = r.Settings["suite"].(string)
+			b.load[0], _ = r.Settings["loadavg_start"].(string)
 			b.opts.input, _ = r.Settings["input"].(string)
 			if n, ok := r.Settings["runs"].(float64); ok {
 				b.opts.runs = int(n)
@@ -397,6 +399,9 @@ func loadResults(paths []string) (*bench, error) {
 			b.manif.Datasets[n] = d
 		}
 		b.finished = r.Finished
+		if l, ok := r.Settings["loadavg_end"].(string); ok {
+			b.load[1] = l
+		}
 		b.skipped = append(b.skipped, r.Skipped...)
 		for _, run := range r.Runs {
 			seenCodec[run.Codec] = true

@@ -30,6 +30,7 @@ type bench struct {
 	runs     []*runResult
 	start    time.Time
 	finished time.Time // end of the measurements (zero while they run)
+	load     [2]string // /proc/loadavg at the start and the end: how busy the rest of the machine was
 	taskset  string    // path of taskset, "" when single-worker runs are not pinned
 	skipped  []string  // datasets left out, with the reason
 }
@@ -123,6 +124,7 @@ func (b *bench) measure(datasets []string) error {
 // directory.
 func (b *bench) startMeasure() error {
 	b.start = time.Now()
+	b.load[0] = loadavg()
 	if b.opts.pinCPU >= 0 {
 		if p, err := exec.LookPath("taskset"); err == nil {
 			b.taskset = p
