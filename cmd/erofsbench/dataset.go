@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+	"time"
 )
 
 // fixedMtime is the mtime of every generated file and directory
@@ -21,12 +22,17 @@ const fixedMtime = 1700000000
 // size256 is the size of the two single-file datasets.
 const size256 = 256 << 20
 
-// datasetNames lists the datasets in the order the report shows them.
+// datasetNames lists the datasets of the mkfs suite in the order the
+// report shows them.
 var datasetNames = []string{"src256", "rand256", "small100k", "linux"}
 
-// buildOrder is datasetNames in the order they can be made: src256 is cut
-// from the Linux tree and small100k from src256.
-var buildOrder = []string{"linux", "src256", "rand256", "small100k"}
+// dedupeDatasetNames are the datasets of the dedupe suite.
+var dedupeDatasetNames = []string{"small100k", "debian", "versions"}
+
+// buildOrder is every dataset in the order they can be made: src256 is
+// cut from the Linux tree, small100k from src256, versions from the Linux
+// tree when there is one.
+var buildOrder = []string{"linux", "src256", "rand256", "small100k", "versions", "debian"}
 
 // datasetTitle is the row heading of a dataset in the report.
 var datasetTitle = map[string]string{
@@ -34,20 +40,24 @@ var datasetTitle = map[string]string{
 	"rand256":   "256 MiB random file",
 	"small100k": "100,000 small files",
 	"linux":     "Linux source tree",
+	"debian":    "Debian " + debianSuite + " minbase rootfs",
+	"versions":  fmt.Sprintf("%d near-identical versions of a source tree", versionsCount),
 }
 
 // generator builds the datasets under root. Every dataset lives in
 // root/NAME with its tar in root/tar/NAME.tar; a marker in root/.stamp/NAME
 // records that both are complete, so reruns reuse them.
 type generator struct {
-	root   string
-	seed   uint64
-	ksrc   string // Debian linux-source tarball ("" when none)
-	force  bool
-	logf   func(format string, args ...any)
-	manif  *manifest
-	srcSet []string // text sources for src256, relative to srcDir
-	srcDir string
+	root    string
+	seed    uint64
+	ksrc    string // Debian linux-source tarball ("" when none)
+	force   bool
+	logf    func(format string, args ...any)
+	manif   *manifest
+	srcSet  []string // text sources for src256, relative to srcDir
+	srcDir  string
+	mirror  string   // Debian mirror of the debian dataset
+	skipped []string // datasets that cannot be made here, with the reason
 }
 
 // ensure makes dataset name (and its tar) unless it is already there.
@@ -73,14 +83,23 @@ func (g *generator) ensure(name string) error {
 		err = g.makeRand256()
 	case "small100k":
 		err = g.makeSmall100k()
+	case "versions":
+		err = g.makeVersions()
+	case "debian":
+		err = g.makeDebian()
 	default:
-		return fmt.Errorf("unknown dataset %q (have %s)", name, strings.Join(datasetNames, ", "))
+		return fmt.Errorf("unknown dataset %q (have %s)", name, strings.Join(buildOrder, ", "))
 	}
 	if err != nil {
 		return fmt.Errorf("dataset %s: %w", name, err)
 	}
 	g.logf("tar %s -> %s", name, tarPath)
-	st, err := writeTar(filepath.Join(g.root, name), tarPath)
+	var mtime *time.Time
+	if name == "debian" {
+		t := timeFixed()
+		mtime = &t
+	}
+	st, err := writeTarMtime(filepath.Join(g.root, name), tarPath, mtime)
 	if err != nil {
 		return fmt.Errorf("dataset %s: tar: %w", name, err)
 	}

@@ -31,11 +31,25 @@
 //	        -input dir -mkfs-erofs /usr/bin/mkfs.erofs   # directory input, e.g. erofs-utils 1.5
 //	/tmp/erofsbench -report a.json,b.json                # the tables again, runs merged
 //
+// The dedupe suite (-suite dedupe) measures image size and build cost of
+// each way of sharing data (none, whole-file, 4 KiB / 64 KiB / 1 MiB chunks,
+// lz4 and zstd with and without extent dedupe, tar index) on three more
+// datasets: small100k, debian (a debootstrap --variant=minbase bookworm
+// rootfs, made once; skipped with a reason when the mirror is unreachable)
+// and versions (16 releases of a ~20 MiB source tree, each editing a few
+// files in the middle and renaming a few). Every build is single-worker and
+// pinned; a mode whose flag the binary rejects shows as unsupported:
+//
+//	/tmp/erofsbench -suite dedupe -data /var/tmp/erofsbench -ocierofs /tmp/ocierofs \
+//	        -mkfs-erofs /usr/local/bin/mkfs.erofs -img-dir /dev/shm/erofsbench-img
+//	/tmp/erofsbench -suite dedupe -data /var/tmp/erofsbench -datasets versions -modes none,file,chunk-4k
+//
 // Flags are listed by -help. The machine should be otherwise idle; ratios
 // measured in one run are the figures to compare.
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -67,13 +81,19 @@ type options struct {
 	imgDir    string
 	verify    bool
 	reports   string
+	suite     string   // "mkfs" (seed 003) or "dedupe"
+	modes     []string // dedupe suite: the dedupeModes to run
+	mirror    string   // Debian mirror for the debian dataset
 }
 
 func main() {
 	var o options
-	var datasets, codecs, workers string
+	var datasets, codecs, workers, modes string
+	flag.StringVar(&o.suite, "suite", "mkfs", "mkfs: the seed-003 codec comparison; dedupe: image size and cost of each dedupe mode")
 	flag.StringVar(&o.data, "data", "", "directory for the datasets, images and results (required)")
-	flag.StringVar(&datasets, "datasets", strings.Join(datasetNames, ","), "datasets to measure")
+	flag.StringVar(&datasets, "datasets", "", "datasets to measure (default mkfs suite: "+strings.Join(datasetNames, ",")+"; dedupe suite: "+strings.Join(dedupeDatasetNames, ",")+")")
+	flag.StringVar(&modes, "modes", strings.Join(dedupeModeNames(), ","), "dedupe suite: modes to measure")
+	flag.StringVar(&o.mirror, "debian-mirror", "http://deb.debian.org/debian", "Debian mirror for the debian dataset (dedupe suite)")
 	flag.StringVar(&codecs, "codecs", strings.Join(codecNames, ","), "codecs to measure")
 	flag.StringVar(&workers, "workers", "1,all", "worker settings: 1 (pinned to -pin-cpu) and/or all (every CPU, not pinned)")
 	flag.StringVar(&o.input, "input", "tar", "what the builders read: tar (DATA/tar/NAME.tar) or dir (DATA/NAME)")
@@ -96,7 +116,14 @@ func main() {
 		flag.PrintDefaults()
 	}
 	flag.Parse()
+	if datasets == "" {
+		datasets = strings.Join(datasetNames, ",")
+		if o.suite == "dedupe" {
+			datasets = strings.Join(dedupeDatasetNames, ",")
+		}
+	}
 	o.datasets = splitList(datasets)
+	o.modes = splitList(modes)
 	o.codecs = splitList(codecs)
 	o.workers = splitList(workers)
 	if err := run(&o); err != nil {
@@ -111,7 +138,7 @@ func run(o *options) error {
 		if err != nil {
 			return err
 		}
-		md := b.markdown()
+		md := b.render()
 		fmt.Print(md)
 		if o.mdOut != "" {
 			return os.WriteFile(o.mdOut, []byte(md), 0o644)
@@ -124,6 +151,20 @@ func run(o *options) error {
 	}
 	if o.input != "tar" && o.input != "dir" {
 		return fmt.Errorf("-input %q: want tar or dir", o.input)
+	}
+	switch o.suite {
+	case "mkfs":
+	case "dedupe":
+		if o.input != "tar" {
+			return fmt.Errorf("-suite dedupe reads tars only")
+		}
+		for _, m := range o.modes {
+			if _, ok := findMode(m); !ok {
+				return fmt.Errorf("unknown mode %q (have %s)", m, strings.Join(dedupeModeNames(), ", "))
+			}
+		}
+	default:
+		return fmt.Errorf("-suite %q: want mkfs or dedupe", o.suite)
 	}
 	for _, c := range o.codecs {
 		if _, ok := codecs[c]; !ok {
@@ -151,7 +192,7 @@ func run(o *options) error {
 	}
 
 	// Datasets: src256 needs the Linux tree and small100k needs src256.
-	g := &generator{root: o.data, seed: o.seed, force: o.force, logf: logf,
+	g := &generator{root: o.data, seed: o.seed, force: o.force, logf: logf, mirror: o.mirror,
 		manif: &manifest{Seed: o.seed, Datasets: map[string]*datasetInfo{}}}
 	g.ksrc = o.linuxSrc
 	if g.ksrc == "" {
@@ -159,12 +200,15 @@ func run(o *options) error {
 	}
 	want := map[string]bool{}
 	for _, d := range o.datasets {
+		if _, ok := datasetTitle[d]; !ok {
+			return fmt.Errorf("unknown dataset %q (have %s)", d, strings.Join(buildOrder, ", "))
+		}
 		want[d] = true
 	}
 	if want["small100k"] {
 		want["src256"] = true
 	}
-	if want["src256"] && g.ksrc != "" {
+	if (want["src256"] || want["versions"]) && g.ksrc != "" {
 		want["linux"] = true
 	}
 	var ready []string
@@ -175,6 +219,12 @@ func run(o *options) error {
 		if err := g.ensure(name); err != nil {
 			if name == "linux" && g.ksrc == "" {
 				logf("skipping linux: %v", errNoKernelSource)
+				continue
+			}
+			var skip *skipError
+			if errors.As(err, &skip) {
+				logf("skipping %s: %v", name, skip)
+				g.skipped = append(g.skipped, name+": "+skip.reason)
 				continue
 			}
 			return err
@@ -216,7 +266,16 @@ func run(o *options) error {
 	if len(tools) == 0 {
 		return fmt.Errorf("no builder to measure")
 	}
-	b := &bench{opts: o, tools: tools, logf: logf, manif: g.manif}
+	b := &bench{opts: o, tools: tools, logf: logf, manif: g.manif, skipped: g.skipped}
+	if o.suite == "dedupe" {
+		if err := b.probeDedupe(); err != nil {
+			return err
+		}
+		if err := b.measureDedupe(ready); err != nil {
+			return err
+		}
+		return b.report()
+	}
 	if err := b.probe(); err != nil {
 		return err
 	}

@@ -20,6 +20,8 @@ type results struct {
 	Tools    []*tool                 `json:"tools"`
 	Datasets map[string]*datasetInfo `json:"datasets"`
 	Runs     []*runResult            `json:"runs"`
+	Modes    []dedupeMode            `json:"modes,omitempty"`   // dedupe suite
+	Skipped  []string                `json:"skipped,omitempty"` // datasets not made, with the reason
 }
 
 type hostInfo struct {
@@ -63,7 +65,20 @@ func (b *bench) writeJSON() error {
 			"block": 4096, "pcluster": 4096, "max_extent": 65536,
 			"tail_packing": false, "fragments": false, "dedupe": false,
 		},
-		Tools: b.tools, Datasets: b.manif.Datasets, Runs: b.runs,
+		Tools: b.tools, Datasets: b.manif.Datasets, Runs: b.runs, Skipped: b.skipped,
+	}
+	if b.opts.suite == "dedupe" {
+		res.Settings = map[string]any{
+			"suite": "dedupe", "input": "tar", "runs": b.opts.runs, "workers": []string{"1"},
+			"pin_cpu": b.opts.pinCPU, "img_dir": b.opts.imgDir,
+			"block": 4096, "pcluster": 4096, "max_extent": 65536,
+			"tail_packing": false, "fragments": false,
+		}
+		res.Settings["loadavg_start"], res.Settings["loadavg_end"] = b.load[0], b.load[1]
+		for _, name := range b.opts.modes {
+			m, _ := findMode(name)
+			res.Modes = append(res.Modes, m)
+		}
 	}
 	p := b.jsonPath()
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -81,7 +96,7 @@ func (b *bench) report() error {
 	if err := b.writeJSON(); err != nil {
 		return err
 	}
-	md := b.markdown()
+	md := b.render()
 	fmt.Print(md)
 	if b.opts.mdOut != "" {
 		if err := os.WriteFile(b.opts.mdOut, []byte(md), 0o644); err != nil {
@@ -90,6 +105,14 @@ func (b *bench) report() error {
 	}
 	b.logf("raw runs in %s", b.jsonPath())
 	return nil
+}
+
+// render is the Markdown report of the suite that was run.
+func (b *bench) render() string {
+	if b.opts.suite == "dedupe" {
+		return b.dedupeMarkdown()
+	}
+	return b.markdown()
 }
 
 func (b *bench) toolLabel(t *tool) string {
@@ -341,6 +364,7 @@ func loadResults(paths []string) (*bench, error) {
 	seenTool := map[string]bool{}
 	seenCodec := map[string]bool{}
 	seenWorkers := map[int]bool{}
+	seenMode := map[string]bool{}
 	for _, p := range paths {
 		raw, err := os.ReadFile(p)
 		if err != nil {
@@ -352,6 +376,8 @@ func loadResults(paths []string) (*bench, error) {
 		}
 		if b.start.IsZero() {
 			b.start = r.Started
+			b.opts.suite, _ = r.Settings["suite"].(string)
+			b.load[0], _ = r.Settings["loadavg_start"].(string)
 			b.opts.input, _ = r.Settings["input"].(string)
 			if n, ok := r.Settings["runs"].(float64); ok {
 				b.opts.runs = int(n)
@@ -372,11 +398,22 @@ func loadResults(paths []string) (*bench, error) {
 		for n, d := range r.Datasets {
 			b.manif.Datasets[n] = d
 		}
+		b.finished = r.Finished
+		if l, ok := r.Settings["loadavg_end"].(string); ok {
+			b.load[1] = l
+		}
+		b.skipped = append(b.skipped, r.Skipped...)
 		for _, run := range r.Runs {
 			seenCodec[run.Codec] = true
 			seenWorkers[run.Workers] = true
+			seenMode[run.Mode] = true
 		}
 		b.runs = append(b.runs, r.Runs...)
+	}
+	for _, m := range dedupeModeNames() {
+		if seenMode[m] {
+			b.opts.modes = append(b.opts.modes, m)
+		}
 	}
 	for _, c := range codecNames {
 		if seenCodec[c] {

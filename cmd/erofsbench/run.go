@@ -23,17 +23,22 @@ const runTimeout = 15 * time.Minute
 
 // bench holds what a measurement needs and collects its runs.
 type bench struct {
-	opts    *options
-	tools   []*tool
-	logf    func(format string, args ...any)
-	manif   *manifest
-	runs    []*runResult
-	start   time.Time
-	taskset string // path of taskset, "" when single-worker runs are not pinned
+	opts     *options
+	tools    []*tool
+	logf     func(format string, args ...any)
+	manif    *manifest
+	runs     []*runResult
+	start    time.Time
+	finished time.Time // end of the measurements (zero while they run)
+	load     [2]string // /proc/loadavg at the start and the end: how busy the rest of the machine was
+	taskset  string    // path of taskset, "" when single-worker runs are not pinned
+	skipped  []string  // datasets left out, with the reason
 }
 
 // runResult is one build, as kept in the JSON file.
 type runResult struct {
+	Suite      string   `json:"suite,omitempty"` // "dedupe"; "" for the mkfs suite
+	Mode       string   `json:"mode,omitempty"`  // dedupe suite: the dedupeMode
 	Dataset    string   `json:"dataset"`
 	Input      string   `json:"input"`
 	Tool       string   `json:"tool"`
@@ -62,18 +67,10 @@ type cellKey struct {
 // disturbance from the rest of the machine spreads over all of them rather
 // than falling on one.
 func (b *bench) measure(datasets []string) error {
-	b.start = time.Now()
-	if b.opts.pinCPU >= 0 {
-		if p, err := exec.LookPath("taskset"); err == nil {
-			b.taskset = p
-		} else {
-			b.logf("no taskset: single-worker runs are not pinned")
-		}
-	}
-	imgDir := b.opts.imgDir
-	if err := os.MkdirAll(imgDir, 0o755); err != nil {
+	if err := b.startMeasure(); err != nil {
 		return err
 	}
+	imgDir := b.opts.imgDir
 	for _, ds := range datasets {
 		in := filepath.Join(b.opts.data, ds)
 		if b.opts.input == "tar" {
@@ -123,10 +120,34 @@ func (b *bench) measure(datasets []string) error {
 	return nil
 }
 
+// startMeasure notes the start time, finds taskset and makes the image
+// directory.
+func (b *bench) startMeasure() error {
+	b.start = time.Now()
+	b.load[0] = loadavg()
+	if b.opts.pinCPU >= 0 {
+		if p, err := exec.LookPath("taskset"); err == nil {
+			b.taskset = p
+		} else {
+			b.logf("no taskset: single-worker runs are not pinned")
+		}
+	}
+	return os.MkdirAll(b.opts.imgDir, 0o755)
+}
+
 // runOne builds one image and measures it.
 func (b *bench) runOne(t *tool, ds, c string, workers, r int, in, img string) *runResult {
 	res := &runResult{Dataset: ds, Input: b.opts.input, Tool: t.Name, Codec: c, Workers: workers, Run: r}
-	args := t.args(c, workers, in, img, b.opts.input == "tar")
+	b.execRun(t, res, t.args(c, workers, in, img, b.opts.input == "tar"), in, img, b.opts.input == "tar")
+	return res
+}
+
+// execRun runs one build with args (pinned when res.Workers is 1), and
+// fills in res: times, peak RSS, image size and, for the first ocierofs
+// run, the image's hash and (with -verify, when verifiable) its check
+// against the tar.
+func (b *bench) execRun(t *tool, res *runResult, args []string, in, img string, verifiable bool) {
+	workers, r := res.Workers, res.Run
 	name := t.Path
 	if workers == 1 && b.taskset != "" {
 		res.Pinned = strconv.Itoa(b.opts.pinCPU)
@@ -154,27 +175,34 @@ func (b *bench) runOne(t *tool, ds, c string, workers, r int, in, img string) *r
 	}
 	if err != nil {
 		res.Err = firstLine(stderr.Bytes(), err)
-		return res
+		return
 	}
 	st, err := os.Stat(img)
 	if err != nil {
 		res.Err = err.Error()
-		return res
+		return
 	}
 	res.ImageBytes = st.Size()
 	if t.kind == kindOcierofs && r == 1 {
 		if res.SHA256, err = hashFile(img); err != nil {
 			res.Err = err.Error()
 		}
-		if b.opts.verify && b.opts.input == "tar" {
-			out, err := exec.Command(t.Path, "verify", img, in).CombinedOutput()
+		if b.opts.verify && verifiable {
+			out, err := runCombined(t.Path, "verify", img, in)
 			res.Verified = "ok"
 			if err != nil {
 				res.Verified = firstLine(out, err)
 			}
 		}
 	}
-	return res
+}
+
+// runCombined runs a helper command (a probe or a verify) with the build
+// timeout and returns its stdout and stderr together.
+func runCombined(name string, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+	defer cancel()
+	return exec.CommandContext(ctx, name, args...).CombinedOutput()
 }
 
 func tv(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
@@ -230,10 +258,17 @@ type cell struct {
 }
 
 func (b *bench) cell(k cellKey) *cell {
+	return medianCell(b.runs, func(r *runResult) bool {
+		return r.Suite == "" && r.Dataset == k.dataset && r.Tool == k.tool && r.Codec == k.codec && r.Workers == k.workers
+	})
+}
+
+// medianCell is the cell of the runs that match; nil when none does.
+func medianCell(runs []*runResult, match func(*runResult) bool) *cell {
 	var wall, cpu, rss []float64
 	c := &cell{}
-	for _, r := range b.runs {
-		if r.Dataset != k.dataset || r.Tool != k.tool || r.Codec != k.codec || r.Workers != k.workers {
+	for _, r := range runs {
+		if !match(r) {
 			continue
 		}
 		if r.Err != "" {

@@ -40,7 +40,9 @@ type manifest struct {
 }
 
 func (m *manifest) store(root string, st *datasetInfo) error {
-	if st.Name == "linux" || st.Name == "src256" {
+	if b, err := os.ReadFile(filepath.Join(root, ".stamp", st.Name+".source")); err == nil {
+		st.Source = strings.TrimSpace(string(b))
+	} else if st.Name == "linux" || st.Name == "src256" {
 		if b, err := os.ReadFile(filepath.Join(root, ".stamp", "linux.source")); err == nil {
 			st.Source = strings.TrimSpace(string(b))
 		}
@@ -73,8 +75,16 @@ func (m *manifest) load(root, name string) error {
 // PAX format, entries relative to dir (no "./" and no entry for dir itself),
 // names sorted bytewise within each directory, owner 0:0 without names,
 // mtimes in whole seconds, no atime/ctime. Hard links become link entries
-// to the first path of the inode.
+// to the first path of the inode; device nodes and FIFOs are kept.
 func writeTar(dir, out string) (*datasetInfo, error) {
+	return writeTarMtime(dir, out, nil)
+}
+
+// writeTarMtime is writeTar with every entry's mtime set to *mtime when
+// mtime is not nil: for trees whose times cannot be pinned on disk (a
+// rootfs full of absolute symlinks, which os.Chtimes would follow out of
+// the tree).
+func writeTarMtime(dir, out string, mtime *time.Time) (*datasetInfo, error) {
 	f, err := os.Create(out + ".tmp")
 	if err != nil {
 		return nil, err
@@ -107,8 +117,13 @@ func writeTar(dir, out string) (*datasetInfo, error) {
 			ModTime: fi.ModTime().Truncate(time.Second),
 			Format:  tar.FormatPAX,
 		}
+		if mtime != nil {
+			hdr.ModTime = *mtime
+		}
+		var rdev uint64
 		if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
 			hdr.Mode |= int64(sys.Mode & (syscall.S_ISUID | syscall.S_ISGID | syscall.S_ISVTX))
+			rdev = uint64(sys.Rdev)
 			if !fi.IsDir() && sys.Nlink > 1 {
 				key := inode{uint64(sys.Dev), sys.Ino}
 				if first, ok := seen[key]; ok {
@@ -149,6 +164,16 @@ func writeTar(dir, out string) (*datasetInfo, error) {
 				err = fmt.Errorf("%s changed size while being read", p)
 			}
 			return err
+		case fi.Mode()&fs.ModeNamedPipe != 0:
+			hdr.Typeflag = tar.TypeFifo
+			return tw.WriteHeader(hdr)
+		case fi.Mode()&fs.ModeDevice != 0:
+			hdr.Typeflag = tar.TypeBlock
+			if fi.Mode()&fs.ModeCharDevice != 0 {
+				hdr.Typeflag = tar.TypeChar
+			}
+			hdr.Devmajor, hdr.Devminor = devMajor(rdev), devMinor(rdev)
+			return tw.WriteHeader(hdr)
 		default:
 			return fmt.Errorf("%s: unsupported file type %v", p, fi.Mode().Type())
 		}
@@ -170,6 +195,11 @@ func writeTar(dir, out string) (*datasetInfo, error) {
 	st.TarSHA256 = hex.EncodeToString(h.Sum(nil))
 	return st, os.Rename(out+".tmp", out)
 }
+
+// devMajor and devMinor split a Linux dev_t (glibc's encoding: 12-bit
+// major and 20-bit minor, spread over the 64 bits).
+func devMajor(d uint64) int64 { return int64((d>>8)&0xfff | (d>>32)&0xfffff000) }
+func devMinor(d uint64) int64 { return int64(d&0xff | (d>>12)&0xffffff00) }
 
 type countWriter struct {
 	w io.Writer

@@ -1,0 +1,218 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// dedupeCell is the median cell of one tool × dataset × mode.
+func (b *bench) dedupeCell(ds, toolName, mode string) *cell {
+	return medianCell(b.runs, func(r *runResult) bool {
+		return r.Suite == "dedupe" && r.Dataset == ds && r.Tool == toolName && r.Mode == mode
+	})
+}
+
+// dedupeMarkdown renders the dedupe suite: the modes with each builder's
+// flags, then per dataset one row per mode with, for each builder, its
+// median wall / CPU / RSS, image bytes, the bytes saved against the same
+// builder's no-dedupe row for that codec and the time that costs.
+func (b *bench) dedupeMarkdown() string {
+	var sb strings.Builder
+	h := host()
+	fmt.Fprintf(&sb, "## erofsbench dedupe suite %s\n\n", b.start.UTC().Format("2006-01-02 15:04 UTC"))
+	pin := "not pinned"
+	if b.opts.pinCPU >= 0 {
+		pin = fmt.Sprintf("pinned to CPU %d (taskset)", b.opts.pinCPU)
+	}
+	fmt.Fprintf(&sb, "Host: %d CPUs (%s), Linux %s. Input: the dataset's tar. Median of %d runs; every build single-worker (--workers=1), %s.\n",
+		h.CPUs, h.Model, h.Kernel, b.opts.runs, pin)
+	sb.WriteString("Common settings: 4 KiB blocks, 4 KiB pclusters, 64 KiB max extent, no tail packing, no fragments (mkfs.erofs also: extended inodes, --zD=0).\n")
+	if !b.finished.IsZero() {
+		fmt.Fprintf(&sb, "Measuring took %s.", b.finished.Sub(b.start).Round(time.Second))
+		if b.load[0] != "" {
+			fmt.Fprintf(&sb, " Load average (1, 5, 15 min) %s at the start, %s at the end; above the CPU count, other work stretches the wall times and the CPU times are the figures to compare.", b.load[0], b.load[1])
+		}
+		sb.WriteString("\n")
+	}
+	sb.WriteString("\n")
+	for _, t := range b.tools {
+		fmt.Fprintf(&sb, "- %s: %s (%s)\n", t.Name, t.Version, t.Path)
+	}
+	for _, s := range b.skipped {
+		fmt.Fprintf(&sb, "- dataset skipped: %s\n", s)
+	}
+
+	sb.WriteString("\nModes (each builder's flags on top of the common ones; \"saved\" and \"time\" compare with the no-dedupe mode named in the last column):\n\n")
+	row(&sb, []string{"mode", "what", "ocierofs", "mkfs.erofs", "compared with"})
+	row(&sb, []string{"---", "---", "---", "---", "---"})
+	for _, name := range b.opts.modes {
+		m, ok := findMode(name)
+		if !ok {
+			continue
+		}
+		oci := "`--compress=" + codecs[m.Codec].ocierofs + strings.Join(append([]string{""}, m.Ocierofs...), " ") + "`"
+		mk := "–"
+		if m.NoMkfs == "" {
+			ext := ""
+			if m.MkfsDedupe != "" {
+				ext = "-E…," + m.MkfsDedupe + " "
+			}
+			z := ""
+			if codecs[m.Codec].mkfs != "" {
+				z = "-z" + codecs[m.Codec].mkfs + " "
+			}
+			mk = "`" + ext + z + strings.Join(append(append([]string{}, m.Mkfs...), "--tar="+m.MkfsTar), " ") + "`"
+		}
+		row(&sb, []string{m.Name, m.Title, oci, mk, m.Base})
+	}
+
+	for _, ds := range b.datasetsMeasured() {
+		title := datasetTitle[ds]
+		if title == "" {
+			title = ds
+		}
+		fmt.Fprintf(&sb, "\n### %s (%s)\n\n", title, ds)
+		if d := b.manif.Datasets[ds]; d != nil {
+			fmt.Fprintf(&sb, "%d files, %d dirs, %d symlinks, %d hard links, %s bytes of file data in a %s-byte tar (%s).\n\n",
+				d.Files, d.Dirs, d.Symlinks, d.Hardlinks, thousands(d.Bytes), thousands(d.TarBytes), d.Source)
+		}
+		head := []string{"mode"}
+		for _, t := range b.tools {
+			l := b.toolLabel(t)
+			head = append(head, l+": wall s / CPU s / RSS MiB", "image bytes", "saved", "time")
+		}
+		if len(b.tools) > 1 {
+			head = append(head, fmt.Sprintf("%s ÷ %s image", b.tools[0].Name, b.tools[1].Name))
+		}
+		row(&sb, head)
+		sep := make([]string, len(head))
+		for i := range sep {
+			sep[i] = "---:"
+		}
+		sep[0] = "---"
+		row(&sb, sep)
+		for _, name := range b.opts.modes {
+			m, ok := findMode(name)
+			if !ok {
+				continue
+			}
+			r := []string{m.Name}
+			var images []*cell
+			for _, t := range b.tools {
+				c := b.dedupeCell(ds, t.Name, m.Name)
+				images = append(images, c)
+				switch {
+				case t.kind == kindMkfsErofs && m.NoMkfs != "":
+					r = append(r, "no such mode", "–", "–", "–")
+					continue
+				case c == nil:
+					why := "–"
+					if u, bad := t.Unsupported[m.Name]; bad {
+						why = "probe failed"
+						if strings.HasPrefix(u, unsupportedPrefix) {
+							why = "unsupported"
+						}
+					}
+					r = append(r, why, "–", "–", "–")
+					continue
+				case c.n == 0:
+					r = append(r, "failed", "–", "–", "–")
+					continue
+				}
+				r = append(r, fmtCell(c), thousands(c.image))
+				base := b.dedupeCell(ds, t.Name, m.Base)
+				r = append(r, saved(c, base, m), timeCost(c, base, m))
+			}
+			if len(b.tools) > 1 {
+				r = append(r, imageRatio(images[0], images[1]))
+			}
+			row(&sb, r)
+		}
+	}
+
+	var notes []string
+	for _, t := range b.tools {
+		for _, name := range b.opts.modes {
+			if u, bad := t.Unsupported[name]; bad {
+				notes = append(notes, fmt.Sprintf("%s %s: %s", t.Name, name, u))
+			}
+		}
+	}
+	for _, ds := range b.datasetsMeasured() {
+		for _, t := range b.tools {
+			for _, name := range b.opts.modes {
+				if c := b.dedupeCell(ds, t.Name, name); c != nil && c.sizesDiffer {
+					notes = append(notes, fmt.Sprintf("%s %s %s: image size differs between runs", ds, name, t.Name))
+				}
+			}
+		}
+	}
+	for _, r := range b.runs {
+		if r.Suite != "dedupe" {
+			continue
+		}
+		if r.Err != "" {
+			notes = append(notes, fmt.Sprintf("%s %s %s run %d failed: %s", r.Dataset, r.Mode, r.Tool, r.Run, r.Err))
+		}
+		if r.Verified != "" && r.Verified != "ok" {
+			notes = append(notes, fmt.Sprintf("%s %s %s: verify: %s", r.Dataset, r.Mode, r.Tool, r.Verified))
+		}
+	}
+	if len(notes) > 0 {
+		sb.WriteString("\nNotes:\n")
+		for _, n := range notes {
+			fmt.Fprintf(&sb, "- %s\n", n)
+		}
+	}
+	return sb.String()
+}
+
+// saved is what mode m's image saves against its no-dedupe base cell.
+func saved(c, base *cell, m dedupeMode) string {
+	switch {
+	case m.Name == m.Base:
+		return "(baseline)"
+	case base == nil || base.n == 0 || base.image == 0:
+		return "–"
+	}
+	d := base.image - c.image
+	return fmt.Sprintf("%s (%.1f%%)", thousands(d), 100*float64(d)/float64(base.image))
+}
+
+// timeCost is mode m's wall and CPU time divided by its base cell's.
+func timeCost(c, base *cell, m dedupeMode) string {
+	switch {
+	case m.Name == m.Base:
+		return "(baseline)"
+	case base == nil || base.n == 0 || base.wall == 0 || base.cpu == 0:
+		return "–"
+	}
+	return fmt.Sprintf("%.2f× wall, %.2f× CPU", c.wall/base.wall, c.cpu/base.cpu)
+}
+
+func imageRatio(a, b *cell) string {
+	if a == nil || b == nil || a.n == 0 || b.n == 0 || b.image == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.3f", float64(a.image)/float64(b.image))
+}
+
+// thousands prints n with commas between groups of three digits.
+func thousands(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var out []byte
+	for i := range len(s) {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			out = append(out, ',')
+		}
+		out = append(out, s[i])
+	}
+	if neg {
+		return "-" + string(out)
+	}
+	return string(out)
+}
