@@ -119,7 +119,7 @@ func TestVersionLess(t *testing.T) {
 func TestArgs(t *testing.T) {
 	o := &tool{kind: kindOcierofs, WorkersFlag: true}
 	got := strings.Join(o.args("zstd", 2, "in.tar", "out.img", true), " ")
-	for _, w := range []string{"--compress=zstd,level=1", "--pcluster-size=4K", "--max-extent=64K", "--tail-packing=false", "--fragments=false", "--workers=2", "out.img in.tar"} {
+	for _, w := range []string{"--compress=zstd,level=1", "--pcluster-size=4K", "--max-extent=64K", "--tail-packing=false", "--fragments=false", "--no-file-dedupe", "--workers=2", "out.img in.tar"} {
 		if !strings.Contains(got, w) {
 			t.Errorf("ocierofs args %q lack %q", got, w)
 		}

@@ -122,6 +122,7 @@ func (t *tool) args(c string, workers int, in, out string, tarInput bool) []stri
 	case kindOcierofs:
 		a := []string{"mkfs", "--quiet", "--block-size=4096", "--compress=" + cd.ocierofs,
 			"--pcluster-size=4K", "--max-extent=64K", "--tail-packing=false", "--fragments=false",
+			"--no-file-dedupe", // seed 003's settings: no dedupe
 			"--build-time=" + strconv.Itoa(fixedMtime)}
 		if t.WorkersFlag {
 			a = append(a, "--workers="+strconv.Itoa(workers))
