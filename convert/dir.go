@@ -22,7 +22,7 @@ import (
 // Without a UUID in the options, the UUID is derived from a hash of every
 // entry's metadata and data, so the same tree gives the same image.
 func BuildDir(w io.WriterAt, root string, opt Options) (*Result, error) {
-	b, err := erofs.NewBuilder(w, opt.Erofs)
+	b, err := newBuilder(w, opt)
 	if err != nil {
 		return nil, err
 	}

@@ -291,6 +291,23 @@ type merger struct {
 	links map[[2]uint64]string
 }
 
+// device returns the merged image's device for a file, adding it the first
+// time: layers built with a chunk dictionary share the blobs below.
+func (m *merger) device(file string, slot erofs.DeviceSlot) (uint16, error) {
+	abs, err := filepath.Abs(file)
+	if err != nil {
+		return 0, err
+	}
+	for i, f := range m.res.Devices {
+		if a, _ := filepath.Abs(f); a == abs {
+			return uint16(i + 1), nil
+		}
+	}
+	m.opt.Erofs.Devices = append(m.opt.Erofs.Devices, slot)
+	m.res.Devices = append(m.res.Devices, file)
+	return uint16(len(m.res.Devices)), nil
+}
+
 // planDevices numbers the merged image's devices: for each layer in
 // order, the image itself when it holds its own data, or its extra devices
 // (its blobs, its tar). Every layer has its device(s) whether or not a file
@@ -338,9 +355,11 @@ func (m *merger) planDevices(root *mnode) error {
 				}
 				file = l.devFiles[d-1]
 			}
-			m.opt.Erofs.Devices = append(m.opt.Erofs.Devices, slot)
-			m.devNum[[2]int{i, d}] = uint16(len(m.opt.Erofs.Devices))
-			m.res.Devices = append(m.res.Devices, file)
+			n, err := m.device(file, slot)
+			if err != nil {
+				return err
+			}
+			m.devNum[[2]int{i, d}] = n
 		}
 	}
 	return nil

@@ -54,6 +54,24 @@ func mergeLayers(t *testing.T) [3][]byte {
 	return [3][]byte{l1, l2, l3}
 }
 
+// devicesBeside lists an image's extra devices as the files their tags
+// name beside it, in device order.
+func devicesBeside(t *testing.T, img string) []string {
+	t.Helper()
+	f, err := os.Open(img)
+	must(t, err)
+	defer f.Close()
+	fi, err := f.Stat()
+	must(t, err)
+	im, err := erofs.Open(f, fi.Size())
+	must(t, err)
+	var devs []string
+	for _, d := range im.Devices() {
+		devs = append(devs, filepath.Join(filepath.Dir(img), d.Tag))
+	}
+	return devs
+}
+
 // overlayMount stacks mounted layer trees (bottom first) with overlayfs.
 func overlayMount(t *testing.T, lowers ...string) string {
 	t.Helper()
@@ -82,22 +100,30 @@ func TestMerge(t *testing.T) {
 	for _, mode := range []struct {
 		name     string
 		opt      func(dir string, i int) convert.Options
-		devices  func(dir string, i int) []string
 		copyData bool // by reference, some data cannot stay in place
 	}{
 		{"blob", func(dir string, i int) convert.Options {
 			return convert.Options{Blob: filepath.Join(dir, fmt.Sprintf("l%d.blob", i))}
-		}, func(dir string, i int) []string { return []string{filepath.Join(dir, fmt.Sprintf("l%d.blob", i))} }, false},
+		}, false},
+		// Each layer's blob holds only what the layers below do not: the
+		// images below are its chunk dictionary.
+		{"blob-dict", func(dir string, i int) convert.Options {
+			o := convert.Options{Blob: filepath.Join(dir, fmt.Sprintf("l%d.blob", i))}
+			for j := range i {
+				o.ChunkDicts = append(o.ChunkDicts, filepath.Join(dir, fmt.Sprintf("l%d.erofs", j)))
+			}
+			return o
+		}, false},
 		{"noinline", func(string, int) convert.Options {
 			return convert.Options{Erofs: erofs.Options{NoInlineData: true}}
-		}, nil, false},
+		}, false},
 		{"chunk4k-noinline", func(string, int) convert.Options {
 			return convert.Options{Erofs: erofs.Options{NoInlineData: true, ChunkSize: 4096}}
-		}, nil, false},
-		{"inline", func(string, int) convert.Options { return convert.Options{} }, nil, true},
+		}, false},
+		{"inline", func(string, int) convert.Options { return convert.Options{} }, true},
 		{"lz4", func(string, int) convert.Options {
 			return convert.Options{Erofs: erofs.Options{Compression: &erofs.Compression{Algorithm: erofs.AlgLZ4, PclusterSize: 4096}}}
-		}, nil, true},
+		}, true},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
 			dir := roundtrip.WorkDir(t)
@@ -110,13 +136,18 @@ func TestMerge(t *testing.T) {
 					t.Fatal(err)
 				}
 				imgs = append(imgs, img)
-				var devs []string
-				if mode.devices != nil {
-					devs = mode.devices(dir, i)
-				}
-				mnts = append(mnts, roundtrip.Mount(t, img, devs...))
+				mnts = append(mnts, roundtrip.Mount(t, img, devicesBeside(t, img)...))
 			}
 			want := treeFromDir(t, overlayMount(t, mnts...))
+			if mode.name == "blob-dict" {
+				// big3 and shared repeat layer 1's big: their layers' blobs
+				// do not hold it again.
+				for _, b := range []string{"l1.blob", "l2.blob"} {
+					if fi, err := os.Stat(filepath.Join(dir, b)); err != nil || fi.Size() > 64<<10 {
+						t.Errorf("%s: %v bytes (%v): the chunks of the layers below are stored again", b, fi.Size(), err)
+					}
+				}
+			}
 			// The reference is what the overlay rules make of the layers.
 			for p, present := range map[string]bool{
 				"a/gone": false, "o/hidden": false, "s": false, "r/x": false,
@@ -138,6 +169,9 @@ func TestMerge(t *testing.T) {
 			res, err := convert.Merge(ref, imgs, convert.MergeOptions{})
 			if err != nil {
 				t.Fatal(err)
+			}
+			if mode.name == "blob-dict" && len(res.Devices) != 3 {
+				t.Errorf("merged by reference: devices %q, want the three blobs once each", res.Devices)
 			}
 			if mode.copyData != (res.CopiedBytes > 0) {
 				t.Errorf("by reference: %d bytes copied", res.CopiedBytes)

@@ -37,6 +37,13 @@ type Options struct {
 	// -o device=TAR, or set AppendTar: Mkfs then writes the tar after the
 	// index, containerd's tar-index layer, which mounts alone.
 	TarIndex, AppendTar bool
+	// ChunkDicts (Mkfs only, with Blob) are images of the layers below,
+	// built with blobs: a chunk of this layer equal to one of theirs refers
+	// to their blob instead of being stored again (mkfs --chunk-dict).
+	ChunkDicts []string
+
+	// preload, if set, runs on the Builder before the first entry.
+	preload func(*erofs.Builder) error
 }
 
 // Result describes a converted layer.
@@ -87,7 +94,7 @@ func buildTar(w io.WriterAt, r io.Reader, opt Options, ops *dirOps) (*Result, er
 			return nil, errors.New("tar index: want 512-byte blocks and the tar as the only extra device")
 		}
 	}
-	b, err := erofs.NewBuilder(w, opt.Erofs)
+	b, err := newBuilder(w, opt)
 	if err != nil {
 		return nil, err
 	}
@@ -113,6 +120,21 @@ func buildTar(w io.WriterAt, r io.Reader, opt Options, ops *dirOps) (*Result, er
 		return nil, err
 	}
 	return res, nil
+}
+
+// newBuilder makes the Builder of a layer, preloaded if the options say.
+func newBuilder(w io.WriterAt, opt Options) (*erofs.Builder, error) {
+	b, err := erofs.NewBuilder(w, opt.Erofs)
+	if err != nil {
+		return nil, err
+	}
+	if opt.preload != nil {
+		if err := opt.preload(b); err != nil {
+			b.Close()
+			return nil, err
+		}
+	}
+	return b, nil
 }
 
 // Mkfs writes the image of input (a tar file, "-" for stdin, or a
@@ -169,6 +191,19 @@ func Mkfs(output, input string, opt Options) (res *Result, err error) {
 		}()
 		opt.Erofs.Blob = blob
 		opt.Erofs.Devices = []erofs.DeviceSlot{{Tag: deviceTag(opt.Blob)}}
+	}
+	if len(opt.ChunkDicts) > 0 {
+		if blob == nil {
+			return nil, errors.New("a chunk dictionary goes with a blob (--blobdev)")
+		}
+		d, err := openChunkDicts(opt.ChunkDicts)
+		if err != nil {
+			return nil, err
+		}
+		defer d.close()
+		opt.Erofs.Devices = append(opt.Erofs.Devices, d.slots...)
+		cs := opt.Erofs.ChunkSize
+		opt.preload = func(b *erofs.Builder) error { return d.preload(b, cs) }
 	}
 	tmp, err := createTemp(output)
 	if err != nil {

@@ -321,3 +321,31 @@ func (b *Builder) AddChunks(e Entry, chunkBits uint8, refs []ChunkRef) error {
 		return nil
 	})
 }
+
+// KnownChunk records that a chunk with content data is already stored at
+// block blk of extra device dev (2 … n: the Blob is device 1), so that a
+// chunk equal to it refers there instead of being stored again: a chunk
+// dictionary of the layers below, whose blobs then serve this image too.
+// data is one chunk (ChunkSize bytes, or one block without ChunkSize) or
+// the shorter last chunk of a file.
+func (b *Builder) KnownChunk(data []byte, dev uint16, blk uint32) error {
+	cs := b.opt.ChunkSize
+	if cs == 0 {
+		cs = b.bs
+	}
+	switch {
+	case b.blob == nil:
+		return errors.New("erofs: a chunk dictionary needs a Blob")
+	case dev < 2 || int(dev) > len(b.opt.Devices):
+		return fmt.Errorf("erofs: known chunk on device %d: want 2 … %d", dev, len(b.opt.Devices))
+	case len(data) == 0 || len(data) > cs:
+		return fmt.Errorf("erofs: known chunk of %d bytes: want 1 … %d", len(data), cs)
+	case blk == NullAddr:
+		return errors.New("erofs: known chunk at the null block")
+	}
+	k := chunkKey(sha256.Sum256(data))
+	if _, ok := b.chunks.lookup(&k); !ok {
+		b.chunks.add(&k, chunkLoc{dev, blk})
+	}
+	return nil
+}

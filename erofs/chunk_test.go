@@ -406,3 +406,45 @@ func TestChunkTable(t *testing.T) {
 		}
 	}
 }
+
+// TestKnownChunk: chunks equal to a dictionary's refer to its device and
+// are not written to the blob; the image reads back whole.
+func TestKnownChunk(t *testing.T) {
+	dict := bytes.Repeat([]byte{7}, 3*4096)
+	copy(dict[4096:], "a chunk the layer below holds")
+	known := dict[4096 : 2*4096]
+	var blob, img memWriterAt
+	opt := Options{Blob: &blob, Devices: []DeviceSlot{{Tag: "blob"}, {Tag: "dict", Blocks: 3}}}
+	b, err := NewBuilder(&img, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []struct {
+		data []byte
+		dev  uint16
+	}{{known, 1}, {known, 3}, {nil, 2}, {make([]byte, 4097), 2}} {
+		if err := b.KnownChunk(bad.data, bad.dev, 1); err == nil {
+			t.Errorf("KnownChunk(%d bytes, device %d) accepted", len(bad.data), bad.dev)
+		}
+	}
+	if err := b.KnownChunk(known, 2, 1); err != nil {
+		t.Fatal(err)
+	}
+	own := bytes.Repeat([]byte("own data "), 456)[:4096]
+	data := append(append(bytes.Clone(known), own...), known...)
+	if err := b.Add(Entry{Path: "f", Mode: S_IFREG | 0o644, Size: int64(len(data))}, bytes.NewReader(data)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	if len(blob.b) != 4096 {
+		t.Errorf("blob of %d bytes, want only the chunk the dictionary lacks", len(blob.b))
+	}
+	r := openBytes(t, img.b, WithDevice(bytes.NewReader(blob.b), int64(len(blob.b))), WithDevice(bytes.NewReader(dict), int64(len(dict))))
+	checkFiles(t, "reader", r, map[string][]byte{"f": data})
+	ino, _ := r.Lstat("f")
+	if _, refs, _, err := r.ChunkRefs(ino); err != nil || len(refs) != 3 || refs[0] != (ChunkRef{Device: 2, Block: 1}) || refs[2] != refs[0] || refs[1].Device != 1 {
+		t.Errorf("chunk refs %+v (%v)", refs, err)
+	}
+}

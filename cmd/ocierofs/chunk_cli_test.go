@@ -28,6 +28,15 @@ func TestCLIChunks(t *testing.T) {
 	if o, _, _ := run(t, b, "inspect", out("meta.erofs")); !strings.Contains(o, "device_table") || !strings.Contains(o, "data on extra devices") {
 		t.Errorf("inspect of a blob image:\n%s", o)
 	}
+	// The same layer again over its own image as a chunk dictionary: every
+	// chunk is known, the new blob stays empty.
+	if _, e, code := run(t, b, "mkfs", "-q", "--blobdev", out("again.blob"), "--chunk-dict", out("meta.erofs"), out("again.erofs"), layer); code != 0 {
+		t.Fatalf("mkfs --chunk-dict: exit %d: %s", code, e)
+	}
+	if fi, err := os.Stat(out("again.blob")); err != nil || fi.Size() != 0 {
+		t.Errorf("blob over a dictionary holding every chunk: %v bytes (%v), want 0", fi.Size(), err)
+	}
+
 	// One device per layer, in order: the blob of the first, the image
 	// of the second.
 	_, e, code := run(t, b, "merge", out("m.erofs"), out("meta.erofs"), out("c.erofs"))
@@ -41,6 +50,8 @@ func TestCLIChunks(t *testing.T) {
 		{"mkfs", "--blobdev", out("x.blob"), "--compress", "lz4", out("x.erofs"), layer},
 		{"mkfs", "--tar-index", out("x.erofs"), layer}, // gzip: no index into it
 		{"mkfs", "--append-tar", out("x.erofs"), layer},
+		{"mkfs", "--chunk-dict", out("meta.erofs"), out("x.erofs"), layer},
+		{"mkfs", "--blobdev", out("x.blob"), "--chunk-dict", out("c.erofs"), out("x.erofs"), layer}, // no blob there
 		{"mkfs", "--tar-index", "--block-size", "4096", out("x.erofs"), layer},
 		{"mkfs", "--tar-index", "--min-kernel", "6.1", out("x.erofs"), layer},
 		{"merge", out("x.erofs")},

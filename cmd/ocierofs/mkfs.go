@@ -25,6 +25,7 @@ var mkfsCommand = &cli.Command{
 		"as mkfs.erofs --tar=f --aufs does. The output appears only when complete.",
 	Flags: append(erofsFlags(),
 		&cli.StringFlag{Name: "blobdev", Usage: "write all file data, chunk-deduplicated, to this blob file: the image holds metadata only (mount with -o device=BLOB, or cat IMAGE BLOB)"},
+		&cli.StringSliceFlag{Name: "chunk-dict", Usage: "with --blobdev: an image of a lower layer built with --blobdev (repeatable); chunks it holds are referred to in its blob, not stored again"},
 		&cli.BoolFlag{Name: "tar-index", Usage: "metadata-only image whose file data stays in the uncompressed INPUT tar (512-byte blocks, Linux 6.4+; mount with -o device=TAR)"},
 		&cli.BoolFlag{Name: "append-tar", Usage: "with --tar-index: write the tar after the index, containerd's tar-index layer, which mounts alone"},
 	),
@@ -139,6 +140,10 @@ func layerOptions(c *cli.Context) (convert.Options, error) {
 // mkfsOptions reads the flags only mkfs has: a blob, a tar index.
 func mkfsOptions(c *cli.Context, opt *convert.Options) error {
 	opt.Blob = c.String("blobdev")
+	opt.ChunkDicts = c.StringSlice("chunk-dict")
+	if len(opt.ChunkDicts) > 0 && opt.Blob == "" {
+		return errors.New("--chunk-dict goes with --blobdev")
+	}
 	opt.TarIndex, opt.AppendTar = c.Bool("tar-index"), c.Bool("append-tar")
 	if opt.AppendTar && !opt.TarIndex {
 		return errors.New("--append-tar goes with --tar-index")
