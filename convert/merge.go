@@ -110,31 +110,25 @@ func Merge(out string, layers []string, opt MergeOptions) (res *MergeResult, err
 			return nil, err
 		}
 	}
-	var blob *os.File
+	var outs outputs
+	defer func() {
+		if err != nil {
+			outs.abort()
+		}
+	}()
 	if opt.Blob != "" {
-		if blob, err = createTemp(opt.Blob); err != nil {
+		blob, err := outs.create(opt.Blob)
+		if err != nil {
 			return nil, err
 		}
-		defer func() {
-			if err != nil {
-				blob.Close()
-				os.Remove(blob.Name())
-			}
-		}()
 		m.opt.Erofs.Blob = blob
 		m.opt.Erofs.Devices = []erofs.DeviceSlot{{Tag: deviceTag(opt.Blob)}}
 		m.res.Devices = []string{opt.Blob}
 	}
-	tmp, err := createTemp(out)
+	tmp, err := outs.create(out)
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
 	if m.opt.Erofs.TempDir == "" {
 		m.opt.Erofs.TempDir = filepath.Dir(out)
 	}
@@ -148,12 +142,7 @@ func Merge(out string, layers []string, opt MergeOptions) (res *MergeResult, err
 	if err := m.b.Finish(); err != nil {
 		return nil, fmt.Errorf("merge: %w", err)
 	}
-	if blob != nil {
-		if err = finishTemp(blob, opt.Blob); err != nil {
-			return nil, err
-		}
-	}
-	if err = finishTemp(tmp, out); err != nil {
+	if err = outs.commit(); err != nil {
 		return nil, err
 	}
 	return m.res, nil

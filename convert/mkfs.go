@@ -175,25 +175,22 @@ func Mkfs(output, input string, opt Options) (res *Result, err error) {
 		opt.Erofs.BlockSize = tarBlock
 		opt.Erofs.Devices = []erofs.DeviceSlot{{Tag: deviceTag(input), Blocks: uint64((size + tarBlock - 1) / tarBlock)}}
 	}
-	var blob *os.File
-	if opt.Blob != "" {
-		if dir == "" && src == nil {
-			return nil, errors.New("no input")
+	var outs outputs
+	defer func() {
+		if err != nil {
+			outs.abort()
 		}
-		if blob, err = createTemp(opt.Blob); err != nil {
+	}()
+	if opt.Blob != "" {
+		blob, err := outs.create(opt.Blob)
+		if err != nil {
 			return nil, err
 		}
-		defer func() {
-			if err != nil {
-				blob.Close()
-				os.Remove(blob.Name())
-			}
-		}()
 		opt.Erofs.Blob = blob
 		opt.Erofs.Devices = []erofs.DeviceSlot{{Tag: deviceTag(opt.Blob)}}
 	}
 	if len(opt.ChunkDicts) > 0 {
-		if blob == nil {
+		if opt.Blob == "" {
 			return nil, errors.New("a chunk dictionary goes with a blob (--blobdev)")
 		}
 		d, err := openChunkDicts(opt.ChunkDicts)
@@ -205,16 +202,10 @@ func Mkfs(output, input string, opt Options) (res *Result, err error) {
 		cs := opt.Erofs.ChunkSize
 		opt.preload = func(b *erofs.Builder) error { return d.preload(b, cs) }
 	}
-	tmp, err := createTemp(output)
+	tmp, err := outs.create(output)
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
 	if opt.Erofs.TempDir == "" {
 		opt.Erofs.TempDir = filepath.Dir(output)
 	}
@@ -231,34 +222,54 @@ func Mkfs(output, input string, opt Options) (res *Result, err error) {
 			return nil, fmt.Errorf("appending the tar: %w", err)
 		}
 	}
-	if blob != nil {
-		if err = finishTemp(blob, opt.Blob); err != nil {
-			return nil, err
-		}
-	}
-	if err = finishTemp(tmp, output); err != nil {
+	if err = outs.commit(); err != nil {
 		return nil, err
 	}
 	return res, nil
 }
 
-// createTemp makes the file that becomes name once complete.
-func createTemp(name string) (*os.File, error) {
-	return os.CreateTemp(filepath.Dir(name), "."+filepath.Base(name)+".tmp-*")
+// outputs are files that appear under their names only when all of them
+// are complete: each is written as a temporary file beside its name.
+type outputs struct {
+	files []*os.File
+	names []string
 }
 
-// finishTemp closes a complete temporary file and gives it its name.
-func finishTemp(f *os.File, name string) error {
-	if err := f.Chmod(0o644); err != nil {
-		return err
+// create makes the temporary file that becomes name on commit.
+func (o *outputs) create(name string) (*os.File, error) {
+	f, err := os.CreateTemp(filepath.Dir(name), "."+filepath.Base(name)+".tmp-*")
+	if err != nil {
+		return nil, err
 	}
-	if err := f.Close(); err != nil {
-		return err
+	o.files, o.names = append(o.files, f), append(o.names, name)
+	return f, nil
+}
+
+// commit gives every file its name, in the order they were created (a
+// blob before the image that needs it).
+func (o *outputs) commit() error {
+	for i, f := range o.files {
+		if err := f.Chmod(0o644); err != nil {
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+		if err := os.Rename(f.Name(), o.names[i]); err != nil {
+			return fmt.Errorf("rename to %s: %w", o.names[i], err)
+		}
 	}
-	if err := os.Rename(f.Name(), name); err != nil {
-		return fmt.Errorf("rename to %s: %w", name, err)
-	}
+	o.files = nil
 	return nil
+}
+
+// abort removes what is not yet committed.
+func (o *outputs) abort() {
+	for _, f := range o.files {
+		f.Close()
+		os.Remove(f.Name())
+	}
+	o.files = nil
 }
 
 // appendFile copies the file src to the end of f.

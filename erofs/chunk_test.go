@@ -79,7 +79,8 @@ func distinctChunkBytes(files map[string][]byte, cs, bs int, all bool) int {
 	return n
 }
 
-func buildChunked(t testing.TB, opt Options, files map[string][]byte) []byte {
+// buildFiles builds an image of regular files, in name order.
+func buildFiles(t testing.TB, opt Options, files map[string][]byte) []byte {
 	t.Helper()
 	var img memWriterAt
 	opt.TempDir = t.TempDir()
@@ -112,11 +113,11 @@ func TestChunkDedupe(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("unit%d/chunk%d", tc.unit, tc.chunk), func(t *testing.T) {
 			files := chunkFiles(tc.unit)
-			raw := buildChunked(t, Options{ChunkSize: tc.chunk}, files)
-			if again := buildChunked(t, Options{ChunkSize: tc.chunk}, files); !bytes.Equal(raw, again) {
+			raw := buildFiles(t, Options{ChunkSize: tc.chunk}, files)
+			if again := buildFiles(t, Options{ChunkSize: tc.chunk}, files); !bytes.Equal(raw, again) {
 				t.Fatal("two builds of the same tree differ")
 			}
-			plain := buildChunked(t, Options{NoDedupe: true}, files)
+			plain := buildFiles(t, Options{NoDedupe: true}, files)
 			want := distinctChunkBytes(files, tc.chunk, 4096, false)
 			// Metadata and the small files are a few blocks here.
 			if slack := 16 * 4096; len(raw) < want || len(raw) > want+slack {
@@ -152,7 +153,7 @@ func TestChunkDedupe(t *testing.T) {
 func TestChunkBlob(t *testing.T) {
 	files := chunkFiles(4096)
 	var blob memWriterAt
-	raw := buildChunked(t, Options{ChunkSize: 16384, Blob: &blob, Devices: []DeviceSlot{{Tag: "layer.blob"}}}, files)
+	raw := buildFiles(t, Options{ChunkSize: 16384, Blob: &blob, Devices: []DeviceSlot{{Tag: "layer.blob"}}}, files)
 	// The small files go to the blob too; dedupe still finds their twins.
 	want := distinctChunkBytes(files, 16384, 4096, true)
 	if len(blob.b) != want {

@@ -228,7 +228,7 @@ func TestReaderWriteSeeds(t *testing.T) {
 	seeds["chunk-block01"] = readFixture(t, "chunk.img")[:8192]
 	// A metadata-only image: device table, 8-byte chunk indexes.
 	var blob memWriterAt
-	seeds["blob-meta"] = buildChunked(t, Options{BlockSize: 512, Blob: &blob, Devices: []DeviceSlot{{Tag: "b"}}}, map[string][]byte{
+	seeds["blob-meta"] = buildFiles(t, Options{BlockSize: 512, Blob: &blob, Devices: []DeviceSlot{{Tag: "b"}}}, map[string][]byte{
 		"a": bytes.Repeat([]byte("ab"), 700), "b": bytes.Repeat([]byte("ab"), 700), "z": make([]byte, 1500), "s": []byte("s"),
 	})
 	dir := filepath.Join("testdata", "fuzz", "FuzzReader")

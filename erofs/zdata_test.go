@@ -124,23 +124,8 @@ func buildZ(t testing.TB, cfg zConfig, files map[string][]byte) []byte {
 
 func buildZWorkers(t testing.TB, cfg zConfig, files map[string][]byte, workers int) []byte {
 	t.Helper()
-	var img memWriterAt
 	c := cfg.c
-	b, err := NewBuilder(&img, Options{BlockSize: cfg.bs, Compression: &c, TempDir: t.TempDir(), Workers: workers})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	for _, name := range sortedKeys(files) {
-		data := files[name]
-		if err := b.Add(Entry{Path: name, Mode: S_IFREG | 0o644, Size: int64(len(data))}, bytes.NewReader(data)); err != nil {
-			t.Fatalf("Add %s: %v", name, err)
-		}
-	}
-	if err := b.Finish(); err != nil {
-		t.Fatalf("Finish: %v", err)
-	}
-	return img.b
+	return buildFiles(t, Options{BlockSize: cfg.bs, Compression: &c, Workers: workers}, files)
 }
 
 type memWriterAt struct{ b []byte }
