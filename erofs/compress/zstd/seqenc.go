@@ -9,11 +9,11 @@ import (
 )
 
 // A seq is one parsed sequence: litLen literals, then a match of matchLen
-// bytes at distance offset. offVal and the codes are filled in by code,
-// which replays the repeat-offset history the decoder keeps.
+// bytes whose distance is coded as offVal (a repeat-offset index or the
+// distance+3) by reps.code, which keeps the history the decoder keeps.
+// 16 bytes: the parser writes one per 20 bytes of text.
 type seq struct {
-	litLen, matchLen, offset uint32
-	offVal                   uint32
+	litLen, matchLen, offVal uint32
 	llc, mlc, ofc            uint8
 }
 
@@ -70,53 +70,82 @@ type reps [3]uint32
 
 var initialReps = reps{1, 4, 8}
 
-// code fills in offVal and the codes of seqs, starting from history r,
-// and returns the history after them (RFC 8878 §3.1.2.5).
-func code(seqs []seq, r reps) reps {
+// replay moves history r over seqs as the decoder does, from their
+// offset values.
+func replay(seqs []seq, r reps) reps {
 	for i := range seqs {
-		r.code(&seqs[i])
+		v, ll0 := seqs[i].offVal, seqs[i].litLen == 0
+		if v > 3 {
+			r[0], r[1], r[2] = v-3, r[0], r[1]
+			continue
+		}
+		if ll0 {
+			v++
+		}
+		switch v {
+		case 1:
+		case 2:
+			r[0], r[1] = r[1], r[0]
+		case 3:
+			r[0], r[1], r[2] = r[2], r[0], r[1]
+		default: // 4: repeat offset 1 less one
+			r[0], r[1], r[2] = r[0]-1, r[0], r[1]
+		}
 	}
 	return r
 }
 
-// code fills in the offset value and codes of s and moves the history on.
-func (r *reps) code(s *seq) {
-	o := s.offset
-	var v uint32
-	if s.litLen > 0 {
-		switch o {
-		case r[0]:
-			v = 1
-		case r[1]:
-			v = 2
-			r[0], r[1] = o, r[0]
-		case r[2]:
-			v = 3
-			r[0], r[1], r[2] = o, r[0], r[1]
-		default:
-			v = o + 3
-			r[0], r[1], r[2] = o, r[0], r[1]
+// codeHist counts the codes of a block's sequences.
+type codeHist struct {
+	ll, ml, of [64]uint32
+}
+
+// code turns the match distances the parsers leave in offVal into offset
+// values (RFC 8878 §3.1.2.5), fills in the codes, counts them in h and
+// moves the history on.
+func (r *reps) code(seqs []seq, h *codeHist) {
+	r0, r1, r2 := r[0], r[1], r[2]
+	for i := range seqs {
+		s := &seqs[i]
+		o := s.offVal
+		v := o + 3
+		if s.litLen > 0 {
+			switch o {
+			case r0:
+				v = 1
+			case r1:
+				v = 2
+				r0, r1 = o, r0
+			case r2:
+				v = 3
+				r0, r1, r2 = o, r0, r1
+			default:
+				r0, r1, r2 = o, r0, r1
+			}
+		} else {
+			switch o {
+			case r1:
+				v = 1
+				r0, r1 = o, r0
+			case r2:
+				v = 2
+				r0, r1, r2 = o, r0, r1
+			case r0 - 1:
+				v = 3
+				r0, r1, r2 = o, r0, r1
+			default:
+				r0, r1, r2 = o, r0, r1
+			}
 		}
-	} else {
-		switch o {
-		case r[1]:
-			v = 1
-			r[0], r[1] = o, r[0]
-		case r[2]:
-			v = 2
-			r[0], r[1], r[2] = o, r[0], r[1]
-		case r[0] - 1:
-			v = 3
-			r[0], r[1], r[2] = o, r[0], r[1]
-		default:
-			v = o + 3
-			r[0], r[1], r[2] = o, r[0], r[1]
-		}
+		s.offVal = v
+		ofc := uint8(bits.Len32(v)) - 1
+		llc, mlc := llCode(s.litLen), mlCode(s.matchLen)
+		s.ofc, s.llc, s.mlc = ofc, llc, mlc
+		h.ll[llc&63]++
+		h.ml[mlc&63]++
+		h.of[ofc&63]++
 	}
-	s.offVal = v
-	s.ofc = uint8(bits.Len32(v)) - 1
-	s.llc = llCode(s.litLen)
-	s.mlc = mlCode(s.matchLen)
+	r[0], r[1], r[2] = r0, r1, r2
 }
 
 var predefLLTable, predefMLTable, predefOFTable fseTable
@@ -129,10 +158,9 @@ func init() {
 
 // seqCoder holds the tables of one sequences section.
 type seqCoder struct {
-	llHist, mlHist, ofHist [maxMLCode + 1]uint32
-	tables                 [3]fseTable
-	norm                   [maxMLCode + 1]int16
-	desc                   [3][]byte
+	tables [3]fseTable
+	norm   [maxMLCode + 1]int16
+	desc   [3][]byte
 }
 
 // choose picks the cheapest mode for one stream: RLE for a single symbol,
@@ -169,8 +197,9 @@ func (c *seqCoder) choose(i int, hist []uint32, n int, maxLog uint8, predef *fse
 	return t, modeFSE
 }
 
-// writeSequences appends the sequences section of seqs (coded).
-func (c *seqCoder) writeSequences(out []byte, seqs []seq) []byte {
+// writeSequences appends the sequences section of seqs (coded), whose
+// codes h counts.
+func (c *seqCoder) writeSequences(out []byte, seqs []seq, h *codeHist) []byte {
 	n := len(seqs)
 	switch {
 	case n < 128:
@@ -183,16 +212,9 @@ func (c *seqCoder) writeSequences(out []byte, seqs []seq) []byte {
 	if n == 0 {
 		return out
 	}
-	c.llHist, c.mlHist, c.ofHist = [maxMLCode + 1]uint32{}, [maxMLCode + 1]uint32{}, [maxMLCode + 1]uint32{}
-	for i := range seqs {
-		s := &seqs[i]
-		c.llHist[s.llc]++
-		c.mlHist[s.mlc]++
-		c.ofHist[s.ofc]++
-	}
-	llT, llM := c.choose(0, c.llHist[:maxLLCode+1], n, maxLLLog, &predefLLTable, 6)
-	ofT, ofM := c.choose(1, c.ofHist[:maxOFCode+1], n, maxOFLog, &predefOFTable, 5)
-	mlT, mlM := c.choose(2, c.mlHist[:maxMLCode+1], n, maxMLLog, &predefMLTable, 6)
+	llT, llM := c.choose(0, h.ll[:maxLLCode+1], n, maxLLLog, &predefLLTable, 6)
+	ofT, ofM := c.choose(1, h.of[:maxOFCode+1], n, maxOFLog, &predefOFTable, 5)
+	mlT, mlM := c.choose(2, h.ml[:maxMLCode+1], n, maxMLLog, &predefMLTable, 6)
 	out = append(out, llM<<6|ofM<<4|mlM<<2)
 	out = append(out, c.desc[0]...)
 	out = append(out, c.desc[1]...)
