@@ -92,17 +92,17 @@ func (e *Encoder) block(dst, src []byte, pos, end int, r *reps) (typ byte, n, co
 	limit := min(end, pos+max(room, 256))
 	var pe int
 	crep := *r
-	c.statSeqs = -1
-	for {
+	c.litHist, c.litCounted = [256]uint32{}, 0
+	for step := 0; ; step++ {
 		k := len(e.seqs)
 		e.parse(src, limit, end)
 		crep.code(e.seqs[k:], &e.hist)
 		pe = min(max(e.ip, limit), end)
-		nseq, trailing := len(e.seqs), src[e.anchor:max(e.anchor, pe)]
-		if c.statSeqs < 0 || c.statSeqs < 64 && nseq > 2*c.statSeqs {
-			// Costs from a handful of sequences are noise: retake them.
-			c.stats(&e.hist, nseq, e.lits, trailing, true)
-		}
+		trailing := src[e.anchor:max(e.anchor, pe)]
+		// The first costs from a sample (random data is seen not to
+		// compress at a quarter of the work), then from all of the block
+		// so far: the parse stops where the cut will be.
+		c.stats(&e.hist, len(e.seqs), e.lits, trailing, step == 0)
 		est := c.fixed + c.seqCost(&e.hist) + (len(e.lits)+len(trailing))*c.litAvg
 		if est > target || pe >= end {
 			break
@@ -112,13 +112,12 @@ func (e *Encoder) block(dst, src []byte, pos, end int, r *reps) (typ byte, n, co
 		}
 		// The rest of the budget at the ratio so far, and a little more:
 		// parsing past the cut is work thrown away, stopping short costs
-		// one more round of this loop.
-		grow := (target - est) * (pe - pos) / est
+		// one more round of this loop. At most twice as far as so far:
+		// the ratio of the first few KiB can be far from the block's.
+		grow := min((target-est)*(pe-pos)/est, pe-pos)
 		limit = min(end, pe+grow+grow/32+32)
 	}
-	if c.statSeqs < len(e.seqs)*3/4 {
-		// The costs came from the first part of the block: retake them
-		// from all of it, the cut is priced more closely.
+	if c.sampled {
 		c.stats(&e.hist, len(e.seqs), e.lits, src[e.anchor:max(e.anchor, pe)], false)
 	}
 
@@ -282,9 +281,13 @@ func (e *Encoder) parse(src []byte, limit, end int) {
 type costModel struct {
 	lit        [256]int32
 	ll, ml, of [64]int32
-	statSeqs   int // sequences the unit costs were taken from
 	litAvg     int
 	fixed      int
+	sampled    bool // the costs are from a sample of the literals
+
+	// The literals of the block counted so far (the first litCounted).
+	litHist    [256]uint32
+	litCounted int
 }
 
 // A cursor is a point of the parsed block: after its first k sequences,
@@ -309,6 +312,10 @@ func log16(x uint32) int {
 // not compress: the entropy of 1000 samples of uniform bytes comes out
 // under 8 bits by only 0.2), at a quarter of the work, which on random
 // data is most of the cost.
+//
+// Without sample, literals are counted once per block: lits only grows
+// between calls and its histogram is kept; the trailing literals, which
+// may yet become part of a match, are counted every time.
 func (c *costModel) stats(h *codeHist, nseq int, lits, trailing []byte, sample bool) {
 	var hist [256]uint32
 	if sample {
@@ -319,9 +326,12 @@ func (c *costModel) stats(h *codeHist, nseq int, lits, trailing []byte, sample b
 			hist[trailing[i]]++
 		}
 	} else {
-		countBytes(&hist, lits)
+		countBytes(&c.litHist, lits[c.litCounted:])
+		c.litCounted = len(lits)
+		hist = c.litHist
 		countBytes(&hist, trailing)
 	}
+	c.sampled = sample
 	n := uint32(0)
 	for _, h := range hist {
 		n += h
@@ -354,7 +364,6 @@ func (c *costModel) stats(h *codeHist, nseq int, lits, trailing []byte, sample b
 	// Headers: block, literals header and Huffman table (about half a
 	// byte per symbol), sequence count, modes and tables.
 	c.fixed = (3 + 5 + 8 + present/2 + 4 + 24) * 128
-	c.statSeqs = nseq
 }
 
 // countBytes adds the byte histogram of b to hist, in four tables so

@@ -51,10 +51,8 @@ type symbolTransform struct {
 // fseTable is one stream's encoding table.
 type fseTable struct {
 	tableLog   uint8
-	mode       uint8
-	rleSymbol  uint8
-	norm       [maxMLCode + 1]int16
-	symbolTT   [maxMLCode + 1]symbolTransform
+	norm       [64]int16
+	symbolTT   [64]symbolTransform // 64: a code masked with 63 needs no bounds check
 	stateTable [1 << maxMLLog]uint16
 	spread     [1 << maxMLLog]uint8
 }
