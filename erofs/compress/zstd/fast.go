@@ -57,17 +57,19 @@ func (e *Encoder) newFrame(used int) {
 func le32(b []byte, i int) uint32 { return binary.LittleEndian.Uint32(b[i:]) }
 func le64(b []byte, i int) uint64 { return binary.LittleEndian.Uint64(b[i:]) }
 
-// matchLen counts equal bytes at a and b (a < b), stopping at end.
+// matchLen counts equal bytes at a and b (a < b), stopping at end. The
+// two are sliced to the same length first, so the loads in the loop need
+// no bounds checks.
 func matchLen(src []byte, a, b, end int) int {
+	s := src[b:end]
+	t := src[a:][:len(s)]
 	n := 0
-	for b+n+8 <= end {
-		if x := le64(src, a+n) ^ le64(src, b+n); x != 0 {
+	for ; n+8 <= len(s); n += 8 {
+		if x := binary.LittleEndian.Uint64(t[n:]) ^ binary.LittleEndian.Uint64(s[n:]); x != 0 {
 			return n + bits.TrailingZeros64(x)>>3
 		}
-		n += 8
 	}
-	for b+n < end && src[a+n] == src[b+n] {
-		n++
+	for ; n < len(s) && t[n] == s[n]; n++ {
 	}
 	return n
 }

@@ -279,7 +279,6 @@ func (e *Encoder) parse(src []byte, limit, end int) {
 // parsed block: order-0 entropy of literals and of each code stream plus
 // extra bits.
 type costModel struct {
-	lit        [256]int32
 	ll, ml, of [64]int32
 	litAvg     int
 	fixed      int
@@ -339,26 +338,28 @@ func (c *costModel) stats(h *codeHist, nseq int, lits, trailing []byte, sample b
 	ln := log16(n)
 	present := 0
 	sum := 0
-	for b, h := range hist {
+	for _, h := range hist {
 		if h == 0 {
-			c.lit[b] = 11 * 16
 			continue
 		}
 		present++
 		// Huffman codes are whole bits and at most 11 long: about 2%
 		// over the entropy on text.
 		v := (ln - log16(h)) * 131 / 128
-		c.lit[b] = int32(min(max(v, 16), 11*16))
-		sum += int(h) * int(c.lit[b])
+		sum += int(h) * min(max(v, 16), 11*16)
 	}
 	c.litAvg = 6 * 16
 	if n > 0 {
 		c.litAvg = sum/int(n) + 1
 	}
 	sn := log16(uint32(nseq))
+	for s := range maxLLCode + 1 {
+		c.ll[s] = int32(max(sn-log16(h.ll[s]), 4) + 16*int(llBits[s]))
+	}
 	for s := range maxMLCode + 1 {
-		c.ll[s] = int32(max(sn-log16(h.ll[s]), 4) + 16*int(llBits[min(s, maxLLCode)]))
 		c.ml[s] = int32(max(sn-log16(h.ml[s]), 4) + 16*int(mlBits[s]))
+	}
+	for s := range maxOFCode + 1 {
 		c.of[s] = int32(max(sn-log16(h.of[s]), 4) + 16*s)
 	}
 	// Headers: block, literals header and Huffman table (about half a
@@ -366,9 +367,17 @@ func (c *costModel) stats(h *codeHist, nseq int, lits, trailing []byte, sample b
 	c.fixed = (3 + 5 + 8 + present/2 + 4 + 24) * 128
 }
 
-// countBytes adds the byte histogram of b to hist, in four tables so
-// that runs of one byte do not wait on their own increments.
+// countBytes adds the byte histogram of b to hist. Long inputs are
+// counted in four tables, so that runs of one byte do not wait on their
+// own increments; short ones directly (four tables to clear and add up
+// cost more than the stalls).
 func countBytes(hist *[256]uint32, b []byte) {
+	if len(b) < 1024 {
+		for _, v := range b {
+			hist[v]++
+		}
+		return
+	}
 	var h [4][256]uint32
 	for len(b) >= 4 {
 		h[0][b[0]]++
@@ -389,8 +398,14 @@ func countBytes(hist *[256]uint32, b []byte) {
 // their literals.
 func (c *costModel) seqCost(h *codeHist) int {
 	sum := 0
+	for s := range maxLLCode + 1 {
+		sum += int(h.ll[s]) * int(c.ll[s])
+	}
 	for s := range maxMLCode + 1 {
-		sum += int(h.ll[s])*int(c.ll[s]) + int(h.ml[s])*int(c.ml[s]) + int(h.of[s])*int(c.of[s])
+		sum += int(h.ml[s]) * int(c.ml[s])
+	}
+	for s := range maxOFCode + 1 {
+		sum += int(h.of[s]) * int(c.of[s])
 	}
 	return sum
 }
