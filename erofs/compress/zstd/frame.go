@@ -93,22 +93,25 @@ func (e *Encoder) block(dst, src []byte, pos, end int, r *reps) (typ byte, n, co
 	var pe int
 	crep := *r
 	c.litHist, c.litCounted = [256]uint32{}, 0
+	incompressible := false
 	for step := 0; ; step++ {
 		k := len(e.seqs)
 		e.parse(src, limit, end)
 		crep.code(e.seqs[k:], &e.hist)
 		pe = min(max(e.ip, limit), end)
 		trailing := src[e.anchor:max(e.anchor, pe)]
-		// The first costs from a sample (random data is seen not to
-		// compress at a quarter of the work), then from all of the block
-		// so far: the parse stops where the cut will be.
-		c.stats(&e.hist, len(e.seqs), e.lits, trailing, step == 0)
+		// The first costs, and those of blocks with few sequences (random
+		// data), from a sample: incompressible input is seen at a quarter
+		// of the work. Then from all of the block so far: the parse stops
+		// where the cut will be.
+		c.stats(&e.hist, len(e.seqs), e.lits, trailing, step == 0 || len(e.seqs) < 64)
 		est := c.fixed + c.seqCost(&e.hist) + (len(e.lits)+len(trailing))*c.litAvg
 		if est > target || pe >= end {
 			break
 		}
 		if est >= (pe-pos)*8*16*31/32 {
-			break // incompressible so far: a raw block will win
+			incompressible = true // so far: a raw block will win
+			break
 		}
 		// The rest of the budget at the ratio so far, and a little more:
 		// parsing past the cut is work thrown away, stopping short costs
@@ -117,7 +120,9 @@ func (e *Encoder) block(dst, src []byte, pos, end int, r *reps) (typ byte, n, co
 		grow := min((target-est)*(pe-pos)/est, pe-pos)
 		limit = min(end, pe+grow+grow/32+32)
 	}
-	if c.sampled {
+	if c.sampled && !incompressible && len(e.seqs) >= 64 {
+		// The parse stopped at its first step: the cut is priced with
+		// all the literals (random data, going raw, is not counted again).
 		c.stats(&e.hist, len(e.seqs), e.lits, src[e.anchor:max(e.anchor, pe)], false)
 	}
 
