@@ -40,7 +40,7 @@ func (e *Encoder) parseChain(src []byte, limit, end int) {
 	ip, anchor := e.ip, e.anchor
 	rep0, rep1 := e.frep[0], e.frep[1]
 	ilimit := min(limit, end-9)
-	seqs, lits, crep := e.seqs, e.lits, e.crep
+	seqs, lits := e.seqs, e.lits
 	next := max(e.chainNext, ip) // first position not yet in the chains
 
 	// insert adds the positions up to p (exclusive) to the chains.
@@ -102,8 +102,7 @@ func (e *Encoder) parseChain(src []byte, limit, end int) {
 			ml++
 		}
 		lits = append(lits, src[anchor:start]...)
-		seqs = append(seqs, seq{litLen: uint32(start - anchor), matchLen: uint32(ml), offset: uint32(off)})
-		crep.code(&seqs[len(seqs)-1])
+		seqs = append(seqs, seq{litLen: uint32(start - anchor), matchLen: uint32(ml), offVal: uint32(off)})
 		if off != rep0 {
 			rep0, rep1 = off, rep0
 		}
@@ -111,8 +110,7 @@ func (e *Encoder) parseChain(src []byte, limit, end int) {
 		anchor = ip
 		for ip < ilimit && rep1 <= ip && le32(src, ip) == le32(src, ip-rep1) {
 			ml = 4 + matchLen(src, ip+4-rep1, ip+4, end)
-			seqs = append(seqs, seq{matchLen: uint32(ml), offset: uint32(rep1)})
-			crep.code(&seqs[len(seqs)-1])
+			seqs = append(seqs, seq{matchLen: uint32(ml), offVal: uint32(rep1)})
 			rep0, rep1 = rep1, rep0
 			ip += ml
 			anchor = ip
@@ -121,7 +119,7 @@ func (e *Encoder) parseChain(src []byte, limit, end int) {
 	// Positions inside the last match stay out of the chains until the
 	// parse resumes: insert catches up from next.
 	e.chainNext = min(next, ilimit)
-	e.seqs, e.lits, e.crep = seqs, lits, crep
+	e.seqs, e.lits = seqs, lits
 	e.ip, e.anchor = ip, anchor
 	e.frep[0], e.frep[1] = rep0, rep1
 	e.parsed = max(e.parsed, min(ip, end))

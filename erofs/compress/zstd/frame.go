@@ -82,6 +82,8 @@ func (e *Encoder) block(dst, src []byte, pos, end int, r *reps) (typ byte, n, co
 	e.seqs = e.seqs[:0]
 	e.lits = e.lits[:0]
 	e.ip, e.anchor = pos, pos
+	e.hist = codeHist{}
+	c := &e.cost
 	target := room * 128 // in 1/16 bits
 
 	// Parse until the estimate says the budget is reached (or the block
@@ -89,34 +91,39 @@ func (e *Encoder) block(dst, src []byte, pos, end int, r *reps) (typ byte, n, co
 	// data stops there, text goes on in steps sized by its ratio so far.
 	limit := min(end, pos+max(room, 256))
 	var pe int
-	e.crep = *r
-	e.cost.statSeqs = -1
-	for {
+	crep := *r
+	c.litHist, c.litCounted = [256]uint32{}, 0
+	incompressible := false
+	for step := 0; ; step++ {
+		k := len(e.seqs)
 		e.parse(src, limit, end)
+		crep.code(e.seqs[k:], &e.hist)
 		pe = min(max(e.ip, limit), end)
-		coded := len(e.seqs)
-		if e.cost.statSeqs < 0 || e.cost.statSeqs < 64 && coded > 2*e.cost.statSeqs {
-			// Costs from a handful of sequences are noise: retake them.
-			e.cost.stats(e.seqs, e.lits, src[e.anchor:max(e.anchor, pe)], true)
-			e.cost.reset(pos)
-		}
-		e.cost.extend(e.seqs, e.lits)
-		est := e.cost.estimate(len(e.seqs), pe-int(e.cost.p[len(e.seqs)].end))
+		trailing := src[e.anchor:max(e.anchor, pe)]
+		// The first costs, and those of blocks with few sequences (random
+		// data), from a sample: incompressible input is seen at a quarter
+		// of the work. Then from all of the block so far: the parse stops
+		// where the cut will be.
+		c.stats(&e.hist, len(e.seqs), e.lits, trailing, step == 0 || len(e.seqs) < 64)
+		est := c.fixed + c.seqCost(&e.hist) + (len(e.lits)+len(trailing))*c.litAvg
 		if est > target || pe >= end {
 			break
 		}
 		if est >= (pe-pos)*8*16*31/32 {
-			break // incompressible so far: a raw block will win
+			incompressible = true // so far: a raw block will win
+			break
 		}
-		grow := (target - est) / max(est/(pe-pos), 1)
-		limit = min(end, pe+grow+grow/8+64)
+		// The rest of the budget at the ratio so far, and a little more:
+		// parsing past the cut is work thrown away, stopping short costs
+		// one more round of this loop. At most twice as far as so far:
+		// the ratio of the first few KiB can be far from the block's.
+		grow := min((target-est)*(pe-pos)/est, pe-pos)
+		limit = min(end, pe+grow+grow/32+32)
 	}
-	if e.cost.statSeqs < len(e.seqs)*3/4 {
-		// The costs came from the first part of the block: retake them
-		// from all of it, the cut is priced more closely.
-		e.cost.stats(e.seqs, e.lits, src[e.anchor:max(e.anchor, pe)], false)
-		e.cost.reset(pos)
-		e.cost.extend(e.seqs, e.lits)
+	if c.sampled && !incompressible && len(e.seqs) >= 64 {
+		// The parse stopped at its first step: the cut is priced with
+		// all the literals (random data, going raw, is not counted again).
+		c.stats(&e.hist, len(e.seqs), e.lits, src[e.anchor:max(e.anchor, pe)], false)
 	}
 
 	// Find a cut that fits: estimate, encode exactly, correct the
@@ -126,48 +133,49 @@ func (e *Encoder) block(dst, src []byte, pos, end int, r *reps) (typ byte, n, co
 	// with literals, which only changes the literals section.
 	margin := room * 128 / 128
 	tol := max(2, room/64)
-	k, t := len(e.seqs), pe-int(e.cost.p[len(e.seqs)].end)
-	if e.cost.estimate(k, t) > target-margin {
-		k, t = e.cost.cut(target-margin, end)
-		if int(e.cost.p[k].end)+t-pos <= rawN+rawN/64 {
+	all := cursor{k: len(e.seqs), end: e.anchor, lc: len(e.lits), cum: c.seqCost(&e.hist) + len(e.lits)*c.litAvg}
+	cur, t := all, pe-e.anchor
+	if c.estimate(cur, t) > target-margin {
+		cur, t = e.cut(cur, target-margin, end)
+		if cur.end+t-pos <= rawN+rawN/64 {
 			return e.rawBlock(dst, src, pos, rawN)
 		}
 	}
 	size := 0
 	for try := 0; ; try++ {
-		size = e.encode(src, k, t)
+		size = e.encode(src, all, cur, t)
 		if size <= room {
 			break
 		}
-		if try == 5 || k == 0 && t == 0 {
+		if try == 5 || cur.k == 0 && t == 0 {
 			size = -1
 			break
 		}
-		delta := size*128 - e.cost.estimate(k, t)
-		nk, nt := e.cost.cut(target-delta-margin, end)
-		if int(e.cost.p[nk].end)+nt >= int(e.cost.p[k].end)+t {
+		delta := size*128 - c.estimate(cur, t)
+		nc, nt := e.cut(cur, target-delta-margin, end)
+		if nc.end+nt >= cur.end+t {
 			// No progress from the estimate: drop the overshoot's worth.
-			nk, nt = e.cost.cut(e.cost.estimate(k, t)-(size-room)*128-margin, end)
+			nc, nt = e.cut(cur, c.estimate(cur, t)-(size-room)*128-margin, end)
 		}
-		k, t = nk, nt
+		cur, t = nc, nt
 	}
 	bestN, bestC := 0, 0
 	if size >= 0 {
 		copy(dst, e.litB)
 		copy(dst[len(e.litB):], e.seqB)
-		bestN, bestC = size, int(e.cost.p[k].end)+t-pos
+		bestN, bestC = size, cur.end+t-pos
 		if slack := room - size; slack > tol && pos+bestC < end {
 			// At most two tries: the second with half the literals.
-			nt := e.fill(src, k, t, slack, end)
+			nt := e.fill(src, cur, t, slack, end)
 			for try := 0; try < 2 && nt > t; try++ {
-				s2 := e.encodeMore(src, k, t, nt)
+				s2 := e.encodeMore(src, cur, t, nt)
 				if s2 <= room {
 					copy(dst, e.litB)
 					copy(dst[len(e.litB):], e.seqB)
-					bestN, bestC = s2, int(e.cost.p[k].end)+nt-pos
+					bestN, bestC = s2, cur.end+nt-pos
 					break
 				}
-				e.encodeMore(src, k, nt, t)
+				e.encodeMore(src, cur, nt, t)
 				nt = t + (nt-t)/2
 			}
 		}
@@ -178,11 +186,11 @@ func (e *Encoder) block(dst, src []byte, pos, end int, r *reps) (typ byte, n, co
 	if bestC < rawN || bestC == rawN && bestN >= rawN {
 		return e.rawBlock(dst, src, pos, rawN)
 	}
-	// Settle the history at the chosen cut for the next block.
 	if pos+bestC == end {
-		// The frame goes on: the next block starts from this history.
-		k = e.cost.seqsBefore(pos + bestC)
-		*r = code(e.seqs[:k], *r)
+		// The frame goes on: the next block starts from the history
+		// after the sequences written (the literals after them do not
+		// change it).
+		*r = replay(e.seqs[:cur.k], *r)
 	}
 	e.ip, e.anchor = pos+bestC, pos+bestC
 	return blockCompressed, bestN, bestC
@@ -194,24 +202,31 @@ func (e *Encoder) rawBlock(dst, src []byte, pos, n int) (byte, int, int) {
 	return blockRaw, n, n
 }
 
-// encode builds the literals and sequences sections of the first k
-// sequences followed by t literals into e.litB and e.seqB and returns
-// their total size.
-func (e *Encoder) encode(src []byte, k, t int) int {
-	lc := int(e.cost.p[k].lc)
-	e.tlits = append(e.tlits[:0], e.lits[:lc]...)
-	at := int(e.cost.p[k].end)
-	e.tlits = append(e.tlits, src[at:at+t]...)
+// encode builds the literals and sequences sections of the sequences
+// before cur followed by t literals into e.litB and e.seqB and returns
+// their total size. all is the cursor after every parsed sequence.
+func (e *Encoder) encode(src []byte, all, cur cursor, t int) int {
+	e.tlits = append(e.tlits[:0], e.lits[:cur.lc]...)
+	e.tlits = append(e.tlits, src[cur.end:cur.end+t]...)
 	e.litB = writeLiterals(e.litB[:0], e.tlits, &e.huff)
-	e.seqB = e.sc.writeSequences(e.seqB[:0], e.seqs[:k])
+	// The codes of the sequences kept: all of the block's less the ones
+	// after the cut.
+	h := e.hist
+	for i := cur.k; i < all.k; i++ {
+		s := &e.seqs[i]
+		h.ll[s.llc&63]--
+		h.ml[s.mlc&63]--
+		h.of[s.ofc&63]--
+	}
+	e.seqB = e.sc.writeSequences(e.seqB[:0], e.seqs[:cur.k], &h)
 	return len(e.litB) + len(e.seqB)
 }
 
-// fill is how far the trailing literals of the encoded cut (k, t) can
+// fill is how far the trailing literals of the encoded cut (cur, t) can
 // grow into slack bytes: priced with the Huffman table just built, less a
 // few bytes for stream padding and a longer header.
-func (e *Encoder) fill(src []byte, k, t, slack, end int) int {
-	at := int(e.cost.p[k].end) + t
+func (e *Encoder) fill(src []byte, cur cursor, t, slack, end int) int {
+	at := cur.end + t
 	allowed := slack - 6
 	if allowed <= 0 {
 		return t
@@ -246,8 +261,8 @@ func (e *Encoder) fill(src []byte, k, t, slack, end int) int {
 // encodeMore changes the trailing literals of the encoded cut from t to
 // nt and rebuilds the literals section only: the last literals are not
 // part of any sequence.
-func (e *Encoder) encodeMore(src []byte, k, t, nt int) int {
-	at := int(e.cost.p[k].end)
+func (e *Encoder) encodeMore(src []byte, cur cursor, t, nt int) int {
+	at := cur.end
 	if nt > t {
 		e.tlits = append(e.tlits, src[at+t:at+nt]...)
 	} else {
@@ -269,18 +284,22 @@ func (e *Encoder) parse(src []byte, limit, end int) {
 // parsed block: order-0 entropy of literals and of each code stream plus
 // extra bits.
 type costModel struct {
-	lit        [256]int32
-	ll, ml, of [maxMLCode + 1]int32
-	statSeqs   int     // sequences the unit costs were taken from
-	p          []point // p[i]: the block after seqs[:i]
+	ll, ml, of [64]int32
 	litAvg     int
 	fixed      int
+	sampled    bool // the costs are from a sample of the literals
+
+	// The literals of the block counted so far (the first litCounted).
+	litHist    [256]uint32
+	litCounted int
 }
 
-// A point is the state of a block after a number of sequences: their
-// estimated cost (1/16 bits with their literals), the input position
-// reached and the literals used.
-type point struct{ cum, end, lc int32 }
+// A cursor is a point of the parsed block: after its first k sequences,
+// at input position end, with lc literals, estimated at cum (1/16 bits,
+// their literals included). The cut moves it one sequence at a time from
+// where it was, so the costs of sequences far from the cut are never
+// summed one by one: the block's total comes from its code histogram.
+type cursor struct{ k, end, lc, cum int }
 
 // log2x16 of x of any size, approximately.
 func log16(x uint32) int {
@@ -291,115 +310,140 @@ func log16(x uint32) int {
 	return int(log2x16[x>>l]) + 16*l
 }
 
-// stats sets the unit costs from the parsed sequences and literals.
-// With sample set, only every fourth literal is counted: enough to steer
-// the parse (and to see that random data does not compress: the entropy
-// of 1000 samples of uniform bytes comes out under 8 bits by only 0.2),
-// at a quarter of the work, which on random data is most of the cost.
-func (c *costModel) stats(seqs []seq, lits, trailing []byte, sample bool) {
+// stats sets the unit costs from the code histogram h of nseq sequences
+// and from the literals. With sample set, only every fourth literal is
+// counted: enough to steer the parse (and to see that random data does
+// not compress: the entropy of 1000 samples of uniform bytes comes out
+// under 8 bits by only 0.2), at a quarter of the work, which on random
+// data is most of the cost.
+//
+// Without sample, literals are counted once per block: lits only grows
+// between calls and its histogram is kept; the trailing literals, which
+// may yet become part of a match, are counted every time.
+func (c *costModel) stats(h *codeHist, nseq int, lits, trailing []byte, sample bool) {
 	var hist [256]uint32
-	step := 1
 	if sample {
-		step = 4
+		for i := 0; i < len(lits); i += 4 {
+			hist[lits[i]]++
+		}
+		for i := 0; i < len(trailing); i += 4 {
+			hist[trailing[i]]++
+		}
+	} else {
+		countBytes(&c.litHist, lits[c.litCounted:])
+		c.litCounted = len(lits)
+		hist = c.litHist
+		countBytes(&hist, trailing)
 	}
+	c.sampled = sample
 	n := uint32(0)
-	for i := 0; i < len(lits); i += step {
-		hist[lits[i]]++
-	}
-	for i := 0; i < len(trailing); i += step {
-		hist[trailing[i]]++
-	}
 	for _, h := range hist {
 		n += h
 	}
 	ln := log16(n)
 	present := 0
 	sum := 0
-	for b, h := range hist {
+	for _, h := range hist {
 		if h == 0 {
-			c.lit[b] = 11 * 16
 			continue
 		}
 		present++
 		// Huffman codes are whole bits and at most 11 long: about 2%
 		// over the entropy on text.
 		v := (ln - log16(h)) * 131 / 128
-		c.lit[b] = int32(min(max(v, 16), 11*16))
-		sum += int(h) * int(c.lit[b])
+		sum += int(h) * min(max(v, 16), 11*16)
 	}
 	c.litAvg = 6 * 16
 	if n > 0 {
 		c.litAvg = sum/int(n) + 1
 	}
-	var llH, mlH, ofH [maxMLCode + 1]uint32
-	for i := range seqs {
-		llH[seqs[i].llc]++
-		mlH[seqs[i].mlc]++
-		ofH[seqs[i].ofc]++
+	sn := log16(uint32(nseq))
+	for s := range maxLLCode + 1 {
+		c.ll[s] = int32(max(sn-log16(h.ll[s]), 4) + 16*int(llBits[s]))
 	}
-	sn := log16(uint32(len(seqs)))
-	for s := range c.ll {
-		c.ll[s] = int32(max(sn-log16(llH[s]), 4) + 16*int(llBits[min(s, maxLLCode)]))
-		c.ml[s] = int32(max(sn-log16(mlH[s]), 4) + 16*int(mlBits[s]))
-		c.of[s] = int32(max(sn-log16(ofH[s]), 4) + 16*s)
+	for s := range maxMLCode + 1 {
+		c.ml[s] = int32(max(sn-log16(h.ml[s]), 4) + 16*int(mlBits[s]))
+	}
+	for s := range maxOFCode + 1 {
+		c.of[s] = int32(max(sn-log16(h.of[s]), 4) + 16*s)
 	}
 	// Headers: block, literals header and Huffman table (about half a
 	// byte per symbol), sequence count, modes and tables.
 	c.fixed = (3 + 5 + 8 + present/2 + 4 + 24) * 128
-	c.statSeqs = len(seqs)
 }
 
-// reset starts the cumulative costs of a block at input position pos.
-func (c *costModel) reset(pos int) {
-	c.p = append(c.p[:0], point{end: int32(pos)})
-}
-
-// extend appends the cumulative costs of the sequences not yet counted.
-func (c *costModel) extend(seqs []seq, lits []byte) {
-	i := len(c.p) - 1
-	cost, p, l := int(c.p[i].cum), int(c.p[i].end), int(c.p[i].lc)
-	for ; i < len(seqs); i++ {
-		s := &seqs[i]
-		l += int(s.litLen)
-		p += int(s.litLen + s.matchLen)
-		cost += int(s.litLen)*c.litAvg + int(c.ll[s.llc]+c.ml[s.mlc]+c.of[s.ofc])
-		c.p = append(c.p, point{cum: int32(cost), end: int32(p), lc: int32(l)})
-	}
-}
-
-// estimate is the cost of the first k sequences and t more literals.
-func (c *costModel) estimate(k, t int) int {
-	return c.fixed + int(c.p[k].cum) + t*c.litAvg
-}
-
-// cut is the largest prefix (k sequences, t literals, not past end) whose
-// estimate is within target.
-func (c *costModel) cut(target, end int) (k, t int) {
-	lo, hi := 0, len(c.p)-1
-	for lo < hi {
-		m := (lo + hi + 1) / 2
-		if c.fixed+int(c.p[m].cum) <= target {
-			lo = m
-		} else {
-			hi = m - 1
+// countBytes adds the byte histogram of b to hist. Long inputs are
+// counted in four tables, so that runs of one byte do not wait on their
+// own increments; short ones directly (four tables to clear and add up
+// cost more than the stalls).
+func countBytes(hist *[256]uint32, b []byte) {
+	if len(b) < 1024 {
+		for _, v := range b {
+			hist[v]++
 		}
+		return
 	}
-	k = lo
-	left := target - c.fixed - int(c.p[k].cum)
-	t = max(left, 0) / c.litAvg
-	return k, min(t, end-int(c.p[k].end))
+	var h [4][256]uint32
+	for len(b) >= 4 {
+		h[0][b[0]]++
+		h[1][b[1]]++
+		h[2][b[2]]++
+		h[3][b[3]]++
+		b = b[4:]
+	}
+	for _, v := range b {
+		h[0][v]++
+	}
+	for i := range hist {
+		hist[i] += h[0][i] + h[1][i] + h[2][i] + h[3][i]
+	}
 }
 
-// seqsBefore is the number of sequences that end at or before p.
-func (c *costModel) seqsBefore(p int) int {
-	lo, hi := 0, len(c.p)-1
-	for lo < hi {
-		m := (lo + hi + 1) / 2
-		if int(c.p[m].end) <= p {
-			lo = m
-		} else {
-			hi = m - 1
-		}
+// seqCost is the estimated cost of the sequences counted in h, without
+// their literals.
+func (c *costModel) seqCost(h *codeHist) int {
+	sum := 0
+	for s := range maxLLCode + 1 {
+		sum += int(h.ll[s]) * int(c.ll[s])
 	}
-	return lo
+	for s := range maxMLCode + 1 {
+		sum += int(h.ml[s]) * int(c.ml[s])
+	}
+	for s := range maxOFCode + 1 {
+		sum += int(h.of[s]) * int(c.of[s])
+	}
+	return sum
+}
+
+// cost is the estimated cost of one sequence and its literals.
+func (c *costModel) cost(s *seq) int {
+	return int(s.litLen)*c.litAvg + int(c.ll[s.llc&63]+c.ml[s.mlc&63]+c.of[s.ofc&63])
+}
+
+// estimate is the cost of the sequences before cur and t more literals.
+func (c *costModel) estimate(cur cursor, t int) int {
+	return c.fixed + cur.cum + t*c.litAvg
+}
+
+// cut moves cur to the largest prefix of the parsed sequences, followed
+// by t literals not past end, whose estimate is within target.
+func (e *Encoder) cut(cur cursor, target, end int) (cursor, int) {
+	c := &e.cost
+	for cur.k > 0 && c.fixed+cur.cum > target {
+		cur.k--
+		s := &e.seqs[cur.k]
+		cur.cum -= c.cost(s)
+		cur.end -= int(s.litLen + s.matchLen)
+		cur.lc -= int(s.litLen)
+	}
+	for cur.k < len(e.seqs) {
+		s := &e.seqs[cur.k]
+		next := cur.cum + c.cost(s)
+		if c.fixed+next > target {
+			break
+		}
+		cur = cursor{k: cur.k + 1, end: cur.end + int(s.litLen+s.matchLen), lc: cur.lc + int(s.litLen), cum: next}
+	}
+	t := max(target-c.fixed-cur.cum, 0) / c.litAvg
+	return cur, min(t, end-cur.end)
 }

@@ -51,10 +51,8 @@ type symbolTransform struct {
 // fseTable is one stream's encoding table.
 type fseTable struct {
 	tableLog   uint8
-	mode       uint8
-	rleSymbol  uint8
-	norm       [maxMLCode + 1]int16
-	symbolTT   [maxMLCode + 1]symbolTransform
+	norm       [64]int16
+	symbolTT   [64]symbolTransform // 64: a code masked with 63 needs no bounds check
 	stateTable [1 << maxMLLog]uint16
 	spread     [1 << maxMLLog]uint8
 }
@@ -79,21 +77,35 @@ func (t *fseTable) build(norm []int16, tableLog uint8) {
 	// the decoder, doing the same, sees the same layout.
 	step := size>>1 + size>>3 + 3
 	pos := 0
-	for s, n := range norm {
-		for range max(n, 0) {
-			t.spread[pos] = uint8(s)
-			pos = (pos + step) & mask
-			for pos > high {
+	const m = 1<<maxMLLog - 1 // indexes masked: no bounds checks
+	if high == size-1 {
+		// No "less than 1" symbols (every table of our own): no slots
+		// at the end to step over.
+		for s, n := range norm {
+			for range n {
+				t.spread[pos&m] = uint8(s)
 				pos = (pos + step) & mask
+			}
+		}
+	} else {
+		for s, n := range norm {
+			for range max(n, 0) {
+				t.spread[pos&m] = uint8(s)
+				pos = (pos + step) & mask
+				for pos > high {
+					pos = (pos + step) & mask
+				}
 			}
 		}
 	}
 	// stateTable lists, per symbol, its states in increasing order.
-	var next [maxMLCode + 2]int
-	copy(next[:], cumul[:len(norm)])
+	var next [256]uint16
+	for s := range norm {
+		next[s] = uint16(cumul[s])
+	}
 	for u := range size {
-		s := t.spread[u]
-		t.stateTable[next[s]] = uint16(size + u)
+		s := t.spread[u&m]
+		t.stateTable[next[s]&m] = uint16(size + u)
 		next[s]++
 	}
 	for s, n := range norm {

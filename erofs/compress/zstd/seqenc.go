@@ -9,27 +9,28 @@ import (
 )
 
 // A seq is one parsed sequence: litLen literals, then a match of matchLen
-// bytes at distance offset. offVal and the codes are filled in by code,
-// which replays the repeat-offset history the decoder keeps.
+// bytes whose distance is coded as offVal (a repeat-offset index or the
+// distance+3) by reps.code, which keeps the history the decoder keeps.
+// 16 bytes: the parser writes one per 20 bytes of text.
 type seq struct {
-	litLen, matchLen, offset uint32
-	offVal                   uint32
+	litLen, matchLen, offVal uint32
 	llc, mlc, ofc            uint8
 }
 
 // Literal and match length codes (RFC 8878 §3.1.1.3.2.1.1): baselines
 // and extra bits per code.
 var (
-	llBase = [maxLLCode + 1]uint32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+	// Padded to 64 entries: codes masked with 63 index them unchecked.
+	llBase = [64]uint32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
 		16, 18, 20, 22, 24, 28, 32, 40, 48, 64, 128, 256, 512, 1024, 2048, 4096,
 		8192, 16384, 32768, 65536}
-	llBits = [maxLLCode + 1]uint8{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	llBits = [64]uint8{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
 		1, 1, 1, 1, 2, 2, 3, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
-	mlBase = [maxMLCode + 1]uint32{3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18,
+	mlBase = [64]uint32{3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18,
 		19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34,
 		35, 37, 39, 41, 43, 47, 51, 59, 67, 83, 99, 131, 259, 515, 1027, 2051,
 		4099, 8195, 16387, 32771, 65539}
-	mlBits = [maxMLCode + 1]uint8{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	mlBits = [64]uint8{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
 		0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
 		1, 1, 1, 1, 2, 2, 3, 3, 4, 4, 5, 7, 8, 9, 10, 11,
 		12, 13, 14, 15, 16}
@@ -70,53 +71,82 @@ type reps [3]uint32
 
 var initialReps = reps{1, 4, 8}
 
-// code fills in offVal and the codes of seqs, starting from history r,
-// and returns the history after them (RFC 8878 §3.1.2.5).
-func code(seqs []seq, r reps) reps {
+// replay moves history r over seqs as the decoder does, from their
+// offset values.
+func replay(seqs []seq, r reps) reps {
 	for i := range seqs {
-		r.code(&seqs[i])
+		v, ll0 := seqs[i].offVal, seqs[i].litLen == 0
+		if v > 3 {
+			r[0], r[1], r[2] = v-3, r[0], r[1]
+			continue
+		}
+		if ll0 {
+			v++
+		}
+		switch v {
+		case 1:
+		case 2:
+			r[0], r[1] = r[1], r[0]
+		case 3:
+			r[0], r[1], r[2] = r[2], r[0], r[1]
+		default: // 4: repeat offset 1 less one
+			r[0], r[1], r[2] = r[0]-1, r[0], r[1]
+		}
 	}
 	return r
 }
 
-// code fills in the offset value and codes of s and moves the history on.
-func (r *reps) code(s *seq) {
-	o := s.offset
-	var v uint32
-	if s.litLen > 0 {
-		switch o {
-		case r[0]:
-			v = 1
-		case r[1]:
-			v = 2
-			r[0], r[1] = o, r[0]
-		case r[2]:
-			v = 3
-			r[0], r[1], r[2] = o, r[0], r[1]
-		default:
-			v = o + 3
-			r[0], r[1], r[2] = o, r[0], r[1]
+// codeHist counts the codes of a block's sequences.
+type codeHist struct {
+	ll, ml, of [64]uint32
+}
+
+// code turns the match distances the parsers leave in offVal into offset
+// values (RFC 8878 §3.1.2.5), fills in the codes, counts them in h and
+// moves the history on.
+func (r *reps) code(seqs []seq, h *codeHist) {
+	r0, r1, r2 := r[0], r[1], r[2]
+	for i := range seqs {
+		s := &seqs[i]
+		o := s.offVal
+		v := o + 3
+		if s.litLen > 0 {
+			switch o {
+			case r0:
+				v = 1
+			case r1:
+				v = 2
+				r0, r1 = o, r0
+			case r2:
+				v = 3
+				r0, r1, r2 = o, r0, r1
+			default:
+				r0, r1, r2 = o, r0, r1
+			}
+		} else {
+			switch o {
+			case r1:
+				v = 1
+				r0, r1 = o, r0
+			case r2:
+				v = 2
+				r0, r1, r2 = o, r0, r1
+			case r0 - 1:
+				v = 3
+				r0, r1, r2 = o, r0, r1
+			default:
+				r0, r1, r2 = o, r0, r1
+			}
 		}
-	} else {
-		switch o {
-		case r[1]:
-			v = 1
-			r[0], r[1] = o, r[0]
-		case r[2]:
-			v = 2
-			r[0], r[1], r[2] = o, r[0], r[1]
-		case r[0] - 1:
-			v = 3
-			r[0], r[1], r[2] = o, r[0], r[1]
-		default:
-			v = o + 3
-			r[0], r[1], r[2] = o, r[0], r[1]
-		}
+		s.offVal = v
+		ofc := uint8(bits.Len32(v)) - 1
+		llc, mlc := llCode(s.litLen), mlCode(s.matchLen)
+		s.ofc, s.llc, s.mlc = ofc, llc, mlc
+		h.ll[llc&63]++
+		h.ml[mlc&63]++
+		h.of[ofc&63]++
 	}
-	s.offVal = v
-	s.ofc = uint8(bits.Len32(v)) - 1
-	s.llc = llCode(s.litLen)
-	s.mlc = mlCode(s.matchLen)
+	r[0], r[1], r[2] = r0, r1, r2
 }
 
 var predefLLTable, predefMLTable, predefOFTable fseTable
@@ -129,10 +159,9 @@ func init() {
 
 // seqCoder holds the tables of one sequences section.
 type seqCoder struct {
-	llHist, mlHist, ofHist [maxMLCode + 1]uint32
-	tables                 [3]fseTable
-	norm                   [maxMLCode + 1]int16
-	desc                   [3][]byte
+	tables [3]fseTable
+	norm   [maxMLCode + 1]int16
+	desc   [3][]byte
 }
 
 // choose picks the cheapest mode for one stream: RLE for a single symbol,
@@ -169,8 +198,9 @@ func (c *seqCoder) choose(i int, hist []uint32, n int, maxLog uint8, predef *fse
 	return t, modeFSE
 }
 
-// writeSequences appends the sequences section of seqs (coded).
-func (c *seqCoder) writeSequences(out []byte, seqs []seq) []byte {
+// writeSequences appends the sequences section of seqs (coded), whose
+// codes h counts.
+func (c *seqCoder) writeSequences(out []byte, seqs []seq, h *codeHist) []byte {
 	n := len(seqs)
 	switch {
 	case n < 128:
@@ -183,16 +213,9 @@ func (c *seqCoder) writeSequences(out []byte, seqs []seq) []byte {
 	if n == 0 {
 		return out
 	}
-	c.llHist, c.mlHist, c.ofHist = [maxMLCode + 1]uint32{}, [maxMLCode + 1]uint32{}, [maxMLCode + 1]uint32{}
-	for i := range seqs {
-		s := &seqs[i]
-		c.llHist[s.llc]++
-		c.mlHist[s.mlc]++
-		c.ofHist[s.ofc]++
-	}
-	llT, llM := c.choose(0, c.llHist[:maxLLCode+1], n, maxLLLog, &predefLLTable, 6)
-	ofT, ofM := c.choose(1, c.ofHist[:maxOFCode+1], n, maxOFLog, &predefOFTable, 5)
-	mlT, mlM := c.choose(2, c.mlHist[:maxMLCode+1], n, maxMLLog, &predefMLTable, 6)
+	llT, llM := c.choose(0, h.ll[:maxLLCode+1], n, maxLLLog, &predefLLTable, 6)
+	ofT, ofM := c.choose(1, h.of[:maxOFCode+1], n, maxOFLog, &predefOFTable, 5)
+	mlT, mlM := c.choose(2, h.ml[:maxMLCode+1], n, maxMLLog, &predefMLTable, 6)
 	out = append(out, llM<<6|ofM<<4|mlM<<2)
 	out = append(out, c.desc[0]...)
 	out = append(out, c.desc[1]...)
@@ -205,7 +228,8 @@ func (c *seqCoder) writeSequences(out []byte, seqs []seq) []byte {
 // each as its three state transitions then its extra bits, so that the
 // decoder reads them in order. The accumulator stays in registers and is
 // flushed a whole word at a time (at most 7+26 bits before the extra
-// bits, 7+16+16+20 after).
+// bits, 7+16+16+20 after). Indexes are masked to their tables' sizes
+// (which they never exceed) instead of checked.
 func appendSeqBits(out []byte, seqs []seq, llT, mlT, ofT *fseTable) []byte {
 	n := len(seqs)
 	need := len(out) + n*10 + 24
@@ -216,66 +240,70 @@ func appendSeqBits(out []byte, seqs []seq, llT, mlT, ofT *fseTable) []byte {
 	o := len(out)
 	var acc uint64
 	var nb uint
-	flush := func() {
-		binary.LittleEndian.PutUint64(buf[o:], acc)
-		k := nb >> 3
-		o += int(k)
-		acc >>= (k << 3) & 63
-		nb &= 7
-	}
 	last := &seqs[n-1]
 	llS := llT.initState(last.llc)
 	mlS := mlT.initState(last.mlc)
 	ofS := ofT.initState(last.ofc)
-	acc = uint64(last.litLen - llBase[last.llc])
-	nb = uint(llBits[last.llc])
-	acc |= uint64(last.matchLen-mlBase[last.mlc]) << (nb & 63)
-	nb += uint(mlBits[last.mlc])
-	acc |= uint64(last.offVal-1<<last.ofc) << (nb & 63)
-	nb += uint(last.ofc)
-	flush()
-	llTT, mlTT, ofTT := &llT.symbolTT, &mlT.symbolTT, &ofT.symbolTT
-	llST, mlST, ofST := llT.stateTable[:], mlT.stateTable[:], ofT.stateTable[:]
+	acc = extraBits(last)
+	nb = uint(llBits[last.llc&63] + mlBits[last.mlc&63] + last.ofc)
+	binary.LittleEndian.PutUint64(buf[o:], acc)
+	o += int(nb >> 3)
+	acc >>= (nb >> 3 << 3) & 63
+	nb &= 7
+	const stMask = 1<<maxMLLog - 1
 	for i := n - 2; i >= 0; i-- {
 		s := &seqs[i]
-		tt := ofTT[s.ofc]
+		tt := &ofT.symbolTT[s.ofc&63]
 		k := (ofS + tt.deltaNbBits) >> 16
 		acc |= uint64(ofS&(1<<(k&31)-1)) << (nb & 63)
 		nb += uint(k)
-		ofS = uint32(ofST[int32(ofS>>(k&31))+tt.deltaFindState])
-		tt = mlTT[s.mlc]
+		ofS = uint32(ofT.stateTable[(ofS>>(k&31)+uint32(tt.deltaFindState))&stMask])
+		tt = &mlT.symbolTT[s.mlc&63]
 		k = (mlS + tt.deltaNbBits) >> 16
 		acc |= uint64(mlS&(1<<(k&31)-1)) << (nb & 63)
 		nb += uint(k)
-		mlS = uint32(mlST[int32(mlS>>(k&31))+tt.deltaFindState])
-		tt = llTT[s.llc]
+		mlS = uint32(mlT.stateTable[(mlS>>(k&31)+uint32(tt.deltaFindState))&stMask])
+		tt = &llT.symbolTT[s.llc&63]
 		k = (llS + tt.deltaNbBits) >> 16
 		acc |= uint64(llS&(1<<(k&31)-1)) << (nb & 63)
 		nb += uint(k)
-		llS = uint32(llST[int32(llS>>(k&31))+tt.deltaFindState])
-		flush()
-		acc |= uint64(s.litLen-llBase[s.llc]) << (nb & 63)
-		nb += uint(llBits[s.llc])
-		acc |= uint64(s.matchLen-mlBase[s.mlc]) << (nb & 63)
-		nb += uint(mlBits[s.mlc])
-		acc |= uint64(s.offVal-1<<(s.ofc&31)) << (nb & 63)
-		nb += uint(s.ofc)
-		flush()
+		llS = uint32(llT.stateTable[(llS>>(k&31)+uint32(tt.deltaFindState))&stMask])
+		binary.LittleEndian.PutUint64(buf[o:], acc)
+		o += int(nb >> 3)
+		acc >>= (nb >> 3 << 3) & 63
+		nb &= 7
+		acc |= extraBits(s) << (nb & 63)
+		nb += uint(llBits[s.llc&63] + mlBits[s.mlc&63] + s.ofc)
+		binary.LittleEndian.PutUint64(buf[o:], acc)
+		o += int(nb >> 3)
+		acc >>= (nb >> 3 << 3) & 63
+		nb &= 7
 	}
 	acc |= uint64(mlS&(1<<mlT.tableLog-1)) << (nb & 63)
 	nb += uint(mlT.tableLog)
 	acc |= uint64(ofS&(1<<ofT.tableLog-1)) << (nb & 63)
 	nb += uint(ofT.tableLog)
-	flush()
+	binary.LittleEndian.PutUint64(buf[o:], acc)
+	o += int(nb >> 3)
+	acc >>= (nb >> 3 << 3) & 63
+	nb &= 7
 	acc |= uint64(llS&(1<<llT.tableLog-1)) << (nb & 63)
 	nb += uint(llT.tableLog)
 	acc |= 1 << (nb & 63) // end mark
 	nb++
-	flush()
-	if nb > 0 {
-		o++
-	}
+	binary.LittleEndian.PutUint64(buf[o:], acc)
+	o += int((nb + 7) >> 3)
 	return buf[:o]
+}
+
+// extraBits is the extra bits of s, literal length lowest, then match
+// length, then offset: at most 16+16+20 bits.
+func extraBits(s *seq) uint64 {
+	ll, ml := s.llc&63, s.mlc&63
+	v := uint64(s.litLen - llBase[ll])
+	v |= uint64(s.matchLen-mlBase[ml]) << (llBits[ll] & 63)
+	v |= uint64(s.offVal-1<<(s.ofc&31)) << ((llBits[ll] + mlBits[ml]) & 63)
+	return v
 }
 
 // Literals_Section types.

@@ -91,7 +91,7 @@ type Encoder struct {
 	anchor int
 	parsed int
 	frep   [2]int
-	crep   reps // the decoder's repeat offsets after e.seqs
+	hist   codeHist // codes of e.seqs
 
 	cost  costModel
 	sc    seqCoder
@@ -103,10 +103,8 @@ type Encoder struct {
 
 // params are the parser settings of a level.
 type params struct {
-	hashLog   uint
-	minMatch  int  // fast parser: bytes hashed, 4, 5 or 6
+	hashLog   uint // chain parser (the fast one has fastLog)
 	stepShift uint // the search step grows by one every 1<<stepShift bytes without a match
-	lazy      bool // fast parser: look one byte ahead for a longer match
 
 	// Chain parser (depth > 0): chain length, positions searched per
 	// chain, bytes looked ahead for a better match.
@@ -124,9 +122,9 @@ type params struct {
 func levelParams(level int) params {
 	switch {
 	case level <= 1:
-		return params{hashLog: 14, minMatch: 5, stepShift: 5, lazy: true}
+		return params{stepShift: 5}
 	case level == 2:
-		return params{hashLog: 15, minMatch: 5, stepShift: 7, lazy: true}
+		return params{stepShift: 7}
 	}
 	depth := []int{3: 4, 4: 6, 5: 8, 6: 12, 7: 16, 8: 24, 9: 32, 10: 48, 11: 64,
 		12: 96, 13: 128, 14: 192, 15: 256, 16: 384, 17: 512, 18: 1024}[min(level, 18)]
@@ -155,7 +153,7 @@ func NewEncoder(level int, opts ...Option) (*Encoder, error) {
 	if e.p.depth > 0 {
 		e.chain.init(e.p.hashLog, e.p.chainLog)
 	} else {
-		e.hash.init(e.p.hashLog)
+		e.hash.init()
 	}
 	return e, nil
 }
