@@ -194,6 +194,11 @@ func (b *Builder) writeChunked(ino *inode, r io.Reader) error {
 			b.chunkSaved += int64(n)
 			continue
 		}
+		if !written && done == size {
+			if ok, err := b.chunkFlatTail(ino, l, start, b.chunkBuf[:n]); ok || err != nil {
+				return err
+			}
+		}
 		if !written {
 			if err := s.write(b.chunkBuf[:n]); err != nil {
 				return err
@@ -210,6 +215,35 @@ func (b *Builder) writeChunked(ino *inode, r io.Reader) error {
 	b.chunked = true
 	ino.widenChunks()
 	return nil
+}
+
+// chunkFlatTail stores a chunk-based file as a flat one with an inline tail
+// when chunking found nothing in it to share: every chunk before its new
+// last chunk p (chunk l) was stored just now, in order, so the file's
+// data is contiguous, and the partial block at its end can go inline as
+// in any flat file instead of taking a block of its own. ok reports that
+// the file is stored so.
+func (b *Builder) chunkFlatTail(ino *inode, l, start uint64, p []byte) (ok bool, err error) {
+	tail := len(p) & (b.bs - 1)
+	if b.blob != nil || tail == 0 || !b.canInline(ino, tail) || len(ino.chunks) != 1 {
+		return false, nil
+	}
+	c := ino.chunks[0]
+	if c.dev != 0 || c.lblk != 0 || c.count != l || uint64(c.pblk)+c.count<<ino.chunkBits != start {
+		return false, nil
+	}
+	full := len(p) - tail
+	if _, err := b.out.Write(p[:full]); err != nil {
+		return false, err
+	}
+	b.outBlk += uint64(full) >> b.blkbits
+	ref, err := b.spoolTail(p[full:])
+	if err != nil {
+		return false, err
+	}
+	ino.tail, ino.startBlk, ino.layout = ref, c.pblk, LayoutFlatInline
+	ino.chunks, ino.nchunks, ino.chunkBits = nil, 0, 0
+	return true, nil
 }
 
 // readChunk reads the next n bytes of a file into the hash. A chunk that
