@@ -28,7 +28,7 @@ func openChunkDicts(paths []string) (*chunkDict, error) {
 		l, err := openLayer(p)
 		if err != nil {
 			d.close()
-			return nil, err
+			return nil, fmt.Errorf("chunk dictionary: %w", err)
 		}
 		d.layers = append(d.layers, l)
 		slots := l.img.Devices()
@@ -53,9 +53,7 @@ func openChunkDicts(paths []string) (*chunkDict, error) {
 
 func (d *chunkDict) close() {
 	for _, l := range d.layers {
-		for _, f := range l.files {
-			f.Close()
-		}
+		l.Close()
 	}
 }
 

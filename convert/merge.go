@@ -75,16 +75,14 @@ func Merge(out string, layers []string, opt MergeOptions) (res *MergeResult, err
 	defer func() {
 		for _, l := range ls {
 			if l != nil {
-				for _, f := range l.files {
-					f.Close()
-				}
+				l.Close()
 			}
 		}
 	}()
 	bs := 0
 	for i, p := range layers {
 		if ls[i], err = openLayer(p); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("merge: %w", err)
 		}
 		lbs := int(ls[i].img.Super().BlockSize)
 		if bs != 0 && lbs != bs {
@@ -148,11 +146,38 @@ func Merge(out string, layers []string, opt MergeOptions) (res *MergeResult, err
 	return m.res, nil
 }
 
-// openLayer opens a layer image with its extra devices: each found as the
-// file its tag names next to the image, or else inside the image (an
-// image with its blob or tar appended).
-func openLayer(p string) (*mergeLayer, error) {
+// OpenImage opens an image file with its extra devices: each found as the
+// file its tag names beside the image, or else inside the image (an image
+// with its blob or tar appended, as Linux 6.4+ mounts it without device=).
+// Closing the returned Closer closes them all.
+func OpenImage(path string) (*erofs.Image, io.Closer, error) {
+	l, err := openLayer(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	return l.img, l, nil
+}
+
+// Close closes the image's files.
+func (l *mergeLayer) Close() error {
+	var err error
+	for _, f := range l.files {
+		if e := f.Close(); err == nil {
+			err = e
+		}
+	}
+	l.files = nil
+	return err
+}
+
+// openLayer opens a layer image with its extra devices (see OpenImage).
+func openLayer(p string) (_ *mergeLayer, err error) {
 	l := &mergeLayer{path: p}
+	defer func() {
+		if err != nil {
+			l.Close()
+		}
+	}()
 	open := func(name string) (*os.File, int64, error) {
 		f, err := os.Open(name)
 		if err != nil {
@@ -167,11 +192,11 @@ func openLayer(p string) (*mergeLayer, error) {
 	}
 	f, size, err := open(p)
 	if err != nil {
-		return nil, fmt.Errorf("merge: %w", err)
+		return nil, err
 	}
 	img, err := erofs.Open(f, size)
 	if err != nil {
-		return nil, fmt.Errorf("merge: %s: %w", p, err)
+		return nil, fmt.Errorf("%s: %w", p, err)
 	}
 	devs := img.Devices()
 	if len(devs) == 0 {
@@ -193,10 +218,14 @@ func openLayer(p string) (*mergeLayer, error) {
 	}
 	if len(opts) != len(devs) {
 		// Not beside the image by their tags: appended to it (flat).
+		for _, df := range l.files[1:] {
+			df.Close()
+		}
+		l.files = l.files[:1]
 		opts, l.devFiles = []erofs.OpenOption{erofs.WithFlatDevices()}, nil
 	}
 	if l.img, err = erofs.Open(f, size, opts...); err != nil {
-		return nil, fmt.Errorf("merge: %s: %w", p, err)
+		return nil, fmt.Errorf("%s: %w", p, err)
 	}
 	return l, nil
 }

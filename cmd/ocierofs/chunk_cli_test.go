@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -28,6 +29,25 @@ func TestCLIChunks(t *testing.T) {
 	if o, _, _ := run(t, b, "inspect", out("meta.erofs")); !strings.Contains(o, "device_table") || !strings.Contains(o, "data on extra devices") {
 		t.Errorf("inspect of a blob image:\n%s", o)
 	}
+	// The readers find a blob beside the image by its tag, and a tar
+	// appended to its index.
+	if o, e, code := run(t, b, "verify", out("meta.erofs"), layer); code != 0 || !strings.Contains(o, "matches") {
+		t.Errorf("verify of a blob image: exit %d: %s%s", code, o, e)
+	}
+	raw, err := exec.Command("gzip", "-dc", layer).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(out("l.tar"), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, e, code := run(t, b, "mkfs", "-q", "--tar-index", "--append-tar", out("ti.erofs"), out("l.tar")); code != 0 {
+		t.Fatalf("mkfs --tar-index --append-tar: exit %d: %s", code, e)
+	}
+	if o, e, code := run(t, b, "verify", out("ti.erofs"), layer); code != 0 || !strings.Contains(o, "matches") {
+		t.Errorf("verify of a tar index with its tar appended: exit %d: %s%s", code, o, e)
+	}
+
 	// The same layer again over its own image as a chunk dictionary: every
 	// chunk is known, the new blob stays empty.
 	if _, e, code := run(t, b, "mkfs", "-q", "--blobdev", out("again.blob"), "--chunk-dict", out("meta.erofs"), out("again.erofs"), layer); code != 0 {

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path"
 	"sort"
 	"strings"
@@ -13,26 +12,14 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ocierofs/ocierofs/convert"
 	"github.com/ocierofs/ocierofs/erofs"
 )
 
-// openImage opens an image file; the caller closes the file.
-func openImage(name string) (*erofs.Image, *os.File, error) {
-	f, err := os.Open(name)
-	if err != nil {
-		return nil, nil, err
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, nil, err
-	}
-	img, err := erofs.Open(f, fi.Size())
-	if err != nil {
-		f.Close()
-		return nil, nil, fmt.Errorf("%s: %w", name, err)
-	}
-	return img, f, nil
+// openImage opens an image with its extra devices (blobs or a tar beside
+// it by their tags, or appended to it).
+func openImage(name string) (*erofs.Image, io.Closer, error) {
+	return convert.OpenImage(name)
 }
 
 var inspectCommand = &cli.Command{
