@@ -2,6 +2,7 @@ package convert_test
 
 import (
 	"archive/tar"
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -52,6 +53,13 @@ func mergeLayers(t *testing.T) [3][]byte {
 		cFile("shared", big, 0o644, t2),
 	)
 	return [3][]byte{l1, l2, l3}
+}
+
+func readFile(t *testing.T, p string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	must(t, err)
+	return b
 }
 
 // devicesBeside lists an image's extra devices as the files their tags
@@ -175,6 +183,13 @@ func TestMerge(t *testing.T) {
 			}
 			if mode.copyData != (res.CopiedBytes > 0) {
 				t.Errorf("by reference: %d bytes copied", res.CopiedBytes)
+			}
+			again := filepath.Join(dir, "again.erofs")
+			if _, err := convert.Merge(again, imgs, convert.MergeOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if a, b := readFile(t, ref), readFile(t, again); !bytes.Equal(a, b) {
+				t.Errorf("two merges of the same layers differ (first at %d)", firstDiff(a, b))
 			}
 			got := treeFromDir(t, roundtrip.Mount(t, ref, res.Devices...))
 			reportDiff(t, "overlay of the layers vs merged by reference", fstree.Diff(want, got, noLinks))
