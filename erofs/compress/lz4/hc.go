@@ -7,6 +7,8 @@ const (
 	// hcSkipLog: in levels 1–9 the search step is 1 + (literals so far >>
 	// hcSkipLog), so long runs without matches are crossed quickly.
 	hcSkipLog = 7
+	// shortML is the longest match whose length fits in its token.
+	shortML = minMatch + 14
 	// optMinLevel is the first level of the optimal parser.
 	optMinLevel = 10
 )
@@ -14,7 +16,7 @@ const (
 // hcParams are the settings of one level.
 type hcParams struct {
 	depth      int // candidates examined per search
-	lazy       int // positions a match may be deferred by (levels 1–9)
+	lazy       int // levels 1–9: 1 to look for longer matches near a match's end
 	window     int // parse window of the optimal parser
 	sufficient int // optimal parser: a match this long is taken at once
 	nice       int // levels 1–9: a match this long ends the search
@@ -23,13 +25,13 @@ type hcParams struct {
 var hcLevels = [LevelMax + 1]hcParams{
 	1:  {depth: 2, nice: 32},
 	2:  {depth: 4, nice: 32},
-	3:  {depth: 8, lazy: 1, nice: 64},
-	4:  {depth: 16, lazy: 1, nice: 64},
-	5:  {depth: 32, lazy: 1, nice: 64},
-	6:  {depth: 64, lazy: 1, nice: 128},
-	7:  {depth: 64, lazy: 2, nice: 128},
-	8:  {depth: 128, lazy: 2, nice: 256},
-	9:  {depth: 256, lazy: 2, nice: 256},
+	3:  {depth: 4, lazy: 1, nice: 64},
+	4:  {depth: 8, lazy: 1, nice: 64},
+	5:  {depth: 16, lazy: 1, nice: 64},
+	6:  {depth: 32, lazy: 1, nice: 128},
+	7:  {depth: 64, lazy: 1, nice: 128},
+	8:  {depth: 128, lazy: 1, nice: 256},
+	9:  {depth: 256, lazy: 1, nice: 256},
 	10: {depth: 64, window: 512, sufficient: 64},
 	11: {depth: 256, window: 1024, sufficient: 128},
 	12: {depth: 4096, window: 4096, sufficient: 4096},
@@ -54,6 +56,9 @@ type hcState struct {
 
 func newHCState(level int) *hcState {
 	h := &hcState{hcParams: hcLevels[level]}
+	if h.nice == 0 {
+		h.nice = maxInput // the optimal parser: no early end
+	}
 	if h.window > 0 {
 		h.nodes = make([]optNode, h.window+1)
 		h.seqs = make([]optSeq, h.window+1)
@@ -84,21 +89,38 @@ func (h *hcState) insert(src []byte, off, to int) {
 // must be inserted, ip itself not.
 func (h *hcState) find(src []byte, off, ip, limit, best int) (ml, dist int) {
 	maxLen := limit - ip
-	if best >= maxLen {
+	if best >= maxLen || best < 1 {
 		return 0, 0
 	}
+	src = src[:limit]
 	u := le32(src, ip)
+	// The two bytes that would make a match longer than best are the
+	// likeliest to differ; test them first. ip+best+1 <= limit.
+	tail := le16(src, ip+best-1)
 	c := int(h.head[hcHash(u)]) - off
 	for d := h.depth; d > 0 && ip-c <= MaxDistance; d-- {
-		// The byte that would make the match longer than best is the
-		// likeliest to differ; test it first.
-		if src[c+best] == src[ip+best] && le32(src, c) == u {
-			l := minMatch + matchLen(src, c+minMatch, ip+minMatch, limit)
-			if l > best {
+		if le16(src, c+best-1) == tail && le32(src, c) == u {
+			// Extend, 8 bytes at a time.
+			a, b := c+minMatch, ip+minMatch
+			for b+8 <= limit {
+				if x := le64(src, a) ^ le64(src, b); x != 0 {
+					b += bits.TrailingZeros64(x) >> 3
+					goto counted
+				}
+				a += 8
+				b += 8
+			}
+			for b < limit && src[a] == src[b] {
+				a++
+				b++
+			}
+		counted:
+			if l := b - ip; l > best {
 				best, ml, dist = l, l, ip-c
-				if l == maxLen || l >= h.nice && h.nice > 0 {
+				if l == maxLen || l >= h.nice {
 					break
 				}
+				tail = le16(src, ip+best-1)
 			}
 		}
 		c -= int(h.chain[c&0xFFFF])
@@ -106,25 +128,68 @@ func (h *hcState) find(src []byte, off, ip, limit, best int) (ml, dist int) {
 	return ml, dist
 }
 
-// matchLen counts the bytes at a that equal those at b (a < b), up to limit.
-func matchLen(src []byte, a, b, limit int) int {
-	start := b
-	for b+8 <= limit {
-		if x := le64(src, a) ^ le64(src, b); x != 0 {
-			return b - start + bits.TrailingZeros64(x)>>3
+// findWider looks, among the candidates of position p, for a match longer
+// than best when extended backwards down to low (low <= p) and forwards up
+// to limit. It returns the match's start, length and distance; ml is 0 if
+// there is none. All positions before p must be inserted.
+func (h *hcState) findWider(src []byte, off, p, low, limit, best int) (start, ml, dist int) {
+	if p+minMatch > limit {
+		return 0, 0, 0
+	}
+	src = src[:limit]
+	u := le32(src, p)
+	maxBack := p - low
+	c := int(h.head[hcHash(u)]) - off
+	for d := h.depth; d > 0 && p-c <= MaxDistance; d-- {
+		if le32(src, c) == u {
+			a, b := c+minMatch, p+minMatch
+			for b+8 <= limit {
+				if x := le64(src, a) ^ le64(src, b); x != 0 {
+					b += bits.TrailingZeros64(x) >> 3
+					goto counted
+				}
+				a += 8
+				b += 8
+			}
+			for b < limit && src[a] == src[b] {
+				a++
+				b++
+			}
+		counted:
+			if fwd := b - p; fwd+min(maxBack, c) > best {
+				// Count backwards, 8 bytes at a time: the highest
+				// byte of a little-endian word comes last.
+				back, lim := 0, min(maxBack, c)
+				for back+8 <= lim {
+					if x := le64(src, p-back-8) ^ le64(src, c-back-8); x != 0 {
+						back += bits.LeadingZeros64(x) >> 3
+						goto backed
+					}
+					back += 8
+				}
+				for back < lim && src[p-back-1] == src[c-back-1] {
+					back++
+				}
+			backed:
+				if l := fwd + back; l > best {
+					best, start, ml, dist = l, p-back, l, p-c
+					if b == limit || l >= h.nice {
+						break
+					}
+				}
+			}
 		}
-		a += 8
-		b += 8
+		c -= int(h.chain[c&0xFFFF])
 	}
-	for b < limit && src[a] == src[b] {
-		a++
-		b++
-	}
-	return b - start
+	return start, ml, dist
 }
 
-// compressHC is the hash-chain parser of levels 1–9: greedy, or lazy by one
-// or two positions.
+// compressHC is the hash-chain parser of levels 1–9. Levels 1 and 2 take
+// the first match found (greedy). From level 3, like C's LZ4HC, a match is
+// checked against the candidates near its end: a longer match that starts
+// inside it (or just after) shortens it, or replaces it when it would be
+// left shorter than 4 bytes. Positions inside matches are inserted but not
+// searched, so a sequence costs about two searches.
 func (e *Encoder) compressHC(dst, src []byte) (int, int) {
 	h := e.hc
 	off := e.off
@@ -155,21 +220,56 @@ func (e *Encoder) compressHC(dst, src []byte) (int, int) {
 			ip += step
 			continue
 		}
-		// Lazy matching: a longer match one or two positions on is worth
-		// the literals it costs.
-	lazy:
-		for k := 1; k <= h.lazy && ip+k <= ipLimit; k++ {
-			h.insert(src, off, ip+k)
-			if ml2, dist2 := h.find(src, off, ip+k, matchLimit, ml+k-1); ml2 > 0 {
-				ip += k
-				ml, dist = ml2, dist2
-				goto lazy
-			}
-		}
 		// Extend backwards over literals (matches found after a skip).
 		for c := ip - dist; ip > anchor && c > 0 && src[ip-1] == src[c-1]; c-- {
 			ip--
 			ml++
+		}
+		// ps, pml, pdist: an earlier match kept in front of this one,
+		// to be cut where this one starts (pml is its full length).
+		pml, ps, pdist := 0, 0, 0
+		for h.lazy > 0 {
+			// Look for a longer match around the end of this one.
+			p := ip + ml - 2
+			if p > sn {
+				break
+			}
+			h.insert(src, off, p)
+			start2, ml2, dist2 := h.findWider(src, off, p, ip, matchLimit, ml)
+			if ml2 == 0 {
+				break
+			}
+			if k := start2 - ip; k >= minMatch && k < shortML {
+				// Move the cut forward while both lengths fit their
+				// tokens: the head costs nothing more, the longer
+				// match may lose a length byte.
+				if shift := min(ml, shortML, k+ml2-minMatch) - k; shift > 0 {
+					start2 += shift
+					ml2 -= shift
+				}
+			}
+			if start2-ip >= minMatch {
+				// This match keeps its head, up to the longer one;
+				// the one kept before it is final now.
+				if pml > 0 {
+					var ok, full bool
+					di, anchor, ok, full = emitSeq(dst, di, src, anchor, ps, pdist, min(pml, ip-ps))
+					if !ok || full {
+						return finish(dst, di, src, anchor)
+					}
+				}
+				pml, ps, pdist = ml, ip, dist
+			}
+			// Otherwise this match is dropped, and the one kept before
+			// it (if any) may cover more of its place.
+			ip, ml, dist = start2, ml2, dist2
+		}
+		if pml > 0 {
+			var ok, full bool
+			di, anchor, ok, full = emitSeq(dst, di, src, anchor, ps, pdist, min(pml, ip-ps))
+			if !ok || full {
+				return finish(dst, di, src, anchor)
+			}
 		}
 		var ok, full bool
 		var end int

@@ -22,16 +22,16 @@
 // Levels:
 //
 //   - LevelFast (0): greedy parser with one hash table of 5-byte sequences,
-//     like LZ4_compress_fast. After 64 positions without a match the search
-//     step grows by one byte every 64 probes, so incompressible input is
+//     like LZ4_compress_fast. After 32 positions without a match the search
+//     step grows by one byte every 32 probes, so incompressible input is
 //     crossed quickly; WithAcceleration starts the step higher.
 //   - Levels 1–9: hash chains of 4-byte sequences searched to a depth that
-//     grows with the level (level 1: 2 candidates … level 9: 256, as in
-//     C's LZ4HC), ending early at a match of 32–256 bytes. Levels 1 and 2
-//     parse greedily; from level 3 a match is deferred by one byte when the
-//     next position has a longer one (lazy matching), and from level 7 by up
-//     to two bytes. Levels 1–9 also speed up through long runs without
-//     matches.
+//     grows with the level (level 1: 2 candidates, level 3: 4 … level 9:
+//     256, as in C's LZ4HC), ending early at a match of 32–256 bytes.
+//     Levels 1 and 2 parse greedily; from level 3, as in LZ4HC, the
+//     candidates near the end of each match are searched for a longer one
+//     that starts inside it, which then cuts it short or replaces it.
+//     Levels 1–9 also speed up through long runs without matches.
 //   - Levels 10–12: price-based optimal parsing over the same hash chains
 //     (every position searched, every match length considered), with search
 //     depths 64, 256 and 4096 and parse windows of 512, 1024 and 4096 bytes.
@@ -96,7 +96,7 @@ type Encoder struct {
 	// earlier calls appear more than MaxDistance behind every position of
 	// this call, which saves clearing the tables for each block.
 	off  int
-	fast *[1 << fastHashLog]uint32
+	fast *fastTable
 	hc   *hcState
 }
 
@@ -112,7 +112,7 @@ func NewEncoder(level int, opts ...Option) (*Encoder, error) {
 		}
 	}
 	if level == LevelFast {
-		e.fast = new([1 << fastHashLog]uint32)
+		e.fast = new(fastTable)
 	} else {
 		e.hc = newHCState(level)
 	}
@@ -171,9 +171,6 @@ func (e *Encoder) CompressDestSize(dst, src []byte) (written, consumed int) {
 
 func (e *Encoder) resetTables() {
 	e.off = tableBias
-	if e.fast != nil {
-		clear(e.fast[:])
-	}
 	if e.hc != nil {
 		clear(e.hc.head[:])
 	}
@@ -273,8 +270,12 @@ func emitSeq(dst []byte, di int, src []byte, anchor, ip, offset, ml int) (ndi, e
 	return di, ip + ml, true, full
 }
 
-func le32(b []byte, i int) uint32 { return binary.LittleEndian.Uint32(b[i:]) }
-func le64(b []byte, i int) uint64 { return binary.LittleEndian.Uint64(b[i:]) }
+// le32 and le64 load little-endian words at b[i:]. Slicing to the word's
+// length compiles to one bounds check and a load; b[i:] would add the
+// pointer masking of a possibly empty slice.
+func le16(b []byte, i int) uint16 { return binary.LittleEndian.Uint16(b[i : i+2]) }
+func le32(b []byte, i int) uint32 { return binary.LittleEndian.Uint32(b[i : i+4]) }
+func le64(b []byte, i int) uint64 { return binary.LittleEndian.Uint64(b[i : i+8]) }
 
 // Errors returned by the decoder.
 var (

@@ -261,6 +261,30 @@ func TestSequence(t *testing.T) {
 	}
 }
 
+// TestHistoryIndependent checks that a block does not depend on the blocks
+// an encoder compressed before: EROFS writers hand blocks to any of several
+// encoders, and the image must not depend on which.
+func TestHistoryIndependent(t *testing.T) {
+	src := datasets()[4].data
+	for _, level := range testLevels {
+		fresh, _ := NewEncoder(level)
+		used, _ := NewEncoder(level)
+		a := make([]byte, 4096)
+		b := make([]byte, 4096)
+		for pos := 0; pos+70000 < len(src); pos += 9973 {
+			// The used encoder has just seen other data, some of it
+			// the same.
+			used.CompressDestSize(b, src[(pos*7)%len(src)/2:])
+			wa, ca := fresh.CompressDestSize(a, src[pos:pos+70000])
+			fresh, _ = NewEncoder(level)
+			wb, cb := used.CompressDestSize(b, src[pos:pos+70000])
+			if wa != wb || ca != cb || !bytes.Equal(a[:wa], b[:wb]) {
+				t.Fatalf("level %d at %d: %d/%d fresh, %d/%d after other blocks", level, pos, wa, ca, wb, cb)
+			}
+		}
+	}
+}
+
 func TestTableReset(t *testing.T) {
 	for _, level := range []int{0, 5, 10} {
 		e, _ := NewEncoder(level)
