@@ -69,6 +69,12 @@ type Compression struct {
 	// Fragments packs small files and the tails of larger ones together into
 	// the packed inode, where they are compressed as one stream (Linux 6.1).
 	Fragments bool
+	// Dedupe lets extents use pclusters written before them, in the same
+	// file or another, when they hold the same bytes at any offset
+	// (INCOMPAT_DEDUPE, Linux 6.1; files that use it get FULL indexes).
+	// It reads pclusters back from the output, which must then be an
+	// io.ReaderAt (an *os.File); otherwise it is off.
+	Dedupe bool
 	// FullIndexes writes COMPRESSED_FULL indexes where the smaller COMPACT
 	// form would do (tests use it to put both forms before the kernel).
 	FullIndexes bool

@@ -161,5 +161,8 @@ func (o *Options) checkKernel(bs int) error {
 	if c.Fragments && k.before(kernelFragments) {
 		return refuse("fragments", kernelFragments)
 	}
+	if c.Dedupe && k.before(kernelFragments) {
+		return refuse("extent dedupe", kernelFragments)
+	}
 	return nil
 }

@@ -218,6 +218,9 @@ func (b *Builder) finish() error {
 		if z.inlined {
 			sb.FeatureIncompat |= FeatureIncompatZTailPacking
 		}
+		if z.dd != nil && z.dd.sharedExtents > 0 {
+			sb.FeatureIncompat |= FeatureIncompatFragments // the DEDUPE bit too
+		}
 		if b.packed != nil {
 			sb.FeatureIncompat |= FeatureIncompatFragments
 			sb.PackedNid = b.packed.nid

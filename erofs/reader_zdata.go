@@ -5,6 +5,12 @@ import (
 	"fmt"
 	"io"
 	"sync"
+
+	kzstd "github.com/klauspost/compress/zstd"
+
+	"github.com/ocierofs/ocierofs/erofs/compress/deflate"
+	"github.com/ocierofs/ocierofs/erofs/compress/lz4"
+	"github.com/ocierofs/ocierofs/erofs/compress/zstd"
 )
 
 // Reading compressed files (layouts COMPRESSED_FULL and COMPRESSED_COMPACT).
@@ -49,6 +55,7 @@ type zlc struct {
 	d0, d1     int64
 	cblks      int64 // CBLKCNT of a NONHEAD, 0 if none
 	nextpack   int64 // end of the record's pack (ztailpacking data follows the last)
+	partial    bool  // a HEAD with PARTIAL_REF: the extent is a prefix of its pcluster
 }
 
 // zext is one mapped extent.
@@ -59,6 +66,7 @@ type zext struct {
 	pa, plen int64
 	kind     int // zPlain, zCompressed, zInline, zFragment
 	alg      Algorithm
+	partial  bool // decode only as far as the extent goes (PARTIAL_REF)
 }
 
 func (img *Image) zReader(ino *Inode) (*zData, error) {
@@ -176,7 +184,8 @@ func (d *zData) loadFull(lcn int64) (zlc, error) {
 	if err := d.img.readFull(r[:], pos); err != nil {
 		return zlc{}, d.corrupt(lcn, "index: %v", err)
 	}
-	l := zlc{typ: uint8(le.Uint16(r[0:]) & 3), nextpack: pos + 8}
+	adv := le.Uint16(r[0:])
+	l := zlc{typ: uint8(adv & 3), nextpack: pos + 8}
 	switch l.typ {
 	case lclusterNonhead:
 		l.clusterofs = 1 << d.lbits
@@ -194,6 +203,7 @@ func (d *zData) loadFull(lcn int64) (zlc, error) {
 			return zlc{}, d.corrupt(lcn, "cluster offset %d", l.clusterofs)
 		}
 		l.pblk = uint64(le.Uint32(r[4:]))
+		l.partial = adv&zPartialRef != 0
 	}
 	return l, nil
 }
@@ -336,6 +346,7 @@ func (d *zData) mapExtent(off int64) (zext, error) {
 	if err != nil {
 		return zext{}, err
 	}
+	e.partial = head.partial
 	switch {
 	case d.inline && e.headLcn == d.tailLcn:
 		e.kind, e.pa, e.plen = zInline, d.idata, d.isize
@@ -410,7 +421,11 @@ func (d *zData) decode(e zext) ([]byte, error) {
 		if k == nil {
 			return nil, d.corrupt(e.headLcn, "%s decompression is not supported", e.alg)
 		}
-		if err := k.decompress(out, raw[start:]); err != nil {
+		decompress := k.decompress
+		if e.partial {
+			decompress = decompressPrefix(e.alg)
+		}
+		if err := decompress(out, raw[start:]); err != nil {
 			return nil, d.corrupt(e.headLcn, "pcluster at %d (%d bytes, %s): %v", e.pa, e.plen, e.alg, err)
 		}
 	}
@@ -507,4 +522,65 @@ func (img *Image) packedData() (*packedInode, error) {
 		img.packed = &packedInode{r: r, size: ino.Size}
 	})
 	return img.packed, img.packedErr
+}
+
+// decompressPrefix returns a decoder that fills dst with the first bytes a
+// pcluster decodes to, as the kernel's partial decoding does for the
+// extents that use a prefix of a shared pcluster (PARTIAL_REF).
+func decompressPrefix(alg Algorithm) func(dst, src []byte) error {
+	switch alg {
+	case AlgLZ4:
+		return func(dst, src []byte) error {
+			n, err := lz4.DecompressPartial(dst, src)
+			if err == nil && n != len(dst) {
+				err = fmt.Errorf("lz4 stream decodes to %d bytes, the extent has %d", n, len(dst))
+			}
+			return err
+		}
+	case AlgDeflate:
+		return func(dst, src []byte) error {
+			if err := deflate.Decompress(dst, src); err != nil && !errors.Is(err, deflate.ErrLongStream) {
+				return err
+			}
+			return nil
+		}
+	case AlgZstd:
+		return func(dst, src []byte) error {
+			dec, err := prefixZstd()
+			if err != nil {
+				return err
+			}
+			out, err := dec.DecodeAll(src, nil)
+			if err != nil {
+				return fmt.Errorf("zstd: %w", err)
+			}
+			if len(out) < len(dst) {
+				return fmt.Errorf("zstd frame decodes to %d bytes, the extent has %d", len(out), len(dst))
+			}
+			copy(dst, out)
+			return nil
+		}
+	}
+	return func([]byte, []byte) error {
+		return fmt.Errorf("%s: extents that use part of a pcluster are not supported", alg)
+	}
+}
+
+var (
+	prefixZstdOnce sync.Once
+	prefixZstdDec  *kzstd.Decoder
+	prefixZstdErr  error
+)
+
+// prefixZstd is a zstd decoder for whole frames of any size up to what an
+// extent may hold (the zstd package's decodes exactly one length).
+func prefixZstd() (*kzstd.Decoder, error) {
+	prefixZstdOnce.Do(func() {
+		prefixZstdDec, prefixZstdErr = kzstd.NewReader(nil,
+			kzstd.WithDecoderConcurrency(0),
+			kzstd.WithDecoderLowmem(true),
+			kzstd.WithDecoderMaxWindow(zstd.MaxWindow),
+			kzstd.WithDecoderMaxMemory(maxDecodedExtent))
+	})
+	return prefixZstdDec, prefixZstdErr
 }

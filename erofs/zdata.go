@@ -23,13 +23,25 @@ const (
 )
 
 // zextent is one extent of a compressed file. Extents are consecutive in
-// the file and their pclusters consecutive on disk, so offsets and
-// addresses follow from the lengths.
+// the file and the file's own pclusters consecutive on disk, so offsets
+// and addresses follow from the lengths; an extent that uses an earlier
+// pcluster (extent dedupe) says where it is.
 type zextent struct {
 	length uint32 // decompressed bytes
 	blocks uint16 // physical blocks (plain and compressed)
 	kind   uint8
+	share  uint8  // zShareFull, zSharePartial: the pcluster at pblk is another's; zOwnPartial
+	pblk   uint32 // shared: the pcluster's first block
 }
+
+// Extents of extent dedupe: the whole of an earlier pcluster's data, or a
+// prefix of it (PARTIAL_REF); or a prefix of the file's own pcluster, cut
+// short where a run of shared extents starts.
+const (
+	zShareFull = 1 + iota
+	zSharePartial
+	zOwnPartial
+)
 
 // zfile is what Finish needs to write a compressed file's index.
 type zfile struct {
@@ -39,6 +51,7 @@ type zfile struct {
 	plainIn bool    // zInline: the inline extent is stored uncompressed
 	fragOff uint64  // zFragment: offset in the packed inode
 	big     bool    // pclusters may exceed one block (CBLKCNT)
+	shared  int     // extents in earlier pclusters (the index must be FULL)
 }
 
 // zwriter holds the buffers of compression, reused for every file.
@@ -54,6 +67,7 @@ type zwriter struct {
 	packed    *tailSpool
 	packing   bool // the packed inode is being written (it is not deduped)
 	packedLen uint64
+	dd        *zdedupe // extent dedupe, if on
 }
 
 func newZwriter(c *Compression, bs int) (*zwriter, error) {
@@ -105,7 +119,8 @@ func (b *Builder) zDone(ino *inode, zf *zfile) error {
 // zLayout picks the index form: COMPACT where the kernel reads it (4 KiB
 // lclusters, fragment offsets below 4 GiB), FULL otherwise.
 func (b *Builder) zLayout(zf *zfile) uint8 {
-	if b.blkbits != 12 || zf.fragOff >= 1<<32 || b.opt.Compression.FullIndexes {
+	// COMPACT derives pcluster addresses by counting: shared ones need FULL.
+	if b.blkbits != 12 || zf.fragOff >= 1<<32 || b.opt.Compression.FullIndexes || zf.shared > 0 {
 		return LayoutCompressedFull
 	}
 	if n := len(zf.extents); n == 1 && zf.extents[0].kind == zFragment {

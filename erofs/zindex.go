@@ -21,6 +21,8 @@ const (
 
 	zFragmentInodeBit = 7 // of h_clusterbits: the whole file is a fragment
 
+	zPartialRef = 0x8000 // di_advise of a FULL HEAD: the extent is a prefix of its pcluster
+
 	cblkcnt  = 0x0800 // NONHEAD delta[0] holds a pcluster's block count
 	maxDelta = 0x07FF // delta values stay clear of cblkcnt
 )
@@ -29,6 +31,7 @@ const (
 type lcluster struct {
 	typ        uint8
 	real       bool   // a HEAD whose pcluster is on disk (pblk is true)
+	partial    bool   // a HEAD that uses a prefix of its pcluster (PARTIAL_REF)
 	clusterofs uint16 // HEAD: where in this lcluster the extent starts
 	pblk       uint32 // HEAD: first block of its pcluster
 	d0, d1     uint16 // NONHEAD: distance back to the HEAD (or cblkcnt|n), forward to the next
@@ -63,9 +66,15 @@ func (b *Builder) lclusters(ino *inode) []lcluster {
 		case zFragment:
 			l.pblk = uint32(zf.fragOff >> 32) // FULL: the high half of the offset
 		}
+		switch e.share {
+		case zShareFull, zSharePartial:
+			l.pblk, l.partial = e.pblk, e.share == zSharePartial
+		default:
+			l.partial = e.share == zOwnPartial
+			pblk += uint32(e.blocks)
+		}
 		out[h] = l
 		heads = append(heads, h)
-		pblk += uint32(e.blocks)
 		pos += uint64(e.length)
 	}
 	if last := total - 1; ino.size&mask != 0 && heads[len(heads)-1] != last {
@@ -177,7 +186,11 @@ func (b *Builder) appendZIndex(dst []byte, ino *inode, h uint64) ([]byte, error)
 		dst = append(dst, make([]byte, 8)...)
 		for _, l := range lcs {
 			var r [8]byte
-			le.PutUint16(r[0:], uint16(l.typ))
+			adv := uint16(l.typ)
+			if l.partial {
+				adv |= zPartialRef
+			}
+			le.PutUint16(r[0:], adv)
 			if l.typ == lclusterNonhead {
 				le.PutUint16(r[4:], l.d0)
 				le.PutUint16(r[6:], l.d1)

@@ -66,6 +66,11 @@ type zjob struct {
 	// content: the file shares its data, and what its earlier segments
 	// wrote is rewound over.
 	dupOf *inode
+	// With extent dedupe, the worker leaves data as it is, writes its
+	// output to out and finds the anchors of data (zdedupe.go).
+	out     []byte
+	anchors []anchor
+	flat    bool // applied: the file became flat (zopFlatTail)
 
 	ops  []zop
 	done chan struct{}
@@ -84,6 +89,7 @@ type zpipe struct {
 	inflight int          // bytes of their buffers
 	free     [40][][]byte // reused buffers by size class (capacity 1<<class)
 	pooled   int          // their bytes
+	anchors  [][]anchor   // reused anchor lists
 }
 
 const inflightJobsPerWorker = 64
@@ -166,7 +172,7 @@ func (p *zpipe) submit(j *zjob) {
 	p.start()
 	j.done = make(chan struct{})
 	p.pending = append(p.pending, j)
-	p.inflight += len(j.data)
+	p.inflight += len(j.data) + len(j.out)
 	if j.dupOf != nil {
 		close(j.done) // nothing to compress
 		return
@@ -180,9 +186,13 @@ func (p *zpipe) applyHead(b *Builder) error {
 	p.pending[0] = nil
 	p.pending = p.pending[1:]
 	<-j.done
-	p.inflight -= len(j.data)
+	p.inflight -= len(j.data) + len(j.out)
 	err := b.apply(j)
 	p.release(j.data)
+	if j.out != nil {
+		p.release(j.out)
+		p.anchors = append(p.anchors, j.anchors[:0])
+	}
 	if err != nil {
 		return fmt.Errorf("erofs: entry %q: %w", j.path, err)
 	}
@@ -222,6 +232,19 @@ func (b *Builder) writeCompressed(path string, ino *inode, r io.Reader, fragment
 	p := b.zp
 	size := ino.size
 	zf := &zfile{big: b.z.big}
+	if z := b.z; z.c.Dedupe && z.dd == nil {
+		// Dedupe reads pclusters back: without a readable output it is off.
+		r, ok := b.w.(io.ReaderAt)
+		if !ok {
+			z.c.Dedupe = false
+		} else {
+			dd, err := newZdedupe(z, r)
+			if err != nil {
+				return err
+			}
+			z.dd = dd
+		}
+	}
 	inlineFlat, inlineZ := b.inlineRoom(ino)
 	var h hash.Hash
 	if !b.opt.NoDedupe && b.trunc != nil && !b.z.packing {
@@ -248,15 +271,31 @@ func (b *Builder) writeCompressed(path string, ino *inode, r io.Reader, fragment
 				j.dupOf = b.dupOf(dupKey(h.Sum(nil)), ino, inlineZ, inlineFlat)
 			}
 		}
+		if b.z.dd != nil && !b.z.packing && j.dupOf == nil {
+			// The input stays for the dedupe decisions at apply time.
+			if j.out, err = p.buffer(b, n); err != nil {
+				return err
+			}
+			if k := len(p.anchors); k > 0 {
+				j.anchors, p.anchors = p.anchors[k-1], p.anchors[:k-1]
+			} else {
+				j.anchors = make([]anchor, 0, 64)
+			}
+		}
 		p.submit(j)
 	}
 	return p.applyDone(b)
 }
 
 // put records a step whose bytes, src, go to data[out:] (never ahead of
-// the input still to read) and returns where the next step's bytes go.
+// the input still to read), or to j.out, and returns where the next
+// step's bytes go.
 func (j *zjob) put(out int, kind uint8, length, blocks, padBefore int, src []byte) int {
-	copy(j.data[out:], src)
+	if j.out != nil {
+		copy(j.out[out:], src)
+	} else {
+		copy(j.data[out:], src)
+	}
 	j.ops = append(j.ops, zop{kind: kind, length: uint32(length), blocks: uint16(blocks), padBefore: uint32(padBefore), off: out, n: len(src)})
 	return out + len(src)
 }
@@ -278,6 +317,9 @@ func (w *zworker) run(j *zjob) {
 	z := w.p.z
 	data := j.data
 	j.ops = j.ops[:0]
+	if j.out != nil {
+		j.anchors = findAnchors(j.anchors[:0], data)
+	}
 	pos, out := 0, 0
 	tailLimit := bs
 	if j.last && j.frag {
@@ -370,75 +412,100 @@ func (w *zworker) tail(j *zjob, pos, out, wn, c int) {
 // apply writes a finished job's result to the output and records its
 // extents; the file's last job completes its inode.
 func (b *Builder) apply(j *zjob) error {
-	z := b.z
-	zf := j.zf
 	ino := j.ino
 	if j.base == 0 {
 		ino.startBlk = uint32(b.outBlk)
 	}
 	if j.dupOf != nil {
 		start := uint64(ino.startBlk)
+		if dd := b.z.dd; dd != nil {
+			dd.forget(start)
+		}
 		b.share(ino, j.dupOf)
 		return b.rewind(start)
 	}
+	if j.out != nil {
+		return b.applyDedupe(j)
+	}
 	for _, op := range j.ops {
-		bytes := j.data[op.off : op.off+op.n]
-		switch op.kind {
-		case zPlain, zCompressed:
-			if err := b.writeZeros(uint64(op.padBefore)); err != nil {
-				return err
-			}
-			if op.kind == zPlain {
-				if err := b.writeBlock(bytes); err != nil {
-					return err
-				}
-			} else {
-				if _, err := b.out.Write(bytes); err != nil {
-					return err
-				}
-				b.outBlk += uint64(op.blocks)
-			}
-			if op.blocks > 1 {
-				z.usedBig = true
-			}
-			zf.extents = append(zf.extents, zextent{length: op.length, blocks: op.blocks, kind: op.kind})
-			zf.blocks += uint32(op.blocks)
-			if b.outBlk >= 1<<32 {
-				return fmt.Errorf("image would exceed 2^32 blocks")
-			}
-		case zopFragment:
-			if err := z.appendFragment(b, bytes); err != nil {
-				return err
-			}
-			zf.fragOff = z.packedLen - uint64(len(bytes))
-			zf.extents = append(zf.extents, zextent{length: op.length, kind: zFragment})
-		case zopFlatTail:
-			allPlain := true
-			for _, e := range zf.extents {
-				allPlain = allPlain && e.kind == zPlain
-			}
-			if allPlain {
-				return b.flatTail(ino, bytes, len(bytes) <= j.inlineFlat)
-			}
-			if z.c.TailPacking && len(bytes) <= j.inlineZ {
-				if err := b.inlineTail(zf, bytes, op.length, true); err != nil {
-					return err
-				}
-				break
-			}
-			if err := b.writeBlock(bytes); err != nil {
-				return err
-			}
-			zf.extents = append(zf.extents, zextent{length: op.length, blocks: 1, kind: zPlain})
-			zf.blocks++
-		case zopInlineZ, zopInlinePlain:
-			if err := b.inlineTail(zf, bytes, op.length, op.kind == zopInlinePlain); err != nil {
-				return err
-			}
+		if err := b.applyOp(j, op, j.opBytes(op)); err != nil {
+			return err
 		}
 	}
-	if j.last {
-		return b.zDone(ino, zf)
+	return b.applied(j)
+}
+
+// applied completes the inode after the file's last job, unless the file
+// turned out flat.
+func (b *Builder) applied(j *zjob) error {
+	if j.last && !j.flat {
+		return b.zDone(j.ino, j.zf)
+	}
+	return nil
+}
+
+// opBytes are the bytes of one step of a job's result.
+func (j *zjob) opBytes(op zop) []byte {
+	if j.out != nil {
+		return j.out[op.off : op.off+op.n]
+	}
+	return j.data[op.off : op.off+op.n]
+}
+
+// applyOp writes one step of a job's result, whose bytes are p.
+func (b *Builder) applyOp(j *zjob, op zop, p []byte) error {
+	z := b.z
+	zf := j.zf
+	switch op.kind {
+	case zPlain, zCompressed:
+		if err := b.writeZeros(uint64(op.padBefore)); err != nil {
+			return err
+		}
+		if op.kind == zPlain {
+			if err := b.writeBlock(p); err != nil {
+				return err
+			}
+		} else {
+			if _, err := b.out.Write(p); err != nil {
+				return err
+			}
+			b.outBlk += uint64(op.blocks)
+		}
+		if op.blocks > 1 {
+			z.usedBig = true
+		}
+		zf.extents = append(zf.extents, zextent{length: op.length, blocks: op.blocks, kind: op.kind})
+		zf.blocks += uint32(op.blocks)
+		if b.outBlk >= 1<<32 {
+			return fmt.Errorf("image would exceed 2^32 blocks")
+		}
+	case zopFragment:
+		if err := z.appendFragment(b, p); err != nil {
+			return err
+		}
+		zf.fragOff = z.packedLen - uint64(len(p))
+		zf.extents = append(zf.extents, zextent{length: op.length, kind: zFragment})
+	case zopFlatTail:
+		// The blocks written are the file's data, in order, only if
+		// every extent is plain and none is another's pcluster.
+		allPlain := true
+		for _, e := range zf.extents {
+			allPlain = allPlain && e.kind == zPlain && e.share == 0
+		}
+		if allPlain {
+			j.flat = true
+			return b.flatTail(j.ino, p, len(p) <= j.inlineFlat)
+		}
+		if z.c.TailPacking && len(p) <= j.inlineZ {
+			return b.inlineTail(zf, p, op.length, true)
+		}
+		if err := b.writeBlock(p); err != nil {
+			return err
+		}
+		zf.extents = append(zf.extents, zextent{length: op.length, blocks: 1, kind: zPlain})
+		zf.blocks++
+	case zopInlineZ, zopInlinePlain:
+		return b.inlineTail(zf, p, op.length, op.kind == zopInlinePlain)
 	}
 	return nil
 }

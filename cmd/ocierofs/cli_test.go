@@ -204,3 +204,56 @@ func TestCLIDedupe(t *testing.T) {
 		}
 	}
 }
+
+// TestCLIExtentDedupe: --dedupe shares the runs that near-identical files
+// have in common (a smaller image that verify accepts), and is refused
+// without compression and for kernels before 6.1.
+func TestCLIExtentDedupe(t *testing.T) {
+	b := bin(t)
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	os.MkdirAll(src, 0o755)
+	rnd := rand.New(rand.NewPCG(3, 4))
+	words := strings.Fields("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau upsilon phi chi psi omega")
+	var sb strings.Builder
+	for sb.Len() < 400000 {
+		fmt.Fprintf(&sb, "%s %s %d\n", words[rnd.IntN(len(words))], words[rnd.IntN(len(words))], rnd.IntN(1000))
+	}
+	v1 := sb.String()
+	// Versions that differ by a line each: whole-file dedupe shares none.
+	for i := range 4 {
+		at := 50000 * (i + 1)
+		os.WriteFile(filepath.Join(src, fmt.Sprintf("v%d", i)), []byte(v1[:at]+fmt.Sprintf("change %d\n", i)+v1[at:]), 0o644)
+	}
+	sizes := map[string]int64{}
+	for _, dd := range []string{"", "--dedupe"} {
+		img := filepath.Join(dir, "img"+dd+".erofs")
+		args := []string{"mkfs", "-q", "-z", "lz4", "--pcluster-size", "4K"}
+		if dd != "" {
+			args = append(args, dd)
+		}
+		if _, e, code := run(t, b, append(args, img, src)...); code != 0 {
+			t.Fatalf("mkfs %s: exit %d: %s", dd, code, e)
+		}
+		if out, e, code := run(t, b, "verify", img, src); code != 0 {
+			t.Errorf("verify %s: exit %d: %s%s", dd, code, out, e)
+		}
+		fi, err := os.Stat(img)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sizes[dd] = fi.Size()
+	}
+	if sizes["--dedupe"] > sizes[""]/2 {
+		t.Errorf("--dedupe: %d bytes, without %d: four near-copies should take little more than one", sizes["--dedupe"], sizes[""])
+	}
+	for _, c := range []struct{ args, want string }{
+		{"--dedupe", "needs --compress"},
+		{"--dedupe -z lz4 --min-kernel 5.15", "needs Linux 6.1"},
+	} {
+		args := append(append([]string{"mkfs", "-q"}, strings.Fields(c.args)...), filepath.Join(dir, "bad.erofs"), src)
+		if _, e, code := run(t, b, args...); code == 0 || !strings.Contains(e, c.want) {
+			t.Errorf("mkfs %s: exit %d, stderr %q, want %q", c.args, code, e, c.want)
+		}
+	}
+}

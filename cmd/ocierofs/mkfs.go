@@ -78,6 +78,7 @@ func erofsFlags() []cli.Flag {
 		&cli.StringFlag{Name: "max-extent", Value: "1M", Usage: "largest decompressed extent (up to 12M)"},
 		&cli.BoolFlag{Name: "tail-packing", Value: true, Usage: "store each compressed file's last extent inline after its inode (ztailpacking, 5.17; off for older --min-kernel)"},
 		&cli.BoolFlag{Name: "fragments", Usage: "pack small files and file tails together into the packed inode (6.1): smallest images, slower random reads of small files"},
+		&cli.BoolFlag{Name: "dedupe", Usage: "let compressed extents share pclusters with identical data written before them, in any file at any offset (6.1; needs --compress)"},
 		&cli.StringFlag{Name: "min-kernel", Usage: "oldest Linux X.Y that must mount the image: refuse what it cannot mount"},
 		&cli.StringFlag{Name: "chunk-size", Usage: "store files of at least SIZE chunk-based in chunks of SIZE (a power of two ≥ the block size, e.g. 64K): each distinct chunk once, zero chunks as holes (uncompressed images; Linux 5.15+)"},
 		&cli.BoolFlag{Name: "no-file-dedupe", Usage: "store every file's data, even when an earlier file has the same content (by default they share its blocks)"},
@@ -240,10 +241,13 @@ func parseCompress(spec string) (*erofs.Compression, error) {
 // explicitly are kept, and refused by Validate.
 func compressionOptions(c *cli.Context, bs int, k erofs.Kernel) (*erofs.Compression, error) {
 	z, err := parseCompress(c.String("compress"))
+	if z == nil && err == nil && c.Bool("dedupe") {
+		return nil, fmt.Errorf("--dedupe shares compressed extents: it needs --compress")
+	}
 	if z == nil || err != nil {
 		return nil, err
 	}
-	z.TailPacking, z.Fragments = c.Bool("tail-packing"), c.Bool("fragments")
+	z.TailPacking, z.Fragments, z.Dedupe = c.Bool("tail-packing"), c.Bool("fragments"), c.Bool("dedupe")
 	if z.PclusterSize, err = parseSize(c.String("pcluster-size")); err != nil {
 		return nil, fmt.Errorf("--pcluster-size: %w", err)
 	}

@@ -1,0 +1,665 @@
+package erofs
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math/bits"
+)
+
+// Extent dedupe (Compression.Dedupe; erofs-format.md §7.11): a run of data
+// that earlier pclusters already hold becomes extents pointing at those
+// pclusters, in this file or across files, at any byte offset.
+//
+// mkfs.erofs -Ededupe keys each pcluster by the rolling hash of its first
+// block and, before every extent it cuts, looks that hash up at every byte
+// position of the previous extent, keeping every extent's data in memory.
+// Here instead:
+//
+//   - The workers find content-defined anchors in their segments: the
+//     positions where a gear hash of the last 64 bytes has its top
+//     anchorBits bits clear, about one per KiB. This is a table lookup and
+//     an add per byte, in parallel with the compression it rides along.
+//   - Every pcluster written is remembered in a table of a few tens of
+//     bytes: where it is, how many bytes it decodes to, the hash of its
+//     first 64 bytes, and its first anchor, by whose hash it is found.
+//   - When a segment is applied (on the writer's goroutine, in input order,
+//     so the result does not depend on the number of workers), its anchors
+//     are looked up; an anchor that a pcluster holds at offset o means the
+//     pcluster may start o bytes earlier. That is checked by decoding the
+//     pcluster from the output and comparing bytes, so no hash is trusted.
+//     The run then follows the pclusters that came after the first one in
+//     its file for as long as the bytes agree; its last pcluster may be
+//     used in part (PARTIAL_REF).
+//   - The segment keeps the extents its worker cut, except around a run:
+//     the bytes between the worker's extent boundaries and the run's ends
+//     are compressed again here. A run is taken only if that saves blocks.
+//
+// Memory: one table entry per pcluster written plus a map entry for its
+// anchor, whatever the data size; the segments in flight keep their input
+// beside their output (twice the in-flight buffers).
+
+const (
+	// anchorBits sets the anchor rate: one position in 2^anchorBits.
+	anchorBits = 10
+	// anchorWindow is the span of the gear hash; an anchor's hash is a
+	// function of exactly the anchorWindow bytes that end at it.
+	anchorWindow = 64
+	// anchorGap keeps anchors apart in data whose hash repeats (zeros,
+	// short periods), which would otherwise be an anchor at every byte.
+	anchorGap = 256
+	// maxAnchorOff bounds the offset of a pcluster's anchor in its extent:
+	// extents are written behind the lookups by this much, so that a run
+	// can reach back to the start of a pcluster found by its anchor.
+	maxAnchorOff = 16 << 10
+	// minSaving is the number of blocks a run must save to be taken.
+	minSaving = 1
+)
+
+// gear is the gear hash's byte table (pseudo-random, fixed).
+var gear = func() (t [256]uint64) {
+	s := uint64(0x6f63696572_6f6673) // splitmix64
+	for i := range t {
+		s += 0x9E3779B97F4A7C15
+		z := s
+		z = (z ^ z>>30) * 0xBF58476D1CE4E5B9
+		z = (z ^ z>>27) * 0x94D049BB133111EB
+		t[i] = z ^ z>>31
+	}
+	return t
+}()
+
+// anchor is a content-defined position in a segment: pos is the last byte
+// of the anchorWindow bytes whose gear hash is key.
+type anchor struct {
+	pos uint32
+	key uint64
+}
+
+// findAnchors appends the anchors of data to dst. The hash starts from
+// zero at the segment start, so positions before anchorWindow-1 are none.
+// The loop is unrolled: the test is rarely true, and the hash's chain is
+// one shift and add per byte.
+func findAnchors(dst []anchor, data []byte) []anchor {
+	const thr = 1 << (64 - anchorBits) // an anchor's hash is below it
+	var h uint64
+	next := anchorWindow - 1 // the first position that may be an anchor
+	i := 0
+	for ; i+4 <= len(data); i += 4 {
+		p := data[i : i+4 : i+4]
+		if h = h<<1 + gear[p[0]]; h < thr && i >= next {
+			dst, next = append(dst, anchor{uint32(i), h}), i+anchorGap
+		}
+		if h = h<<1 + gear[p[1]]; h < thr && i+1 >= next {
+			dst, next = append(dst, anchor{uint32(i + 1), h}), i+1+anchorGap
+		}
+		if h = h<<1 + gear[p[2]]; h < thr && i+2 >= next {
+			dst, next = append(dst, anchor{uint32(i + 2), h}), i+2+anchorGap
+		}
+		if h = h<<1 + gear[p[3]]; h < thr && i+3 >= next {
+			dst, next = append(dst, anchor{uint32(i + 3), h}), i+3+anchorGap
+		}
+	}
+	for ; i < len(data); i++ {
+		if h = h<<1 + gear[data[i]]; h < thr && i >= next {
+			dst, next = append(dst, anchor{uint32(i), h}), i+anchorGap
+		}
+	}
+	return dst
+}
+
+// headHash is the gear hash of p's first anchorWindow bytes (or all of a
+// shorter p): a cheap first check that a pcluster starts where a run would.
+func headHash(p []byte) uint64 {
+	var h uint64
+	for _, c := range p[:min(len(p), anchorWindow)] {
+		h = h<<1 + gear[c]
+	}
+	return h
+}
+
+// dentry is a pcluster the table knows.
+type dentry struct {
+	key    uint64 // the hash of its anchor, if hasKey
+	head   uint64 // headHash of its data
+	pblk   uint32
+	length uint32 // bytes it decodes to
+	off    uint32 // its anchor's offset in its data
+	blocks uint16
+	kind   uint8 // zPlain or zCompressed
+	hasKey bool
+	cont   bool // it follows the previous entry in its file
+}
+
+// zdedupe is the table and the state of extent dedupe, used on the
+// writer's goroutine only.
+type zdedupe struct {
+	r       io.ReaderAt // the output, to read pclusters back
+	ents    []dentry
+	byKey   map[uint64]int32
+	partial bool // the codec's decoders take PARTIAL_REF extents
+
+	comp compressor // recompresses around runs
+	dst  []byte     // one pcluster
+	raw  []byte     // a pcluster read back
+	dec  []byte     // decoded bytes of entry decIdx
+	dIdx int
+
+	// The file being applied.
+	lastOwn bool // its last extent is the last entry
+	chain   int  // entry to try at the start of its next segment, or -1
+
+	// The run being planned: references from byte x of the segment,
+	// the last to entry lastRef; the stubs go from sa to x and on to sb.
+	refs    []zextent
+	x       int
+	sa, sb  int
+	trunc   bool // the op at sa is kept, cut short at x (zOwnPartial)
+	lastRef int
+	refEnts []int
+	stubs   []zop  // recompressed extents before and after a run
+	front   int    // stubs[:front] come before the run
+	arena   []byte // their bytes
+
+	// Totals, for Stats and the superblock.
+	sharedExtents int64
+	sharedBytes   int64
+	savedBlocks   int64
+}
+
+func newZdedupe(z *zwriter, r io.ReaderAt) (*zdedupe, error) {
+	comp, err := z.c.newCompressor()
+	if err != nil {
+		return nil, err
+	}
+	return &zdedupe{
+		r: r, byKey: map[uint64]int32{}, comp: comp, dst: make([]byte, z.pcluster),
+		dIdx: -1, chain: -1,
+		// The lzma package decodes only exactly; lz4, deflate and zstd
+		// (and plain pclusters) stop where the reader wants.
+		partial: z.c.Algorithm != AlgLZMA,
+	}, nil
+}
+
+// segView is a job seen as extents over its input: op i covers
+// data[start[i]:start[i+1]].
+type segView struct {
+	j     *zjob
+	start []int
+}
+
+func (v *segView) end(i int) int { return v.start[i+1] }
+
+// opAt is the op that holds byte x (x < the segment's length).
+func (v *segView) opAt(x int) int {
+	lo, hi := 0, len(v.j.ops)
+	for hi-lo > 1 {
+		m := (lo + hi) / 2
+		if v.start[m] <= x {
+			lo = m
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}
+
+// applyDedupe writes a job's result as apply does, with the runs that
+// earlier pclusters hold turned into references to them.
+func (b *Builder) applyDedupe(j *zjob) error {
+	d := b.z.dd
+	zf := j.zf
+	if j.base == 0 {
+		d.lastOwn, d.chain = false, -1
+	}
+	v := segView{j: j, start: make([]int, 0, len(j.ops)+1)}
+	n := 0
+	for _, op := range j.ops {
+		v.start = append(v.start, n)
+		n += int(op.length)
+	}
+	v.start = append(v.start, n)
+	data := j.data
+	// The last extent of a file stays as the worker made it (the tail
+	// rules: inline, fragment, plain in the last lcluster), unless a run
+	// covers it to the end of the file.
+	limit := len(data)
+	if j.last && len(j.ops) > 0 {
+		limit = v.start[len(j.ops)-1]
+	}
+	next := 0 // the first op not yet written; pos = v.start[next]
+	ak := 0   // the first anchor not yet given to a written extent
+	emit := func(upto int) error {
+		for next < len(j.ops) && v.end(next) <= upto {
+			if err := d.writeOwn(b, j, zf, j.ops[next], v.start[next], v.end(next), j.opBytes(j.ops[next]), &ak); err != nil {
+				return err
+			}
+			next++
+		}
+		return nil
+	}
+	tryRun := func(x, e int) (bool, error) {
+		ok, err := d.planRun(b, &v, data, next, limit, x, e)
+		if !ok || err != nil {
+			return false, err
+		}
+		// Write: the worker's extents up to the front stub, the stub,
+		// the references, the stub after, and go on after it.
+		sa := d.sa
+		if err := emit(sa); err != nil {
+			return false, err
+		}
+		pos := sa
+		if d.trunc {
+			op := j.ops[next]
+			if err := d.writeOwn(b, j, zf, op, sa, v.end(next), j.opBytes(op), &ak); err != nil {
+				return false, err
+			}
+			x := &zf.extents[len(zf.extents)-1]
+			x.length, x.share = uint32(d.x-sa), zOwnPartial
+			zf.shared++
+			pos = d.x
+		}
+		for _, op := range d.stubs[:d.front] {
+			if err := d.writeOwn(b, j, zf, op, pos, pos+int(op.length), d.arena[op.off:op.off+op.n], &ak); err != nil {
+				return false, err
+			}
+			pos += int(op.length)
+		}
+		for _, r := range d.refs {
+			zf.extents = append(zf.extents, r)
+			zf.shared++
+			d.sharedExtents++
+			d.sharedBytes += int64(r.length)
+			pos += int(r.length)
+		}
+		d.lastOwn = false
+		for _, op := range d.stubs[d.front:] {
+			if err := d.writeOwn(b, j, zf, op, pos, pos+int(op.length), d.arena[op.off:op.off+op.n], &ak); err != nil {
+				return false, err
+			}
+			pos += int(op.length)
+		}
+		next = v.opAt(pos)
+		if pos == len(data) {
+			next = len(j.ops)
+		} else if v.start[next] != pos {
+			return false, fmt.Errorf("internal: dedupe run ends at %d, not at an extent boundary", pos)
+		}
+		// A run that ends with the segment and a whole pcluster may go
+		// on with the next one in the file's next segment.
+		d.chain = -1
+		if last := d.refs[len(d.refs)-1]; pos == len(data) && !j.last && last.share == zShareFull {
+			if e := d.lastRef; e+1 < len(d.ents) && d.ents[e+1].cont {
+				d.chain = e + 1
+			}
+		}
+		return true, nil
+	}
+
+	if c := d.chain; c >= 0 {
+		d.chain = -1
+		if _, err := tryRun(0, c); err != nil {
+			return err
+		}
+	}
+	for _, a := range j.anchors {
+		y := int(a.pos)
+		if y >= len(data) {
+			break
+		}
+		if next >= len(j.ops) || y < v.start[next] {
+			continue
+		}
+		if err := emit(y - maxAnchorOff); err != nil {
+			return err
+		}
+		i, ok := d.byKey[a.key]
+		if !ok {
+			continue
+		}
+		e := &d.ents[i]
+		x := y - int(e.off)
+		if x < v.start[next] || x >= len(data) || headHash(data[x:min(len(data), x+int(e.length))]) != e.head {
+			continue
+		}
+		if _, err := tryRun(x, int(i)); err != nil {
+			return err
+		}
+	}
+	if err := emit(len(data)); err != nil {
+		return err
+	}
+	return b.applied(j)
+}
+
+// writeOwn writes one extent of the file's own, data[s:e) of the segment,
+// and remembers its pcluster; tail kinds go through apply's usual path.
+func (d *zdedupe) writeOwn(b *Builder, j *zjob, zf *zfile, op zop, s, e int, bytes []byte, ak *int) error {
+	n := len(zf.extents)
+	if err := b.applyOp(j, op, bytes); err != nil {
+		return err
+	}
+	if len(zf.extents) != n+1 {
+		d.lastOwn = false
+		return nil
+	}
+	x := zf.extents[n]
+	if x.share != 0 || (x.kind != zPlain && x.kind != zCompressed) || x.blocks == 0 {
+		d.lastOwn = false
+		return nil
+	}
+	ent := dentry{
+		pblk: uint32(b.outBlk) - uint32(x.blocks), length: x.length, blocks: x.blocks, kind: x.kind,
+		head: headHash(j.data[s:e]), cont: d.lastOwn,
+	}
+	as := j.anchors
+	for *ak < len(as) && int(as[*ak].pos) < s+anchorWindow-1 {
+		*ak++
+	}
+	if *ak < len(as) && int(as[*ak].pos) < e && int(as[*ak].pos)-s <= maxAnchorOff {
+		ent.key, ent.off, ent.hasKey = as[*ak].key, as[*ak].pos-uint32(s), true
+	}
+	i := int32(len(d.ents))
+	d.ents = append(d.ents, ent)
+	if ent.hasKey {
+		if _, dup := d.byKey[ent.key]; !dup {
+			d.byKey[ent.key] = i
+		}
+	}
+	d.lastOwn = true
+	return nil
+}
+
+// forget drops the entries of pclusters at or after block blk, which the
+// output is rewound over.
+func (d *zdedupe) forget(blk uint64) {
+	for len(d.ents) > 0 && uint64(d.ents[len(d.ents)-1].pblk) >= blk {
+		i := len(d.ents) - 1
+		if e := d.ents[i]; e.hasKey && d.byKey[e.key] == int32(i) {
+			delete(d.byKey, e.key)
+		}
+		d.ents = d.ents[:i]
+	}
+	if d.dIdx >= len(d.ents) {
+		d.dIdx = -1
+	}
+	d.lastOwn, d.chain = false, -1
+}
+
+// decoded returns the bytes entry i decodes to, read back from the output.
+func (d *zdedupe) decoded(b *Builder, i int) ([]byte, error) {
+	e := &d.ents[i]
+	if d.dIdx == i {
+		return d.dec[:e.length], nil
+	}
+	bs := b.bs
+	end := (uint64(e.pblk) + uint64(e.blocks)) * uint64(bs)
+	if end > b.outBlk*uint64(bs)-uint64(b.out.Buffered()) {
+		if err := b.out.Flush(); err != nil {
+			return nil, err
+		}
+	}
+	n := int(e.blocks) * bs
+	if cap(d.raw) < n {
+		d.raw = make([]byte, n)
+	}
+	raw := d.raw[:n]
+	if _, err := d.r.ReadAt(raw, int64(e.pblk)*int64(bs)); err != nil {
+		return nil, fmt.Errorf("dedupe: reading back the pcluster at block %d: %w", e.pblk, err)
+	}
+	if cap(d.dec) < int(e.length) {
+		d.dec = make([]byte, e.length)
+	}
+	dec := d.dec[:e.length]
+	d.dIdx = -1
+	if e.kind == zPlain {
+		copy(dec, raw)
+	} else {
+		start := 0
+		for start < bs && raw[start] == 0 {
+			start++
+		}
+		if err := codecs[b.z.c.Algorithm].decompress(dec, raw[start:]); err != nil {
+			return nil, fmt.Errorf("dedupe: the pcluster at block %d does not decode: %w", e.pblk, err)
+		}
+	}
+	d.dIdx = i
+	return dec, nil
+}
+
+// commonPrefix is the length of the longest common prefix of a and b.
+func commonPrefix(a, b []byte) int {
+	n := min(len(a), len(b))
+	i := 0
+	for ; i+8 <= n; i += 8 {
+		if x := binary.LittleEndian.Uint64(a[i:]) ^ binary.LittleEndian.Uint64(b[i:]); x != 0 {
+			return i + bits.TrailingZeros64(x)/8
+		}
+	}
+	for i < n && a[i] == b[i] {
+		i++
+	}
+	return i
+}
+
+// planRun finds how far the bytes from x on repeat entry e and the entries
+// after it in e's file, trims the run so that every extent boundary lands
+// in an lcluster of its own, and plans the stubs that fill the gaps to the
+// worker's extents. It reports whether the run saves blocks; if so d.refs,
+// d.sa, d.stubs and d.front describe what to write. next is the first op
+// not yet written and limit the end of what may change.
+func (d *zdedupe) planRun(b *Builder, v *segView, data []byte, next, limit, x, e int) (bool, error) {
+	bits := b.blkbits
+	d.refs, d.refEnts = d.refs[:0], d.refEnts[:0]
+	cur := x
+	for i := e; cur < len(data) && i < len(d.ents); i++ {
+		ent := &d.ents[i]
+		if i != e && !ent.cont || headHash(data[cur:min(len(data), cur+int(ent.length))]) != ent.head {
+			break
+		}
+		dec, err := d.decoded(b, i)
+		if err != nil {
+			return false, err
+		}
+		n := commonPrefix(dec, data[cur:])
+		full := n == int(ent.length)
+		if !full && !(d.partial || ent.kind == zPlain) {
+			break
+		}
+		// A HEAD needs an lcluster of its own, and a pcluster of more
+		// than a block a NONHEAD after it for its block count.
+		if end := cur + n; end>>bits <= cur>>bits || ent.blocks > 1 && end>>bits < cur>>bits+2 {
+			break
+		}
+		r := zextent{length: uint32(n), blocks: ent.blocks, kind: ent.kind, share: zShareFull, pblk: ent.pblk}
+		if !full {
+			r.share = zSharePartial
+		}
+		d.refs = append(d.refs, r)
+		d.refEnts = append(d.refEnts, i)
+		cur += n
+		if !full {
+			break
+		}
+	}
+	// The front: the run starts at an extent boundary of the worker's;
+	// or inside an extent whose pcluster is kept and used in part, as
+	// long as that does not take more blocks than compressing the part
+	// again would; or after a boundary in an earlier lcluster.
+	d.trunc = false
+	for len(d.refs) > 0 {
+		k := v.opAt(x)
+		sa := v.start[k]
+		op := v.j.ops[k]
+		if x != sa && x>>bits > sa>>bits && (op.kind == zPlain || op.kind == zCompressed && d.partial) &&
+			(op.blocks <= 1 || x>>bits >= sa>>bits+2 && int(op.blocks)*(x-sa) >= int(op.length)*(int(op.blocks)-1)) {
+			d.sa, d.trunc = sa, true
+			break
+		}
+		if x != sa && x>>bits == sa>>bits {
+			if k-1 < next {
+				x += int(d.refs[0].length)
+				d.refs, d.refEnts = d.refs[1:], d.refEnts[1:]
+				continue
+			}
+			sa = v.start[k-1]
+		}
+		d.sa = sa
+		break
+	}
+	// The end, likewise. Past limit, only a run that ends the file may
+	// go, and its last HEAD must not be in the file's last lcluster (the
+	// kernel would take the extent to go on to the lcluster's end).
+	for len(d.refs) > 0 {
+		m := x
+		for _, r := range d.refs {
+			m += int(r.length)
+		}
+		d.sb = m
+		if m > limit {
+			lastHead := v.j.base + uint64(m-int(d.refs[len(d.refs)-1].length))
+			fileEnd := v.j.base + uint64(len(data))
+			if m != len(data) || lastHead>>bits >= (fileEnd-1)>>bits {
+				d.refs, d.refEnts = d.refs[:len(d.refs)-1], d.refEnts[:len(d.refEnts)-1]
+				continue
+			}
+		}
+		if m == limit || m == len(data) {
+			break
+		}
+		k := v.opAt(m)
+		if v.start[k] == m {
+			break
+		}
+		d.sb = v.end(k)
+		if d.sb>>bits == m>>bits {
+			if k+1 < len(v.j.ops) && v.end(k+1) <= limit {
+				d.sb = v.end(k + 1)
+			} else {
+				d.refs, d.refEnts = d.refs[:len(d.refs)-1], d.refEnts[:len(d.refEnts)-1]
+				continue
+			}
+		}
+		break
+	}
+	if len(d.refs) == 0 {
+		return false, nil
+	}
+	d.x, d.lastRef = x, d.refEnts[len(d.refEnts)-1]
+	// What the worker's extents from sa to sb take is the most the run
+	// can save; the stubs take some of it back.
+	ka, kb := v.opAt(d.sa), len(v.j.ops)
+	if d.sb < len(data) {
+		kb = v.opAt(d.sb)
+	}
+	spec := 0
+	if d.trunc {
+		ka++ // kept
+	}
+	for _, op := range v.j.ops[ka:kb] {
+		spec += int(op.blocks)
+		if op.kind == zopFlatTail || op.kind == zopInlinePlain {
+			spec++ // a block, or inline room for the most part of one
+		}
+	}
+	if spec < minSaving {
+		return false, nil
+	}
+	d.stubs, d.arena = d.stubs[:0], d.arena[:0]
+	if !d.trunc && !d.planRange(b, data, d.sa, x) {
+		return false, nil
+	}
+	d.front = len(d.stubs)
+	m := d.sb
+	if len(d.refs) > 0 {
+		m = x
+		for _, r := range d.refs {
+			m += int(r.length)
+		}
+	}
+	if !d.planRange(b, data, m, d.sb) {
+		return false, nil
+	}
+	for _, op := range d.stubs {
+		spec -= int(op.blocks)
+	}
+	if spec < minSaving {
+		return false, nil
+	}
+	d.savedBlocks += int64(spec)
+	return true, nil
+}
+
+// planRange plans extents for data[a:b), compressed where that saves a
+// block, so that every boundary between them lies in an lcluster of its
+// own (a and b already do, or a == b). It reports false if that cannot be
+// done (a short stretch that neither compresses into one pcluster nor
+// fits a plain block).
+func (d *zdedupe) planRange(b *Builder, data []byte, a, end int) bool {
+	bs := b.bs
+	bits := b.blkbits
+	mask := bs - 1
+	z := b.z
+	fb := end &^ mask // a boundary before end must lie before this
+	for cur := a; cur < end; {
+		if end-cur <= bs {
+			d.addStub(zPlain, data[cur:end], end-cur, 1, 0)
+			return true
+		}
+		win := data[cur:min(end, cur+z.maxExtent)]
+		wn, c := d.comp.CompressDestSize(d.dst, win)
+		nblk := (wn + bs - 1) / bs
+		if c == len(data[cur:end]) {
+			if nblk*bs >= c && nblk > 1 {
+				return false // would need a NONHEAD for its block count
+			}
+			d.addStub(zCompressed, d.dst[:wn], c, nblk, nblk*bs-wn)
+			return true
+		}
+		p, plain := cur+c, c == 0 || nblk*bs >= c
+		if plain {
+			p = cur + bs
+		}
+		if p >= fb {
+			p = fb - 1 // leave the rest an lcluster boundary
+			if p>>bits <= cur>>bits {
+				return false
+			}
+			if !plain {
+				wn, c = d.comp.CompressDestSize(d.dst, data[cur:p])
+				nblk = (wn + bs - 1) / bs
+				switch {
+				case c != p-cur:
+					return false
+				case nblk*bs >= c && c <= bs:
+					plain = true
+				case nblk*bs >= c && nblk > 1:
+					return false
+				}
+			}
+		}
+		if plain {
+			d.addStub(zPlain, data[cur:p], p-cur, 1, 0)
+		} else {
+			d.addStub(zCompressed, d.dst[:wn], p-cur, nblk, nblk*bs-wn)
+		}
+		cur = p
+	}
+	return true
+}
+
+func (d *zdedupe) addStub(kind uint8, p []byte, length, blocks, pad int) {
+	d.stubs = append(d.stubs, zop{kind: kind, length: uint32(length), blocks: uint16(blocks), padBefore: uint32(pad), off: len(d.arena), n: len(p)})
+	d.arena = append(d.arena, p...)
+}
+
+// ExtentDedupe reports what extent dedupe shared: the extents that use an
+// earlier pcluster, the bytes they hold, and the blocks that saved.
+func (b *Builder) ExtentDedupe() (extents, bytes, savedBlocks int64) {
+	if b.z == nil || b.z.dd == nil {
+		return 0, 0, 0
+	}
+	d := b.z.dd
+	return d.sharedExtents, d.sharedBytes, d.savedBlocks
+}
