@@ -92,7 +92,11 @@ func (t *tool) dedupeArgs(m dedupeMode, in, out string) []string {
 	cd := codecs[m.Codec]
 	switch t.kind {
 	case kindOcierofs:
-		a := []string{"mkfs", "--quiet", "--block-size=4096", "--compress=" + cd.ocierofs,
+		bs := "--block-size=4096"
+		if m.MkfsTar == "i" {
+			bs = "--block-size=512" // a tar index has 512-byte blocks
+		}
+		a := []string{"mkfs", "--quiet", bs, "--compress=" + cd.ocierofs,
 			"--pcluster-size=4K", "--max-extent=64K", "--tail-packing=false", "--fragments=false",
 			"--build-time=" + strconv.Itoa(fixedMtime)}
 		if t.WorkersFlag {
