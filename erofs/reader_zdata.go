@@ -584,3 +584,43 @@ func prefixZstd() (*kzstd.Decoder, error) {
 	})
 	return prefixZstdDec, prefixZstdErr
 }
+
+// Extent is one extent of a compressed file, as inspect shows it.
+type Extent struct {
+	// Logical and Length place it in the file.
+	Logical, Length int64
+	// Physical is the byte address of its pcluster (0 for an inline tail
+	// or a fragment), PhysLen the pcluster's size.
+	Physical, PhysLen int64
+	// Partial marks an extent that uses a prefix of a shared pcluster.
+	Partial bool
+}
+
+// Extents calls fn for each extent of a compressed file, in file order.
+func (img *Image) Extents(ino *Inode, fn func(Extent) error) error {
+	if ino.Layout != LayoutCompressedFull && ino.Layout != LayoutCompressedCompact {
+		return fmt.Errorf("erofs: nid %d: not compressed", ino.Nid)
+	}
+	d, err := img.zReader(ino)
+	if err != nil {
+		return err
+	}
+	for off := int64(0); off < d.size; {
+		e, err := d.mapExtent(off)
+		if err != nil {
+			return err
+		}
+		if e.la+e.llen <= off {
+			return fmt.Errorf("erofs: nid %d: extent at %d does not advance", ino.Nid, off)
+		}
+		x := Extent{Logical: e.la, Length: e.llen, Partial: e.partial}
+		if e.kind == zPlain || e.kind == zCompressed {
+			x.Physical, x.PhysLen = e.pa, e.plen
+		}
+		if err := fn(x); err != nil {
+			return err
+		}
+		off = e.la + e.llen
+	}
+	return nil
+}

@@ -243,6 +243,10 @@ func TestCLIExtentDedupe(t *testing.T) {
 			t.Fatal(err)
 		}
 		sizes[dd] = fi.Size()
+		o, _, _ := run(t, b, "inspect", img)
+		if strings.Contains(o, "shared extents:") != (dd != "") {
+			t.Errorf("inspect %s: shared extents reported wrongly:\n%s", dd, o)
+		}
 	}
 	if sizes["--dedupe"] > sizes[""]/2 {
 		t.Errorf("--dedupe: %d bytes, without %d: four near-copies should take little more than one", sizes["--dedupe"], sizes[""])

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"io/fs"
@@ -96,6 +98,9 @@ func inspect(out io.Writer, img *erofs.Image, name string) error {
 	if st.extra > 0 {
 		fmt.Fprintf(w, "data on extra devices:\t%d bytes\n", st.extra)
 	}
+	if st.zShared > 0 {
+		fmt.Fprintf(w, "shared extents:\t%d extents use an earlier extent's pcluster (%d bytes not stored again)\n", st.zShared, st.zSharedBytes)
+	}
 	if st.zFiles > 0 {
 		fmt.Fprintf(w, "compressed:\t%d files, %d bytes in %d bytes of pclusters (+ inline and fragments)\n", st.zFiles, st.zBytes, st.zStored)
 	}
@@ -121,6 +126,10 @@ type stats struct {
 	// once, used again), holes; and the bytes on extra devices.
 	chunkRefs, chunks             int
 	chunkShared, holeBytes, extra int64
+	// Compressed extents that use a pcluster an earlier extent uses
+	// (extent dedupe), and their bytes.
+	zShared      int
+	zSharedBytes int64
 }
 
 var layoutNames = map[uint8]string{
@@ -158,6 +167,7 @@ func imageStats(img *erofs.Image) (*stats, error) {
 	type dataKey struct {
 		addr, size int64
 		frag       bool
+		extents    [32]byte // compressed: the SHA-256 of its extent map
 	}
 	data := map[dataKey]bool{}
 	type chunkKey struct {
@@ -165,6 +175,11 @@ func imageStats(img *erofs.Image) (*stats, error) {
 		blk uint32
 	}
 	chunks := map[chunkKey]bool{}
+	// Extent dedupe: a compressed extent shares when its pcluster is one
+	// an earlier extent uses, or blocks of a flat file.
+	pclusters := map[int64]bool{}
+	var flat [][2]int64      // [start, end) of flat files' blocks
+	var zexts []erofs.Extent // first users of their pcluster
 	bs := int64(img.Super().BlockSize)
 	err := fs.WalkDir(img, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -186,8 +201,24 @@ func imageStats(img *erofs.Image) (*stats, error) {
 		st.byLayout[layoutNames[ino.Layout]]++
 		if ino.Mode&erofs.S_IFMT == erofs.S_IFREG {
 			st.fileBytes += ino.Size
+			var xs []erofs.Extent
+			if z := ino.Layout == erofs.LayoutCompressedFull || ino.Layout == erofs.LayoutCompressedCompact; z {
+				if err := img.Extents(ino, func(x erofs.Extent) error { xs = append(xs, x); return nil }); err != nil {
+					return err
+				}
+			}
 			if addr, frag, ok := img.DataAddress(ino); ok {
-				k := dataKey{addr, ino.Size, frag}
+				// With extent dedupe, files may share their first pcluster
+				// and no more: a compressed file is another's copy only if
+				// every extent is the same.
+				k := dataKey{addr: addr, size: ino.Size, frag: frag}
+				if xs != nil {
+					h := sha256.New()
+					for _, x := range xs {
+						binary.Write(h, binary.LittleEndian, x)
+					}
+					h.Sum(k.extents[:0])
+				}
 				if data[k] {
 					st.sharedFiles++
 					st.sharedBytes += ino.Size
@@ -199,14 +230,30 @@ func imageStats(img *erofs.Image) (*stats, error) {
 			case erofs.LayoutFlatInline:
 				st.dataBlockBytes += ino.Size / bs * bs
 				st.inlineBytes += ino.Size % bs
+				if start := int64(ino.StartBlock()) * bs; ino.Size >= bs {
+					flat = append(flat, [2]int64{start, start + ino.Size/bs*bs})
+				}
 			case erofs.LayoutFlatPlain:
 				st.dataBlockBytes += (ino.Size + bs - 1) / bs * bs
+				start := int64(ino.StartBlock()) * bs
+				flat = append(flat, [2]int64{start, start + (ino.Size+bs-1)/bs*bs})
 			case erofs.LayoutCompressedFull, erofs.LayoutCompressedCompact:
 				blocks := int64(ino.CompressedBlocks())
 				st.zFiles++
 				st.zBytes += ino.Size
 				st.zStored += blocks * bs
 				st.dataBlockBytes += blocks * bs
+				for _, x := range xs {
+					switch {
+					case x.Physical == 0:
+					case pclusters[x.Physical]:
+						st.zShared++
+						st.zSharedBytes += x.Length
+					default:
+						pclusters[x.Physical] = true
+						zexts = append(zexts, x)
+					}
+				}
 			case erofs.LayoutChunkBased:
 				bits, refs, ok, err := img.ChunkRefs(ino)
 				if err != nil || !ok {
@@ -238,6 +285,14 @@ func imageStats(img *erofs.Image) (*stats, error) {
 		}
 		return nil
 	})
+	sort.Slice(flat, func(i, j int) bool { return flat[i][0] < flat[j][0] })
+	for _, x := range zexts {
+		i := sort.Search(len(flat), func(i int) bool { return flat[i][1] > x.Physical })
+		if i < len(flat) && flat[i][0] <= x.Physical {
+			st.zShared++
+			st.zSharedBytes += x.Length
+		}
+	}
 	return st, err
 }
 
