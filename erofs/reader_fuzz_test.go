@@ -78,6 +78,13 @@ func exerciseImage(img *Image) {
 		_, _ = img.Xattrs(p)
 		_, _, _, _ = img.ChunkRefs(ino)
 		_, _, _ = img.DataAddress(ino)
+		n := 0
+		_ = img.Extents(ino, func(Extent) error {
+			if n++; n > 1000 {
+				return io.EOF
+			}
+			return nil
+		})
 		if ino.IsSymlink() {
 			_, _ = img.Readlink(p)
 		}
