@@ -233,6 +233,12 @@ func TestReaderWriteSeeds(t *testing.T) {
 	seeds := tinyVariants()
 	seeds["plain-block0"] = readFixture(t, "plain.img")[:4096]
 	seeds["chunk-block01"] = readFixture(t, "chunk.img")[:8192]
+	// Extent dedupe: FULL indexes, PARTIAL_REF, shared pclusters.
+	text := bytes.Repeat([]byte("the quick brown fox jumps over the lazy dog 0123456789\n"), 300)
+	near := append(append(bytes.Clone(text[:7000]), "an insertion\n"...), text[7000:]...)
+	seeds["zdedupe"] = buildFiles(t, Options{Compression: &Compression{Algorithm: AlgLZ4, PclusterSize: 4096, Dedupe: true}}, map[string][]byte{
+		"a": text, "b": near, "c": text[:9000],
+	})
 	// A metadata-only image: device table, 8-byte chunk indexes.
 	var blob memWriterAt
 	seeds["blob-meta"] = buildFiles(t, Options{BlockSize: 512, Blob: &blob, Devices: []DeviceSlot{{Tag: "b"}}}, map[string][]byte{
