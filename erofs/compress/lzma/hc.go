@@ -22,7 +22,7 @@ type hashChain struct {
 	head4 []uint32
 	chain []uint32
 	maskC uint32
-	shift uint32 // 32 - log2(len(head4))
+	mask4 uint32 // the part of head4 in use: 1<<bits - 1
 
 	base   uint32
 	dict   uint32
@@ -72,7 +72,7 @@ func (h *hashChain) reset(src []byte) {
 	// range whatever the mask was, so the size may change between calls.
 	span := min(len(src), int(h.dict), 8*h.budget)
 	b4 := min(max(bits.Len(uint(span))-hash4Load, hash4MinBits), bits.Len(uint(len(h.head4)))-1)
-	h.shift = uint32(32 - b4)
+	h.mask4 = 1<<b4 - 1
 	if uint64(h.base)+uint64(len(src))+2 >= 1<<32 || h.base == 0 {
 		clear(h.head3[:])
 		clear(h.head4)
@@ -95,6 +95,13 @@ const hashMul = 0x9E3779B1
 
 func hash3(v uint32) uint32 { return ((v << 8) * hashMul) >> (32 - hash3Bits) }
 
+// hash4 is the 4-byte hash for the largest table; a call masks it to the
+// part in use. The top bits of a 64-bit product depend on every bit of v,
+// and a fixed shift keeps the shift-count register free in the loops.
+func hash4(v uint32) uint32 { return uint32((uint64(v) * hashMul64) >> (64 - hash4MaxBits)) }
+
+const hashMul64 = 0x9E3779B97F4A7C15
+
 // skip inserts positions up to end (exclusive) without searching. It runs
 // for every byte inside a match, so the tables are held in locals: stores
 // through slices would otherwise make the compiler reload them from h.
@@ -103,7 +110,7 @@ func (h *hashChain) skip(end int) {
 	last := min(end, len(src)-3)
 	if p := h.next; p < last {
 		head3, head4, chain := h.head3, h.head4, h.chain
-		maskC, shift := h.maskC, h.shift&31
+		maskC, mask4 := h.maskC, h.mask4
 		abs := h.base + uint32(p)
 		// v holds the four bytes at p: each byte ranged over is the last
 		// of the next position's four, which saves the load's bounds
@@ -112,7 +119,7 @@ func (h *hashChain) skip(end int) {
 		for _, c := range src[p+3 : last+3] {
 			v = v>>8 | uint32(c)<<24
 			head3[hash3(v)] = abs
-			h4 := (v * hashMul) >> shift
+			h4 := hash4(v) & mask4
 			chain[abs&maskC] = head4[h4]
 			head4[h4] = abs
 			abs++
@@ -133,7 +140,7 @@ func (h *hashChain) find(pos int, ms []match) int {
 	}
 	limit := min(len(src)-pos, h.nice)
 	v := binary.LittleEndian.Uint32(src[pos:])
-	h3, h4 := hash3(v), (v*hashMul)>>(h.shift&31)
+	h3, h4 := hash3(v), hash4(v)&h.mask4
 	abs := h.base + uint32(pos)
 	head4, chain, maskC := h.head4, h.chain, h.maskC
 	d3 := abs - h.head3[h3]
