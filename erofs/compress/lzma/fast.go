@@ -113,20 +113,32 @@ func (e *Encoder) chooseFast(pos int, cur []match, nCur int, nxt []match) (back,
 }
 
 // repMatch returns the longest match at a repeated distance, 0 if none
-// reaches 2 bytes, and the distance's index. It is a function of its own
-// so that its loop keeps its few values in registers.
+// reaches 2 bytes, and the distance's index. It is a function of its own,
+// unrolled, so that it keeps its few values in registers: it runs at every
+// position and mostly finds nothing.
 //
 //go:noinline
 func (e *Encoder) repMatch(pos, limit int) (length, idx int) {
 	src := e.src
-	c0, c1 := src[pos], src[pos+1]
-	for i, r := range e.reps {
-		m := pos - int(r) - 1
-		if m < 0 || src[m] != c0 || src[m+1] != c1 {
-			continue
+	c := uint16(src[pos]) | uint16(src[pos+1])<<8
+	r := e.reps
+	m0, m1, m2, m3 := pos-int(r[0])-1, pos-int(r[1])-1, pos-int(r[2])-1, pos-int(r[3])-1
+	if m0 >= 0 && uint16(src[m0])|uint16(src[m0+1])<<8 == c {
+		length = extend(src, m0, pos, 2, limit)
+	}
+	if m1 >= 0 && uint16(src[m1])|uint16(src[m1+1])<<8 == c {
+		if l := extend(src, m1, pos, 2, limit); l > length {
+			length, idx = l, 1
 		}
-		if l := extend(src, m, pos, 2, limit); l > length {
-			length, idx = l, i
+	}
+	if m2 >= 0 && uint16(src[m2])|uint16(src[m2+1])<<8 == c {
+		if l := extend(src, m2, pos, 2, limit); l > length {
+			length, idx = l, 2
+		}
+	}
+	if m3 >= 0 && uint16(src[m3])|uint16(src[m3+1])<<8 == c {
+		if l := extend(src, m3, pos, 2, limit); l > length {
+			length, idx = l, 3
 		}
 	}
 	return length, idx

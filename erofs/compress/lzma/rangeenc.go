@@ -146,11 +146,18 @@ func (r *rangeEncoder) reverseTree(probs []uint16, v uint32, n uint32) {
 	r.low, r.rng = low, rng
 }
 
-// literal codes byte c with the literal coder probs; after a match, with
-// the byte at rep0 as context (a matched literal): while c's bits agree
-// with match's, they are coded with probabilities of their own.
-func (r *rangeEncoder) literal(probs []uint16, c uint32, matched bool, match uint32) {
+// literal codes a literal: a 0 with probability *isMatch, then byte c with
+// the literal coder probs; after a match, with the byte at rep0 as context
+// (a matched literal): while c's bits agree with match's, they are coded
+// with probabilities of their own.
+func (r *rangeEncoder) literal(isMatch *uint16, probs []uint16, c uint32, matched bool, match uint32) {
 	low, rng := r.low, r.rng
+	v := uint32(*isMatch)
+	*isMatch = adapt(v, 0)
+	rng = (rng >> probBits) * v
+	if rng < rangeTop {
+		low, rng = r.norm(low, rng)
+	}
 	sym := c | 0x100
 	probs = probs[:literalCoderSize]
 	if !matched {
