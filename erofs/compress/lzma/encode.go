@@ -23,12 +23,11 @@ func (e *Encoder) litProbs(pos int) []uint16 {
 func (e *Encoder) encLiteral(pos int) {
 	ps := uint32(pos) & e.pbMask
 	st := e.state
-	e.rc.bit(&e.p.isMatch[st<<posBitsMax|ps], 0)
 	var match uint32
 	if st >= 7 {
 		match = uint32(e.src[pos-int(e.reps[0])-1])
 	}
-	e.rc.literal(e.litProbs(pos), uint32(e.src[pos]), st >= 7, match)
+	e.rc.literal(&e.p.isMatch[st<<posBitsMax|ps], e.litProbs(pos), uint32(e.src[pos]), st >= 7, match)
 	e.state = stateLiteral(st)
 }
 

@@ -28,9 +28,10 @@
 // Levels follow xz's presets:
 //
 //   - 0–3: fast parse (xz's "fast" mode): hash chains of 4-byte sequences
-//     searched 4, 8, 24 and 48 deep, heads of 2- and 3-byte sequences,
-//     repeated distances tried first, a match deferred by one byte when the
-//     next position has a clearly better one.
+//     searched 4, 8, 24 and 48 deep, a head of 3-byte sequences (no
+//     2-byte matches, and 3-byte ones only within 256 bytes: farther ones
+//     cost more than literals), repeated distances tried first, a match
+//     deferred by one byte when the next position has a clearly better one.
 //   - 4–9: price-based optimal parse (xz's "normal" mode): every position's
 //     matches are priced with the adaptive model and the cheapest path of
 //     literals, matches, repeated matches and short reps is chosen; nice

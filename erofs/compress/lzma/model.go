@@ -132,9 +132,16 @@ func (l *lenProbs) reset() {
 	fill(l.high[:])
 }
 
+// fill sets every probability of s to one half, by doubling copies: every
+// stream resets some 14,000 of them, and on incompressible input (stopped
+// after 1 KiB) the reset is a tenth of the work.
 func fill(s []uint16) {
-	for i := range s {
-		s[i] = probInit
+	if len(s) == 0 {
+		return
+	}
+	s[0] = probInit
+	for i := 1; i < len(s); i *= 2 {
+		copy(s[i:], s[:i])
 	}
 }
 

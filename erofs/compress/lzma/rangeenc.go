@@ -42,17 +42,34 @@ func (r *rangeEncoder) shiftLow() {
 }
 
 // step codes one binary decision b with probability v (of a 0) on low and
-// rng and returns them with the adapted probability; the caller normalizes.
-// It is branch-free (literal bits are unpredictable) and inlines, so the
-// loops below keep low and rng in registers. One shift always restores the
-// range: a probability is at least 31/2048, so a single decision never
-// shrinks the range by more than 2^8.
-func step(low uint64, rng, v, b uint32) (uint64, uint32, uint32) {
-	mask := 0 - b
+// rng and returns them; the caller adapts the probability (see adapted) and
+// normalizes. It inlines, so the loops below keep low and rng in registers,
+// and its one condition compiles to conditional moves (literal bits are
+// unpredictable). One shift always restores the range: a probability is at
+// least 31/2048, so a single decision never shrinks the range by more than
+// 2^8.
+func step(low uint64, rng, v, b uint32) (uint64, uint32) {
 	bound := (rng >> probBits) * v
-	return low + uint64(bound&mask), bound + (rng-2*bound)&mask,
-		v + ((probOne-v)>>moveBits)&^mask - (v>>moveBits)&mask
+	nl, nr := low+uint64(bound), rng-bound
+	if b == 0 {
+		nl, nr = low, bound
+	}
+	return nl, nr
 }
+
+// adapted[b<<probBits | v] is probability v adapted after coding b: one
+// load instead of the arithmetic, off the range's critical path.
+var adapted = func() (t [2 << probBits]uint16) {
+	for v := range uint32(probOne) {
+		t[v] = uint16(v + (probOne-v)>>moveBits)
+		t[probOne+v] = uint16(v - v>>moveBits)
+	}
+	return
+}()
+
+const adaptMask = 2<<probBits - 1
+
+func adapt(v, b uint32) uint16 { return adapted[(b<<probBits|v)&adaptMask] }
 
 // norm shifts a byte out; rare, so out of line.
 //
@@ -65,8 +82,9 @@ func (r *rangeEncoder) norm(low uint64, rng uint32) (uint64, uint32) {
 
 // bit codes one binary decision with probability *p and adapts *p.
 func (r *rangeEncoder) bit(p *uint16, b uint32) {
-	low, rng, v := step(r.low, r.rng, uint32(*p), b)
-	*p = uint16(v)
+	v := uint32(*p)
+	*p = adapt(v, b)
+	low, rng := step(r.low, r.rng, v, b)
 	if rng < rangeTop {
 		low, rng = r.norm(low, rng)
 	}
@@ -77,10 +95,11 @@ func (r *rangeEncoder) bit(p *uint16, b uint32) {
 // one half.
 func (r *rangeEncoder) direct(v uint32, n uint32) {
 	low, rng := r.low, r.rng
-	for n > 0 {
-		n--
+	v <<= (32 - n) & 31
+	for ; n > 0; n-- {
 		rng >>= 1
-		low += uint64(rng & (0 - (v>>n)&1))
+		low += uint64(rng & (0 - v>>31))
+		v <<= 1
 		if rng < rangeTop {
 			low, rng = r.norm(low, rng)
 		}
@@ -88,16 +107,19 @@ func (r *rangeEncoder) direct(v uint32, n uint32) {
 	r.low, r.rng = low, rng
 }
 
-// tree codes the n-bit symbol v with a bit tree rooted at probs[1].
+// tree codes the n-bit symbol v (1 ≤ n ≤ 8) with a bit tree rooted at
+// probs[1]. The bits are taken from the top of v shifted up, which saves a
+// variable shift per bit.
 func (r *rangeEncoder) tree(probs []uint16, v uint32, n uint32) {
 	low, rng := r.low, r.rng
 	m := uint32(1)
-	for n > 0 {
-		n--
-		b := (v >> n) & 1
-		var pv uint32
-		low, rng, pv = step(low, rng, uint32(probs[m]), b)
-		probs[m] = uint16(pv)
+	v <<= (32 - n) & 31
+	for ; n > 0; n-- {
+		b := v >> 31
+		v <<= 1
+		pv := uint32(probs[m])
+		probs[m] = adapt(pv, b)
+		low, rng = step(low, rng, pv, b)
 		if rng < rangeTop {
 			low, rng = r.norm(low, rng)
 		}
@@ -113,9 +135,9 @@ func (r *rangeEncoder) reverseTree(probs []uint16, v uint32, n uint32) {
 	for ; n > 0; n-- {
 		b := v & 1
 		v >>= 1
-		var pv uint32
-		low, rng, pv = step(low, rng, uint32(probs[m]), b)
-		probs[m] = uint16(pv)
+		pv := uint32(probs[m])
+		probs[m] = adapt(pv, b)
+		low, rng = step(low, rng, pv, b)
 		if rng < rangeTop {
 			low, rng = r.norm(low, rng)
 		}
@@ -124,19 +146,27 @@ func (r *rangeEncoder) reverseTree(probs []uint16, v uint32, n uint32) {
 	r.low, r.rng = low, rng
 }
 
-// literal codes byte c with the literal coder probs; after a match, with
-// the byte at rep0 as context (a matched literal): while c's bits agree
-// with match's, they are coded with probabilities of their own.
-func (r *rangeEncoder) literal(probs []uint16, c uint32, matched bool, match uint32) {
+// literal codes a literal: a 0 with probability *isMatch, then byte c with
+// the literal coder probs; after a match, with the byte at rep0 as context
+// (a matched literal): while c's bits agree with match's, they are coded
+// with probabilities of their own.
+func (r *rangeEncoder) literal(isMatch *uint16, probs []uint16, c uint32, matched bool, match uint32) {
 	low, rng := r.low, r.rng
+	v := uint32(*isMatch)
+	*isMatch = adapt(v, 0)
+	rng = (rng >> probBits) * v
+	if rng < rangeTop {
+		low, rng = r.norm(low, rng)
+	}
 	sym := c | 0x100
 	probs = probs[:literalCoderSize]
 	if !matched {
 		for sym < 0x10000 {
-			i := sym >> 8
-			var pv uint32
-			low, rng, pv = step(low, rng, uint32(probs[i&0xFF]), (sym>>7)&1)
-			probs[i&0xFF] = uint16(pv)
+			i := (sym >> 8) & 0xFF
+			b := (sym >> 7) & 1
+			pv := uint32(probs[i])
+			probs[i] = adapt(pv, b)
+			low, rng = step(low, rng, pv, b)
 			if rng < rangeTop {
 				low, rng = r.norm(low, rng)
 			}
@@ -149,9 +179,9 @@ func (r *rangeEncoder) literal(probs []uint16, c uint32, matched bool, match uin
 			mb := match & offs
 			b := (sym >> 7) & 1
 			i := offs + mb + sym>>8
-			var pv uint32
-			low, rng, pv = step(low, rng, uint32(probs[i]), b)
-			probs[i] = uint16(pv)
+			pv := uint32(probs[i])
+			probs[i] = adapt(pv, b)
+			low, rng = step(low, rng, pv, b)
 			if rng < rangeTop {
 				low, rng = r.norm(low, rng)
 			}
