@@ -163,7 +163,8 @@ type inode struct {
 	nchunks   uint64 // index entries of a chunk-based file
 	chunkBits uint8  // log2(blocks per chunk) of a chunk-based file
 	layout    uint8
-	z         *zfile // compressed layouts
+	z         *zfile   // compressed layouts
+	sharers   []*inode // files sharing this one's inline tail (promoteTail)
 
 	// set by Finish
 	nlink uint32

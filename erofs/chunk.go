@@ -3,6 +3,7 @@ package erofs
 import (
 	"bufio"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash"
@@ -161,6 +162,12 @@ func (b *Builder) writeChunked(ino *inode, r io.Reader) error {
 		b.chunkHash = sha256.New()
 	}
 	h := b.chunkHash
+	// The file's own key for whole-file dedupe: its size and the hashes
+	// of its chunks (a hole as zeros), so a copy of an earlier file shares
+	// its layout — inline tail included — instead of only its chunks.
+	fh := sha256.New()
+	binary.Write(fh, binary.LittleEndian, [3]uint64{0x6368756e6b73, cs, size}) // "chunks"
+	fileStart := s.next()
 	var done uint64
 	for l := uint64(0); done < size; l++ {
 		n := min(cs, size-done)
@@ -174,6 +181,22 @@ func (b *Builder) writeChunked(ino *inode, r io.Reader) error {
 			return err
 		}
 		done += n
+		var k chunkKey
+		if !zero {
+			h.Sum(k[:0])
+		}
+		fh.Write(k[:])
+		// A copy's earlier chunks all hit the table, so nothing of it is
+		// written yet; if something was, the table points into it: keep it.
+		if done == size && s.next() == fileStart {
+			var fk dupKey
+			fh.Sum(fk[:0])
+			inlineFlat, _ := b.inlineRoom(ino)
+			if orig := b.dupOf(fk, ino, 0, inlineFlat); orig != nil {
+				b.share(ino, orig)
+				return nil
+			}
+		}
 		if zero {
 			if written {
 				if err := s.rewind(start); err != nil {
@@ -182,8 +205,6 @@ func (b *Builder) writeChunked(ino *inode, r io.Reader) error {
 			}
 			continue
 		}
-		var k chunkKey
-		h.Sum(k[:0])
 		if loc, ok := b.chunks.lookup(&k); ok {
 			if written {
 				if err := s.rewind(start); err != nil {

@@ -91,7 +91,10 @@ func (b *Builder) writeData(ino *inode, e *Entry, r io.Reader) error {
 		if orig := b.dupOf(dupKey(h.Sum(nil)), ino, 0, inlineFlat); orig != nil {
 			start := uint64(ino.startBlk)
 			b.share(ino, orig)
-			return b.rewind(start)
+			if err := b.rewind(start); err != nil {
+				return err
+			}
+			return b.promoteTail(orig, ino)
 		}
 	}
 	ino.layout = LayoutFlatPlain

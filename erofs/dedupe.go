@@ -2,6 +2,7 @@ package erofs
 
 import (
 	"crypto/sha256"
+	"fmt"
 	"io"
 )
 
@@ -49,6 +50,7 @@ func (b *Builder) dupOf(k dupKey, ino *inode, inlineZ, inlineFlat int) *inode {
 // share gives ino the data of orig, whose content is the same.
 func (b *Builder) share(ino, orig *inode) {
 	ino.layout, ino.startBlk, ino.tail, ino.z = orig.layout, orig.startBlk, orig.tail, orig.z
+	ino.chunks, ino.nchunks, ino.chunkBits = orig.chunks, orig.nchunks, orig.chunkBits
 	b.dedupedBytes += int64(ino.size)
 }
 
@@ -64,6 +66,36 @@ func (b *Builder) rewind(blk uint64) error {
 	b.maxBlk = max(b.maxBlk, b.outBlk)
 	b.out.Reset(io.NewOffsetWriter(b.w, int64(blk)*int64(b.bs)))
 	b.outBlk = blk
+	return nil
+}
+
+// promoteTail moves a small file's inline data into a block of its own
+// once enough copies share it: an inline tail is written into every
+// sharer's inode record, so n copies of a file under one block cost n
+// times its size, a block costs one block. dup is the newest copy.
+func (b *Builder) promoteTail(orig, dup *inode) error {
+	if orig.layout != LayoutFlatInline || orig.z != nil || orig.size >= uint64(b.bs) {
+		return nil
+	}
+	orig.sharers = append(orig.sharers, dup)
+	if uint64(len(orig.sharers)+1)*orig.size < uint64(b.bs) {
+		return nil
+	}
+	if b.outBlk+1 >= 1<<32 {
+		return nil // keep it inline
+	}
+	p := b.scratch[:orig.size]
+	if err := b.spool.readAt(p, orig.tail.off); err != nil {
+		return fmt.Errorf("tail spool: %w", err)
+	}
+	blk := uint32(b.outBlk)
+	if err := b.writeBlock(p); err != nil {
+		return err
+	}
+	for _, ino := range append(orig.sharers, orig) {
+		ino.layout, ino.startBlk, ino.tail = LayoutFlatPlain, blk, tailRef{}
+	}
+	orig.sharers = nil
 	return nil
 }
 

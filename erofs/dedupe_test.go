@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -36,6 +37,12 @@ func dupFiles() map[string][]byte {
 	}
 	for i := range 20 {
 		files[fmt.Sprintf("small/%02d", i)] = small
+	}
+	// Enough copies of a file under a block that one block costs less
+	// than a tail in every inode: the copies move to a shared block.
+	tail := random(1500)
+	for i := range 6 {
+		files[fmt.Sprintf("tails/%d", i)] = tail
 	}
 	return files
 }
@@ -108,6 +115,20 @@ func TestDedupe(t *testing.T) {
 			for _, n := range []int{2, 5} {
 				if got, _ := build(false, n); !bytes.Equal(got, deduped) {
 					t.Errorf("%d workers: image differs from one worker's at %d", n, firstDiff(got, deduped))
+				}
+			}
+			if c == nil {
+				img := openBytes(t, deduped)
+				var blk []uint64
+				for i := range 6 {
+					ino, err := img.Lstat(fmt.Sprintf("tails/%d", i))
+					if err != nil || ino.Layout != LayoutFlatPlain {
+						t.Fatalf("tails/%d: %v, layout %v: want its inline tail moved to a shared block", i, err, ino)
+					}
+					blk = append(blk, ino.StartBlock())
+				}
+				if slices.Min(blk) != slices.Max(blk) {
+					t.Errorf("copies of tails/0 in blocks %v, want one block", blk)
 				}
 			}
 			for _, raw := range [][]byte{full, deduped} {
