@@ -69,22 +69,26 @@ func (b *Builder) rewind(blk uint64) error {
 	return nil
 }
 
-// promoteTail moves a small file's inline data into a block of its own
-// once enough copies share it: an inline tail is written into every
-// sharer's inode record, so n copies of a file under one block cost n
-// times its size, a block costs one block. dup is the newest copy.
+// promoteTail moves the inline tail that copies of a file share into a
+// block of its own once that costs less: an inline tail is written into
+// every sharer's inode record, so n copies cost n tails, a block costs one
+// block. A file under one block becomes FLAT_PLAIN in that block; a longer
+// one becomes CHUNK_BASED in one-block chunks, its full blocks where they
+// are and its tail in the new block (Linux 5.15+). dup is the newest copy.
 func (b *Builder) promoteTail(orig, dup *inode) error {
-	if orig.layout != LayoutFlatInline || orig.z != nil || orig.size >= uint64(b.bs) {
+	bs := uint64(b.bs)
+	tail, full := orig.size&(bs-1), orig.size>>b.blkbits
+	if orig.layout != LayoutFlatInline || orig.z != nil || tail == 0 {
+		return nil
+	}
+	if full > 0 && (b.opt.MinKernel.before(kernelChunked) || full+1 > maxChunks) {
 		return nil
 	}
 	orig.sharers = append(orig.sharers, dup)
-	if uint64(len(orig.sharers)+1)*orig.size < uint64(b.bs) {
+	if uint64(len(orig.sharers)+1)*tail < bs || b.outBlk+1 >= 1<<32 {
 		return nil
 	}
-	if b.outBlk+1 >= 1<<32 {
-		return nil // keep it inline
-	}
-	p := b.scratch[:orig.size]
+	p := b.scratch[:tail]
 	if err := b.spool.readAt(p, orig.tail.off); err != nil {
 		return fmt.Errorf("tail spool: %w", err)
 	}
@@ -92,8 +96,26 @@ func (b *Builder) promoteTail(orig, dup *inode) error {
 	if err := b.writeBlock(p); err != nil {
 		return err
 	}
-	for _, ino := range append(orig.sharers, orig) {
-		ino.layout, ino.startBlk, ino.tail = LayoutFlatPlain, blk, tailRef{}
+	orig.tail = tailRef{}
+	if full == 0 || uint64(orig.startBlk)+full == uint64(blk) {
+		if full == 0 {
+			orig.startBlk = blk
+		}
+		orig.layout = LayoutFlatPlain
+	} else {
+		start := orig.startBlk
+		orig.layout, orig.chunkBits, orig.nchunks, orig.chunks = LayoutChunkBased, 0, full+1, nil
+		orig.addChunk(0, 0, start)
+		for l := uint64(1); l < full; l++ {
+			orig.addChunk(l, 0, start+uint32(l))
+		}
+		orig.addChunk(full, 0, blk)
+		orig.widenChunks()
+		b.chunked = true
+	}
+	for _, ino := range orig.sharers {
+		ino.layout, ino.startBlk, ino.tail = orig.layout, orig.startBlk, orig.tail
+		ino.chunks, ino.nchunks, ino.chunkBits = orig.chunks, orig.nchunks, orig.chunkBits
 	}
 	orig.sharers = nil
 	return nil

@@ -44,6 +44,14 @@ func dupFiles() map[string][]byte {
 	for i := range 6 {
 		files[fmt.Sprintf("tails/%d", i)] = tail
 	}
+	// The same for a file with full blocks before its tail: its copies
+	// become chunk-based, the tail in a block of its own.
+	mid := random(2*4096 + 1900)
+	for i := range 5 {
+		files[fmt.Sprintf("mid/%d", i)] = mid
+	}
+	files["mid/0x"] = random(5000) // written between the first copies
+
 	return files
 }
 
@@ -129,6 +137,23 @@ func TestDedupe(t *testing.T) {
 				}
 				if slices.Min(blk) != slices.Max(blk) {
 					t.Errorf("copies of tails/0 in blocks %v, want one block", blk)
+				}
+				var refs [][]ChunkRef
+				for i := range 5 {
+					ino, err := img.Lstat(fmt.Sprintf("mid/%d", i))
+					if err != nil || ino.Layout != LayoutChunkBased {
+						t.Fatalf("mid/%d: %v, layout %v: want chunk-based with its tail in a shared block", i, err, ino)
+					}
+					_, r, _, err := img.ChunkRefs(ino)
+					if err != nil {
+						t.Fatal(err)
+					}
+					refs = append(refs, r)
+				}
+				for _, r := range refs[1:] {
+					if !slices.Equal(r, refs[0]) {
+						t.Errorf("copies of mid/0 have chunks %v and %v", refs[0], r)
+					}
 				}
 			}
 			for _, raw := range [][]byte{full, deduped} {
