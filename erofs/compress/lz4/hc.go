@@ -242,8 +242,9 @@ func (e *Encoder) compressHC(dst, src []byte) (int, int) {
 			if k := start2 - ip; k >= minMatch && k < shortML {
 				// Move the cut forward while both lengths fit their
 				// tokens: the head costs nothing more, the longer
-				// match may lose a length byte.
-				if shift := min(ml, shortML, k+ml2-minMatch) - k; shift > 0 {
+				// match may lose a length byte. A match must still
+				// start at least mfLimit bytes before the end.
+				if shift := min(ml, shortML, k+ml2-minMatch, sn-ip) - k; shift > 0 {
 					start2 += shift
 					ml2 -= shift
 				}
