@@ -153,6 +153,30 @@ func roundTripCases() []rtCase {
 		add(name, v, o, nil)
 	}
 
+	// The other codecs over the tar with every entry type: MicroLZMA at
+	// levels 0, 1, 6, 9 × pcluster 4K, 64K, 1M, tail packing and fragments
+	// taking each combination in turn; DEFLATE and zstd twice each.
+	other := func(alg erofs.Algorithm, level, pc int, tail, frag bool) (string, convert.Options) {
+		v, o := zopts(alg.String(), level, pc, tail, frag)
+		o.Erofs.Compression.Algorithm = alg
+		return fmt.Sprintf("%s%d-%s", alg, level, v[len(alg.String())+1:]), o
+	}
+	i := 0
+	for _, level := range []int{0, 1, 6, 9} {
+		for _, pc := range []int{4096, 65536, 1 << 20} {
+			v, o := other(erofs.AlgLZMA, level, pc, i&1 != 0, i&2 != 0)
+			add("full-pax", v, o, nil)
+			i++
+		}
+	}
+	for _, alg := range []erofs.Algorithm{erofs.AlgDeflate, erofs.AlgZstd} {
+		level, _ := erofs.DefaultLevel(alg)
+		v, o := other(alg, level, 4096, false, false)
+		add("full-pax", v, o, nil)
+		v, o = other(alg, level, 65536, true, true)
+		add("full-gnu", v, o, nil)
+	}
+
 	// Chunk dedupe, a blob with the data, a tar index over the tar (with
 	// the tar as a device, and appended).
 	chunked := func(bs, chunk int) convert.Options {

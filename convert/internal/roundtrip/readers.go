@@ -199,7 +199,8 @@ func Fsck(t testing.TB, img string, blockSize int, args ...string) (skip string)
 		return fmt.Sprintf("fsck.erofs 1.5 does not know %d-byte blocks: %s", blockSize, firstLine(out))
 	}
 	// 1.5 predates fragments (1.6) and the deflate and zstd codecs.
-	if bytes.Contains(out, []byte("unidentified incompatible feature")) || bytes.Contains(out, []byte("unsupported algorithm")) {
+	if bytes.Contains(out, []byte("unidentified incompatible feature")) || bytes.Contains(out, []byte("unsupported algorithm")) ||
+		bytes.Contains(out, []byte("unknown compression format")) {
 		return "fsck.erofs 1.5 does not know a feature of the image: " + firstLine(out)
 	}
 	t.Errorf("fsck.erofs %s %s: %v\n%s", strings.Join(args, " "), img, err, Shorten(out))
