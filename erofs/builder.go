@@ -106,35 +106,31 @@ func (o *Options) Validate() error {
 // Builder writes an EROFS image from a stream of entries. It is not safe for
 // concurrent use.
 type Builder struct {
-	opt      Options
-	w        io.WriterAt
-	bs       int
-	blkbits  uint
-	out      *bufio.Writer // sequential writer from block firstBlk on
-	outBlk   uint64        // next block the sequential writer writes
-	root     *node
-	ninodes  int
-	chunked  bool
-	spool    *tailSpool
-	z        *zwriter // compression, if on
-	zp       *zpipe   // its workers
-	packed   *inode   // the packed inode of fragments, made by Finish
-	scratch  []byte   // one block, reused
-	finished bool
-	err      error // sticky: after a failed Add the image is unusable
+	blockWriter // the data area, from block firstBlk on
+	opt         Options
+	blkbits     uint
+	root        *node
+	ninodes     int
+	chunked     bool
+	spool       *tailSpool
+	z           *zwriter // compression, if on
+	zp          *zpipe   // its workers
+	packed      *inode   // the packed inode of fragments, made by Finish
+	scratch     []byte   // one block, reused
+	finished    bool
+	err         error // sticky: after a failed Add the image is unusable
 
 	// Whole-file dedupe (dedupe.go).
 	dups         map[dupKey]dupOrig
 	dedupedBytes int64
 	trunc        interface{ Truncate(int64) error } // w, if it can shrink
-	maxBlk       uint64                             // the output's end before a rewind
 
 	// Chunk dedupe (chunk.go).
 	chunks     chunkTable
 	chunkBuf   []byte
 	chunkHash  hash.Hash
 	chunkSaved int64
-	blob       *blobSink // Options.Blob, device 1
+	blob       *blockWriter // Options.Blob, device 1
 }
 
 // node is a name in the tree; hard links are several nodes sharing an inode.
@@ -184,11 +180,10 @@ func NewBuilder(w io.WriterAt, opt Options) (*Builder, error) {
 		bs = 4096
 	}
 	b := &Builder{
-		opt:     opt,
-		w:       w,
-		bs:      bs,
-		blkbits: uint(bits.TrailingZeros(uint(bs))),
-		scratch: make([]byte, bs),
+		blockWriter: blockWriter{w: w, bs: bs},
+		opt:         opt,
+		blkbits:     uint(bits.TrailingZeros(uint(bs))),
+		scratch:     make([]byte, bs),
 	}
 	b.trunc, _ = w.(interface{ Truncate(int64) error })
 	b.opt.BlockSize = bs
@@ -197,7 +192,8 @@ func NewBuilder(w io.WriterAt, opt Options) (*Builder, error) {
 		if len(b.opt.Devices) == 0 {
 			b.opt.Devices = []DeviceSlot{{}}
 		}
-		b.blob = newBlobSink(opt.Blob, bs)
+		blob := newBlockWriter(opt.Blob, bs, 0)
+		b.blob = &blob
 	}
 	if opt.ChunkSize > chunkBufSize && b.trunc == nil && opt.Blob == nil {
 		return nil, errors.New("erofs: chunks larger than 1 MiB need an output that can be truncated")
@@ -211,8 +207,7 @@ func NewBuilder(w io.WriterAt, opt Options) (*Builder, error) {
 		b.z = z
 		b.zp = newZpipe(z, bs, b.blkbits, opt.Workers)
 	}
-	b.outBlk = b.firstBlk()
-	b.out = bufio.NewWriterSize(io.NewOffsetWriter(w, int64(b.outBlk)*int64(bs)), 1<<20)
+	b.blockWriter = newBlockWriter(w, bs, b.firstBlk())
 	b.root = &node{ino: b.impliedInode(".")}
 	b.root.children = map[string]*node{}
 	b.ninodes = 1

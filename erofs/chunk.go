@@ -1,7 +1,6 @@
 package erofs
 
 import (
-	"bufio"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -48,86 +47,18 @@ type chunkLoc struct {
 // turn out to be duplicates or zeros.
 const chunkBufSize = 1 << 20
 
-// chunkSink is where chunk data goes: the image or the blob.
-type chunkSink interface {
-	next() uint64 // the block the next write lands on
-	write(p []byte) error
-	pad(n uint64) error // pads n bytes written since a block start to a block
-	rewind(blk uint64) error
-	dev() uint16
-}
-
-// imageSink writes chunks to the image's data area.
-type imageSink struct{ b *Builder }
-
-func (s imageSink) next() uint64            { return s.b.outBlk }
-func (s imageSink) write(p []byte) error    { _, err := s.b.out.Write(p); return err }
-func (s imageSink) pad(n uint64) error      { return s.b.padBlock(n) }
-func (s imageSink) rewind(blk uint64) error { return s.b.rewind(blk) }
-func (s imageSink) dev() uint16             { return 0 }
-func (s *blobSink) next() uint64            { return s.blk }
-func (s *blobSink) write(p []byte) error    { _, err := s.out.Write(p); return err }
-func (s *blobSink) dev() uint16             { return 1 }
-
-// blobSink writes chunks to Options.Blob, extra device 1.
-type blobSink struct {
-	w      io.WriterAt
-	out    *bufio.Writer
-	bs     int
-	blk    uint64 // next block
-	maxBlk uint64 // the end before a rewind
-}
-
-func newBlobSink(w io.WriterAt, bs int) *blobSink {
-	return &blobSink{w: w, bs: bs, out: bufio.NewWriterSize(io.NewOffsetWriter(w, 0), 1<<20)}
-}
-
-func (s *blobSink) pad(n uint64) error {
-	bs := uint64(s.bs)
-	if r := n % bs; r != 0 {
-		if _, err := s.out.Write(zeroBlock[:bs-r]); err != nil {
-			return err
-		}
-	}
-	s.blk += (n + bs - 1) / bs
-	return nil
-}
-
-func (s *blobSink) rewind(blk uint64) error {
-	if blk == s.blk {
-		return nil
-	}
-	if err := s.out.Flush(); err != nil {
-		return err
-	}
-	s.maxBlk = max(s.maxBlk, s.blk)
-	s.out.Reset(io.NewOffsetWriter(s.w, int64(blk)*int64(s.bs)))
-	s.blk = blk
-	return nil
-}
-
-// finish flushes the blob and cuts what a rewind left past its end.
-func (s *blobSink) finish() error {
-	if err := s.out.Flush(); err != nil {
-		return fmt.Errorf("blob: %w", err)
-	}
-	if s.maxBlk > s.blk {
-		t, ok := s.w.(interface{ Truncate(int64) error })
-		if !ok {
-			return errors.New("blob: cannot truncate the output")
-		}
-		if err := t.Truncate(int64(s.blk) * int64(s.bs)); err != nil {
-			return fmt.Errorf("blob: %w", err)
-		}
-	}
-	return nil
+// chunkSink is where chunk data goes: the image (device 0) or the blob
+// (device 1).
+type chunkSink struct {
+	*blockWriter
+	dev uint16
 }
 
 func (b *Builder) sink() chunkSink {
 	if b.blob != nil {
-		return b.blob
+		return chunkSink{b.blob, 1}
 	}
-	return imageSink{b}
+	return chunkSink{&b.blockWriter, 0}
 }
 
 // chunked reports whether a regular file of size bytes is stored
@@ -167,11 +98,11 @@ func (b *Builder) writeChunked(ino *inode, r io.Reader) error {
 	// its layout — inline tail included — instead of only its chunks.
 	fh := sha256.New()
 	binary.Write(fh, binary.LittleEndian, [3]uint64{0x6368756e6b73, cs, size}) // "chunks"
-	fileStart := s.next()
+	fileStart := s.outBlk
 	var done uint64
 	for l := uint64(0); done < size; l++ {
 		n := min(cs, size-done)
-		start := s.next()
+		start := s.outBlk
 		if start+(n+uint64(b.bs)-1)>>b.blkbits >= 1<<32-1 {
 			return errors.New("data would exceed 2^32 blocks")
 		}
@@ -188,7 +119,7 @@ func (b *Builder) writeChunked(ino *inode, r io.Reader) error {
 		fh.Write(k[:])
 		// A copy's earlier chunks all hit the table, so nothing of it is
 		// written yet; if something was, the table points into it: keep it.
-		if done == size && s.next() == fileStart {
+		if done == size && s.outBlk == fileStart {
 			var fk dupKey
 			fh.Sum(fk[:0])
 			inlineFlat, _ := b.inlineRoom(ino)
@@ -224,11 +155,11 @@ func (b *Builder) writeChunked(ino *inode, r io.Reader) error {
 			if err := s.write(b.chunkBuf[:n]); err != nil {
 				return err
 			}
-			if err := s.pad(n); err != nil {
+			if err := s.padBlock(n); err != nil {
 				return err
 			}
 		}
-		loc := chunkLoc{s.dev(), uint32(start)}
+		loc := chunkLoc{s.dev, uint32(start)}
 		b.chunks.add(&k, loc)
 		ino.addChunk(l, loc.dev, loc.blk)
 	}
@@ -296,7 +227,7 @@ func (b *Builder) readChunk(s chunkSink, r io.Reader, h hash.Hash, n, done, size
 		}
 		left -= uint64(len(p))
 	}
-	return zero, true, s.pad(n)
+	return zero, true, s.padBlock(n)
 }
 
 // widenChunks doubles the chunk size while every chunk of the doubled size

@@ -113,24 +113,8 @@ func (b *Builder) writeData(ino *inode, e *Entry, r io.Reader) error {
 		}
 		return nil
 	}
-	return b.writeBlock(buf)
+	return b.writePadded(buf)
 }
-
-// writeBlock writes p (at most one block) as a whole, zero-padded block.
-func (b *Builder) writeBlock(p []byte) error {
-	if _, err := b.out.Write(p); err != nil {
-		return err
-	}
-	if pad := b.bs - len(p); pad > 0 {
-		if _, err := b.out.Write(zeroBlock[:pad]); err != nil {
-			return err
-		}
-	}
-	b.outBlk++
-	return nil
-}
-
-var zeroBlock = make([]byte, 65536)
 
 // maxChunks bounds the chunk map of one sparse file (4 bytes each), so a
 // tar claiming a huge sparse size cannot make the inode record huge.

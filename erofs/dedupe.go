@@ -3,7 +3,6 @@ package erofs
 import (
 	"crypto/sha256"
 	"fmt"
-	"io"
 )
 
 // Whole-file dedupe: a regular file whose content equals an earlier one's
@@ -54,21 +53,6 @@ func (b *Builder) share(ino, orig *inode) {
 	b.dedupedBytes += int64(ino.size)
 }
 
-// rewind moves the output back to block blk, over data that turned out to
-// be a duplicate; Finish truncates what is left beyond the image's end.
-func (b *Builder) rewind(blk uint64) error {
-	if blk == b.outBlk {
-		return nil
-	}
-	if err := b.out.Flush(); err != nil {
-		return err
-	}
-	b.maxBlk = max(b.maxBlk, b.outBlk)
-	b.out.Reset(io.NewOffsetWriter(b.w, int64(blk)*int64(b.bs)))
-	b.outBlk = blk
-	return nil
-}
-
 // promoteTail moves the inline tail that copies of a file share into a
 // block of its own once that costs less: an inline tail is written into
 // every sharer's inode record, so n copies cost n tails, a block costs one
@@ -93,7 +77,7 @@ func (b *Builder) promoteTail(orig, dup *inode) error {
 		return fmt.Errorf("tail spool: %w", err)
 	}
 	blk := uint32(b.outBlk)
-	if err := b.writeBlock(p); err != nil {
+	if err := b.writePadded(p); err != nil {
 		return err
 	}
 	orig.tail = tailRef{}

@@ -165,23 +165,18 @@ func (b *Builder) finish() error {
 	if err := b.writeLate(order); err != nil {
 		return err
 	}
-	if err := b.out.Flush(); err != nil {
-		return err
-	}
 	if b.outBlk != late {
 		return fmt.Errorf("internal: wrote %d blocks, planned %d", b.outBlk, late)
 	}
-	if b.maxBlk > late {
-		// Duplicate data was written past the end, then rewound over.
-		if err := b.trunc.Truncate(int64(late) * int64(bs)); err != nil {
-			return err
-		}
+	// Duplicate data written past the end, then rewound over, is cut.
+	if err := b.blockWriter.finish(); err != nil {
+		return err
 	}
 	if b.blob != nil {
 		if err := b.blob.finish(); err != nil {
-			return err
+			return fmt.Errorf("blob: %w", err)
 		}
-		b.opt.Devices[0].Blocks = b.blob.blk
+		b.opt.Devices[0].Blocks = b.blob.outBlk
 	}
 
 	sb := superBlock{

@@ -187,44 +187,12 @@ func (b *Builder) writeLate(order []*inode) error {
 					return nil // the inline tail
 				}
 				left--
-				return b.writeBlock(blk)
+				return b.writePadded(blk)
 			})
 			if err != nil {
 				return err
 			}
 		}
-	}
-	return nil
-}
-
-// writePadded writes p and zero-pads to the next block boundary.
-func (b *Builder) writePadded(p []byte) error {
-	if _, err := b.out.Write(p); err != nil {
-		return err
-	}
-	return b.padBlock(uint64(len(p)))
-}
-
-// padBlock pads a region of n bytes that started at a block boundary to the
-// next block boundary and advances the block counter past it.
-func (b *Builder) padBlock(n uint64) error {
-	bs := uint64(b.bs)
-	if r := n % bs; r != 0 {
-		if err := b.writeZeros(bs - r); err != nil {
-			return err
-		}
-	}
-	b.outBlk += (n + bs - 1) / bs
-	return nil
-}
-
-func (b *Builder) writeZeros(n uint64) error {
-	for n > 0 {
-		k := min(n, uint64(len(zeroBlock)))
-		if _, err := b.out.Write(zeroBlock[:k]); err != nil {
-			return err
-		}
-		n -= k
 	}
 	return nil
 }

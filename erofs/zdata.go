@@ -103,7 +103,7 @@ func (b *Builder) flatTail(ino *inode, tail []byte, inline bool) error {
 		}
 		return nil
 	}
-	return b.writeBlock(tail)
+	return b.writePadded(tail)
 }
 
 func (b *Builder) zDone(ino *inode, zf *zfile) error {

@@ -462,7 +462,7 @@ func (b *Builder) applyOp(j *zjob, op zop, p []byte) error {
 			return err
 		}
 		if op.kind == zPlain {
-			if err := b.writeBlock(p); err != nil {
+			if err := b.writePadded(p); err != nil {
 				return err
 			}
 		} else {
@@ -499,7 +499,7 @@ func (b *Builder) applyOp(j *zjob, op zop, p []byte) error {
 		if z.c.TailPacking && len(p) <= j.inlineZ {
 			return b.inlineTail(zf, p, op.length, true)
 		}
-		if err := b.writeBlock(p); err != nil {
+		if err := b.writePadded(p); err != nil {
 			return err
 		}
 		zf.extents = append(zf.extents, zextent{length: op.length, blocks: 1, kind: zPlain})

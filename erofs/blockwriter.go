@@ -1,0 +1,94 @@
+package erofs
+
+import (
+	"bufio"
+	"errors"
+	"io"
+)
+
+// blockWriter writes whole blocks in order from a starting block of an
+// io.WriterAt, through a buffer. It can go back over blocks that turned out
+// to hold duplicate data (rewind); finish then cuts what is left past the
+// end. The image's data area and a blob are each one.
+type blockWriter struct {
+	w      io.WriterAt
+	out    *bufio.Writer
+	bs     int
+	outBlk uint64 // next block written
+	maxBlk uint64 // the end before a rewind
+}
+
+func newBlockWriter(w io.WriterAt, bs int, blk uint64) blockWriter {
+	return blockWriter{w: w, bs: bs, outBlk: blk,
+		out: bufio.NewWriterSize(io.NewOffsetWriter(w, int64(blk)*int64(bs)), 1<<20)}
+}
+
+// write writes p where the output is; the caller keeps it block-aligned.
+func (w *blockWriter) write(p []byte) error {
+	_, err := w.out.Write(p)
+	return err
+}
+
+// writePadded writes p and zero-pads it to the next block boundary.
+func (w *blockWriter) writePadded(p []byte) error {
+	if err := w.write(p); err != nil {
+		return err
+	}
+	return w.padBlock(uint64(len(p)))
+}
+
+// padBlock pads a region of n bytes that started at a block boundary to the
+// next block boundary and advances the block counter past it.
+func (w *blockWriter) padBlock(n uint64) error {
+	bs := uint64(w.bs)
+	if r := n % bs; r != 0 {
+		if err := w.writeZeros(bs - r); err != nil {
+			return err
+		}
+	}
+	w.outBlk += (n + bs - 1) / bs
+	return nil
+}
+
+func (w *blockWriter) writeZeros(n uint64) error {
+	for n > 0 {
+		k := min(n, uint64(len(zeroBlock)))
+		if _, err := w.out.Write(zeroBlock[:k]); err != nil {
+			return err
+		}
+		n -= k
+	}
+	return nil
+}
+
+var zeroBlock = make([]byte, 65536)
+
+// rewind moves the output back to block blk, over data that turned out to
+// be a duplicate.
+func (w *blockWriter) rewind(blk uint64) error {
+	if blk == w.outBlk {
+		return nil
+	}
+	if err := w.out.Flush(); err != nil {
+		return err
+	}
+	w.maxBlk = max(w.maxBlk, w.outBlk)
+	w.out.Reset(io.NewOffsetWriter(w.w, int64(blk)*int64(w.bs)))
+	w.outBlk = blk
+	return nil
+}
+
+// finish flushes the output and cuts what a rewind left past its end.
+func (w *blockWriter) finish() error {
+	if err := w.out.Flush(); err != nil {
+		return err
+	}
+	if w.maxBlk <= w.outBlk {
+		return nil
+	}
+	t, ok := w.w.(interface{ Truncate(int64) error })
+	if !ok {
+		return errors.New("cannot truncate the output after a rewind")
+	}
+	return t.Truncate(int64(w.outBlk) * int64(w.bs))
+}
