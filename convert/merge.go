@@ -64,6 +64,10 @@ type mnode struct {
 	src      string // path in that layer
 	ino      *erofs.Inode
 	children map[string]*mnode // directories
+	// A regular file's data in place (merging by reference): read once by
+	// planDevices, used by add; nil if it must be copied.
+	refs  []erofs.ChunkRef
+	cbits uint8
 }
 
 // Merge writes to out the image of layers stacked bottom to top.
@@ -337,12 +341,15 @@ func (m *merger) planDevices(root *mnode) error {
 	var walk func(n *mnode) error
 	walk = func(n *mnode) error {
 		if n.ino != nil && n.ino.IsRegular() {
-			_, refs, ok, err := m.layers[n.layer].img.ChunkRefs(n.ino)
+			bits, refs, ok, err := m.layers[n.layer].img.ChunkRefs(n.ino)
 			if err != nil {
 				return fmt.Errorf("%s: %s: %w", m.layers[n.layer].path, n.src, err)
 			}
-			for _, r := range refs {
-				if ok && !r.Hole {
+			if ok {
+				n.refs, n.cbits = refs, bits
+			}
+			for _, r := range n.refs {
+				if !r.Hole {
 					used[[2]int{n.layer, int(r.Device)}] = true
 				}
 			}
@@ -435,24 +442,18 @@ func (m *merger) add(n *mnode, p string) error {
 		}
 	case ino.IsRegular():
 		e.Size = ino.Size
-		if m.opt.Blob == "" {
-			bits, refs, ok, err := l.img.ChunkRefs(ino)
-			if err != nil {
-				return fmt.Errorf("%s: %s: %w", l.path, n.src, err)
-			}
-			if ok {
-				for i := range refs {
-					if refs[i].Hole {
-						continue
-					}
-					d, ok := m.devNum[[2]int{n.layer, int(refs[i].Device)}]
-					if !ok {
-						return fmt.Errorf("%s: %s: chunk %d on device %d, which the image does not have", l.path, n.src, i, refs[i].Device)
-					}
-					refs[i].Device = d
+		if refs := n.refs; refs != nil {
+			for i := range refs {
+				if refs[i].Hole {
+					continue
 				}
-				return m.b.AddChunks(e, bits, refs)
+				d, ok := m.devNum[[2]int{n.layer, int(refs[i].Device)}]
+				if !ok {
+					return fmt.Errorf("%s: %s: chunk %d on device %d, which the image does not have", l.path, n.src, i, refs[i].Device)
+				}
+				refs[i].Device = d
 			}
+			return m.b.AddChunks(e, n.cbits, refs)
 		}
 		f, err := l.img.Open(n.src)
 		if err != nil {
