@@ -119,13 +119,15 @@ func (b *Builder) writeChunked(ino *inode, r io.Reader) error {
 		fh.Write(k[:])
 		// A copy's earlier chunks all hit the table, so nothing of it is
 		// written yet; if something was, the table points into it: keep it.
-		if done == size && s.outBlk == fileStart {
+		if done == size {
 			var fk dupKey
 			fh.Sum(fk[:0])
 			inlineFlat, _ := b.inlineRoom(ino)
-			if orig := b.dupOf(fk, ino, 0, inlineFlat); orig != nil {
+			if orig := b.dupOf(fk, ino, 0, inlineFlat); orig != nil && s.outBlk == fileStart {
 				b.share(ino, orig)
-				return nil
+				// A copy of a file chunking stored flat with its tail
+				// inline shares that tail as a flat file's copies do.
+				return b.promoteTail(orig, ino)
 			}
 		}
 		if zero {

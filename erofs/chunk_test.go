@@ -54,6 +54,11 @@ func chunkFiles(unit int) map[string][]byte {
 	for i := range 5 {
 		files[fmt.Sprintf("copies/%d", i)] = files["a/one"]
 	}
+	// Copies of a file chunking found nothing in (stored flat, its tail
+	// inline): past three copies the tail moves to a shared block.
+	for i := range 4 {
+		files[fmt.Sprintf("d/unique-copy%d", i)] = files["d/unique"]
+	}
 	return files
 }
 
@@ -133,8 +138,31 @@ func TestChunkDedupe(t *testing.T) {
 			} else if d, err := img.chunkReader(ino); err != nil || d.count != 1 {
 				t.Errorf("d/blocks: %d index entries, want 1 (widened): %v", d.count, err)
 			}
-			if ino, err := img.Lstat("d/unique"); err != nil || ino.Layout != LayoutFlatInline {
-				t.Errorf("d/unique: %v, layout %v, want FLAT_INLINE (nothing shared)", err, ino)
+			// d/unique shares nothing with other content: it was stored flat
+			// with its tail inline, until its copies moved the tail to a
+			// block that all five share (FLAT_PLAIN when that block came
+			// right after its data, else chunk-based).
+			type where struct {
+				layout uint8
+				start  uint64
+				refs   string
+			}
+			var first where
+			for i, name := range []string{"d/unique", "d/unique-copy0", "d/unique-copy3"} {
+				ino, err := img.Lstat(name)
+				if err != nil || ino.Layout == LayoutFlatInline {
+					t.Fatalf("%s: %v, layout %v: want its tail in a shared block", name, err, ino)
+				}
+				_, refs, _, err := img.ChunkRefs(ino)
+				if err != nil {
+					t.Fatal(err)
+				}
+				w := where{ino.Layout, ino.StartBlock(), fmt.Sprint(refs)}
+				if i == 0 {
+					first = w
+				} else if w != first {
+					t.Errorf("%s: stored at %+v, d/unique at %+v", name, w, first)
+				}
 			}
 			if ino, err := img.Lstat("c/sparse"); err == nil {
 				if d, err := img.chunkReader(ino); err != nil || d.count < 3 {
