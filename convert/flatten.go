@@ -339,14 +339,14 @@ func flatLayer(tl *tarLayer, s layerSource, base int64) error {
 		}
 		return err
 	}
-	dec, _, err := Decompress(in)
+	dec, comp, err := Decompress(in)
 	if err != nil {
 		return broken(err)
 	}
 	defer dec.Close()
 	tl.flat.startLayer()
-	h, err := tl.addTar(dec)
-	if err != nil {
+	h := sha256.New()
+	if err := tl.addTar(dec, h, comp != Uncompressed); err != nil {
 		return broken(err)
 	}
 	res := &Result{DiffID: "sha256:" + hex.EncodeToString(h.Sum(nil))}

@@ -8,9 +8,11 @@ package convert
 
 import (
 	"crypto/sha1"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"os"
 	"path/filepath"
@@ -26,6 +28,11 @@ type Options struct {
 	// KeepUUID keeps Erofs.UUID even when it is zero; otherwise a zero UUID
 	// is derived from the input (containerd's rule for tar layers).
 	KeepUUID bool
+	// NoDiffID skips the sha256 of the tar: Result.DiffID stays empty. It
+	// goes with a given UUID (or KeepUUID), as containerd calls mkfs.erofs
+	// with the UUID of a layer whose digests it knows; the hash costs a
+	// sixth of a fast lz4 build.
+	NoDiffID bool
 	// Blob (Mkfs only), if set, is the path of a blob that receives the
 	// data of every regular file, chunk-deduplicated (mkfs --blobdev):
 	// the image holds metadata only and names the blob, by its base name,
@@ -81,6 +88,9 @@ func BuildTar(w io.WriterAt, r io.Reader, opt Options) (*Result, error) {
 // nil) and publishes them as soon as the tar has been read; on failure the
 // caller decides whether to retry or to publish the failure.
 func buildTar(w io.WriterAt, r io.Reader, opt Options, ops *dirOps) (*Result, error) {
+	if opt.NoDiffID && opt.Erofs.UUID == ([16]byte{}) && !opt.KeepUUID {
+		return nil, errors.New("without the diffID there is no UUID to derive: give one")
+	}
 	rc, comp, err := Decompress(r)
 	if err != nil {
 		return nil, err
@@ -99,18 +109,23 @@ func buildTar(w io.WriterAt, r io.Reader, opt Options, ops *dirOps) (*Result, er
 		return nil, err
 	}
 	defer b.Close()
+	var h hash.Hash
+	if !opt.NoDiffID {
+		h = sha256.New()
+	}
 	l := &tarLayer{b: b, wt: whiteout.NewTranslator(opt.Whiteouts), ops: ops, tarIndex: opt.TarIndex}
-	h, err := l.addTar(rc)
-	if err != nil {
+	if err := l.addTar(rc, h, comp != Uncompressed); err != nil {
 		return nil, err
 	}
 	ops.finish(true)
 	res := &Result{
-		DiffID:      "sha256:" + hex.EncodeToString(h.Sum(nil)),
 		Compression: comp,
 		UUID:        opt.Erofs.UUID,
 		Entries:     l.entries,
 		Warnings:    l.warnings,
+	}
+	if h != nil {
+		res.DiffID = "sha256:" + hex.EncodeToString(h.Sum(nil))
 	}
 	if res.UUID == ([16]byte{}) && !opt.KeepUUID {
 		res.UUID = LayerUUID(res.DiffID)

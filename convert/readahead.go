@@ -28,7 +28,8 @@ const (
 	raChunks    = 4
 )
 
-// newReadAhead starts reading r, writing every byte read to h as well.
+// newReadAhead starts reading r, writing every byte read to h as well if h
+// is not nil.
 func newReadAhead(r io.Reader, h hash.Hash) *readAhead {
 	ra := &readAhead{
 		full:  make(chan raChunk, raChunks),
@@ -54,7 +55,9 @@ func (ra *readAhead) fill(r io.Reader, h hash.Hash) {
 		if err == io.ErrUnexpectedEOF {
 			err = io.EOF
 		}
-		h.Write(buf[:n])
+		if h != nil {
+			h.Write(buf[:n])
+		}
 		select {
 		case ra.full <- raChunk{b: buf[:n], err: err}:
 		case <-ra.stop:

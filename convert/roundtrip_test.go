@@ -718,6 +718,33 @@ func TestCompressedInputSameImage(t *testing.T) {
 			t.Errorf("%s: diffID %s UUID %x; plain: %s %x", name, res.DiffID, res.UUID, refRes.DiffID, refRes.UUID)
 		}
 	}
+	// The plain tar is read straight into the Builder, hashed on the way,
+	// when there is one CPU and nothing to overlap; through the read-ahead
+	// goroutine otherwise. Without the diffID (a given UUID) it is not
+	// hashed at all. All give the same image.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	for _, procs := range []int{1, 2} {
+		runtime.GOMAXPROCS(procs)
+		for _, src := range []string{plain, inputs["gzip-fastest"]} {
+			img, res := convertBytes(t, src, convert.Options{})
+			if !bytes.Equal(img, ref) || res.DiffID != refRes.DiffID {
+				t.Errorf("GOMAXPROCS %d, %s: image or diffID differs from the first build's", procs, filepath.Base(src))
+			}
+			opt := convert.Options{NoDiffID: true}
+			opt.Erofs.UUID = refRes.UUID
+			img, res = convertBytes(t, src, opt)
+			if !bytes.Equal(img, ref) || res.DiffID != "" {
+				t.Errorf("GOMAXPROCS %d, %s, NoDiffID: diffID %q; image equal to the first build's: %v", procs, filepath.Base(src), res.DiffID, bytes.Equal(img, ref))
+			}
+		}
+	}
+	out, err := os.Create(filepath.Join(dir, "no-uuid.erofs"))
+	must(t, err)
+	defer out.Close()
+	_, err = convert.BuildTar(out, bytes.NewReader(in), convert.Options{NoDiffID: true})
+	if err == nil || !strings.Contains(err.Error(), "UUID") {
+		t.Errorf("NoDiffID without a UUID: got %v, want an error saying a UUID is needed", err)
+	}
 }
 
 // imageFile writes img into dir and returns its path.

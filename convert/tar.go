@@ -2,13 +2,13 @@ package convert
 
 import (
 	"archive/tar"
-	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"hash"
 	"io"
 	"net/url"
+	"runtime"
 	"strings"
 
 	"github.com/ocierofs/ocierofs/erofs"
@@ -46,12 +46,21 @@ type tarLayer struct {
 }
 
 // addTar reads an uncompressed tar stream to its end, adding every entry.
-// It returns the sha256 of the whole stream (the layer's diffID).
-func (l *tarLayer) addTar(r io.Reader) (hash.Hash, error) {
-	h := sha256.New()
-	ra := newReadAhead(r, h)
-	defer ra.Close()
-	cr := &countingReader{r: ra}
+// Every byte of the stream also goes to h, if not nil: the layer's diffID
+// is its sha256. compressed says that r decompresses as it is read.
+func (l *tarLayer) addTar(r io.Reader, h hash.Hash, compressed bool) error {
+	src := r
+	if compressed || h != nil && runtime.GOMAXPROCS(0) > 1 {
+		// Decompressing and hashing overlap with building on a goroutine
+		// of their own. For a plain tar with nothing to overlap, reading
+		// straight into the Builder's buffers saves a copy of the data.
+		ra := newReadAhead(r, h)
+		defer ra.Close()
+		src = ra
+	} else if h != nil {
+		src = io.TeeReader(r, h)
+	}
+	cr := &countingReader{r: src}
 	l.pos = cr
 	tr := tar.NewReader(cr)
 	for {
@@ -61,32 +70,32 @@ func (l *tarLayer) addTar(r io.Reader) (hash.Hash, error) {
 		}
 		if err != nil {
 			if errors.Is(err, io.ErrUnexpectedEOF) {
-				return nil, fmt.Errorf("tar: truncated at offset %d", cr.n)
+				return fmt.Errorf("tar: truncated at offset %d", cr.n)
 			}
-			return nil, fmt.Errorf("tar: at offset %d: %w", cr.n, err)
+			return fmt.Errorf("tar: at offset %d: %w", cr.n, err)
 		}
 		// The header is the last 512-byte block read so far.
 		off := cr.n - 512
 		if err := l.addEntry(hdr, tr); err != nil {
-			return nil, fmt.Errorf("tar entry %q at offset %d: %w", hdr.Name, off, err)
+			return fmt.Errorf("tar entry %q at offset %d: %w", hdr.Name, off, err)
 		}
 	}
 	// Hash what follows the end-of-archive marker too: the diffID is over
 	// the whole stream.
 	if _, err := io.Copy(io.Discard, cr); err != nil {
-		return nil, fmt.Errorf("tar: after the end of archive, at offset %d: %w", cr.n, err)
+		return fmt.Errorf("tar: after the end of archive, at offset %d: %w", cr.n, err)
 	}
 	if l.flat != nil {
-		return h, nil // a flattened image keeps no whiteout markers
+		return nil // a flattened image keeps no whiteout markers
 	}
 	for _, x := range l.wt.DirXattrs(l.b.IsWhiteout) {
 		if ok, isDir := l.b.Lookup(x.Dir); ok && isDir {
 			if err := l.b.SetXattr(x.Dir, x.Name, x.Value); err != nil {
-				return nil, err
+				return err
 			}
 		}
 	}
-	return h, nil
+	return nil
 }
 
 func (l *tarLayer) addEntry(hdr *tar.Header, data io.Reader) error {

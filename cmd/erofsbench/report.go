@@ -138,7 +138,7 @@ func (b *bench) markdown() string {
 	fmt.Fprintf(&sb, "## erofsbench %s\n\n", b.start.UTC().Format("2006-01-02 15:04 UTC"))
 	fmt.Fprintf(&sb, "Host: %d CPUs (%s), Linux %s. Input: %s. Median of %d runs; single-worker runs pinned to CPU %d.\n",
 		h.CPUs, h.Model, h.Kernel, b.inputLabel(), b.opts.runs, b.opts.pinCPU)
-	fmt.Fprintf(&sb, "Settings: 4 KiB blocks and pclusters, 64 KiB max extent, no tail packing, no fragments, no dedupe, extended inodes, compact indexes.\n\n")
+	fmt.Fprintf(&sb, "Settings: 4 KiB blocks and pclusters, 64 KiB max extent, no tail packing, no fragments, no dedupe, extended inodes, compact indexes; both tools are given the UUID (-U), as containerd does.\n\n")
 	for _, t := range b.tools {
 		fmt.Fprintf(&sb, "- %s: %s (%s)", t.Name, t.Version, t.Path)
 		if len(t.Unsupported) > 0 {

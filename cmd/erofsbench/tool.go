@@ -114,6 +114,11 @@ func newMkfsErofs(path string) (*tool, error) {
 	return t, nil
 }
 
+// benchUUID is the UUID both tools are given. Without one, ocierofs derives
+// it from the tar's sha256 (containerd's rule), a cost mkfs.erofs, which
+// picks a random UUID, does not have.
+const benchUUID = "6f636965-726f-4673-a062-656e63680001"
+
 // args is the command line of one build. workers is 1 for a single
 // worker, otherwise the CPU count (passed only where the flag exists).
 func (t *tool) args(c string, workers int, in, out string, tarInput bool) []string {
@@ -123,6 +128,9 @@ func (t *tool) args(c string, workers int, in, out string, tarInput bool) []stri
 		a := []string{"mkfs", "--quiet", "--block-size=4096", "--compress=" + cd.ocierofs,
 			"--pcluster-size=4K", "--max-extent=64K", "--tail-packing=false", "--fragments=false",
 			"--no-file-dedupe", // seed 003's settings: no dedupe
+			// A given UUID, as containerd passes to mkfs.erofs: neither
+			// tool hashes the content then.
+			"--uuid=" + benchUUID,
 			"--build-time=" + strconv.Itoa(fixedMtime)}
 		if t.WorkersFlag {
 			a = append(a, "--workers="+strconv.Itoa(workers))
@@ -131,7 +139,7 @@ func (t *tool) args(c string, workers int, in, out string, tarInput bool) []stri
 	default:
 		a := []string{"-C4096", "--max-extent-bytes=65536"}
 		if t.modern {
-			a = append(a, "-b4096", "--quiet", "-Eforce-inode-extended,^ztailpacking,^fragments,^dedupe", "--zD=0")
+			a = append(a, "-b4096", "--quiet", "-Eforce-inode-extended,^ztailpacking,^fragments,^dedupe", "--zD=0", "-U", benchUUID)
 		} else {
 			// 1.5 and older: no -b (the block size is the page size, 4 KiB
 			// here); tail packing, fragments and dedupe are opt-in.

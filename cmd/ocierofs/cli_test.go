@@ -51,6 +51,26 @@ func TestCLI(t *testing.T) {
 	if out, e, code := run(t, b, "verify", img, layer); code != 0 || !strings.Contains(out, "matches") {
 		t.Errorf("verify of its own source: exit %d: %s%s", code, out, e)
 	}
+	// Without -U the UUID derives from the diffID, which mkfs prints; with
+	// -U there is no diffID to compute, and the image is otherwise the same.
+	_, e, _ := run(t, b, "mkfs", img+".2", layer)
+	diffID := regexp.MustCompile(`diffID (sha256:[0-9a-f]{64})`).FindStringSubmatch(e)
+	if diffID == nil {
+		t.Fatalf("mkfs prints no diffID: %q", e)
+	}
+	out, _, _ := run(t, b, "inspect", img)
+	uuid := regexp.MustCompile(`uuid:\s+(\S+)`).FindStringSubmatch(out)
+	if uuid == nil {
+		t.Fatalf("inspect prints no uuid:\n%s", out)
+	}
+	if _, e, code := run(t, b, "mkfs", "-U", uuid[1], img+".3", layer); code != 0 || strings.Contains(e, "diffID") {
+		t.Errorf("mkfs -U: exit %d, and it should print no diffID: %q", code, e)
+	}
+	a, _ := os.ReadFile(img)
+	c, _ := os.ReadFile(img + ".3")
+	if !bytes.Equal(a, c) {
+		t.Errorf("mkfs -U with the derived UUID %s differs from mkfs without it", uuid[1])
+	}
 	// A different source: verify must list differences and exit 1.
 	other := filepath.Join(dir, "other.erofs")
 	if _, e, code := run(t, b, "mkfs", "-q", other, "../../testdata"); code != 0 {

@@ -68,7 +68,7 @@ var mkfsCommand = &cli.Command{
 func erofsFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.IntFlag{Name: "block-size", Aliases: []string{"b"}, Value: 4096, Usage: "block size: 512…65536, a power of two (kernels before 6.4 need the page size)"},
-		&cli.StringFlag{Name: "uuid", Aliases: []string{"U"}, Usage: "superblock UUID (default: derived from the input as containerd does)"},
+		&cli.StringFlag{Name: "uuid", Aliases: []string{"U"}, Usage: "superblock UUID (default: derived from the diffID as containerd does; given, the diffID is not computed)"},
 		&cli.StringFlag{Name: "build-time", Aliases: []string{"T"}, EnvVars: []string{"SOURCE_DATE_EPOCH"}, Usage: "build time in Unix seconds: recorded in the superblock, and the mtime of implied directories"},
 		&cli.StringFlag{Name: "label", Aliases: []string{"L"}, Usage: "volume label (at most 15 bytes)"},
 		&cli.StringFlag{Name: "whiteouts", Value: "overlay", Usage: "overlay: turn OCI whiteouts into overlayfs ones; keep: store the tar as it is"},
@@ -140,6 +140,9 @@ func layerOptions(c *cli.Context) (convert.Options, error) {
 
 // mkfsOptions reads the flags only mkfs has: a blob, a tar index.
 func mkfsOptions(c *cli.Context, opt *convert.Options) error {
+	// A given UUID needs no diffID; nor does mkfs, which only prints it
+	// (containerd, which passes -U, knows its layers' digests already).
+	opt.NoDiffID = opt.KeepUUID
 	opt.Blob = c.String("blobdev")
 	opt.ChunkDicts = c.StringSlice("chunk-dict")
 	if len(opt.ChunkDicts) > 0 && opt.Blob == "" {
