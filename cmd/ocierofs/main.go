@@ -33,6 +33,7 @@ func main() {
 		},
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile (go tool pprof) to `FILE`"},
+			&cli.StringFlag{Name: "memprofile", Usage: "write a heap profile (go tool pprof -sample_index=alloc_space) to `FILE` at the end"},
 		},
 		Before:         startProfile,
 		After:          stopProfile,
@@ -64,7 +65,15 @@ func startProfile(c *cli.Context) error {
 	return pprof.StartCPUProfile(f)
 }
 
-func stopProfile(*cli.Context) error {
+func stopProfile(c *cli.Context) error {
 	pprof.StopCPUProfile()
+	if name := c.String("memprofile"); name != "" {
+		f, err := os.Create(name)
+		if err != nil {
+			return fmt.Errorf("--memprofile: %w", err)
+		}
+		defer f.Close()
+		return pprof.Lookup("allocs").WriteTo(f, 0)
+	}
 	return nil
 }
