@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"hash"
 	"io"
-	"math/bits"
 	"runtime"
 	"sync"
 )
@@ -20,8 +19,8 @@ import (
 // number of workers (one worker cuts the same segments). The price is at
 // most one partly filled pcluster per segment.
 //
-// Memory: the input of the jobs in flight, bounded by inflightBytes (a few
-// segments) and inflightJobs, plus one pcluster of output per worker.
+// Memory: the input of the jobs in flight, in a ring of a few segments
+// (zring.go), plus one pcluster of output per worker.
 
 // segmentSize is the unit of parallel compression within a file.
 const segmentSize = 4 << 20
@@ -85,11 +84,9 @@ type zpipe struct {
 	jobs    chan *zjob // to the workers
 	wg      sync.WaitGroup
 
-	pending  []*zjob      // submitted, not yet applied, in input order
-	inflight int          // bytes of their buffers
-	free     [40][][]byte // reused buffers by size class (capacity 1<<class)
-	pooled   int          // their bytes
-	anchors  [][]anchor   // reused anchor lists
+	pending []*zjob    // submitted, not yet applied, in input order
+	ring    *zring     // their buffers
+	anchors [][]anchor // reused anchor lists
 }
 
 const inflightJobsPerWorker = 64
@@ -101,7 +98,17 @@ func newZpipe(z *zwriter, bs int, blkbits uint, workers int) *zpipe {
 	return &zpipe{z: z, bs: bs, blkbits: blkbits, workers: workers}
 }
 
-func (p *zpipe) inflightBytes() int { return (p.workers + 1) * p.segment() }
+// ringSize is the memory for the input of the jobs in flight: a segment
+// being read while each worker compresses one. With extent dedupe a job
+// also has an output buffer: one more segment, so that a job's two
+// buffers always fit beside each other once older jobs are applied.
+func (p *zpipe) ringSize() int {
+	n := p.workers + 1
+	if p.z.dd != nil {
+		n++
+	}
+	return n * p.segment()
+}
 
 // segment is the segment size: at least one extent, whole blocks.
 func (p *zpipe) segment() int {
@@ -137,34 +144,28 @@ func (p *zpipe) stop() {
 	}
 }
 
-// buffer returns a buffer of n bytes, first applying finished (or, when
-// too much is in flight, the oldest) jobs.
+// buffer returns a buffer of n bytes (at most a segment) from the ring,
+// first applying the oldest jobs while too many are in flight or the ring
+// has no room.
 func (p *zpipe) buffer(b *Builder, n int) ([]byte, error) {
-	for len(p.pending) > 0 && (p.inflight+n > p.inflightBytes() || len(p.pending) >= cap(p.jobs)) {
+	if p.ring == nil {
+		p.ring = newZring(p.ringSize())
+	}
+	for len(p.pending) > 0 && len(p.pending) >= cap(p.jobs) {
 		if err := p.applyHead(b); err != nil {
 			return nil, err
 		}
 	}
-	c := sizeClass(n)
-	if k := len(p.free[c]); k > 0 {
-		buf := p.free[c][k-1]
-		p.free[c] = p.free[c][:k-1]
-		p.pooled -= cap(buf)
-		return buf[:n], nil
-	}
-	return make([]byte, n, 1<<c), nil
-}
-
-// sizeClass is the class of a buffer for n bytes: the capacity 1<<class
-// is the power of two that holds n, 4 KiB at least.
-func sizeClass(n int) int { return max(12, bits.Len(uint(n-1))) }
-
-// release keeps a job's buffer for reuse, as long as the pool stays within
-// what may be in flight anyway.
-func (p *zpipe) release(buf []byte) {
-	if c := bits.Len(uint(cap(buf))) - 1; 1<<c == cap(buf) && p.pooled+cap(buf) <= p.inflightBytes() {
-		p.free[c] = append(p.free[c], buf)
-		p.pooled += cap(buf)
+	for {
+		if buf := p.ring.take(n); buf != nil {
+			return buf, nil
+		}
+		if len(p.pending) == 0 {
+			return nil, fmt.Errorf("erofs: no room for a %d-byte segment in a %d-byte ring", n, len(p.ring.buf))
+		}
+		if err := p.applyHead(b); err != nil {
+			return nil, err
+		}
 	}
 }
 
@@ -172,7 +173,6 @@ func (p *zpipe) submit(j *zjob) {
 	p.start()
 	j.done = make(chan struct{})
 	p.pending = append(p.pending, j)
-	p.inflight += len(j.data) + len(j.out)
 	if j.dupOf != nil {
 		close(j.done) // nothing to compress
 		return
@@ -186,11 +186,10 @@ func (p *zpipe) applyHead(b *Builder) error {
 	p.pending[0] = nil
 	p.pending = p.pending[1:]
 	<-j.done
-	p.inflight -= len(j.data) + len(j.out)
 	err := b.apply(j)
-	p.release(j.data)
+	p.ring.give() // j.data
 	if j.out != nil {
-		p.release(j.out)
+		p.ring.give()
 		p.anchors = append(p.anchors, j.anchors[:0])
 	}
 	if err != nil {
