@@ -337,6 +337,11 @@ func TestSpeedMkfs(t *testing.T) {
 	}
 	for i, level := range levels {
 		s := speeds[i]
+		if os.Getenv("LZ4_MKFS_RAW") != "" {
+			for _, v := range s {
+				fmt.Printf("raw L%d %.1f\n", level, v)
+			}
+		}
 		slices.Sort(s)
 		t.Logf("L%-2d %8.1f MB/s (min %.1f max %.1f)  out %d  blocks %d", level, s[len(s)/2], s[0], s[len(s)-1], outs[i], blocks[i])
 	}
