@@ -1,5 +1,7 @@
 package lz4
 
+import "unsafe"
+
 // The optimal parser of levels 10–12 prices LZ4 sequences exactly in bytes:
 // a literal costs one byte plus its share of the length-extension bytes of
 // its run, a match costs its token, its offset and its length-extension
@@ -45,6 +47,7 @@ func (e *Encoder) compressOpt(dst, src []byte) (int, int) {
 		return finish(dst, 0, src, 0)
 	}
 	matchLimit := n - lastLiterals
+	sp := unsafe.Pointer(unsafe.SliceData(src))
 	h.next = 0
 	nodes := h.nodes
 	window := h.window
@@ -55,8 +58,8 @@ func (e *Encoder) compressOpt(dst, src []byte) (int, int) {
 		if ip > ipLimit {
 			return finish(dst, di, src, anchor)
 		}
-		h.insert(src, off, ip)
-		ml, dist := h.find(src, off, ip, matchLimit, minMatch-1)
+		h.insert(sp, off, ip)
+		ml, dist := h.find(sp, off, ip, matchLimit, minMatch-1)
 		if ml == 0 {
 			ip++
 			continue
@@ -103,8 +106,8 @@ func (e *Encoder) compressOpt(dst, src []byte) (int, int) {
 				}
 				ml = 0
 				if ip+cur <= sn {
-					h.insert(src, off, ip+cur)
-					ml, dist = h.find(src, off, ip+cur, matchLimit, minMatch-1)
+					h.insert(sp, off, ip+cur)
+					ml, dist = h.find(sp, off, ip+cur, matchLimit, minMatch-1)
 				}
 			}
 			// Walk back from last, collecting the matches.
