@@ -23,6 +23,7 @@ type hcParams struct {
 	window     int // parse window of the optimal parser
 	sufficient int // optimal parser: a match this long is taken at once
 	nice       int // levels 1–9: a match this long ends the search
+	skip       uint
 }
 
 var hcLevels = [LevelMax + 1]hcParams{
@@ -59,8 +60,10 @@ type hcState struct {
 
 func newHCState(level int) *hcState {
 	h := &hcState{hcParams: hcLevels[level]}
+	h.skip = hcSkipLog
 	if h.nice == 0 {
 		h.nice = maxInput // the optimal parser: no early end
+		h.skip = 63       // nor skipping
 	}
 	if h.window > 0 {
 		h.nodes = make([]optNode, h.window+1)
@@ -89,6 +92,16 @@ func hcHash(u uint32) uint32 { return (u * 2654435761) >> (32 - hcHashLog) }
 
 // insert adds the positions from h.next up to to (exclusive) to the chains.
 func (h *hcState) insert(sp unsafe.Pointer, off, to int) {
+	if h.next < to {
+		h.insertRun(sp, off, to)
+	}
+}
+
+// insertRun is the loop of insert, a function of its own so that the
+// parsers' variables do not crowd its registers.
+//
+//go:noinline
+func (h *hcState) insertRun(sp unsafe.Pointer, off, to int) {
 	for p := h.next; p < to; p++ {
 		hv := hcHash(ld32(sp, p))
 		h.chain[uint16(p)] = uint16(min(p+off-int(h.head[hv]), MaxDistance))
@@ -97,51 +110,74 @@ func (h *hcState) insert(sp unsafe.Pointer, off, to int) {
 	h.next = max(h.next, to)
 }
 
-// find returns the longest match at ip that is longer than best (>= 3) and
-// ends by limit (ip+best < limit), with its distance; ml is 0 if there is
-// none. All positions before ip must be inserted, ip itself not; find
-// inserts it.
-func (h *hcState) find(sp unsafe.Pointer, off, ip, limit, best int) (ml, dist int) {
-	u := ld32(sp, ip)
-	hv := hcHash(u)
-	c := int(h.head[hv]) - off
-	h.chain[uint16(ip)] = uint16(min(ip-c, MaxDistance))
-	h.head[hv] = uint32(ip + off)
-	h.next = ip + 1
-	maxLen := limit - ip
-	// The two bytes that would make a match longer than best are the
-	// likeliest to differ; test them first.
-	tail := ld16(sp, ip+best-1)
-	for d := h.depth; d > 0 && ip-c <= MaxDistance; d-- {
-		if ld16(sp, c+best-1) == tail && ld32(sp, c) == u {
-			// Extend, 8 bytes at a time.
-			a, b := c+minMatch, ip+minMatch
-			for {
-				if b+8 > limit {
-					for b < limit && ld8(sp, a) == ld8(sp, b) {
-						a++
-						b++
+// search looks for a match from ip on, up to ipLimit (<= len(src)-mfLimit),
+// and returns its position with the longest match there that ends by limit
+// (ipLimit+minMatch < limit), and its length and distance; ml is 0 if there
+// is none. The positions before ip are inserted first; each position
+// searched is inserted as it is searched. After ip-anchor bytes without a
+// match the step is 1 + (ip-anchor)>>h.skip, and the positions stepped over
+// are not inserted. One function for the whole scan, so that a position
+// without candidates costs no call.
+func (h *hcState) search(sp unsafe.Pointer, off, ip, ipLimit, anchor, limit int) (pos, ml, dist int) {
+	h.insert(sp, off, ip)
+	for ip <= ipLimit {
+		u := ld32(sp, ip)
+		hv := hcHash(u)
+		c := int(h.head[hv]) - off
+		h.chain[uint16(ip)] = uint16(min(ip-c, MaxDistance))
+		h.head[hv] = uint32(ip + off)
+		h.next = ip + 1
+		if ip-c <= MaxDistance {
+			best, maxLen := minMatch-1, limit-ip
+			// The two bytes that would make a match longer than
+			// best are the likeliest to differ; test them first.
+			tail := ld16(sp, ip+best-1)
+			for d := h.depth; ; {
+				if ld16(sp, c+best-1) == tail && ld32(sp, c) == u {
+					// Extend, 8 bytes at a time.
+					a, b := c+minMatch, ip+minMatch
+					for {
+						if b+8 > limit {
+							for b < limit && ld8(sp, a) == ld8(sp, b) {
+								a++
+								b++
+							}
+							break
+						}
+						if x := ld64(sp, a) ^ ld64(sp, b); x != 0 {
+							b += bits.TrailingZeros64(x) >> 3
+							break
+						}
+						a += 8
+						b += 8
 					}
+					if l := b - ip; l > best {
+						best, ml, dist = l, l, ip-c
+						if l == maxLen || l >= h.nice {
+							break
+						}
+						tail = ld16(sp, ip+best-1)
+					}
+				}
+				c -= int(h.chain[uint16(c)])
+				d--
+				if d == 0 || ip-c > MaxDistance {
 					break
 				}
-				if x := ld64(sp, a) ^ ld64(sp, b); x != 0 {
-					b += bits.TrailingZeros64(x) >> 3
-					break
-				}
-				a += 8
-				b += 8
 			}
-			if l := b - ip; l > best {
-				best, ml, dist = l, l, ip-c
-				if l == maxLen || l >= h.nice {
-					break
-				}
-				tail = ld16(sp, ip+best-1)
+			if ml > 0 {
+				return ip, ml, dist
 			}
 		}
-		c -= int(h.chain[uint16(c)])
+		step := 1 + (ip-anchor)>>h.skip
+		if step > 1 {
+			// Crossing data without matches: skip the positions
+			// between, they are not worth indexing either.
+			h.next = ip + step
+		}
+		ip += step
 	}
-	return ml, dist
+	return ip, 0, 0
 }
 
 // findWider looks, among the candidates of position p, for a match longer
@@ -226,20 +262,10 @@ func (e *Encoder) compressHC(dst, src []byte) (int, int) {
 	ipLimit := min(sn, maxLiterals(len(dst)-seqReserve))
 	ip := 1
 	for {
-		if ip > ipLimit {
-			return finish(dst, di, src, anchor)
-		}
-		h.insert(sp, off, ip)
-		ml, dist := h.find(sp, off, ip, matchLimit, minMatch-1)
+		var ml, dist int
+		ip, ml, dist = h.search(sp, off, ip, ipLimit, anchor, matchLimit)
 		if ml == 0 {
-			step := 1 + (ip-anchor)>>hcSkipLog
-			if step > 1 {
-				// Crossing data without matches: skip the positions
-				// between, they are not worth indexing either.
-				h.next = ip + step
-			}
-			ip += step
-			continue
+			return finish(dst, di, src, anchor)
 		}
 		// Extend backwards over literals (matches found after a skip).
 		for c := ip - dist; ip > anchor && c > 0 && src[ip-1] == src[c-1]; c-- {

@@ -58,8 +58,7 @@ func (e *Encoder) compressOpt(dst, src []byte) (int, int) {
 		if ip > ipLimit {
 			return finish(dst, di, src, anchor)
 		}
-		h.insert(sp, off, ip)
-		ml, dist := h.find(sp, off, ip, matchLimit, minMatch-1)
+		_, ml, dist := h.search(sp, off, ip, ip, ip, matchLimit)
 		if ml == 0 {
 			ip++
 			continue
@@ -106,8 +105,7 @@ func (e *Encoder) compressOpt(dst, src []byte) (int, int) {
 				}
 				ml = 0
 				if ip+cur <= sn {
-					h.insert(sp, off, ip+cur)
-					ml, dist = h.find(sp, off, ip+cur, matchLimit, minMatch-1)
+					_, ml, dist = h.search(sp, off, ip+cur, ip+cur, ip+cur, matchLimit)
 				}
 			}
 			// Walk back from last, collecting the matches.
