@@ -169,7 +169,7 @@ func (h *hcState) search(sp unsafe.Pointer, off, ip, ipLimit, anchor, limit int)
 				return ip, ml, dist
 			}
 		}
-		step := 1 + (ip-anchor)>>h.skip
+		step := 1 + (ip-anchor)>>(h.skip&63)
 		if step > 1 {
 			// Crossing data without matches: skip the positions
 			// between, they are not worth indexing either.
@@ -214,19 +214,21 @@ func (h *hcState) findWider(sp unsafe.Pointer, off, p, low, limit, best int) (st
 			if fwd, lim := b-p, min(maxBack, c); fwd+lim > best {
 				// Count backwards, 8 bytes at a time: the highest
 				// byte of a little-endian word comes last.
+				// Words are read below low as long as they stay in
+				// src (c-back >= 8), and the count is cut to lim.
 				back := 0
-				for {
-					if back+8 > lim {
+				for back < lim {
+					if c-back < 8 {
 						for back < lim && ld8(sp, p-back-1) == ld8(sp, c-back-1) {
 							back++
 						}
 						break
 					}
 					if x := ld64(sp, p-back-8) ^ ld64(sp, c-back-8); x != 0 {
-						back += bits.LeadingZeros64(x) >> 3
+						back = min(back+bits.LeadingZeros64(x)>>3, lim)
 						break
 					}
-					back += 8
+					back = min(back+8, lim)
 				}
 				if l := fwd + back; l > best {
 					best, start, ml, dist = l, p-back, l, p-c
