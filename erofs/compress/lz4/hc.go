@@ -209,9 +209,11 @@ func (h *hcState) findWider(sp unsafe.Pointer, off, p, low, limit, best int) (st
 				a += 8
 				b += 8
 			}
-			// lim bounds the backward count: c-lim >= 0 and
-			// p-lim >= low.
-			if fwd, lim := b-p, min(maxBack, c); fwd+lim > best {
+			// A longer match needs best-fwd+1 bytes backwards, lim at
+			// most (c-lim >= 0, p-lim >= low). Test the furthest of
+			// them before counting: where the best match so far
+			// stopped, its copies tend to stop too.
+			if fwd, lim := b-p, min(maxBack, c); fwd+lim > best && (fwd > best || ld8(sp, p-(best-fwd+1)) == ld8(sp, c-(best-fwd+1))) {
 				// Count backwards, 8 bytes at a time: the highest
 				// byte of a little-endian word comes last.
 				// Words are read below low as long as they stay in
