@@ -30,19 +30,6 @@ func fastHash(u uint64) uint32 {
 	return uint32(((u << 24) * 0x9E3779B97F4A7C15) >> (64 - fastHashLog))
 }
 
-// ld16, ld32 and ld64 load little-endian words at p+i without a bounds check; the
-// callers prove i >= 0 and i+4 (i+8, i+2) <= the length of the slice at p.
-func ld32(p unsafe.Pointer, i int) uint32 {
-	return binary.LittleEndian.Uint32((*[4]byte)(unsafe.Add(p, i))[:])
-}
-func ld64(p unsafe.Pointer, i int) uint64 {
-	return binary.LittleEndian.Uint64((*[8]byte)(unsafe.Add(p, i))[:])
-}
-func ld16(p unsafe.Pointer, i int) uint16 {
-	return binary.LittleEndian.Uint16((*[2]byte)(unsafe.Add(p, i))[:])
-}
-func ld8(p unsafe.Pointer, i int) byte { return *(*byte)(unsafe.Add(p, i)) }
-
 // compressFast is the greedy parse of LevelFast with the budget checks of
 // destSize mode folded into its limits. The search reads src without bounds
 // checks. Its positions stay in bounds as follows, with n = len(src):
