@@ -71,9 +71,9 @@ func (e *Encoder) compressOpt(dst, src []byte) (int, int) {
 			seqs = append(seqs, optSeq{0, int32(ml), int32(dist)})
 		} else {
 			nodes[0] = optNode{litlen: int32(ip - anchor)}
-			for i := 1; i <= window; i++ {
-				nodes[i].price = maxPrice
-			}
+			// nodes[1:reach+1] are initialized: only as far as the
+			// parse reaches, which is seldom the whole window.
+			reach := 0
 			var tail optSeq
 			cur := 0
 			for {
@@ -85,6 +85,9 @@ func (e *Encoder) compressOpt(dst, src []byte) (int, int) {
 						last = cur
 						break
 					}
+					for ; reach < cur+ml; reach++ {
+						nodes[reach+1].price = maxPrice
+					}
 					for l := minMatch; l <= ml; l++ {
 						p := nd.price + matchPrice(l)
 						if q := &nodes[cur+l]; p < q.price {
@@ -94,6 +97,10 @@ func (e *Encoder) compressOpt(dst, src []byte) (int, int) {
 					last = max(last, cur+ml)
 				}
 				if cur+1 <= window {
+					if reach < cur+1 {
+						reach = cur + 1
+						nodes[reach].price = maxPrice
+					}
 					p := nd.price + litStep(nd.litlen)
 					if q := &nodes[cur+1]; p < q.price {
 						*q = optNode{price: p, litlen: nd.litlen + 1}
