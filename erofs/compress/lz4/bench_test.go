@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -266,5 +267,87 @@ func TestSpeedTable(t *testing.T) {
 	}
 	for _, c := range cells {
 		t.Logf("%-10s %-8s %8.1f MB/s  ratio %.3f", c.key, c.name, c.best, float64(c.in)/float64(c.out))
+	}
+}
+
+// TestSpeedMkfs measures the levels the way an EROFS writer uses them: the
+// first LZ4_MKFS_MB MiB (default 64) of the file LZ4_MKFS, cut into 64 KiB
+// extents, each compressed into 4 KiB pclusters one after another. It prints,
+// per level, the median thread CPU MB/s of LZ4_MKFS_ROUNDS (default 5)
+// interleaved rounds, the output bytes and the number of pclusters, e.g.
+//
+//	LZ4_MKFS=/var/tmp/erofsbench/tar/src256.tar LZ4_LEVELS=0,1,4,9,12 \
+//	GOMAXPROCS=1 taskset -c 1 go test -run TestSpeedMkfs -v ./erofs/compress/lz4/
+func TestSpeedMkfs(t *testing.T) {
+	name := os.Getenv("LZ4_MKFS")
+	if name == "" {
+		t.Skip("set LZ4_MKFS to run")
+	}
+	mb, rounds := 64, 5
+	if s := os.Getenv("LZ4_MKFS_MB"); s != "" {
+		mb, _ = strconv.Atoi(s)
+	}
+	if s := os.Getenv("LZ4_MKFS_ROUNDS"); s != "" {
+		rounds, _ = strconv.Atoi(s)
+	}
+	levels := []int{0, 1, 4, 9, 12}
+	if s := os.Getenv("LZ4_LEVELS"); s != "" {
+		levels = levels[:0]
+		for _, f := range strings.Split(s, ",") {
+			l, err := strconv.Atoi(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			levels = append(levels, l)
+		}
+	}
+	f, err := os.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// LZ4_MKFS_OFF=N starts N MiB into the file.
+	if s := os.Getenv("LZ4_MKFS_OFF"); s != "" {
+		o, _ := strconv.Atoi(s)
+		f.Seek(int64(o)<<20, io.SeekStart)
+	}
+	src := make([]byte, mb<<20)
+	n, _ := io.ReadFull(f, src)
+	f.Close()
+	src = src[:n]
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	speeds := make([][]float64, len(levels))
+	outs := make([]int, len(levels))
+	blocks := make([]int, len(levels))
+	dst := make([]byte, 4096)
+	for range rounds {
+		for i, level := range levels {
+			e, _ := NewEncoder(level)
+			out, nb := 0, 0
+			start := threadCPU()
+			for ext := 0; ext < len(src); ext += 64 << 10 {
+				for s := src[ext:min(len(src), ext+64<<10)]; len(s) > 0; {
+					w, c := e.CompressDestSize(dst, s)
+					if c == 0 {
+						t.Fatal("nothing consumed")
+					}
+					out += w
+					nb++
+					s = s[c:]
+				}
+			}
+			speeds[i] = append(speeds[i], float64(len(src))/(threadCPU()-start).Seconds()/1e6)
+			outs[i], blocks[i] = out, nb
+		}
+	}
+	for i, level := range levels {
+		s := speeds[i]
+		if os.Getenv("LZ4_MKFS_RAW") != "" {
+			for _, v := range s {
+				fmt.Printf("raw L%d %.1f\n", level, v)
+			}
+		}
+		slices.Sort(s)
+		t.Logf("L%-2d %8.1f MB/s (min %.1f max %.1f)  out %d  blocks %d", level, s[len(s)/2], s[0], s[len(s)-1], outs[i], blocks[i])
 	}
 }

@@ -1,6 +1,9 @@
 package lz4
 
-import "math/bits"
+import (
+	"math/bits"
+	"unsafe"
+)
 
 const (
 	hcHashLog = 15
@@ -20,6 +23,7 @@ type hcParams struct {
 	window     int // parse window of the optimal parser
 	sufficient int // optimal parser: a match this long is taken at once
 	nice       int // levels 1–9: a match this long ends the search
+	skip       uint
 }
 
 var hcLevels = [LevelMax + 1]hcParams{
@@ -56,8 +60,10 @@ type hcState struct {
 
 func newHCState(level int) *hcState {
 	h := &hcState{hcParams: hcLevels[level]}
+	h.skip = hcSkipLog
 	if h.nice == 0 {
 		h.nice = maxInput // the optimal parser: no early end
+		h.skip = 63       // nor skipping
 	}
 	if h.window > 0 {
 		h.nodes = make([]optNode, h.window+1)
@@ -68,109 +74,164 @@ func newHCState(level int) *hcState {
 
 func hcHash(u uint32) uint32 { return (u * 2654435761) >> (32 - hcHashLog) }
 
+// The searches below read src without bounds checks, through sp, the
+// address of src[0]. Their positions stay inside src[:limit] (limit <=
+// len(src)) as follows:
+//   - a position inserted or searched, p, is at most len(src)-mfLimit (the
+//     parsers' sn), so its 4 bytes are inside src;
+//   - a candidate c lies in [0, p): the chains are entered from head and
+//     followed only while p-c <= MaxDistance, and every entry that is not a
+//     position of this call lies further back than that (the bias off
+//     grows by more than MaxDistance per call; a chain link to an earlier
+//     call's position is stored as MaxDistance, which leaves the window
+//     with the next step). A candidate's chain slot was written when it
+//     was inserted by this call and, being less than 64 Ki back, not
+//     overwritten since;
+//   - the bytes compared at c end before those compared at p, which end by
+//     limit; backwards, both stay at or above max(low, 0) - see findWider.
+
 // insert adds the positions from h.next up to to (exclusive) to the chains.
-func (h *hcState) insert(src []byte, off, to int) {
-	for p := h.next; p < to; p++ {
-		hv := hcHash(le32(src, p))
-		d := p + off - int(h.head[hv])
-		if d > MaxDistance {
-			d = MaxDistance
-		}
-		h.chain[p&0xFFFF] = uint16(d)
-		h.head[hv] = uint32(p + off)
-	}
-	if to > h.next {
-		h.next = to
+func (h *hcState) insert(sp unsafe.Pointer, off, to int) {
+	if h.next < to {
+		h.insertRun(sp, off, to)
 	}
 }
 
-// find returns the longest match at ip that is longer than best and ends by
-// limit, with its distance; ml is 0 if there is none. All positions before ip
-// must be inserted, ip itself not.
-func (h *hcState) find(src []byte, off, ip, limit, best int) (ml, dist int) {
-	maxLen := limit - ip
-	if best >= maxLen || best < 1 {
-		return 0, 0
+// insertRun is the loop of insert, a function of its own so that the
+// parsers' variables do not crowd its registers.
+//
+//go:noinline
+func (h *hcState) insertRun(sp unsafe.Pointer, off, to int) {
+	for p := h.next; p < to; p++ {
+		hv := hcHash(ld32(sp, p))
+		h.chain[uint16(p)] = uint16(min(p+off-int(h.head[hv]), MaxDistance))
+		h.head[hv] = uint32(p + off)
 	}
-	src = src[:limit]
-	u := le32(src, ip)
-	// The two bytes that would make a match longer than best are the
-	// likeliest to differ; test them first. ip+best+1 <= limit.
-	tail := le16(src, ip+best-1)
-	c := int(h.head[hcHash(u)]) - off
-	for d := h.depth; d > 0 && ip-c <= MaxDistance; d-- {
-		if le16(src, c+best-1) == tail && le32(src, c) == u {
-			// Extend, 8 bytes at a time.
-			a, b := c+minMatch, ip+minMatch
-			for b+8 <= limit {
-				if x := le64(src, a) ^ le64(src, b); x != 0 {
-					b += bits.TrailingZeros64(x) >> 3
-					goto counted
+	h.next = max(h.next, to)
+}
+
+// search looks for a match from ip on, up to ipLimit (<= len(src)-mfLimit),
+// and returns its position with the longest match there that ends by limit
+// (ipLimit+minMatch < limit), and its length and distance; ml is 0 if there
+// is none. The positions before ip are inserted first; each position
+// searched is inserted as it is searched. After ip-anchor bytes without a
+// match the step is 1 + (ip-anchor)>>h.skip, and the positions stepped over
+// are not inserted. One function for the whole scan, so that a position
+// without candidates costs no call.
+func (h *hcState) search(sp unsafe.Pointer, off, ip, ipLimit, anchor, limit int) (pos, ml, dist int) {
+	h.insert(sp, off, ip)
+	for ip <= ipLimit {
+		u := ld32(sp, ip)
+		hv := hcHash(u)
+		c := int(h.head[hv]) - off
+		h.chain[uint16(ip)] = uint16(min(ip-c, MaxDistance))
+		h.head[hv] = uint32(ip + off)
+		h.next = ip + 1
+		if ip-c <= MaxDistance {
+			best, maxLen := minMatch-1, limit-ip
+			// The two bytes that would make a match longer than
+			// best are the likeliest to differ; test them first.
+			tail := ld16(sp, ip+best-1)
+			for d := h.depth; ; {
+				if ld16(sp, c+best-1) == tail && ld32(sp, c) == u {
+					// Extend, 8 bytes at a time.
+					a, b := c+minMatch, ip+minMatch
+					for {
+						if b+8 > limit {
+							for b < limit && ld8(sp, a) == ld8(sp, b) {
+								a++
+								b++
+							}
+							break
+						}
+						if x := ld64(sp, a) ^ ld64(sp, b); x != 0 {
+							b += bits.TrailingZeros64(x) >> 3
+							break
+						}
+						a += 8
+						b += 8
+					}
+					if l := b - ip; l > best {
+						best, ml, dist = l, l, ip-c
+						if l == maxLen || l >= h.nice {
+							break
+						}
+						tail = ld16(sp, ip+best-1)
+					}
 				}
-				a += 8
-				b += 8
-			}
-			for b < limit && src[a] == src[b] {
-				a++
-				b++
-			}
-		counted:
-			if l := b - ip; l > best {
-				best, ml, dist = l, l, ip-c
-				if l == maxLen || l >= h.nice {
+				c -= int(h.chain[uint16(c)])
+				d--
+				if d == 0 || ip-c > MaxDistance {
 					break
 				}
-				tail = le16(src, ip+best-1)
+			}
+			if ml > 0 {
+				return ip, ml, dist
 			}
 		}
-		c -= int(h.chain[c&0xFFFF])
+		step := 1 + (ip-anchor)>>(h.skip&63)
+		if step > 1 {
+			// Crossing data without matches: skip the positions
+			// between, they are not worth indexing either.
+			h.next = ip + step
+		}
+		ip += step
 	}
-	return ml, dist
+	return ip, 0, 0
 }
 
 // findWider looks, among the candidates of position p, for a match longer
-// than best when extended backwards down to low (low <= p) and forwards up
-// to limit. It returns the match's start, length and distance; ml is 0 if
+// than best when extended backwards down to low (0 <= low <= p) and forwards
+// up to limit. It returns the match's start, length and distance; ml is 0 if
 // there is none. All positions before p must be inserted.
-func (h *hcState) findWider(src []byte, off, p, low, limit, best int) (start, ml, dist int) {
+func (h *hcState) findWider(sp unsafe.Pointer, off, p, low, limit, best int) (start, ml, dist int) {
 	if p+minMatch > limit {
 		return 0, 0, 0
 	}
-	src = src[:limit]
-	u := le32(src, p)
+	u := ld32(sp, p)
 	maxBack := p - low
 	c := int(h.head[hcHash(u)]) - off
 	for d := h.depth; d > 0 && p-c <= MaxDistance; d-- {
-		if le32(src, c) == u {
+		if ld32(sp, c) == u {
 			a, b := c+minMatch, p+minMatch
-			for b+8 <= limit {
-				if x := le64(src, a) ^ le64(src, b); x != 0 {
+			for {
+				if b+8 > limit {
+					for b < limit && ld8(sp, a) == ld8(sp, b) {
+						a++
+						b++
+					}
+					break
+				}
+				if x := ld64(sp, a) ^ ld64(sp, b); x != 0 {
 					b += bits.TrailingZeros64(x) >> 3
-					goto counted
+					break
 				}
 				a += 8
 				b += 8
 			}
-			for b < limit && src[a] == src[b] {
-				a++
-				b++
-			}
-		counted:
-			if fwd := b - p; fwd+min(maxBack, c) > best {
+			// A longer match needs best-fwd+1 bytes backwards, lim at
+			// most (c-lim >= 0, p-lim >= low). Test the furthest of
+			// them before counting: where the best match so far
+			// stopped, its copies tend to stop too.
+			if fwd, lim := b-p, min(maxBack, c); fwd+lim > best && (fwd > best || ld8(sp, p-(best-fwd+1)) == ld8(sp, c-(best-fwd+1))) {
 				// Count backwards, 8 bytes at a time: the highest
 				// byte of a little-endian word comes last.
-				back, lim := 0, min(maxBack, c)
-				for back+8 <= lim {
-					if x := le64(src, p-back-8) ^ le64(src, c-back-8); x != 0 {
-						back += bits.LeadingZeros64(x) >> 3
-						goto backed
+				// Words are read below low as long as they stay in
+				// src (c-back >= 8), and the count is cut to lim.
+				back := 0
+				for back < lim {
+					if c-back < 8 {
+						for back < lim && ld8(sp, p-back-1) == ld8(sp, c-back-1) {
+							back++
+						}
+						break
 					}
-					back += 8
+					if x := ld64(sp, p-back-8) ^ ld64(sp, c-back-8); x != 0 {
+						back = min(back+bits.LeadingZeros64(x)>>3, lim)
+						break
+					}
+					back = min(back+8, lim)
 				}
-				for back < lim && src[p-back-1] == src[c-back-1] {
-					back++
-				}
-			backed:
 				if l := fwd + back; l > best {
 					best, start, ml, dist = l, p-back, l, p-c
 					if b == limit || l >= h.nice {
@@ -179,7 +240,7 @@ func (h *hcState) findWider(src []byte, off, p, low, limit, best int) (start, ml
 				}
 			}
 		}
-		c -= int(h.chain[c&0xFFFF])
+		c -= int(h.chain[uint16(c)])
 	}
 	return start, ml, dist
 }
@@ -199,26 +260,16 @@ func (e *Encoder) compressHC(dst, src []byte) (int, int) {
 		return finish(dst, 0, src, 0)
 	}
 	matchLimit := n - lastLiterals
+	sp := unsafe.Pointer(unsafe.SliceData(src))
 	h.next = 0
 	di, anchor := 0, 0
 	ipLimit := min(sn, maxLiterals(len(dst)-seqReserve))
 	ip := 1
 	for {
-		if ip > ipLimit {
-			return finish(dst, di, src, anchor)
-		}
-		h.insert(src, off, ip)
-		ml, dist := h.find(src, off, ip, matchLimit, minMatch-1)
+		var ml, dist int
+		ip, ml, dist = h.search(sp, off, ip, ipLimit, anchor, matchLimit)
 		if ml == 0 {
-			step := 1 + (ip-anchor)>>hcSkipLog
-			if step > 1 {
-				// Crossing data without matches: skip the positions
-				// between, they are not worth indexing either.
-				h.insert(src, off, ip+1)
-				h.next = ip + step
-			}
-			ip += step
-			continue
+			return finish(dst, di, src, anchor)
 		}
 		// Extend backwards over literals (matches found after a skip).
 		for c := ip - dist; ip > anchor && c > 0 && src[ip-1] == src[c-1]; c-- {
@@ -234,8 +285,8 @@ func (e *Encoder) compressHC(dst, src []byte) (int, int) {
 			if p > sn {
 				break
 			}
-			h.insert(src, off, p)
-			start2, ml2, dist2 := h.findWider(src, off, p, ip, matchLimit, ml)
+			h.insert(sp, off, p)
+			start2, ml2, dist2 := h.findWider(sp, off, p, ip, matchLimit, ml)
 			if ml2 == 0 {
 				break
 			}

@@ -241,6 +241,18 @@ func finish(dst []byte, di int, src []byte, anchor int) (written, consumed int) 
 // sequence does not fit at all; nothing is written then.
 func emitSeq(dst []byte, di int, src []byte, anchor, ip, offset, ml int) (ndi, end int, ok, full bool) {
 	lits := ip - anchor
+	if mc := ml - minMatch; lits < 15 && mc < 15 && di+26 <= len(dst) && anchor+16 <= len(src) {
+		// A short sequence with room to spare (its 3 to 17 bytes and
+		// seqReserve after them): the token, 16 bytes from anchor
+		// whatever the run's length (one move instead of a
+		// variable-length copy) and the offset, all in dst[di:di+17].
+		d := (*[17]byte)(dst[di : di+17])
+		d[0] = byte(lits<<4 | mc)
+		*(*[16]byte)(d[1:]) = *(*[16]byte)(src[anchor : anchor+16])
+		d[lits+1] = byte(offset)
+		d[lits+2] = byte(offset >> 8)
+		return di + 3 + lits, ip + ml, true, false
+	}
 	room := len(dst) - di - (1 + lits + extBytes(lits) + seqReserve)
 	if room < 0 {
 		return di, anchor, false, true

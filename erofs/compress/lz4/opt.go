@@ -1,5 +1,7 @@
 package lz4
 
+import "unsafe"
+
 // The optimal parser of levels 10–12 prices LZ4 sequences exactly in bytes:
 // a literal costs one byte plus its share of the length-extension bytes of
 // its run, a match costs its token, its offset and its length-extension
@@ -45,6 +47,7 @@ func (e *Encoder) compressOpt(dst, src []byte) (int, int) {
 		return finish(dst, 0, src, 0)
 	}
 	matchLimit := n - lastLiterals
+	sp := unsafe.Pointer(unsafe.SliceData(src))
 	h.next = 0
 	nodes := h.nodes
 	window := h.window
@@ -55,8 +58,7 @@ func (e *Encoder) compressOpt(dst, src []byte) (int, int) {
 		if ip > ipLimit {
 			return finish(dst, di, src, anchor)
 		}
-		h.insert(src, off, ip)
-		ml, dist := h.find(src, off, ip, matchLimit, minMatch-1)
+		_, ml, dist := h.search(sp, off, ip, ip, ip, matchLimit)
 		if ml == 0 {
 			ip++
 			continue
@@ -69,9 +71,9 @@ func (e *Encoder) compressOpt(dst, src []byte) (int, int) {
 			seqs = append(seqs, optSeq{0, int32(ml), int32(dist)})
 		} else {
 			nodes[0] = optNode{litlen: int32(ip - anchor)}
-			for i := 1; i <= window; i++ {
-				nodes[i].price = maxPrice
-			}
+			// nodes[1:reach+1] are initialized: only as far as the
+			// parse reaches, which is seldom the whole window.
+			reach := 0
 			var tail optSeq
 			cur := 0
 			for {
@@ -83,6 +85,9 @@ func (e *Encoder) compressOpt(dst, src []byte) (int, int) {
 						last = cur
 						break
 					}
+					for ; reach < cur+ml; reach++ {
+						nodes[reach+1].price = maxPrice
+					}
 					for l := minMatch; l <= ml; l++ {
 						p := nd.price + matchPrice(l)
 						if q := &nodes[cur+l]; p < q.price {
@@ -92,6 +97,10 @@ func (e *Encoder) compressOpt(dst, src []byte) (int, int) {
 					last = max(last, cur+ml)
 				}
 				if cur+1 <= window {
+					if reach < cur+1 {
+						reach = cur + 1
+						nodes[reach].price = maxPrice
+					}
 					p := nd.price + litStep(nd.litlen)
 					if q := &nodes[cur+1]; p < q.price {
 						*q = optNode{price: p, litlen: nd.litlen + 1}
@@ -103,8 +112,7 @@ func (e *Encoder) compressOpt(dst, src []byte) (int, int) {
 				}
 				ml = 0
 				if ip+cur <= sn {
-					h.insert(src, off, ip+cur)
-					ml, dist = h.find(src, off, ip+cur, matchLimit, minMatch-1)
+					_, ml, dist = h.search(sp, off, ip+cur, ip+cur, ip+cur, matchLimit)
 				}
 			}
 			// Walk back from last, collecting the matches.
