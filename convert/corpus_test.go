@@ -185,7 +185,8 @@ func (tm *treeMaker) finish() {
 		return strings.Count(a.path, "/") > strings.Count(b.path, "/")
 	})
 	for _, tp := range tm.times {
-		ts := unix.Timespec{Sec: tp.mtime.Unix(), Nsec: int64(tp.mtime.Nanosecond())}
+		ts, err := unix.TimeToTimespec(tp.mtime) // its fields are 32-bit on 32-bit machines
+		tm.check(err, "mtime", tp.path)
 		tm.check(unix.UtimesNanoAt(unix.AT_FDCWD, tm.abs(tp.path), []unix.Timespec{ts, ts}, unix.AT_SYMLINK_NOFOLLOW), "utimes", tp.path)
 	}
 }

@@ -49,7 +49,7 @@ func BuildDir(w io.WriterAt, root string, opt Options) (*Result, error) {
 			Mode:  st.Mode,
 			Uid:   st.Uid,
 			Gid:   st.Gid,
-			Mtime: time.Unix(st.Mtim.Sec, st.Mtim.Nsec),
+			Mtime: time.Unix(int64(st.Mtim.Sec), int64(st.Mtim.Nsec)),
 		}
 		if st.Mode&unix.S_IFMT != unix.S_IFDIR && st.Nlink > 1 {
 			k := devIno{st.Dev, st.Ino}

@@ -218,7 +218,7 @@ func (l *tarLayer) entryOf(hdr *tar.Header, p string) (e erofs.Entry, ok bool, e
 // EROFS cannot name (outside user., trusted., security. and the ACLs) is
 // left out with a warning, as the kernel could not show it anyway.
 func (l *tarLayer) headerMeta(hdr *tar.Header, e *erofs.Entry) error {
-	if hdr.Uid < 0 || hdr.Uid > 0xFFFFFFFF || hdr.Gid < 0 || hdr.Gid > 0xFFFFFFFF {
+	if hdr.Uid < 0 || int64(hdr.Uid) > 0xFFFFFFFF || hdr.Gid < 0 || int64(hdr.Gid) > 0xFFFFFFFF {
 		return fmt.Errorf("uid/gid %d/%d out of range", hdr.Uid, hdr.Gid)
 	}
 	e.Uid, e.Gid = uint32(hdr.Uid), uint32(hdr.Gid)

@@ -170,7 +170,7 @@ func (b *bench) execRun(t *tool, res *runResult, args []string, in, img string, 
 		if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
 			res.UserS = tv(ru.Utime)
 			res.SysS = tv(ru.Stime)
-			res.MaxRSSKiB = ru.Maxrss // KiB on Linux
+			res.MaxRSSKiB = int64(ru.Maxrss) // KiB on Linux; int32 on 32-bit
 		}
 	}
 	if err != nil {

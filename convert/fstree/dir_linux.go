@@ -56,7 +56,7 @@ func (d dirFS) Lstat(name string) (Info, error) {
 		Uid:   st.Uid,
 		Gid:   st.Gid,
 		Size:  st.Size,
-		Mtime: time.Unix(st.Mtim.Sec, st.Mtim.Nsec),
+		Mtime: time.Unix(int64(st.Mtim.Sec), int64(st.Mtim.Nsec)),
 		Dev:   st.Dev,
 		Ino:   st.Ino,
 	}

@@ -188,7 +188,7 @@ func TestFromDir(t *testing.T) {
 	mt := func(name string) time.Time {
 		var st unix.Stat_t
 		check(t, unix.Lstat(b.p(name), &st))
-		return time.Unix(st.Mtim.Sec, st.Mtim.Nsec)
+		return time.Unix(int64(st.Mtim.Sec), int64(st.Mtim.Nsec))
 	}
 	big, _ := os.ReadFile(b.p("big"))
 	want := []Node{

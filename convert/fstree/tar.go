@@ -243,7 +243,7 @@ func (b *tarBuilder) entry(hdr *tar.Header, r io.Reader, overlay bool) error {
 }
 
 func owner(hdr *tar.Header) (uid, gid uint32, err error) {
-	if hdr.Uid < 0 || hdr.Uid > 1<<32-1 || hdr.Gid < 0 || hdr.Gid > 1<<32-1 {
+	if hdr.Uid < 0 || int64(hdr.Uid) > 1<<32-1 || hdr.Gid < 0 || int64(hdr.Gid) > 1<<32-1 {
 		return 0, 0, fmt.Errorf("uid/gid %d/%d out of range", hdr.Uid, hdr.Gid)
 	}
 	return uint32(hdr.Uid), uint32(hdr.Gid), nil

@@ -102,7 +102,8 @@ func MapWhiteouts(t testing.TB, root string, want *fstree.Tree) {
 		if n == nil || n.Implied || !n.IsDir() {
 			continue
 		}
-		ts := unix.Timespec{Sec: n.Mtime.Unix(), Nsec: int64(n.Mtime.Nanosecond())}
+		ts, err := unix.TimeToTimespec(n.Mtime) // its fields are 32-bit on 32-bit machines
+		Must(t, err)
 		Must(t, unix.UtimesNanoAt(unix.AT_FDCWD, dir, []unix.Timespec{ts, ts}, unix.AT_SYMLINK_NOFOLLOW))
 	}
 }

@@ -154,7 +154,7 @@ func (e *Encoder) CompressDestSize(dst, src []byte) (written, consumed int) {
 	if len(src) > maxInput {
 		src = src[:maxInput]
 	}
-	if e.off+len(src) >= maxBias {
+	if uint64(e.off)+uint64(len(src)) >= maxBias { // uint64: the bound overflows a 32-bit int
 		e.resetTables()
 	}
 	switch {
