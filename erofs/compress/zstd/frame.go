@@ -85,6 +85,9 @@ func (e *Encoder) block(dst, src []byte, pos, end int, r *reps) (typ byte, n, co
 	e.hist = codeHist{}
 	c := &e.cost
 	target := room * 128 // in 1/16 bits
+	if end-pos <= room {
+		return e.wholeBlock(dst, src, pos, end, r)
+	}
 
 	// Parse until the estimate says the budget is reached (or the block
 	// input ends), starting with as much input as there is room: random
@@ -196,6 +199,26 @@ func (e *Encoder) block(dst, src []byte, pos, end int, r *reps) (typ byte, n, co
 	return blockCompressed, bestN, bestC
 }
 
+// wholeBlock writes src[pos:end], which fits the room of dst as a raw
+// block, compressed when that is smaller. No cut is to be found, so the
+// cost model is skipped: the block is parsed to its end and encoded
+// once. Most small files take this path.
+func (e *Encoder) wholeBlock(dst, src []byte, pos, end int, r *reps) (byte, int, int) {
+	e.parse(src, end, end)
+	crep := *r
+	crep.code(e.seqs, &e.hist)
+	all := cursor{k: len(e.seqs), end: e.anchor, lc: len(e.lits)}
+	size := e.encode(src, all, all, end-e.anchor)
+	if size >= end-pos {
+		return e.rawBlock(dst, src, pos, end-pos)
+	}
+	copy(dst, e.litB)
+	copy(dst[len(e.litB):], e.seqB)
+	*r = replay(e.seqs, *r)
+	e.ip, e.anchor = end, end
+	return blockCompressed, size, end - pos
+}
+
 func (e *Encoder) rawBlock(dst, src []byte, pos, n int) (byte, int, int) {
 	copy(dst, src[pos:pos+n])
 	e.ip, e.anchor = pos+n, pos+n
@@ -240,12 +263,13 @@ func (e *Encoder) fill(src []byte, cur cursor, t, slack, end int) int {
 		hist[b]++
 	}
 	for add > 0 {
-		est := e.huff.EstimateSize(&hist)
+		est := e.huff.bitsOf(&hist)
 		if est < 0 {
 			// A byte the table cannot code: the new table will, at a
 			// guess of at most nine bits a byte.
 			return t + min(add, allowed*8/9)
 		}
+		est = (est + 7) >> 3
 		if est <= allowed {
 			return t + add
 		}

@@ -145,11 +145,65 @@ func (t *fseTable) initState(s uint8) uint32 {
 	return uint32(t.stateTable[int32(v>>nb)+tt.deltaFindState])
 }
 
-// normalize scales a histogram of total n to 1<<tableLog: every present
-// symbol keeps at least one slot, rounding errors go to the most frequent
-// symbols. The result is valid for any histogram with at least one and
-// at most 1<<tableLog present symbols.
+// normalize scales a histogram of total n to 1<<tableLog. A symbol
+// rarer than one slot's worth gets the "less than 1" probability (-1,
+// one slot, the cheapest to describe); the others get the floor of their
+// share, rounded up when that saves more bits than the slot costs the
+// most frequent symbol, which takes what is left. The result is valid
+// for any histogram with at least two and at most 1<<tableLog present
+// symbols.
 func normalize(norm []int16, hist []uint32, n int, tableLog uint8) {
+	size := 1 << tableLog
+	low := uint32(n >> tableLog)
+	const fb = 20 // fraction bits of the scaled counts
+	left := size
+	largest := -1
+	for s, c := range hist {
+		if c == 0 {
+			norm[s] = 0
+			continue
+		}
+		if c <= low {
+			norm[s] = -1
+			left--
+			continue
+		}
+		v := uint64(c) << tableLog << fb / uint64(n) // share in 1/2^fb slots
+		p := v >> fb
+		if p < uint64(len(roundUp)) && v&(1<<fb-1) > uint64(roundUp[p]) {
+			p++
+		}
+		norm[s] = int16(p)
+		left -= int(p)
+		if largest < 0 || c > hist[largest] {
+			largest = s
+		}
+	}
+	if largest >= 0 && int(norm[largest])+left > int(norm[largest])/2 {
+		norm[largest] += int16(left)
+		return
+	}
+	normalizeNearest(norm, hist, n, tableLog)
+}
+
+// roundUp[p] is the fraction (in 1/2^20) of a slot above p at which p+1
+// slots cost fewer bits: the symbol's count c, at p+f slots' worth,
+// saves c·log2(1+1/p) bits; the slot taken from the most frequent
+// symbol costs it about n/size/ln 2. Equal when f = 1/ln(1+1/p) − p,
+// which tends to one half.
+var roundUp [64]uint32
+
+func init() {
+	for p := 1; p < len(roundUp); p++ {
+		roundUp[p] = uint32((1/math.Log1p(1/float64(p)) - float64(p)) * (1 << 20))
+	}
+}
+
+// normalizeNearest is normalize's fallback for histograms whose rare
+// symbols need more slots than the most frequent can give up: shares
+// rounded to nearest, at least one slot each, the excess taken back from
+// the largest entries one at a time.
+func normalizeNearest(norm []int16, hist []uint32, n int, tableLog uint8) {
 	size := 1 << tableLog
 	sum := 0
 	largest := 0
@@ -170,8 +224,6 @@ func normalize(norm []int16, hist []uint32, n int, tableLog uint8) {
 		norm[largest] += int16(size - sum)
 		return
 	}
-	// Too many slots handed out by rounding up rare symbols: take them
-	// back from the largest counts, one at a time.
 	for sum > size {
 		best := -1
 		for s, v := range norm {
@@ -237,11 +289,7 @@ func writeNorm(dst []byte, norm []int16, tableLog uint8) []byte {
 		} else {
 			put(uint64(value), nbBits)
 		}
-		if count < 0 {
-			remaining++
-		} else {
-			remaining -= count
-		}
+		remaining -= max(count, -count) // -1 takes one slot
 		prevZero = count == 0
 		for remaining < threshold {
 			nbBits--

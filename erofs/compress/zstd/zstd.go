@@ -34,8 +34,6 @@ package zstd
 import (
 	"fmt"
 	"math/bits"
-
-	"github.com/klauspost/compress/huff0"
 )
 
 // Window bounds. The kernel reads windows up to 1 MiB (its configuration
@@ -95,7 +93,7 @@ type Encoder struct {
 
 	cost  costModel
 	sc    seqCoder
-	huff  huff0.Scratch
+	huff  huffEnc
 	tlits []byte // literals of the candidate block
 	litB  []byte // literals section being tried
 	seqB  []byte // sequences section being tried
