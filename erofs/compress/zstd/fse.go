@@ -1,6 +1,7 @@
 package zstd
 
 import (
+	"encoding/binary"
 	"math"
 	"math/bits"
 )
@@ -155,7 +156,9 @@ func (t *fseTable) initState(s uint8) uint32 {
 func normalize(norm []int16, hist []uint32, n int, tableLog uint8) {
 	size := 1 << tableLog
 	low := uint32(n >> tableLog)
-	const fb = 20 // fraction bits of the scaled counts
+	const fb = 20                     // fraction bits of the scaled counts
+	step := uint64(1<<62) / uint64(n) // c*step < 2^62 for any count c <= n
+	shift := (62 - fb - uint(tableLog)) & 63
 	left := size
 	largest := -1
 	for s, c := range hist {
@@ -168,7 +171,7 @@ func normalize(norm []int16, hist []uint32, n int, tableLog uint8) {
 			left--
 			continue
 		}
-		v := uint64(c) << tableLog << fb / uint64(n) // share in 1/2^fb slots
+		v := uint64(c) * step >> shift // share in 1/2^fb slots
 		p := v >> fb
 		if p < uint64(len(roundUp)) && v&(1<<fb-1) > uint64(roundUp[p]) {
 			p++
@@ -245,19 +248,38 @@ func optimalLog(n, present int, maxLog uint8) uint8 {
 	return min(l, maxLog)
 }
 
+// bitAppender appends bits to a byte slice, first bits lowest, a word
+// at a time.
+type bitAppender struct {
+	acc uint64
+	nb  uint
+	dst []byte
+}
+
+// put appends the n (at most 32) low bits of v.
+func (w *bitAppender) put(v uint64, n uint) {
+	w.acc |= v << (w.nb & 63)
+	w.nb += n
+	if w.nb >= 32 {
+		w.dst = binary.LittleEndian.AppendUint32(w.dst, uint32(w.acc))
+		w.acc >>= 32
+		w.nb -= 32
+	}
+}
+
+// flush appends the bits left, the last byte zero-padded.
+func (w *bitAppender) flush() []byte {
+	for ; w.nb > 0; w.nb -= min(w.nb, 8) {
+		w.dst = append(w.dst, byte(w.acc))
+		w.acc >>= 8
+	}
+	return w.dst
+}
+
 // writeNorm appends the table description (FSE_Compressed_Mode) of norm.
 func writeNorm(dst []byte, norm []int16, tableLog uint8) []byte {
-	var acc uint64
-	var nb uint
-	put := func(v uint64, n uint) {
-		acc |= v << nb
-		nb += n
-		for nb >= 8 {
-			dst = append(dst, byte(acc))
-			acc >>= 8
-			nb -= 8
-		}
-	}
+	w := bitAppender{dst: dst}
+	put := w.put
 	put(uint64(tableLog-minFSELog), 4)
 	remaining := 1<<tableLog + 1
 	threshold := 1 << tableLog
@@ -296,10 +318,7 @@ func writeNorm(dst []byte, norm []int16, tableLog uint8) []byte {
 			threshold >>= 1
 		}
 	}
-	if nb > 0 {
-		dst = append(dst, byte(acc))
-	}
-	return dst
+	return w.flush()
 }
 
 // log2x16 is 16*log2(i) rounded, for cost estimates in 1/16 bits.

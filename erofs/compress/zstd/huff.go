@@ -312,22 +312,11 @@ func (h *huffEnc) compressWeights(wts []uint8) []byte {
 
 	// Two interleaved states over the weights, last to first, as the
 	// decoder reads them first to last alternating from state 1.
-	out := h.desc
-	var acc uint64
-	var nb uint
-	put := func(v uint32, k uint32) {
-		acc |= uint64(v&(1<<k-1)) << nb
-		nb += uint(k)
-		for nb >= 8 {
-			out = append(out, byte(acc))
-			acc >>= 8
-			nb -= 8
-		}
-	}
+	w := bitAppender{dst: h.desc}
 	enc := func(st *uint32, s uint8) {
 		tt := &t.symbolTT[s&63]
 		k := (*st + tt.deltaNbBits) >> 16
-		put(*st, k)
+		w.put(uint64(*st&(1<<(k&31)-1)), uint(k))
 		*st = uint32(t.stateTable[(*st>>(k&31)+uint32(tt.deltaFindState))&(1<<maxMLLog-1)])
 	}
 	i := n
@@ -347,12 +336,10 @@ func (h *huffEnc) compressWeights(wts []uint8) []byte {
 		enc(&s1, wts[i-2])
 		i -= 2
 	}
-	put(s2, uint32(log))
-	put(s1, uint32(log))
-	put(1, 1) // end mark
-	if nb > 0 {
-		out = append(out, byte(acc))
-	}
+	w.put(uint64(s2&(1<<log-1)), uint(log))
+	w.put(uint64(s1&(1<<log-1)), uint(log))
+	w.put(1, 1) // end mark
+	out := w.flush()
 	h.desc = out
 	if len(out)-1 >= 128 {
 		return nil
