@@ -52,7 +52,7 @@ type symbolTransform struct {
 // fseTable is one stream's encoding table.
 type fseTable struct {
 	tableLog   uint8
-	norm       [64]int16
+	norm       *[64]int16          // predefined tables only
 	symbolTT   [64]symbolTransform // 64: a code masked with 63 needs no bounds check
 	stateTable [1 << maxMLLog]uint16
 	spread     [1 << maxMLLog]uint8
@@ -100,7 +100,7 @@ func (t *fseTable) build(norm []int16, tableLog uint8) {
 		}
 	}
 	// stateTable lists, per symbol, its states in increasing order.
-	var next [256]uint16
+	var next [maxMLCode + 1]uint16
 	for s := range norm {
 		next[s] = uint16(cumul[s])
 	}
@@ -130,9 +130,9 @@ func (t *fseTable) build(norm []int16, tableLog uint8) {
 		}
 	}
 	t.tableLog = tableLog
-	copy(t.norm[:], norm)
-	for s := len(norm); s < len(t.norm); s++ {
-		t.norm[s] = 0
+	if t.norm != nil {
+		// The predefined tables' distributions price them (cost).
+		copy(t.norm[:], norm)
 	}
 }
 

@@ -40,11 +40,13 @@ func (h *huffEnc) build(n int) bool {
 	// Bucket the present symbols by the bit length of their counts, then
 	// sort each (small) bucket by insertion: the counts of a few KiB of
 	// literals spread over a dozen buckets.
-	var bucket [33]uint8
+	clear(h.enc[:])
+	var bucket [33]uint16
+	keys := h.lens[:] // scratch until the lengths are computed
 	present, maxCount := 0, uint32(0)
 	for s, c := range h.count {
-		h.enc[s] = 0
 		if c != 0 {
+			keys[present&255] = c<<8 | uint32(s)
 			bucket[bits.Len32(c)]++
 			present++
 			maxCount = max(maxCount, c)
@@ -55,14 +57,12 @@ func (h *huffEnc) build(n int) bool {
 	}
 	var start [34]uint16
 	for i := 1; i < len(start); i++ {
-		start[i] = start[i-1] + uint16(bucket[i-1])
+		start[i] = start[i-1] + bucket[i-1]
 	}
-	for s, c := range h.count {
-		if c != 0 {
-			b := bits.Len32(c)
-			h.sorted[start[b]&255] = c<<8 | uint32(s)
-			start[b]++
-		}
+	for _, k := range keys[:present] {
+		b := bits.Len32(k >> 8)
+		h.sorted[start[b]&255] = k
+		start[b]++
 	}
 	a := h.sorted[:present]
 	for i := 1; i < len(a); i++ {

@@ -9,8 +9,9 @@ import (
 )
 
 // TestHuffVsHuff0: the literals sections of slices of the small-file
-// corpus, coded by huffEnc, decode (klauspost's decoder reads the frames
-// they go into) and are in total no larger than huff0's.
+// corpus, coded by huffEnc, decode with huff0's decoder and are in total
+// no larger than with huff0 (raw where that is smaller, as
+// writeLiterals chooses).
 func TestHuffVsHuff0(t *testing.T) {
 	files := smallCorpus(t)
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -31,17 +32,27 @@ func TestHuffVsHuff0(t *testing.T) {
 		} else {
 			c0, _, err = huff0.Compress4X(lits, &s)
 		}
+		raw := len(lits) + rawHeaderLen(len(lits))
 		if err != nil {
-			continue // huff0 would write them raw
+			c0 = nil // huff0 would write them raw
+		}
+		hdr := 3
+		switch {
+		case max(len(lits), len(c0)) >= 16384:
+			hdr = 5
+		case max(len(lits), len(c0)) >= 1024:
+			hdr = 4
+		}
+		if c0 == nil || len(c0)+hdr >= raw {
+			theirs += raw
+		} else {
+			theirs += len(c0) + hdr
 		}
 		out := writeLiterals(nil, lits, &h)
-		if out[0]&3 != litCompressed {
-			t.Fatalf("%d literals huff0 codes in %d: ours raw", len(lits), len(c0))
+		ours += len(out)
+		if out[0]&3 == litCompressed {
+			checkLiterals(t, out[litHeaderLen(out):], lits)
 		}
-		hdr := litHeaderLen(out)
-		ours += len(out) - hdr
-		theirs += len(c0)
-		checkLiterals(t, out[hdr:], lits)
 	}
 	t.Logf("literals sections: ours %d bytes, huff0 %d (%+.3f%%)", ours, theirs, 100*float64(ours-theirs)/float64(theirs))
 	if ours > theirs {

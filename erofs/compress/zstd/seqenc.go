@@ -149,6 +149,9 @@ func (r *reps) code(seqs []seq, h *codeHist) {
 var predefLLTable, predefMLTable, predefOFTable fseTable
 
 func init() {
+	predefLLTable.norm = new([64]int16)
+	predefMLTable.norm = new([64]int16)
+	predefOFTable.norm = new([64]int16)
 	predefLLTable.build(predefLL[:], 6)
 	predefMLTable.build(predefML[:], 6)
 	predefOFTable.build(predefOF[:], 5)
@@ -182,21 +185,6 @@ func (c *seqCoder) choose(i int, hist []uint32, n int, maxLog uint8, predef *fse
 		return t, modeRLE
 	}
 	pc := cost(hist[:last+1], predef.norm[:], predefLog)
-	if pc >= 0 {
-		// A table of its own codes at best at the entropy and takes at
-		// least a bit a symbol to describe: when the predefined one does
-		// as well, there is no need to build it (most small blocks).
-		ln := log16(uint32(n))
-		lb := 16 * (4 + present)
-		for _, h := range hist[:last+1] {
-			if h != 0 {
-				lb += int(h) * (ln - log16(h))
-			}
-		}
-		if pc <= lb {
-			return predef, modePredefined
-		}
-	}
 	log := optimalLog(n, present, maxLog)
 	normalize(c.norm[:last+1], hist[:last+1], n, log)
 	fc := cost(hist[:last+1], c.norm[:last+1], log)
