@@ -93,7 +93,11 @@ func (e *Encoder) block(dst, src []byte, pos, end int, r *reps) (typ byte, n, co
 	// input ends), starting with as much input as there is room: random
 	// data stops there, text goes on in steps sized by its ratio so far.
 	limit := min(end, pos+max(room, 256))
-	var pe int
+	if end-pos <= 2*room {
+		// A small file: at most two rounds of parsing either way.
+		limit = end
+	}
+	var pe, est int
 	crep := *r
 	c.litHist, c.litCounted = [256]uint32{}, 0
 	incompressible := false
@@ -108,7 +112,7 @@ func (e *Encoder) block(dst, src []byte, pos, end int, r *reps) (typ byte, n, co
 		// of the work. Then from all of the block so far: the parse stops
 		// where the cut will be.
 		c.stats(&e.hist, len(e.seqs), e.lits, trailing, step == 0 || len(e.seqs) < 64)
-		est := c.fixed + c.seqCost(&e.hist) + (len(e.lits)+len(trailing))*c.litAvg
+		est = c.fixed + c.seqCost(&e.hist) + (len(e.lits)+len(trailing))*c.litAvg
 		if est > target || pe >= end {
 			break
 		}
@@ -123,9 +127,11 @@ func (e *Encoder) block(dst, src []byte, pos, end int, r *reps) (typ byte, n, co
 		grow := min((target-est)*(pe-pos)/est, pe-pos)
 		limit = min(end, pe+grow+grow/32+32)
 	}
-	if c.sampled && !incompressible && len(e.seqs) >= 64 {
+	if c.sampled && !incompressible && len(e.seqs) >= 64 && (pe < end || est > target-target/8) {
 		// The parse stopped at its first step: the cut is priced with
 		// all the literals (random data, going raw, is not counted again).
+		// Not when all of the block is sure to fit: it is encoded whole
+		// whatever the costs, which only matter if it does not.
 		c.stats(&e.hist, len(e.seqs), e.lits, src[e.anchor:max(e.anchor, pe)], false)
 	}
 
