@@ -198,8 +198,12 @@ func (e *Encoder) block(dst, src []byte, pos, end int, r *reps) (typ byte, n, co
 	if pos+bestC == end {
 		// The frame goes on: the next block starts from the history
 		// after the sequences written (the literals after them do not
-		// change it).
-		*r = replay(e.seqs[:cur.k], *r)
+		// change it): the parse's when all of them are.
+		if cur.k == len(e.seqs) {
+			*r = crep
+		} else {
+			*r = replay(e.seqs[:cur.k], *r)
+		}
 	}
 	e.ip, e.anchor = pos+bestC, pos+bestC
 	return blockCompressed, bestN, bestC
@@ -220,7 +224,7 @@ func (e *Encoder) wholeBlock(dst, src []byte, pos, end int, r *reps) (byte, int,
 	}
 	copy(dst, e.litB)
 	copy(dst[len(e.litB):], e.seqB)
-	*r = replay(e.seqs, *r)
+	*r = crep // the history after every sequence, as replay would find
 	e.ip, e.anchor = end, end
 	return blockCompressed, size, end - pos
 }
