@@ -85,12 +85,19 @@ func (e *Encoder) block(dst, src []byte, pos, end int, r *reps) (typ byte, n, co
 	e.hist = codeHist{}
 	c := &e.cost
 	target := room * 128 // in 1/16 bits
+	if end-pos <= room {
+		return e.wholeBlock(dst, src, pos, end, r)
+	}
 
 	// Parse until the estimate says the budget is reached (or the block
 	// input ends), starting with as much input as there is room: random
 	// data stops there, text goes on in steps sized by its ratio so far.
 	limit := min(end, pos+max(room, 256))
-	var pe int
+	if end-pos <= 2*room {
+		// A small file: at most two rounds of parsing either way.
+		limit = end
+	}
+	var pe, est int
 	crep := *r
 	c.litHist, c.litCounted = [256]uint32{}, 0
 	incompressible := false
@@ -105,7 +112,7 @@ func (e *Encoder) block(dst, src []byte, pos, end int, r *reps) (typ byte, n, co
 		// of the work. Then from all of the block so far: the parse stops
 		// where the cut will be.
 		c.stats(&e.hist, len(e.seqs), e.lits, trailing, step == 0 || len(e.seqs) < 64)
-		est := c.fixed + c.seqCost(&e.hist) + (len(e.lits)+len(trailing))*c.litAvg
+		est = c.fixed + c.seqCost(&e.hist) + (len(e.lits)+len(trailing))*c.litAvg
 		if est > target || pe >= end {
 			break
 		}
@@ -120,9 +127,11 @@ func (e *Encoder) block(dst, src []byte, pos, end int, r *reps) (typ byte, n, co
 		grow := min((target-est)*(pe-pos)/est, pe-pos)
 		limit = min(end, pe+grow+grow/32+32)
 	}
-	if c.sampled && !incompressible && len(e.seqs) >= 64 {
+	if c.sampled && !incompressible && len(e.seqs) >= 64 && (pe < end || est > target-target/8) {
 		// The parse stopped at its first step: the cut is priced with
 		// all the literals (random data, going raw, is not counted again).
+		// Not when all of the block is sure to fit: it is encoded whole
+		// whatever the costs, which only matter if it does not.
 		c.stats(&e.hist, len(e.seqs), e.lits, src[e.anchor:max(e.anchor, pe)], false)
 	}
 
@@ -189,11 +198,35 @@ func (e *Encoder) block(dst, src []byte, pos, end int, r *reps) (typ byte, n, co
 	if pos+bestC == end {
 		// The frame goes on: the next block starts from the history
 		// after the sequences written (the literals after them do not
-		// change it).
-		*r = replay(e.seqs[:cur.k], *r)
+		// change it): the parse's when all of them are.
+		if cur.k == len(e.seqs) {
+			*r = crep
+		} else {
+			*r = replay(e.seqs[:cur.k], *r)
+		}
 	}
 	e.ip, e.anchor = pos+bestC, pos+bestC
 	return blockCompressed, bestN, bestC
+}
+
+// wholeBlock writes src[pos:end], which fits the room of dst as a raw
+// block, compressed when that is smaller. No cut is to be found, so the
+// cost model is skipped: the block is parsed to its end and encoded
+// once. Most small files take this path.
+func (e *Encoder) wholeBlock(dst, src []byte, pos, end int, r *reps) (byte, int, int) {
+	e.parse(src, end, end)
+	crep := *r
+	crep.code(e.seqs, &e.hist)
+	all := cursor{k: len(e.seqs), end: e.anchor, lc: len(e.lits)}
+	size := e.encode(src, all, all, end-e.anchor)
+	if size >= end-pos {
+		return e.rawBlock(dst, src, pos, end-pos)
+	}
+	copy(dst, e.litB)
+	copy(dst[len(e.litB):], e.seqB)
+	*r = crep // the history after every sequence, as replay would find
+	e.ip, e.anchor = end, end
+	return blockCompressed, size, end - pos
 }
 
 func (e *Encoder) rawBlock(dst, src []byte, pos, n int) (byte, int, int) {
@@ -240,12 +273,13 @@ func (e *Encoder) fill(src []byte, cur cursor, t, slack, end int) int {
 		hist[b]++
 	}
 	for add > 0 {
-		est := e.huff.EstimateSize(&hist)
+		est := e.huff.bitsOf(&hist)
 		if est < 0 {
 			// A byte the table cannot code: the new table will, at a
 			// guess of at most nine bits a byte.
 			return t + min(add, allowed*8/9)
 		}
+		est = (est + 7) >> 3
 		if est <= allowed {
 			return t + add
 		}

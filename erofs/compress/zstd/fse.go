@@ -1,6 +1,7 @@
 package zstd
 
 import (
+	"encoding/binary"
 	"math"
 	"math/bits"
 )
@@ -51,7 +52,7 @@ type symbolTransform struct {
 // fseTable is one stream's encoding table.
 type fseTable struct {
 	tableLog   uint8
-	norm       [64]int16
+	norm       *[64]int16          // predefined tables only
 	symbolTT   [64]symbolTransform // 64: a code masked with 63 needs no bounds check
 	stateTable [1 << maxMLLog]uint16
 	spread     [1 << maxMLLog]uint8
@@ -99,7 +100,7 @@ func (t *fseTable) build(norm []int16, tableLog uint8) {
 		}
 	}
 	// stateTable lists, per symbol, its states in increasing order.
-	var next [256]uint16
+	var next [maxMLCode + 1]uint16
 	for s := range norm {
 		next[s] = uint16(cumul[s])
 	}
@@ -129,9 +130,9 @@ func (t *fseTable) build(norm []int16, tableLog uint8) {
 		}
 	}
 	t.tableLog = tableLog
-	copy(t.norm[:], norm)
-	for s := len(norm); s < len(t.norm); s++ {
-		t.norm[s] = 0
+	if t.norm != nil {
+		// The predefined tables' distributions price them (cost).
+		copy(t.norm[:], norm)
 	}
 }
 
@@ -145,11 +146,67 @@ func (t *fseTable) initState(s uint8) uint32 {
 	return uint32(t.stateTable[int32(v>>nb)+tt.deltaFindState])
 }
 
-// normalize scales a histogram of total n to 1<<tableLog: every present
-// symbol keeps at least one slot, rounding errors go to the most frequent
-// symbols. The result is valid for any histogram with at least one and
-// at most 1<<tableLog present symbols.
+// normalize scales a histogram of total n to 1<<tableLog. A symbol
+// rarer than one slot's worth gets the "less than 1" probability (-1,
+// one slot, the cheapest to describe); the others get the floor of their
+// share, rounded up when that saves more bits than the slot costs the
+// most frequent symbol, which takes what is left. The result is valid
+// for any histogram with at least two and at most 1<<tableLog present
+// symbols.
 func normalize(norm []int16, hist []uint32, n int, tableLog uint8) {
+	size := 1 << tableLog
+	low := uint32(n >> tableLog)
+	const fb = 20                     // fraction bits of the scaled counts
+	step := uint64(1<<62) / uint64(n) // c*step < 2^62 for any count c <= n
+	shift := (62 - fb - uint(tableLog)) & 63
+	left := size
+	largest := -1
+	for s, c := range hist {
+		if c == 0 {
+			norm[s] = 0
+			continue
+		}
+		if c <= low {
+			norm[s] = -1
+			left--
+			continue
+		}
+		v := uint64(c) * step >> shift // share in 1/2^fb slots
+		p := v >> fb
+		if p < uint64(len(roundUp)) && v&(1<<fb-1) > uint64(roundUp[p]) {
+			p++
+		}
+		norm[s] = int16(p)
+		left -= int(p)
+		if largest < 0 || c > hist[largest] {
+			largest = s
+		}
+	}
+	if largest >= 0 && int(norm[largest])+left > int(norm[largest])/2 {
+		norm[largest] += int16(left)
+		return
+	}
+	normalizeNearest(norm, hist, n, tableLog)
+}
+
+// roundUp[p] is the fraction (in 1/2^20) of a slot above p at which p+1
+// slots cost fewer bits: the symbol's count c, at p+f slots' worth,
+// saves c·log2(1+1/p) bits; the slot taken from the most frequent
+// symbol costs it about n/size/ln 2. Equal when f = 1/ln(1+1/p) − p,
+// which tends to one half.
+var roundUp [64]uint32
+
+func init() {
+	for p := 1; p < len(roundUp); p++ {
+		roundUp[p] = uint32((1/math.Log1p(1/float64(p)) - float64(p)) * (1 << 20))
+	}
+}
+
+// normalizeNearest is normalize's fallback for histograms whose rare
+// symbols need more slots than the most frequent can give up: shares
+// rounded to nearest, at least one slot each, the excess taken back from
+// the largest entries one at a time.
+func normalizeNearest(norm []int16, hist []uint32, n int, tableLog uint8) {
 	size := 1 << tableLog
 	sum := 0
 	largest := 0
@@ -170,8 +227,6 @@ func normalize(norm []int16, hist []uint32, n int, tableLog uint8) {
 		norm[largest] += int16(size - sum)
 		return
 	}
-	// Too many slots handed out by rounding up rare symbols: take them
-	// back from the largest counts, one at a time.
 	for sum > size {
 		best := -1
 		for s, v := range norm {
@@ -193,19 +248,38 @@ func optimalLog(n, present int, maxLog uint8) uint8 {
 	return min(l, maxLog)
 }
 
+// bitAppender appends bits to a byte slice, first bits lowest, a word
+// at a time.
+type bitAppender struct {
+	acc uint64
+	nb  uint
+	dst []byte
+}
+
+// put appends the n (at most 32) low bits of v.
+func (w *bitAppender) put(v uint64, n uint) {
+	w.acc |= v << (w.nb & 63)
+	w.nb += n
+	if w.nb >= 32 {
+		w.dst = binary.LittleEndian.AppendUint32(w.dst, uint32(w.acc))
+		w.acc >>= 32
+		w.nb -= 32
+	}
+}
+
+// flush appends the bits left, the last byte zero-padded.
+func (w *bitAppender) flush() []byte {
+	for ; w.nb > 0; w.nb -= min(w.nb, 8) {
+		w.dst = append(w.dst, byte(w.acc))
+		w.acc >>= 8
+	}
+	return w.dst
+}
+
 // writeNorm appends the table description (FSE_Compressed_Mode) of norm.
 func writeNorm(dst []byte, norm []int16, tableLog uint8) []byte {
-	var acc uint64
-	var nb uint
-	put := func(v uint64, n uint) {
-		acc |= v << nb
-		nb += n
-		for nb >= 8 {
-			dst = append(dst, byte(acc))
-			acc >>= 8
-			nb -= 8
-		}
-	}
+	w := bitAppender{dst: dst}
+	put := w.put
 	put(uint64(tableLog-minFSELog), 4)
 	remaining := 1<<tableLog + 1
 	threshold := 1 << tableLog
@@ -237,21 +311,14 @@ func writeNorm(dst []byte, norm []int16, tableLog uint8) []byte {
 		} else {
 			put(uint64(value), nbBits)
 		}
-		if count < 0 {
-			remaining++
-		} else {
-			remaining -= count
-		}
+		remaining -= max(count, -count) // -1 takes one slot
 		prevZero = count == 0
 		for remaining < threshold {
 			nbBits--
 			threshold >>= 1
 		}
 	}
-	if nb > 0 {
-		dst = append(dst, byte(acc))
-	}
-	return dst
+	return w.flush()
 }
 
 // log2x16 is 16*log2(i) rounded, for cost estimates in 1/16 bits.

@@ -2,10 +2,7 @@ package zstd
 
 import (
 	"encoding/binary"
-	"errors"
 	"math/bits"
-
-	"github.com/klauspost/compress/huff0"
 )
 
 // A seq is one parsed sequence: litLen literals, then a match of matchLen
@@ -152,6 +149,9 @@ func (r *reps) code(seqs []seq, h *codeHist) {
 var predefLLTable, predefMLTable, predefOFTable fseTable
 
 func init() {
+	predefLLTable.norm = new([64]int16)
+	predefMLTable.norm = new([64]int16)
+	predefOFTable.norm = new([64]int16)
 	predefLLTable.build(predefLL[:], 6)
 	predefMLTable.build(predefML[:], 6)
 	predefOFTable.build(predefOF[:], 5)
@@ -315,21 +315,22 @@ const (
 
 // writeLiterals appends the literals section: Huffman-coded (one stream
 // below 1 KiB, four above) when that is smaller, else raw or RLE.
-func writeLiterals(out []byte, lits []byte, h *huff0.Scratch) []byte {
+func writeLiterals(out []byte, lits []byte, h *huffEnc) []byte {
 	n := len(lits)
 	if n >= 32 {
-		h.Reuse = huff0.ReusePolicyNone
-		var comp []byte
-		var err error
-		single := n < 1024
-		if single {
-			comp, _, err = huff0.Compress1X(lits, h)
-		} else {
-			comp, _, err = huff0.Compress4X(lits, h)
+		h.count = [256]uint32{}
+		countBytes(&h.count, lits)
+		if int(h.count[lits[0]]) == n {
+			out = appendRawHeader(out, litRLE, n)
+			return append(out, lits[0])
 		}
-		switch {
-		case err == nil:
-			c := len(comp)
+		if h.build(n) {
+			single := n < 1024
+			at := len(out)
+			// Room for the longest header, moved down once the size is known.
+			out = append(out, 0, 0, 0, 0, 0)
+			out = h.appendHuffLiterals(out, lits, single)
+			c := len(out) - at - 5
 			hdr := 3
 			switch {
 			case max(n, c) >= 16384:
@@ -337,27 +338,25 @@ func writeLiterals(out []byte, lits []byte, h *huff0.Scratch) []byte {
 			case max(n, c) >= 1024:
 				hdr = 4
 			}
-			if c+hdr < n+rawHeaderLen(n) {
+			if c+hdr < n+rawHeaderLen(n) && c < 1<<18 {
+				var v uint64
 				switch {
 				case single:
-					v := uint32(litCompressed) | uint32(n)<<4 | uint32(c)<<14
-					out = append(out, byte(v), byte(v>>8), byte(v>>16))
+					v = uint64(litCompressed) | uint64(n)<<4 | uint64(c)<<14
 				case hdr == 3:
-					v := uint32(litCompressed) | 1<<2 | uint32(n)<<4 | uint32(c)<<14
-					out = append(out, byte(v), byte(v>>8), byte(v>>16))
+					v = uint64(litCompressed) | 1<<2 | uint64(n)<<4 | uint64(c)<<14
 				case hdr == 4:
-					v := uint32(litCompressed) | 2<<2 | uint32(n)<<4 | uint32(c)<<18
-					out = binary.LittleEndian.AppendUint32(out, v)
+					v = uint64(litCompressed) | 2<<2 | uint64(n)<<4 | uint64(c)<<18
 				default:
-					v := uint64(litCompressed) | 3<<2 | uint64(n)<<4 | uint64(c)<<22
-					out = binary.LittleEndian.AppendUint32(out, uint32(v))
-					out = append(out, byte(v>>32))
+					v = uint64(litCompressed) | 3<<2 | uint64(n)<<4 | uint64(c)<<22
 				}
-				return append(out, comp...)
+				var b [8]byte
+				binary.LittleEndian.PutUint64(b[:], v)
+				copy(out[at:], b[:hdr])
+				copy(out[at+hdr:], out[at+5:])
+				return out[:len(out)-(5-hdr)]
 			}
-		case errors.Is(err, huff0.ErrUseRLE):
-			out = appendRawHeader(out, litRLE, n)
-			return append(out, lits[0])
+			out = out[:at]
 		}
 	}
 	out = appendRawHeader(out, litRaw, n)

@@ -15,14 +15,17 @@
 // The encoder is its own block writer. A parser (fast.go for levels 1–2,
 // chain.go above) turns input into sequences; a cost model priced from
 // the block's own statistics picks the cut where the budget runs out; the
-// block is then written exactly — literals Huffman-coded with klauspost's
-// huff0, sequences with FSE tables (predefined or the block's own,
-// whichever is cheaper) — and checked against the budget, the cut moved if
-// it does not fit (about one block in a hundred), and output left over
-// filled with more literals. The input is parsed once and compressed about
+// block is then written exactly — literals Huffman-coded (huff.go: a
+// table builder made for a few KiB of literals), sequences with FSE
+// tables (predefined or the block's own, whichever is cheaper) — and
+// checked against the budget, the cut moved if it does not fit (about
+// one block in a hundred), and output left over filled with more
+// literals. The input is parsed once and compressed about
 // 1.1 times, where a search over prefix lengths compresses it 10 or more
 // times. Incompressible input is seen from its first budget's worth and
-// stored as raw blocks.
+// stored as raw blocks. A block whose input fits the budget even raw (a
+// small file) skips the cost model: it is parsed to its end and encoded
+// once.
 //
 // Frames carry a Window_Descriptor (never a content size or checksum), so
 // the window the kernel checks against its configuration record is the
@@ -34,8 +37,6 @@ package zstd
 import (
 	"fmt"
 	"math/bits"
-
-	"github.com/klauspost/compress/huff0"
 )
 
 // Window bounds. The kernel reads windows up to 1 MiB (its configuration
@@ -95,7 +96,7 @@ type Encoder struct {
 
 	cost  costModel
 	sc    seqCoder
-	huff  huff0.Scratch
+	huff  huffEnc
 	tlits []byte // literals of the candidate block
 	litB  []byte // literals section being tried
 	seqB  []byte // sequences section being tried
