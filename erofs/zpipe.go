@@ -380,18 +380,25 @@ func (w *zworker) tail(j *zjob, pos, out, wn, c int) {
 	tailPacking := w.p.z.c.TailPacking
 	for pos < len(data) {
 		rest := data[pos:]
-		if wn < 0 {
+		// An extent starting in the file's last block is stored
+		// compressed only inline: without tail packing, compressing it
+		// is wasted (every file of a block or less, in a layer of small
+		// files).
+		inLast := (j.base+uint64(pos))>>w.p.blkbits == lastLcn
+		if wn < 0 && (tailPacking || !inLast) {
 			wn, c = w.comp.CompressDestSize(w.dst, rest)
 		}
-		whole := c == len(rest)
-		if tailPacking && whole && wn < len(rest) && wn < bs && wn <= j.inlineZ {
-			j.put(out, zopInlineZ, len(rest), 0, 0, w.dst[:wn])
-			return
-		}
-		nblk := (wn + bs - 1) / bs
-		if whole && nblk*bs < c && (j.base+uint64(pos))>>w.p.blkbits != lastLcn {
-			j.put(out, zCompressed, c, nblk, nblk*bs-wn, w.dst[:wn])
-			return
+		if wn >= 0 {
+			whole := c == len(rest)
+			if tailPacking && whole && wn < len(rest) && wn < bs && wn <= j.inlineZ {
+				j.put(out, zopInlineZ, len(rest), 0, 0, w.dst[:wn])
+				return
+			}
+			nblk := (wn + bs - 1) / bs
+			if whole && nblk*bs < c && !inLast {
+				j.put(out, zCompressed, c, nblk, nblk*bs-wn, w.dst[:wn])
+				return
+			}
 		}
 		n := min(bs, len(rest))
 		if allPlain && n == len(rest) {
