@@ -3,6 +3,7 @@ package deflate
 import (
 	"encoding/binary"
 	"math/bits"
+	"unsafe"
 )
 
 const (
@@ -25,7 +26,9 @@ type levelParams struct {
 	// skip is how many searches in a row may fail before the parser
 	// starts stepping over input (a byte more every 16 further failures,
 	// like LZ4), which crosses incompressible data quickly.
-	skip int
+	skip     int
+	ahead    int
+	offAware bool
 }
 
 var levels = [LevelMax + 1]levelParams{
@@ -69,42 +72,81 @@ func (m *matchFinder) begin(n int) {
 	m.next = m.base + n + windowSize + 1
 }
 
-func (m *matchFinder) insert(src []byte, i int) {
-	h := hash4(binary.LittleEndian.Uint32(src[i:]))
-	d := i + m.base - int(m.head[h])
-	if d > windowSize {
+// load32 and load64 read little-endian words at p+off without bounds
+// checks: every caller shows the word lies inside the slice p starts.
+func load32(p *byte, off int) uint32 {
+	return binary.LittleEndian.Uint32((*[4]byte)(unsafe.Add(unsafe.Pointer(p), off))[:])
+}
+
+func load64(p *byte, off int) uint64 {
+	return binary.LittleEndian.Uint64((*[8]byte)(unsafe.Add(unsafe.Pointer(p), off))[:])
+}
+
+// insert adds positions from … to-1 to the hash chains (those that have 4
+// bytes of src from them).
+func (m *matchFinder) insert(src []byte, from, to int) {
+	to = min(to, len(src)-3)
+	if from < 0 {
+		return
+	}
+	p := unsafe.SliceData(src)
+	base := m.base
+	for j := from; j < to; j++ {
+		// j ≥ 0 and j+4 ≤ len(src).
+		h := hash4(load32(p, j))
+		d := j + base - int(m.head[h])
+		if d > windowSize {
+			d = 0 // an earlier call's position, or too far
+		}
+		m.prev[j&(windowSize-1)] = uint16(d)
+		m.head[h] = int32(j + base)
+	}
+}
+
+// find adds position i to the hash chains and returns the longest match
+// at src[i:] longer than prev, among the first chain candidates, or 0.
+// src[i:] must have at least 4 bytes.
+func (m *matchFinder) find(src []byte, i, prev, chain, nice int) (length, dist int) {
+	if i < 0 || i > len(src)-4 {
+		return 0, 0
+	}
+	p := unsafe.SliceData(src)
+	first := load32(p, i)
+	h := hash4(first)
+	cand := int(m.head[h]) - m.base
+	m.head[h] = int32(i + m.base)
+	d := i - cand
+	if uint(d-1) >= windowSize {
 		d = 0 // an earlier call's position, or too far
 	}
 	m.prev[i&(windowSize-1)] = uint16(d)
-	m.head[h] = int32(i + m.base)
-}
-
-// find returns the longest match at src[i:] longer than prev, among the
-// first chain candidates, or 0. src[i:] has at least 4 bytes.
-func (m *matchFinder) find(src []byte, i, prev, chain, nice int) (length, dist int) {
+	if d == 0 {
+		return 0, 0
+	}
+	cand = i - d
 	maxLen := min(maxMatch, len(src)-i)
 	nice = min(nice, maxLen)
 	best := max(prev, minMatch-1)
 	if best >= maxLen {
 		return 0, 0
 	}
-	in := src[i : i+maxLen]
-	first := binary.LittleEndian.Uint32(in)
-	tail := binary.LittleEndian.Uint32(in[best-3:])
-	cand := int(m.head[hash4(first)]) - m.base
+	// Bounds: best < maxLen ≤ len(src)-i throughout, and candidates
+	// only decrease from below i and are read only while cand ≥ stop ≥ 0,
+	// so the words read at cand, cand+best-3, i and i+best-3 lie in src,
+	// whatever the tables hold.
+	tail := load32(p, i+best-3)
 	stop := max(i-windowSize, 0)
 	for cand >= stop && chain > 0 {
 		// Candidates must match the 4 bytes ending where the best match
 		// so far ends (most fail here), and then the first 4.
-		c := src[cand : cand+maxLen]
-		if binary.LittleEndian.Uint32(c[best-3:]) == tail && binary.LittleEndian.Uint32(c) == first {
-			l := 4 + matchLen(c[4:], in[4:])
+		if load32(p, cand+best-3) == tail && load32(p, cand) == first {
+			l := 4 + matchLen(p, cand+4, i+4, maxLen-4)
 			if l > best {
 				best, dist = l, i-cand
 				if l >= nice {
 					break
 				}
-				tail = binary.LittleEndian.Uint32(in[best-3:])
+				tail = load32(p, i+best-3)
 			}
 		}
 		d := int(m.prev[cand&(windowSize-1)])
@@ -120,20 +162,21 @@ func (m *matchFinder) find(src []byte, i, prev, chain, nice int) (length, dist i
 	return best, dist
 }
 
-// matchLen is the length of the common prefix of a and b, len(a) ≥ len(b).
-func matchLen(a, b []byte) int {
-	n := 0
-	for len(b)-n >= 8 {
-		if x := binary.LittleEndian.Uint64(a[n:]) ^ binary.LittleEndian.Uint64(b[n:]); x != 0 {
-			return n + bits.TrailingZeros64(x)>>3
+// matchLen is the length of the common prefix, at most n, of the bytes at
+// p+a and p+b; the caller ensures both ranges of n bytes are in bounds.
+func matchLen(p *byte, a, b, n int) int {
+	k := 0
+	for ; k+8 <= n; k += 8 {
+		if x := load64(p, a+k) ^ load64(p, b+k); x != 0 {
+			return k + bits.TrailingZeros64(x)>>3
 		}
-		n += 8
 	}
-	a = a[:len(b)]
-	for n < len(b) && a[n] == b[n] {
-		n++
+	for ; k < n; k++ {
+		if *(*byte)(unsafe.Add(unsafe.Pointer(p), a+k)) != *(*byte)(unsafe.Add(unsafe.Pointer(p), b+k)) {
+			break
+		}
 	}
-	return n
+	return k
 }
 
 // step is how far the parser moves after a failed search: 1, and a byte
@@ -201,7 +244,6 @@ func (e *Encoder) parseGreedy(src []byte, stopEst, maxTokens int) {
 			break
 		}
 		l, d := m.find(src, i, 0, p.chain, p.nice)
-		m.insert(src, i)
 		if l == 0 {
 			e.misses++
 			end := min(i+e.step(), len(src)-hashTail+1)
@@ -212,9 +254,7 @@ func (e *Encoder) parseGreedy(src []byte, stopEst, maxTokens int) {
 		e.misses = 0
 		e.match(l, d)
 		if l <= p.insert {
-			for j := i + 1; j < i+l && j <= len(src)-hashTail; j++ {
-				m.insert(src, j)
-			}
+			m.insert(src, i+1, min(i+l, len(src)-hashTail+1))
 		}
 		i += l
 	}
@@ -251,19 +291,25 @@ func (e *Encoder) parseLazy(src []byte, stopEst, maxTokens int) {
 		if !pending {
 			l, d = m.find(src, i, 0, p.chain, p.nice)
 		} else if prevLen < p.lazy {
-			chain := p.chain
+			chain := p.chain >> p.ahead
 			if prevLen >= p.good {
-				chain >>= 2
+				chain = p.chain >> 2
 			}
-			l, d = m.find(src, i, prevLen, chain, p.nice)
+			th := prevLen
+			if p.offAware && prevLen >= minMatch {
+				th = prevLen - 1
+			}
+			l, d = m.find(src, i, th, chain, p.nice)
+			if p.offAware && prevLen >= minMatch && l >= prevLen && 4*(l-prevLen)+bits.Len(uint(prevDist))-bits.Len(uint(d)) <= 2 {
+				l = 0
+			}
+		} else {
+			m.insert(src, i, i+1)
 		}
-		m.insert(src, i)
 		if pending && prevLen >= minMatch && l <= prevLen {
 			end := i - 1 + prevLen
 			e.match(prevLen, prevDist)
-			for j := i + 1; j < end && j <= last; j++ {
-				m.insert(src, j)
-			}
+			m.insert(src, i+1, min(end, last+1))
 			i = end
 			pending, prevLen = false, 0
 			e.misses = 0
