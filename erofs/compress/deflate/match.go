@@ -26,9 +26,10 @@ type levelParams struct {
 	// skip is how many searches in a row may fail before the parser
 	// starts stepping over input (a byte more every 16 further failures,
 	// like LZ4), which crosses incompressible data quickly.
-	skip     int
-	ahead    int
-	offAware bool
+	skip       int
+	ahead      int
+	insertTail int
+	offAware   bool
 }
 
 var levels = [LevelMax + 1]levelParams{
@@ -263,16 +264,21 @@ func (e *Encoder) parseGreedy(src []byte, stopEst, maxTokens int) {
 
 // parseLazy defers each match by a byte when the next position has a
 // longer one (zlib's deflate_slow). e.prevLen/e.prevDist hold the match
-// found at e.i-1 while e.pending says src[e.i-1] is not yet a token.
+// found at e.i-1 while e.pending says src[e.i-1] is not yet a token. The
+// block's tokens, statistics and estimate live in locals in the loop.
 func (e *Encoder) parseLazy(src []byte, stopEst, maxTokens int) {
 	m := &e.mf
-	p := e.p
-	i := e.i
+	p := &e.p
+	b := &e.blk
+	mLit, mLen, mDist := &e.mLit, &e.mLen, &e.mDist
+	i, ts, est, misses := e.i, e.tokens, e.est, e.misses
 	pending, prevLen, prevDist := e.pending, e.prevLen, e.prevDist
 	last := len(src) - hashTail // the last position that is searched
-	for e.est < stopEst && len(e.tokens) < maxTokens {
+	for est < stopEst && len(ts) < maxTokens {
 		if i > last {
+			e.tokens, e.est, e.tokEnd = ts, est, i
 			if pending {
+				e.tokEnd--
 				if prevLen >= minMatch {
 					e.match(prevLen, prevDist)
 					i += prevLen - 1
@@ -281,9 +287,9 @@ func (e *Encoder) parseLazy(src []byte, stopEst, maxTokens int) {
 				}
 				pending = false
 			}
-			for ; i < len(src); i++ {
-				e.lit(src[i])
-			}
+			e.lits(src[i:])
+			i = len(src)
+			ts, est = e.tokens, e.est
 			e.done = true
 			break
 		}
@@ -307,26 +313,49 @@ func (e *Encoder) parseLazy(src []byte, stopEst, maxTokens int) {
 			m.insert(src, i, i+1)
 		}
 		if pending && prevLen >= minMatch && l <= prevLen {
+			// The match at i-1 stands.
 			end := i - 1 + prevLen
-			e.match(prevLen, prevDist)
-			m.insert(src, i+1, min(end, last+1))
+			ln := uint32(prevLen - 3)
+			dd := uint32(prevDist - 1)
+			ds, dx := distSym(dd)
+			ds %= numDist
+			ts = append(ts, token(matchFlag|ln<<16|dd))
+			ls := lenSym[ln&0xff]
+			b.lit[257+int(ls)]++
+			b.dist[ds]++
+			b.extra += int(lenExtra[ln&0xff]) + int(dx)
+			b.matched += prevLen
+			b.matches++
+			est += int(mLen[ln&0xff]) + int(mDist[ds])
+			if p.insert == 0 || prevLen <= p.insert {
+				m.insert(src, i+1, min(end, last+1))
+			} else {
+				m.insert(src, max(i+1, end-p.insertTail), min(end, last+1))
+			}
 			i = end
 			pending, prevLen = false, 0
-			e.misses = 0
+			misses = 0
 			continue
 		}
 		if l >= minMatch {
-			e.misses = 0
+			misses = 0
 		} else if !pending || prevLen < minMatch {
-			e.misses++
+			misses++
 		}
 		if pending {
-			e.lit(src[i-1])
+			c := src[i-1]
+			ts = append(ts, token(c))
+			b.lit[c]++
+			est += int(mLit[c])
 		}
-		if e.misses > p.skip {
+		if misses > p.skip {
 			// Nothing found here nor a byte before: step over input.
-			end := min(i+e.step(), last+1)
-			e.lits(src[i:end])
+			end := min(i+1+min(max(misses-p.skip, 0)>>4, 31), last+1)
+			for _, c := range src[i:end] {
+				ts = append(ts, token(c))
+				b.lit[c]++
+				est += int(mLit[c])
+			}
 			i = end
 			pending = false
 			continue
@@ -334,6 +363,10 @@ func (e *Encoder) parseLazy(src []byte, stopEst, maxTokens int) {
 		pending, prevLen, prevDist = true, l, d
 		i++
 	}
-	e.i = i
+	e.i, e.tokens, e.est, e.misses = i, ts, est, misses
+	e.tokEnd = i
+	if pending {
+		e.tokEnd--
+	}
 	e.pending, e.prevLen, e.prevDist = pending, prevLen, prevDist
 }

@@ -47,18 +47,23 @@ func TestTarCPU(t *testing.T) {
 	}
 	if s := os.Getenv("DEFLATE_PARAMS"); s != "" {
 		// chain,good,lazy,nice: try other match finder parameters.
-		var v [6]int
+		var v [8]int
 		for k, f := range strings.Split(s, ",") {
 			v[k], _ = strconv.Atoi(f)
 		}
 		e.p.chain, e.p.good, e.p.lazy, e.p.nice = v[0], v[1], v[2], v[3]
 		e.p.ahead, e.p.offAware = v[4], v[5] != 0
+		e.p.insert, e.p.insertTail = v[6], v[7]
 	}
 	dst := make([]byte, 4096)
 	sum := fnv.New64a()
 	var best float64
 	var in, img, out int
-	for range 3 {
+	runs := 3
+	if os.Getenv("DEFLATE_RUNS") == "1" {
+		runs = 1
+	}
+	for range runs {
 		t0 := cpuTime()
 		in, img, out = 0, 0, 0
 		sum.Reset()
