@@ -61,6 +61,11 @@ type matchFinder struct {
 	prev [windowSize]uint16
 	base int
 	next int // base of the next call
+	// ahead is head[hash of position aheadAt], read by the search at
+	// aheadAt-1 after it inserted its own position, so that the next
+	// search finds its first candidate already loaded; inserts clear it.
+	ahead   int32
+	aheadAt int
 }
 
 // begin prepares the tables for a new input of n bytes.
@@ -71,6 +76,7 @@ func (m *matchFinder) begin(n int) {
 	}
 	m.base = m.next
 	m.next = m.base + n + windowSize + 1
+	m.aheadAt = -1
 }
 
 // load32 and load64 read little-endian words at p+off without bounds
@@ -90,6 +96,7 @@ func (m *matchFinder) insert(src []byte, from, to int) {
 	if from < 0 {
 		return
 	}
+	m.aheadAt = -1
 	p := unsafe.SliceData(src)
 	base := m.base
 	for j := from; j < to; j++ {
@@ -114,8 +121,19 @@ func (m *matchFinder) find(src []byte, i, prev, chain, nice int) (length, dist i
 	p := unsafe.SliceData(src)
 	first := load32(p, i)
 	h := hash4(first)
-	cand := int(m.head[h]) - m.base
+	var head int32
+	if m.aheadAt == i {
+		head = m.ahead
+	} else {
+		head = m.head[h]
+	}
+	cand := int(head) - m.base
 	m.head[h] = int32(i + m.base)
+	if i+1 <= len(src)-4 {
+		// Most searches are followed by one at i+1: start its load now.
+		m.ahead = m.head[hash4(load32(p, i+1))]
+		m.aheadAt = i + 1
+	}
 	d := i - cand
 	if uint(d-1) >= windowSize {
 		d = 0 // an earlier call's position, or too far
