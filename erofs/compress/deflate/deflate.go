@@ -219,15 +219,7 @@ func (e *Encoder) newBlock() {
 	e.tokens = e.tokens[:0]
 	e.blk.reset()
 	e.est = 0
-	for s := range e.mLit {
-		e.mLit[s] = fixedLitLen[s]
-	}
-	for l := range e.mLen {
-		e.mLen[l] = fixedLitLen[257+int(lenSym[l])] + lenExtra[l]
-	}
-	for s := range e.mDist {
-		e.mDist[s] = 5 + distExtra[s]
-	}
+	e.mLit, e.mLen, e.mDist = fixedModel.lit, fixedModel.len, fixedModel.dist
 }
 
 // writeBlock writes a block in its cheapest form.

@@ -77,6 +77,22 @@ func init() {
 		fd[i] = 5
 	}
 	canonical(fixedDist[:], fd[:])
+	m := &fixedModel
+	copy(m.lit[:], fixedLitLen[:])
+	for l := range m.len {
+		m.len[l] = fixedLitLen[257+int(lenSym[l])] + lenExtra[l]
+	}
+	for s := range m.dist {
+		m.dist[s] = 5 + distExtra[s]
+	}
+}
+
+// fixedModel is the growth model of a new block (Encoder.newBlock): the
+// fixed code's lengths.
+var fixedModel struct {
+	lit  [numLitLen]uint8
+	len  [256]uint8
+	dist [numDist]uint8
 }
 
 // distSym returns the distance symbol and its extra bits for distance d+1.

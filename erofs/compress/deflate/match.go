@@ -26,10 +26,7 @@ type levelParams struct {
 	// skip is how many searches in a row may fail before the parser
 	// starts stepping over input (a byte more every 16 further failures,
 	// like LZ4), which crosses incompressible data quickly.
-	skip       int
-	ahead      int
-	insertTail int
-	offAware   bool
+	skip int
 }
 
 var levels = [LevelMax + 1]levelParams{
@@ -315,18 +312,11 @@ func (e *Encoder) parseLazy(src []byte, stopEst, maxTokens int) {
 		if !pending {
 			l, d = m.find(src, i, 0, p.chain, p.nice)
 		} else if prevLen < p.lazy {
-			chain := p.chain >> p.ahead
+			chain := p.chain
 			if prevLen >= p.good {
-				chain = p.chain >> 2
+				chain >>= 2
 			}
-			th := prevLen
-			if p.offAware && prevLen >= minMatch {
-				th = prevLen - 1
-			}
-			l, d = m.find(src, i, th, chain, p.nice)
-			if p.offAware && prevLen >= minMatch && l >= prevLen && 4*(l-prevLen)+bits.Len(uint(prevDist))-bits.Len(uint(d)) <= 2 {
-				l = 0
-			}
+			l, d = m.find(src, i, prevLen, chain, p.nice)
 		} else {
 			m.insert(src, i, i+1)
 		}
@@ -345,11 +335,7 @@ func (e *Encoder) parseLazy(src []byte, stopEst, maxTokens int) {
 			b.matched += prevLen
 			b.matches++
 			est += int(mLen[ln&0xff]) + int(mDist[ds])
-			if p.insert == 0 || prevLen <= p.insert {
-				m.insert(src, i+1, min(end, last+1))
-			} else {
-				m.insert(src, max(i+1, end-p.insertTail), min(end, last+1))
-			}
+			m.insert(src, i+1, min(end, last+1))
 			i = end
 			pending, prevLen = false, 0
 			misses = 0

@@ -47,13 +47,11 @@ func TestTarCPU(t *testing.T) {
 	}
 	if s := os.Getenv("DEFLATE_PARAMS"); s != "" {
 		// chain,good,lazy,nice: try other match finder parameters.
-		var v [8]int
+		var v [4]int
 		for k, f := range strings.Split(s, ",") {
 			v[k], _ = strconv.Atoi(f)
 		}
 		e.p.chain, e.p.good, e.p.lazy, e.p.nice = v[0], v[1], v[2], v[3]
-		e.p.ahead, e.p.offAware = v[4], v[5] != 0
-		e.p.insert, e.p.insertTail = v[6], v[7]
 	}
 	dst := make([]byte, 4096)
 	sum := fnv.New64a()
