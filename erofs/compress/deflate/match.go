@@ -27,6 +27,13 @@ type levelParams struct {
 	// starts stepping over input (a byte more every 16 further failures,
 	// like LZ4), which crosses incompressible data quickly.
 	skip int
+	// ahead halves the lookahead's chain this many times (libdeflate
+	// searches the next position half as deep).
+	ahead uint8
+	// offsets: the match at the next position wins if it is longer or
+	// closer, weighing a byte of length as four doublings of distance;
+	// else only if it is longer.
+	offsets bool
 }
 
 var levels = [LevelMax + 1]levelParams{
@@ -35,7 +42,7 @@ var levels = [LevelMax + 1]levelParams{
 	3: {chain: 32, nice: 32, insert: 6, skip: 32},
 	4: {chain: 16, good: 4, lazy: 4, nice: 16, skip: 32},
 	5: {chain: 16, good: 8, lazy: 16, nice: 32, skip: 32},
-	6: {chain: 48, good: 12, lazy: 24, nice: 96, skip: 32},
+	6: {chain: 24, good: 258, lazy: 64, nice: 64, skip: 32, ahead: 1, offsets: true},
 	7: {chain: 128, good: 8, lazy: 32, nice: 128, skip: 64},
 	8: {chain: 1024, good: 32, lazy: 128, nice: 258, skip: 128},
 	9: {chain: 4096, good: 32, lazy: 258, nice: 258, skip: 256},
@@ -309,18 +316,32 @@ func (e *Encoder) parseLazy(src []byte, stopEst, maxTokens int) {
 			break
 		}
 		var l, d int
+		better := false // the match at i beats the one at i-1
 		if !pending {
 			l, d = m.find(src, i, 0, p.chain, p.nice)
 		} else if prevLen < p.lazy {
-			chain := p.chain
+			chain := p.chain >> p.ahead
 			if prevLen >= p.good {
-				chain >>= 2
+				chain = p.chain >> 2
 			}
-			l, d = m.find(src, i, prevLen, chain, p.nice)
+			if !p.offsets {
+				l, d = m.find(src, i, prevLen, chain, p.nice)
+				better = l > prevLen
+			} else {
+				// One more byte of length is worth four doublings of
+				// the distance (libdeflate's rule): a match as long but
+				// much closer wins too.
+				l, d = m.find(src, i, prevLen-1, chain, p.nice)
+				better = l >= prevLen && l > 0 &&
+					4*(l-prevLen)+bits.Len(uint(prevDist))-bits.Len(uint(d)) > 2
+				if !better {
+					l = 0
+				}
+			}
 		} else {
 			m.insert(src, i, i+1)
 		}
-		if pending && prevLen >= minMatch && l <= prevLen {
+		if pending && prevLen >= minMatch && !better {
 			// The match at i-1 stands.
 			end := i - 1 + prevLen
 			ln := uint32(prevLen - 3)
