@@ -14,12 +14,17 @@ import (
 // TestTarCPU compresses the regular files of a tar the way an EROFS image
 // with 4 KiB pclusters and 64 KiB extents does (each file cut into extents
 // of at most 64 KiB, each call given the rest of its extent and one block),
-// and reports CPU seconds and the image bytes those files would take. It
-// runs only when asked; DEFLATE_TAR_MB bounds the file bytes read (default
-// 64):
+// and reports the best CPU seconds of 3 passes, the image bytes those
+// files would take, the bytes written and a hash of them (to check that a
+// change keeps the output). It runs only when asked:
 //
 //	DEFLATE_TAR=/var/tmp/erofsbench/tar/small100k.tar GOMAXPROCS=1 taskset -c 0 \
 //	    go test -run TestTarCPU -v ./erofs/compress/deflate/
+//
+// DEFLATE_TAR_MB bounds the file bytes read (default 64), DEFLATE_LEVEL
+// sets the level, DEFLATE_RUNS=1 makes one pass, and
+// DEFLATE_PARAMS=chain,good,lazy,nice overrides the level's match finder
+// parameters (to tune them).
 func TestTarCPU(t *testing.T) {
 	name := os.Getenv("DEFLATE_TAR")
 	if name == "" {
