@@ -313,25 +313,53 @@ func (w *bitWriter) writeDynHeader(c *dynCode, final bool) {
 }
 
 // writeTokens writes the tokens and the end of block with the given codes.
+// A length or a distance goes out with its extra bits in one piece; the
+// bit buffer stays in registers and takes 32 bits at a time.
 func (w *bitWriter) writeTokens(ts []token, litCode []uint16, litLen []uint8, distCode []uint16, distLen []uint8) {
+	litCode, litLen = litCode[:numLitLen], litLen[:numLitLen]
+	distCode, distLen = distCode[:numDist], distLen[:numDist]
+	acc, nb, n, dst := w.acc, w.nbits, w.n, w.dst
 	for _, t := range ts {
 		if t < matchFlag {
-			w.bits(uint64(litCode[t]), uint(litLen[t]))
-			continue
+			c := uint8(t)
+			acc |= uint64(litCode[c]) << nb
+			nb += uint(litLen[c])
+		} else {
+			l := uint32(t) >> 16 & 0xff
+			ls := lenSym[l]
+			s := 257 + int(ls)
+			cl := uint(litLen[s])
+			acc |= (uint64(litCode[s]) | uint64(l-uint32(lenBase[ls&31]))<<cl) << nb
+			nb += cl + uint(lenExtra[l])
+			if nb >= 32 {
+				if n+4 > len(dst) {
+					w.overflow = true
+					return
+				}
+				binary.LittleEndian.PutUint32(dst[n:], uint32(acc))
+				n += 4
+				acc >>= 32
+				nb -= 32
+			}
+			d := uint32(t) & 0xffff
+			ds, dx := distSym(d)
+			ds %= numDist
+			cd := uint(distLen[ds])
+			acc |= (uint64(distCode[ds]) | uint64(d-uint32(distBase[ds]))<<cd) << nb
+			nb += cd + uint(dx)
 		}
-		l := uint32(t) >> 16 & 0xff
-		ls := 257 + int(lenSym[l])
-		w.bits(uint64(litCode[ls]), uint(litLen[ls]))
-		if x := lenExtra[l]; x != 0 {
-			w.bits(uint64(l-uint32(lenBase[ls-257])), uint(x))
-		}
-		d := uint32(t) & 0xffff
-		ds, dx := distSym(d)
-		w.bits(uint64(distCode[ds]), uint(distLen[ds]))
-		if dx != 0 {
-			w.bits(uint64(d-uint32(distBase[ds])), uint(dx))
+		if nb >= 32 {
+			if n+4 > len(dst) {
+				w.overflow = true
+				return
+			}
+			binary.LittleEndian.PutUint32(dst[n:], uint32(acc))
+			n += 4
+			acc >>= 32
+			nb -= 32
 		}
 	}
+	w.acc, w.nbits, w.n = acc, nb, n
 	w.bits(uint64(litCode[endOfBlock]), uint(litLen[endOfBlock]))
 }
 

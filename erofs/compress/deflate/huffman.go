@@ -2,7 +2,6 @@ package deflate
 
 import (
 	"math/bits"
-	"slices"
 )
 
 // Symbol alphabets of RFC 1951 §3.2.5–3.2.7.
@@ -78,6 +77,22 @@ func init() {
 		fd[i] = 5
 	}
 	canonical(fixedDist[:], fd[:])
+	m := &fixedModel
+	copy(m.lit[:], fixedLitLen[:])
+	for l := range m.len {
+		m.len[l] = fixedLitLen[257+int(lenSym[l])] + lenExtra[l]
+	}
+	for s := range m.dist {
+		m.dist[s] = 5 + distExtra[s]
+	}
+}
+
+// fixedModel is the growth model of a new block (Encoder.newBlock): the
+// fixed code's lengths.
+var fixedModel struct {
+	lit  [numLitLen]uint8
+	len  [256]uint8
+	dist [numDist]uint8
 }
 
 // distSym returns the distance symbol and its extra bits for distance d+1.
@@ -119,6 +134,7 @@ func canonical(codes []uint16, lengths []uint8) {
 // is scratch space.
 type huffman struct {
 	sorted []uint64
+	tmp    []uint64
 	depth  []int32
 }
 
@@ -136,7 +152,7 @@ func (h *huffman) build(freq []uint32, lengths []uint8, limit int) {
 			h.sorted = append(h.sorted, uint64(s))
 		}
 	}
-	slices.Sort(h.sorted)
+	h.sort()
 	n := len(h.sorted)
 	if cap(h.depth) < n {
 		h.depth = make([]int32, n, 2*n)
@@ -218,5 +234,53 @@ func (h *huffman) build(freq []uint32, lengths []uint8, limit int) {
 	}
 	for i, v := range h.sorted {
 		lengths[v&0xffff] = uint8(a[i])
+	}
+}
+
+// sort orders h.sorted (frequency<<16 | symbol, symbols ascending) by
+// frequency, then symbol: insertion sort for few symbols, else a stable
+// radix sort on the frequency's bytes (as many as its largest value has),
+// which costs a few passes instead of n log n comparisons.
+func (h *huffman) sort() {
+	a := h.sorted
+	if len(a) <= 32 {
+		for i := 1; i < len(a); i++ {
+			v := a[i]
+			j := i
+			for ; j > 0 && a[j-1] > v; j-- {
+				a[j] = a[j-1]
+			}
+			a[j] = v
+		}
+		return
+	}
+	var top uint64
+	for _, v := range a {
+		top |= v
+	}
+	top >>= 16
+	if cap(h.tmp) < len(a) {
+		h.tmp = make([]uint64, len(a), cap(a))
+	}
+	b := h.tmp[:len(a)]
+	for shift := uint(16); top != 0; shift, top = shift+8, top>>8 {
+		var count [256]int
+		for _, v := range a {
+			count[byte(v>>shift)]++
+		}
+		sum := 0
+		for k, c := range count {
+			count[k] = sum
+			sum += c
+		}
+		for _, v := range a {
+			k := byte(v >> shift)
+			b[count[k]] = v
+			count[k]++
+		}
+		a, b = b, a
+	}
+	if &a[0] != &h.sorted[0] {
+		copy(h.sorted, a)
 	}
 }

@@ -3,6 +3,7 @@ package deflate
 import (
 	"encoding/binary"
 	"math/bits"
+	"unsafe"
 )
 
 const (
@@ -26,6 +27,13 @@ type levelParams struct {
 	// starts stepping over input (a byte more every 16 further failures,
 	// like LZ4), which crosses incompressible data quickly.
 	skip int
+	// ahead halves the lookahead's chain this many times (libdeflate
+	// searches the next position half as deep).
+	ahead uint8
+	// offsets: the match at the next position wins if it is longer or
+	// closer, weighing a byte of length as four doublings of distance;
+	// else only if it is longer.
+	offsets bool
 }
 
 var levels = [LevelMax + 1]levelParams{
@@ -34,7 +42,7 @@ var levels = [LevelMax + 1]levelParams{
 	3: {chain: 32, nice: 32, insert: 6, skip: 32},
 	4: {chain: 16, good: 4, lazy: 4, nice: 16, skip: 32},
 	5: {chain: 16, good: 8, lazy: 16, nice: 32, skip: 32},
-	6: {chain: 48, good: 12, lazy: 24, nice: 96, skip: 32},
+	6: {chain: 24, good: 258, lazy: 64, nice: 64, skip: 32, ahead: 1, offsets: true},
 	7: {chain: 128, good: 8, lazy: 32, nice: 128, skip: 64},
 	8: {chain: 1024, good: 32, lazy: 128, nice: 258, skip: 128},
 	9: {chain: 4096, good: 32, lazy: 258, nice: 258, skip: 256},
@@ -57,6 +65,11 @@ type matchFinder struct {
 	prev [windowSize]uint16
 	base int
 	next int // base of the next call
+	// ahead is head[hash of position aheadAt], read by the search at
+	// aheadAt-1 after it inserted its own position, so that the next
+	// search finds its first candidate already loaded; inserts clear it.
+	ahead   int32
+	aheadAt int
 }
 
 // begin prepares the tables for a new input of n bytes.
@@ -67,44 +80,96 @@ func (m *matchFinder) begin(n int) {
 	}
 	m.base = m.next
 	m.next = m.base + n + windowSize + 1
+	m.aheadAt = -1
 }
 
-func (m *matchFinder) insert(src []byte, i int) {
-	h := hash4(binary.LittleEndian.Uint32(src[i:]))
-	d := i + m.base - int(m.head[h])
-	if d > windowSize {
+// load32 and load64 read little-endian words at p+off without bounds
+// checks: every caller shows the word lies inside the slice p starts.
+func load32(p *byte, off int) uint32 {
+	return binary.LittleEndian.Uint32((*[4]byte)(unsafe.Add(unsafe.Pointer(p), off))[:])
+}
+
+func load64(p *byte, off int) uint64 {
+	return binary.LittleEndian.Uint64((*[8]byte)(unsafe.Add(unsafe.Pointer(p), off))[:])
+}
+
+// insert adds positions from … to-1 to the hash chains (those that have 4
+// bytes of src from them).
+func (m *matchFinder) insert(src []byte, from, to int) {
+	to = min(to, len(src)-3)
+	if from < 0 {
+		return
+	}
+	m.aheadAt = -1
+	p := unsafe.SliceData(src)
+	base := m.base
+	for j := from; j < to; j++ {
+		// j ≥ 0 and j+4 ≤ len(src).
+		h := hash4(load32(p, j))
+		d := j + base - int(m.head[h])
+		if d > windowSize {
+			d = 0 // an earlier call's position, or too far
+		}
+		m.prev[j&(windowSize-1)] = uint16(d)
+		m.head[h] = int32(j + base)
+	}
+}
+
+// find adds position i to the hash chains and returns the longest match
+// at src[i:] longer than prev, among the first chain candidates, or 0.
+// src[i:] must have at least 4 bytes.
+func (m *matchFinder) find(src []byte, i, prev, chain, nice int) (length, dist int) {
+	if i < 0 || i > len(src)-4 {
+		return 0, 0
+	}
+	p := unsafe.SliceData(src)
+	first := load32(p, i)
+	h := hash4(first)
+	var head int32
+	if m.aheadAt == i {
+		head = m.ahead
+	} else {
+		head = m.head[h]
+	}
+	cand := int(head) - m.base
+	m.head[h] = int32(i + m.base)
+	if i+1 <= len(src)-4 {
+		// Most searches are followed by one at i+1: start its load now.
+		m.ahead = m.head[hash4(load32(p, i+1))]
+		m.aheadAt = i + 1
+	}
+	d := i - cand
+	if uint(d-1) >= windowSize {
 		d = 0 // an earlier call's position, or too far
 	}
 	m.prev[i&(windowSize-1)] = uint16(d)
-	m.head[h] = int32(i + m.base)
-}
-
-// find returns the longest match at src[i:] longer than prev, among the
-// first chain candidates, or 0. src[i:] has at least 4 bytes.
-func (m *matchFinder) find(src []byte, i, prev, chain, nice int) (length, dist int) {
+	if d == 0 {
+		return 0, 0
+	}
+	cand = i - d
 	maxLen := min(maxMatch, len(src)-i)
 	nice = min(nice, maxLen)
 	best := max(prev, minMatch-1)
 	if best >= maxLen {
 		return 0, 0
 	}
-	in := src[i : i+maxLen]
-	first := binary.LittleEndian.Uint32(in)
-	tail := binary.LittleEndian.Uint32(in[best-3:])
-	cand := int(m.head[hash4(first)]) - m.base
+	// Bounds: best < maxLen ≤ len(src)-i throughout, and candidates
+	// only decrease from below i and are read only while cand ≥ stop ≥ 0,
+	// so the words read at cand, cand+best-3, i and i+best-3 lie in src,
+	// whatever the tables hold.
+	tail := load32(p, i+best-3)
 	stop := max(i-windowSize, 0)
 	for cand >= stop && chain > 0 {
 		// Candidates must match the 4 bytes ending where the best match
 		// so far ends (most fail here), and then the first 4.
-		c := src[cand : cand+maxLen]
-		if binary.LittleEndian.Uint32(c[best-3:]) == tail && binary.LittleEndian.Uint32(c) == first {
-			l := 4 + matchLen(c[4:], in[4:])
+		if load32(p, cand+best-3) == tail && load32(p, cand) == first {
+			l := 4 + matchLen(p, cand+4, i+4, maxLen-4)
 			if l > best {
 				best, dist = l, i-cand
 				if l >= nice {
 					break
 				}
-				tail = binary.LittleEndian.Uint32(in[best-3:])
+				tail = load32(p, i+best-3)
 			}
 		}
 		d := int(m.prev[cand&(windowSize-1)])
@@ -120,20 +185,21 @@ func (m *matchFinder) find(src []byte, i, prev, chain, nice int) (length, dist i
 	return best, dist
 }
 
-// matchLen is the length of the common prefix of a and b, len(a) ≥ len(b).
-func matchLen(a, b []byte) int {
-	n := 0
-	for len(b)-n >= 8 {
-		if x := binary.LittleEndian.Uint64(a[n:]) ^ binary.LittleEndian.Uint64(b[n:]); x != 0 {
-			return n + bits.TrailingZeros64(x)>>3
+// matchLen is the length of the common prefix, at most n, of the bytes at
+// p+a and p+b; the caller ensures both ranges of n bytes are in bounds.
+func matchLen(p *byte, a, b, n int) int {
+	k := 0
+	for ; k+8 <= n; k += 8 {
+		if x := load64(p, a+k) ^ load64(p, b+k); x != 0 {
+			return k + bits.TrailingZeros64(x)>>3
 		}
-		n += 8
 	}
-	a = a[:len(b)]
-	for n < len(b) && a[n] == b[n] {
-		n++
+	for ; k < n; k++ {
+		if *(*byte)(unsafe.Add(unsafe.Pointer(p), a+k)) != *(*byte)(unsafe.Add(unsafe.Pointer(p), b+k)) {
+			break
+		}
 	}
-	return n
+	return k
 }
 
 // step is how far the parser moves after a failed search: 1, and a byte
@@ -201,7 +267,6 @@ func (e *Encoder) parseGreedy(src []byte, stopEst, maxTokens int) {
 			break
 		}
 		l, d := m.find(src, i, 0, p.chain, p.nice)
-		m.insert(src, i)
 		if l == 0 {
 			e.misses++
 			end := min(i+e.step(), len(src)-hashTail+1)
@@ -212,9 +277,7 @@ func (e *Encoder) parseGreedy(src []byte, stopEst, maxTokens int) {
 		e.misses = 0
 		e.match(l, d)
 		if l <= p.insert {
-			for j := i + 1; j < i+l && j <= len(src)-hashTail; j++ {
-				m.insert(src, j)
-			}
+			m.insert(src, i+1, min(i+l, len(src)-hashTail+1))
 		}
 		i += l
 	}
@@ -223,16 +286,21 @@ func (e *Encoder) parseGreedy(src []byte, stopEst, maxTokens int) {
 
 // parseLazy defers each match by a byte when the next position has a
 // longer one (zlib's deflate_slow). e.prevLen/e.prevDist hold the match
-// found at e.i-1 while e.pending says src[e.i-1] is not yet a token.
+// found at e.i-1 while e.pending says src[e.i-1] is not yet a token. The
+// block's tokens, statistics and estimate live in locals in the loop.
 func (e *Encoder) parseLazy(src []byte, stopEst, maxTokens int) {
 	m := &e.mf
-	p := e.p
-	i := e.i
+	p := &e.p
+	b := &e.blk
+	mLit, mLen, mDist := &e.mLit, &e.mLen, &e.mDist
+	i, ts, est, misses := e.i, e.tokens, e.est, e.misses
 	pending, prevLen, prevDist := e.pending, e.prevLen, e.prevDist
 	last := len(src) - hashTail // the last position that is searched
-	for e.est < stopEst && len(e.tokens) < maxTokens {
+	for est < stopEst && len(ts) < maxTokens {
 		if i > last {
+			e.tokens, e.est, e.tokEnd = ts, est, i
 			if pending {
+				e.tokEnd--
 				if prevLen >= minMatch {
 					e.match(prevLen, prevDist)
 					i += prevLen - 1
@@ -241,46 +309,78 @@ func (e *Encoder) parseLazy(src []byte, stopEst, maxTokens int) {
 				}
 				pending = false
 			}
-			for ; i < len(src); i++ {
-				e.lit(src[i])
-			}
+			e.lits(src[i:])
+			i = len(src)
+			ts, est = e.tokens, e.est
 			e.done = true
 			break
 		}
 		var l, d int
+		better := false // the match at i beats the one at i-1
 		if !pending {
 			l, d = m.find(src, i, 0, p.chain, p.nice)
 		} else if prevLen < p.lazy {
-			chain := p.chain
+			chain := p.chain >> p.ahead
 			if prevLen >= p.good {
-				chain >>= 2
+				chain = p.chain >> 2
 			}
-			l, d = m.find(src, i, prevLen, chain, p.nice)
+			if !p.offsets {
+				l, d = m.find(src, i, prevLen, chain, p.nice)
+				better = l > prevLen
+			} else {
+				// One more byte of length is worth four doublings of
+				// the distance (libdeflate's rule): a match as long but
+				// much closer wins too.
+				l, d = m.find(src, i, prevLen-1, chain, p.nice)
+				better = l >= prevLen && l > 0 &&
+					4*(l-prevLen)+bits.Len(uint(prevDist))-bits.Len(uint(d)) > 2
+				if !better {
+					l = 0
+				}
+			}
+		} else {
+			m.insert(src, i, i+1)
 		}
-		m.insert(src, i)
-		if pending && prevLen >= minMatch && l <= prevLen {
+		if pending && prevLen >= minMatch && !better {
+			// The match at i-1 stands.
 			end := i - 1 + prevLen
-			e.match(prevLen, prevDist)
-			for j := i + 1; j < end && j <= last; j++ {
-				m.insert(src, j)
-			}
+			ln := uint32(prevLen - 3)
+			dd := uint32(prevDist - 1)
+			ds, dx := distSym(dd)
+			ds %= numDist
+			ts = append(ts, token(matchFlag|ln<<16|dd))
+			ls := lenSym[ln&0xff]
+			b.lit[257+int(ls)]++
+			b.dist[ds]++
+			b.extra += int(lenExtra[ln&0xff]) + int(dx)
+			b.matched += prevLen
+			b.matches++
+			est += int(mLen[ln&0xff]) + int(mDist[ds])
+			m.insert(src, i+1, min(end, last+1))
 			i = end
 			pending, prevLen = false, 0
-			e.misses = 0
+			misses = 0
 			continue
 		}
 		if l >= minMatch {
-			e.misses = 0
+			misses = 0
 		} else if !pending || prevLen < minMatch {
-			e.misses++
+			misses++
 		}
 		if pending {
-			e.lit(src[i-1])
+			c := src[i-1]
+			ts = append(ts, token(c))
+			b.lit[c]++
+			est += int(mLit[c])
 		}
-		if e.misses > p.skip {
+		if misses > p.skip {
 			// Nothing found here nor a byte before: step over input.
-			end := min(i+e.step(), last+1)
-			e.lits(src[i:end])
+			end := min(i+1+min(max(misses-p.skip, 0)>>4, 31), last+1)
+			for _, c := range src[i:end] {
+				ts = append(ts, token(c))
+				b.lit[c]++
+				est += int(mLit[c])
+			}
 			i = end
 			pending = false
 			continue
@@ -288,6 +388,10 @@ func (e *Encoder) parseLazy(src []byte, stopEst, maxTokens int) {
 		pending, prevLen, prevDist = true, l, d
 		i++
 	}
-	e.i = i
+	e.i, e.tokens, e.est, e.misses = i, ts, est, misses
+	e.tokEnd = i
+	if pending {
+		e.tokEnd--
+	}
 	e.pending, e.prevLen, e.prevDist = pending, prevLen, prevDist
 }
