@@ -281,3 +281,39 @@ func TestCLIExtentDedupe(t *testing.T) {
 		}
 	}
 }
+
+// TestProfiles runs mkfs with the three profiling flags and checks that each
+// file is what its tool reads: pprof's gzip-compressed protobuf, and an
+// execution trace that go tool trace turns into a profile of waits.
+func TestProfiles(t *testing.T) {
+	b := bin(t)
+	dir := t.TempDir()
+	cpu, mem, tr := filepath.Join(dir, "cpu.pprof"), filepath.Join(dir, "mem.pprof"), filepath.Join(dir, "run.trace")
+	_, e, code := run(t, b, "--cpuprofile", cpu, "--memprofile", mem, "--trace", tr,
+		"mkfs", "-q", "--compress", "lz4", filepath.Join(dir, "demo.erofs"), "../../testdata/demo-layer.tar.gz")
+	if code != 0 {
+		t.Fatalf("mkfs: exit %d: %s", code, e)
+	}
+	for _, name := range []string{cpu, mem} {
+		p, err := os.ReadFile(name)
+		if err != nil || len(p) < 2 || p[0] != 0x1f || p[1] != 0x8b {
+			t.Errorf("%s is not a gzip-compressed profile (%d bytes, %v)", name, len(p), err)
+		}
+	}
+	p, err := os.ReadFile(tr)
+	if err != nil || !bytes.HasPrefix(p, []byte("go 1.")) {
+		t.Fatalf("%s is not an execution trace (%d bytes, %v)", tr, len(p), err)
+	}
+	if out, err := exec.Command("go", "tool", "trace", "-pprof=sync", tr).CombinedOutput(); err != nil {
+		t.Errorf("go tool trace -pprof=sync: %v\n%.500s", err, out)
+	}
+	// An unwritable trace file is one error, exit 1, and no image.
+	img := filepath.Join(dir, "none.erofs")
+	_, e, code = run(t, b, "--trace", filepath.Join(dir, "missing", "t"), "mkfs", "-q", img, "../../testdata/demo-layer.tar.gz")
+	if code != 1 || !strings.Contains(e, "--trace") {
+		t.Errorf("unwritable --trace: exit %d: %q", code, e)
+	}
+	if _, err := os.Stat(img); err == nil {
+		t.Errorf("an image was written although --trace failed")
+	}
+}

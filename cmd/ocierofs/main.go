@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
+	"runtime/trace"
 
 	"github.com/urfave/cli/v2"
 )
@@ -34,6 +35,7 @@ func main() {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile (go tool pprof) to `FILE`"},
 			&cli.StringFlag{Name: "memprofile", Usage: "write a heap profile (go tool pprof -sample_index=alloc_space) to `FILE` at the end"},
+			&cli.StringFlag{Name: "trace", Usage: "write an execution trace (go tool trace: where goroutines wait, how busy the workers are) to `FILE`"},
 		},
 		Before:         startProfile,
 		After:          stopProfile,
@@ -47,6 +49,7 @@ func main() {
 		}
 		fmt.Fprintf(os.Stderr, "ocierofs: %v\n", err)
 		pprof.StopCPUProfile()
+		trace.Stop()
 		os.Exit(code)
 	}
 }
@@ -54,6 +57,15 @@ func main() {
 // startProfile starts the CPU profile of --cpuprofile; stopProfile (or an
 // error exit) writes it.
 func startProfile(c *cli.Context) error {
+	if name := c.String("trace"); name != "" {
+		f, err := os.Create(name)
+		if err != nil {
+			return fmt.Errorf("--trace: %w", err)
+		}
+		if err := trace.Start(f); err != nil {
+			return fmt.Errorf("--trace: %w", err)
+		}
+	}
 	name := c.String("cpuprofile")
 	if name == "" {
 		return nil
@@ -67,6 +79,7 @@ func startProfile(c *cli.Context) error {
 
 func stopProfile(c *cli.Context) error {
 	pprof.StopCPUProfile()
+	trace.Stop()
 	if name := c.String("memprofile"); name != "" {
 		f, err := os.Create(name)
 		if err != nil {
