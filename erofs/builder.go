@@ -131,6 +131,10 @@ type Builder struct {
 	chunkHash  hash.Hash
 	chunkSaved int64
 	blob       *blockWriter // Options.Blob, device 1
+	// tailSharers are, per file with an inline tail, the later files with
+	// the same content, until promoteTail moves the tail to a block. A
+	// map beside the inodes: few files have copies.
+	tailSharers map[*inode][]*inode
 }
 
 // node is a name in the tree; hard links are several nodes sharing an inode.
@@ -144,23 +148,25 @@ type node struct {
 // inode is everything Finish needs to lay an inode out. It holds no file
 // data: full blocks are already on the output, tails are in the spool.
 type inode struct {
-	mode      uint32
-	uid, gid  uint32
-	mtime     int64
-	nsec      uint32
-	size      uint64
-	rdev      uint32
-	xattrs    []Xattr // sorted by name
-	implied   bool    // a directory no entry declared
-	target    string  // symlink target
-	startBlk  uint32  // first data block of streamed data
-	tail      tailRef // inline tail of a regular file, in the spool
-	chunks    []chunkRun
-	nchunks   uint64 // index entries of a chunk-based file
-	chunkBits uint8  // log2(blocks per chunk) of a chunk-based file
+	// Fields are ordered by size, so that the struct has no padding: a
+	// layer holds one per entry, and it stays in memory until Finish.
+	mtime    int64
+	size     uint64
+	nchunks  uint64     // index entries of a chunk-based file
+	z        *zfile     // compressed layouts
+	xattrs   []Xattr    // sorted by name
+	target   string     // symlink target
+	chunks   []chunkRun // chunk-based file
+	tail     tailRef    // inline tail of a regular file, in the spool
+	mode     uint32
+	uid, gid uint32
+	nsec     uint32
+	rdev     uint32
+	startBlk uint32 // first data block of streamed data
+
+	chunkBits uint8 // log2(blocks per chunk) of a chunk-based file
 	layout    uint8
-	z         *zfile   // compressed layouts
-	sharers   []*inode // files sharing this one's inline tail (promoteTail)
+	implied   bool // a directory no entry declared
 
 	// set by Finish
 	nlink uint32
@@ -335,7 +341,8 @@ func (b *Builder) addEntry(e Entry, fill func(*inode) error) error {
 	if err != nil {
 		return fmt.Errorf("erofs: entry %q: %w", e.Path, err)
 	}
-	name := path.Base(p)
+	// A copy, so that the node does not keep the whole path alive.
+	name := strings.Clone(path.Base(p))
 	if old := parent.children[name]; old != nil && old.ino.isDir() && ino.isDir() {
 		old.ino = ino
 		return nil
@@ -371,7 +378,7 @@ func (b *Builder) addHardLink(p, target string) error {
 	if err != nil {
 		return fmt.Errorf("erofs: entry %q: %w", p, err)
 	}
-	name := path.Base(p)
+	name := strings.Clone(path.Base(p))
 	parent.children[name] = &node{name: name, parent: parent, ino: t.ino}
 	return nil
 }
@@ -462,6 +469,7 @@ func (b *Builder) mkdirAll(p string) (*node, error) {
 		}
 		if next == nil {
 			full := strings.Join(strings.Split(p, "/")[:i+1], "/")
+			c = strings.Clone(c)
 			next = &node{name: c, parent: n, ino: b.impliedInode(full), children: map[string]*node{}}
 			n.children[c] = next
 			b.ninodes++

@@ -68,8 +68,12 @@ func (b *Builder) promoteTail(orig, dup *inode) error {
 	if full > 0 && (b.opt.MinKernel.before(kernelChunked) || full+1 > maxChunks) {
 		return nil
 	}
-	orig.sharers = append(orig.sharers, dup)
-	if uint64(len(orig.sharers)+1)*tail < bs || b.outBlk+1 >= 1<<32 {
+	if b.tailSharers == nil {
+		b.tailSharers = map[*inode][]*inode{}
+	}
+	sharers := append(b.tailSharers[orig], dup)
+	b.tailSharers[orig] = sharers
+	if uint64(len(sharers)+1)*tail < bs || b.outBlk+1 >= 1<<32 {
 		return nil
 	}
 	p := b.scratch[:tail]
@@ -97,11 +101,11 @@ func (b *Builder) promoteTail(orig, dup *inode) error {
 		orig.widenChunks()
 		b.chunked = true
 	}
-	for _, ino := range orig.sharers {
+	for _, ino := range sharers {
 		ino.layout, ino.startBlk, ino.tail = orig.layout, orig.startBlk, orig.tail
 		ino.chunks, ino.nchunks, ino.chunkBits = orig.chunks, orig.nchunks, orig.chunkBits
 	}
-	orig.sharers = nil
+	delete(b.tailSharers, orig)
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 type metaPlan struct {
 	compact   bool
 	icount    uint16
+	ino32     uint32 // i_ino
 	xsize     int
 	tpad      int    // zeros that align an 8-byte chunk index
 	tableSize int    // chunk map bytes after the xattrs
@@ -18,7 +19,6 @@ type metaPlan struct {
 	lateBlk   uint64 // dirs and symlinks: first block in the late area
 	lateBlks  uint64 // number of late blocks
 	dirents   []dirent
-	ino32     uint32 // i_ino
 }
 
 func (m *metaPlan) recordSize() int {
