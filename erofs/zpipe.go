@@ -89,7 +89,13 @@ type zpipe struct {
 	anchors [][]anchor // reused anchor lists
 }
 
-const inflightJobsPerWorker = 64
+// inflightJobsPerWorker bounds the jobs submitted and not yet applied
+// besides the ring's room. Small files make small jobs, and a low bound
+// makes the writer apply a few at a time and the workers park and wake for
+// each: at 64 the Linux tree took 2.40–2.57 s with lz4 on two workers and
+// small100k 1.80–1.86 s with zstd; at 512, 2.25–2.30 s and 1.59–1.62 s, with
+// the same peak RSS (a job's output stays in its ring buffer).
+const inflightJobsPerWorker = 512
 
 func newZpipe(z *zwriter, bs int, blkbits uint, workers int) *zpipe {
 	if workers <= 0 {
