@@ -63,6 +63,13 @@ func (w *blockWriter) writeZeros(n uint64) error {
 
 var zeroBlock = make([]byte, 65536)
 
+// skipBlocks moves the output past n blocks written around the buffer,
+// with WriteAt; the buffer must be empty.
+func (w *blockWriter) skipBlocks(n uint64) {
+	w.outBlk += n
+	w.out.Reset(io.NewOffsetWriter(w.w, int64(w.outBlk)*int64(w.bs)))
+}
+
 // rewind moves the output back to block blk, over data that turned out to
 // be a duplicate.
 func (w *blockWriter) rewind(blk uint64) error {

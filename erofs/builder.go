@@ -176,7 +176,9 @@ type inode struct {
 }
 
 // NewBuilder returns a Builder writing to w, which is normally an *os.File.
-// Bytes are written once, mostly in order; the superblock last.
+// Bytes are written mostly in order, the superblock last. Finish writes
+// the inode area from several goroutines at once, with parallel WriteAt
+// calls on disjoint ranges, as io.WriterAt allows.
 func NewBuilder(w io.WriterAt, opt Options) (*Builder, error) {
 	if err := opt.Validate(); err != nil {
 		return nil, err

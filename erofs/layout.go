@@ -159,7 +159,7 @@ func (b *Builder) finish() error {
 			return err
 		}
 	}
-	if err := b.writeMeta(order, shared); err != nil {
+	if err := b.writeMeta(order, shared, metaBlks); err != nil {
 		return err
 	}
 	if err := b.writeLate(order); err != nil {
