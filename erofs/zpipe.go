@@ -84,6 +84,7 @@ type zpipe struct {
 	jobs    chan *zjob // to the workers
 	wg      sync.WaitGroup
 
+	self    *zworker   // the caller's compressor, for wait
 	pending []*zjob    // submitted, not yet applied, in input order
 	ring    *zring     // their buffers
 	anchors [][]anchor // reused anchor lists
@@ -127,17 +128,43 @@ func (p *zpipe) start() {
 		return
 	}
 	p.jobs = make(chan *zjob, p.workers*inflightJobsPerWorker)
-	for range p.workers {
-		comp, _ := p.z.c.newCompressor() // validated by newZwriter
-		w := &zworker{p: p, comp: comp, dst: make([]byte, p.z.pcluster)}
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
+	// The caller is one of the workers: whenever it would wait for a job,
+	// it compresses queued ones itself (wait). So N workers are N-1
+	// goroutines and the caller, and the goroutine that reads the input
+	// and writes the results never waits for a CPU behind N compressing
+	// ones: on two CPUs that wait was 1.6 s of the Linux tree's 2.6 s.
+	p.self = p.newWorker()
+	for range p.workers - 1 {
+		w := p.newWorker()
+		p.wg.Go(func() {
 			for j := range p.jobs {
 				w.run(j)
 				close(j.done)
 			}
-		}()
+		})
+	}
+}
+
+func (p *zpipe) newWorker() *zworker {
+	comp, _ := p.z.c.newCompressor() // validated by newZwriter
+	return &zworker{p: p, comp: comp, dst: make([]byte, p.z.pcluster)}
+}
+
+// wait returns when j is done, compressing queued jobs meanwhile.
+func (p *zpipe) wait(j *zjob) {
+	for {
+		select {
+		case <-j.done:
+			return
+		default:
+		}
+		select {
+		case k := <-p.jobs:
+			p.self.run(k)
+			close(k.done)
+		case <-j.done:
+			return
+		}
 	}
 }
 
@@ -191,7 +218,7 @@ func (p *zpipe) applyHead(b *Builder) error {
 	j := p.pending[0]
 	p.pending[0] = nil
 	p.pending = p.pending[1:]
-	<-j.done
+	p.wait(j)
 	err := b.apply(j)
 	p.ring.give() // j.data
 	if j.out != nil {
