@@ -10,8 +10,9 @@ import (
 )
 
 // Compression runs on worker goroutines while the caller of Add keeps
-// reading input; the results are written in input order on the caller's
-// goroutine, which alone touches the output, the spools and the inodes.
+// reading input, and on the caller's goroutine whenever it would wait; the
+// results are written in input order on the caller's goroutine, which alone
+// touches the output, the spools and the inodes.
 //
 // A file is cut into segments of segmentSize bytes, each compressed on its
 // own: extents never cross a segment boundary. The boundaries depend only
