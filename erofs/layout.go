@@ -262,7 +262,6 @@ func (b *Builder) finish() error {
 // implied directories on the way.
 func (b *Builder) collect() ([]*inode, error) {
 	var order []*inode
-	seen := map[*inode]bool{}
 	var walk func(n *node, p string) error
 	walk = func(n *node, p string) error {
 		ino := n.ino
@@ -271,14 +270,18 @@ func (b *Builder) collect() ([]*inode, error) {
 				return err
 			}
 		}
+		// Only a file is reached more than once (hard links): it is new
+		// while its link count is still 0.
+		first := true
 		if ino.isDir() {
 			ino.nlink = 2
 			ino.meta.dirents = sortedDirents(n)
+			n.children = nil // the dirents hold them now
 		} else {
+			first = ino.nlink == 0
 			ino.nlink++
 		}
-		if !seen[ino] {
-			seen[ino] = true
+		if first {
 			order = append(order, ino)
 		}
 		if !ino.isDir() {

@@ -107,13 +107,14 @@ func newZpipe(z *zwriter, bs int, blkbits uint, workers int) *zpipe {
 }
 
 // ringSize is the memory for the input of the jobs in flight: a segment
-// being read while each worker compresses one. With extent dedupe a job
-// also has an output buffer: one more segment, so that a job's two
-// buffers always fit beside each other once older jobs are applied.
+// per worker, since the caller, one of them, reads the next segment only
+// when it is not compressing one. With extent dedupe a job also has an
+// output buffer: two more segments, so that a job's two buffers always fit
+// beside each other once older jobs are applied, wherever the ring stands.
 func (p *zpipe) ringSize() int {
-	n := p.workers + 1
+	n := p.workers
 	if p.z.dd != nil {
-		n++
+		n += 2
 	}
 	return n * p.segment()
 }
