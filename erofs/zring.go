@@ -13,8 +13,9 @@ package erofs
 type zring struct {
 	buf        []byte
 	head, tail int   // next free byte; start of the oldest buffer in use
-	ends       []int // end of each buffer in use, oldest first
-	first      int   // index in ends of the oldest
+	starts     []int // start of each buffer in use, oldest first
+	ends       []int // and its end
+	first      int   // index in starts and ends of the oldest
 }
 
 func newZring(size int) *zring { return &zring{buf: make([]byte, size)} }
@@ -47,17 +48,25 @@ func (r *zring) take(n int) []byte {
 		return nil
 	}
 	r.head = start + n
+	r.starts = append(r.starts, start)
 	r.ends = append(r.ends, r.head)
 	return r.buf[start:r.head:r.head]
 }
 
-// give gives back the oldest buffer taken.
+// give gives back the oldest buffer taken. The tail moves to the start of
+// the next oldest, which is not its end when that one wrapped to the
+// front: taking the end would leave the bytes between the old head and the
+// ring's end counted as in use, and refuse buffers that fit.
 func (r *zring) give() {
 	r.tail = r.ends[r.first]
 	r.first++
 	if r.first == len(r.ends) {
-		r.ends, r.first = r.ends[:0], 0
-	} else if r.first >= 64 && 2*r.first >= len(r.ends) {
+		r.starts, r.ends, r.first = r.starts[:0], r.ends[:0], 0
+		return
+	}
+	r.tail = r.starts[r.first]
+	if r.first >= 64 && 2*r.first >= len(r.ends) {
+		r.starts = r.starts[:copy(r.starts, r.starts[r.first:])]
 		r.ends = r.ends[:copy(r.ends, r.ends[r.first:])]
 		r.first = 0
 	}

@@ -64,3 +64,27 @@ func TestZring(t *testing.T) {
 		t.Errorf("the list of buffers in use has %d entries for at most 41 in use: it is not compacted", len(r.ends))
 	}
 }
+
+// TestZringWrappedTail: once the buffers before a wrap are given back, the
+// tail is the start of the wrapped buffer, not the end of the last one
+// given back. It was the end: with extent dedupe a job's output buffer then
+// found no room beside its own input in an otherwise empty ring ("no room
+// for a 24528-byte segment in a 16777216-byte ring" on the Linux tree).
+func TestZringWrappedTail(t *testing.T) {
+	r := newZring(100)
+	a, b := r.take(40), r.take(40) // [0,40) [40,80)
+	if a == nil || b == nil {
+		t.Fatal("no room in an empty ring")
+	}
+	r.give()        // a
+	c := r.take(30) // wraps: [0,30)
+	if c == nil || &c[0] != &r.buf[0] {
+		t.Fatal("the buffer did not wrap to the front")
+	}
+	r.give() // b: only c is in use
+	if d := r.take(60); d == nil {
+		t.Fatalf("no room for 60 bytes beside 30 in use in a 100-byte ring (head %d, tail %d)", r.head, r.tail)
+	} else if &d[0] != &r.buf[30] {
+		t.Fatal("the buffer is not after the one in use")
+	}
+}
