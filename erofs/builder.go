@@ -118,6 +118,8 @@ type Builder struct {
 	packed      *inode   // the packed inode of fragments, made by Finish
 	scratch     []byte   // one block, reused
 	finished    bool
+	lastDir     string // the directory mkdirAll returned last, and its node
+	lastDirNode *node
 	err         error // sticky: after a failed Add the image is unusable
 
 	// Whole-file dedupe (dedupe.go).
@@ -261,7 +263,7 @@ func cleanPath(p string) (string, error) {
 		return "", nil
 	}
 	p = p[1:]
-	for _, c := range strings.Split(p, "/") {
+	for c := range strings.SplitSeq(p, "/") {
 		if len(c) > MaxNameLen {
 			return "", fmt.Errorf("name component longer than %d bytes", MaxNameLen)
 		}
@@ -274,7 +276,7 @@ func cleanPath(p string) (string, error) {
 // ("../x") is an error: the Builder never silently re-roots it.
 func CleanPath(name string) (string, error) {
 	depth := 0
-	for _, c := range strings.Split(name, "/") {
+	for c := range strings.SplitSeq(name, "/") {
 		switch c {
 		case "", ".":
 		case "..":
@@ -345,9 +347,13 @@ func (b *Builder) addEntry(e Entry, fill func(*inode) error) error {
 	}
 	// A copy, so that the node does not keep the whole path alive.
 	name := strings.Clone(path.Base(p))
-	if old := parent.children[name]; old != nil && old.ino.isDir() && ino.isDir() {
+	old := parent.children[name]
+	if old != nil && old.ino.isDir() && ino.isDir() {
 		old.ino = ino
 		return nil
+	}
+	if old != nil {
+		b.lastDir = "" // it may be old or below it
 	}
 	n := &node{name: name, parent: parent, ino: ino}
 	if ino.isDir() {
@@ -381,6 +387,9 @@ func (b *Builder) addHardLink(p, target string) error {
 		return fmt.Errorf("erofs: entry %q: %w", p, err)
 	}
 	name := strings.Clone(path.Base(p))
+	if parent.children[name] != nil {
+		b.lastDir = "" // it may be the replaced node or below it
+	}
 	parent.children[name] = &node{name: name, parent: parent, ino: t.ino}
 	return nil
 }
@@ -446,7 +455,7 @@ func (b *Builder) lookup(p string) *node {
 	if p == "" {
 		return n
 	}
-	for _, c := range strings.Split(p, "/") {
+	for c := range strings.SplitSeq(p, "/") {
 		if n.children == nil {
 			return nil
 		}
@@ -464,20 +473,33 @@ func (b *Builder) mkdirAll(p string) (*node, error) {
 	if p == "" || p == "." {
 		return n, nil
 	}
-	for i, c := range strings.Split(p, "/") {
+	if p == b.lastDir {
+		return b.lastDirNode, nil
+	}
+	for i := 0; i < len(p); {
+		j := strings.IndexByte(p[i:], '/')
+		if j < 0 {
+			j = len(p)
+		} else {
+			j += i
+		}
+		c := p[i:j]
 		next := n.children[c]
 		if next != nil && !next.ino.isDir() {
-			return nil, fmt.Errorf("parent %q is not a directory", strings.Join(strings.Split(p, "/")[:i+1], "/"))
+			return nil, fmt.Errorf("parent %q is not a directory", p[:j])
 		}
 		if next == nil {
-			full := strings.Join(strings.Split(p, "/")[:i+1], "/")
 			c = strings.Clone(c)
-			next = &node{name: c, parent: n, ino: b.impliedInode(full), children: map[string]*node{}}
+			next = &node{name: c, parent: n, ino: b.impliedInode(p[:j]), children: map[string]*node{}}
 			n.children[c] = next
 			b.ninodes++
 		}
 		n = next
+		i = j + 1
 	}
+	// Entries come mostly directory by directory: the next one likely
+	// has the same parent.
+	b.lastDir, b.lastDirNode = strings.Clone(p), n
 	return n, nil
 }
 

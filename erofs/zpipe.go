@@ -87,6 +87,7 @@ type zpipe struct {
 
 	self    *zworker   // the caller's compressor, for wait
 	pending []*zjob    // submitted, not yet applied, in input order
+	free    []*zjob    // applied, for job
 	ring    *zring     // their buffers
 	anchors [][]anchor // reused anchor lists
 }
@@ -230,7 +231,20 @@ func (p *zpipe) applyHead(b *Builder) error {
 	if err != nil {
 		return fmt.Errorf("erofs: entry %q: %w", j.path, err)
 	}
+	*j = zjob{ops: j.ops[:0]}
+	p.free = append(p.free, j)
 	return nil
+}
+
+// job returns a job to fill: an applied one, with its ops' memory, if any.
+// A layer of small files made a job, and the job its ops, per file.
+func (p *zpipe) job() *zjob {
+	if k := len(p.free); k > 0 {
+		j := p.free[k-1]
+		p.free = p.free[:k-1]
+		return j
+	}
+	return new(zjob)
 }
 
 // drain applies every pending job.
@@ -294,10 +308,11 @@ func (b *Builder) writeCompressed(path string, ino *inode, r io.Reader, fragment
 		if m, err := io.ReadFull(r, buf[:n]); err != nil {
 			return shortData(int64(base)+int64(m), size, err)
 		}
-		j := &zjob{
+		j := p.job()
+		*j = zjob{
 			ino: ino, zf: zf, path: path, data: buf[:n], base: base,
 			last: base+uint64(n) == size, frag: fragments,
-			inlineZ: inlineZ, inlineFlat: inlineFlat,
+			inlineZ: inlineZ, inlineFlat: inlineFlat, ops: j.ops[:0],
 		}
 		if h != nil {
 			h.Write(j.data)
