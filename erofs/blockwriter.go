@@ -1,26 +1,24 @@
 package erofs
 
 import (
-	"bufio"
 	"errors"
 	"io"
 )
 
 // blockWriter writes whole blocks in order from a starting block of an
-// io.WriterAt, through a buffer. It can go back over blocks that turned out
+// io.WriterAt, through buffers written on a goroutine of their own (outBuf). It can go back over blocks that turned out
 // to hold duplicate data (rewind); finish then cuts what is left past the
 // end. The image's data area and a blob are each one.
 type blockWriter struct {
 	w      io.WriterAt
-	out    *bufio.Writer
+	out    *outBuf
 	bs     int
 	outBlk uint64 // next block written
 	maxBlk uint64 // the end before a rewind
 }
 
 func newBlockWriter(w io.WriterAt, bs int, blk uint64) blockWriter {
-	return blockWriter{w: w, bs: bs, outBlk: blk,
-		out: bufio.NewWriterSize(io.NewOffsetWriter(w, int64(blk)*int64(bs)), 1<<20)}
+	return blockWriter{w: w, bs: bs, outBlk: blk, out: newOutBuf(w, int64(blk)*int64(bs))}
 }
 
 // write writes p where the output is; the caller keeps it block-aligned.
@@ -64,10 +62,10 @@ func (w *blockWriter) writeZeros(n uint64) error {
 var zeroBlock = make([]byte, 65536)
 
 // skipBlocks moves the output past n blocks written around the buffer,
-// with WriteAt; the buffer must be empty.
-func (w *blockWriter) skipBlocks(n uint64) {
+// with WriteAt; the buffer must be flushed.
+func (w *blockWriter) skipBlocks(n uint64) error {
 	w.outBlk += n
-	w.out.Reset(io.NewOffsetWriter(w.w, int64(w.outBlk)*int64(w.bs)))
+	return w.out.Reset(int64(w.outBlk) * int64(w.bs))
 }
 
 // rewind moves the output back to block blk, over data that turned out to
@@ -80,14 +78,15 @@ func (w *blockWriter) rewind(blk uint64) error {
 		return err
 	}
 	w.maxBlk = max(w.maxBlk, w.outBlk)
-	w.out.Reset(io.NewOffsetWriter(w.w, int64(blk)*int64(w.bs)))
 	w.outBlk = blk
-	return nil
+	return w.out.Reset(int64(blk) * int64(w.bs))
 }
 
 // finish flushes the output and cuts what a rewind left past its end.
 func (w *blockWriter) finish() error {
-	if err := w.out.Flush(); err != nil {
+	err := w.out.Flush()
+	w.out.Close()
+	if err != nil {
 		return err
 	}
 	if w.maxBlk <= w.outBlk {

@@ -597,6 +597,12 @@ func (b *Builder) Close() error {
 	if b.zp != nil {
 		b.zp.stop()
 	}
+	if b.out != nil {
+		b.out.Close()
+	}
+	if b.blob != nil {
+		b.blob.out.Close()
+	}
 	var err error
 	if b.spool != nil {
 		err = b.spool.close()

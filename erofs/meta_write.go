@@ -102,8 +102,7 @@ func (b *Builder) writeMeta(order []*inode, shared *sharedXattrs, metaBlks uint6
 			return err
 		}
 	}
-	b.skipBlocks(metaBlks)
-	return nil
+	return b.skipBlocks(metaBlks)
 }
 
 // metaEncoder encodes runs of the meta area on one worker.
