@@ -120,7 +120,8 @@ type Builder struct {
 	finished    bool
 	lastDir     string // the directory mkdirAll returned last, and its node
 	lastDirNode *node
-	err         error // sticky: after a failed Add the image is unusable
+	dirents     map[*inode][]dirent // of each directory, made by Finish
+	err         error               // sticky: after a failed Add the image is unusable
 
 	// Whole-file dedupe (dedupe.go).
 	dups         map[dupKey]dupOrig
@@ -172,10 +173,12 @@ type inode struct {
 
 	// set by Finish
 	nlink uint32
-	nid   uint64
 	pos   uint64 // byte offset of the inode record from the meta area start
 	meta  metaPlan
 }
+
+// nid is the inode's number: where Finish placed its record, in slots.
+func (ino *inode) nid() uint64 { return ino.pos / SlotSize }
 
 // NewBuilder returns a Builder writing to w, which is normally an *os.File.
 // Bytes are written mostly in order, the superblock last. Finish writes

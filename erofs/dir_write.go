@@ -56,7 +56,7 @@ func encodeDirBlocks(ents []dirent, bs int, buf []byte, emit func([]byte) error)
 		nameoff := n * DirentSize
 		for i := 0; i < n; i++ {
 			d := blk[i*DirentSize:]
-			le.PutUint64(d[0:], ents[i].target.ino.nid)
+			le.PutUint64(d[0:], ents[i].target.ino.nid())
 			le.PutUint16(d[8:], uint16(nameoff))
 			d[10] = fileTypeOf(ents[i].target.ino.mode)
 			nameoff += copy(blk[nameoff:], ents[i].name)

@@ -18,7 +18,6 @@ type metaPlan struct {
 	zsize     int    // compressed: zpad, map header and index
 	lateBlk   uint64 // dirs and symlinks: first block in the late area
 	lateBlks  uint64 // number of late blocks
-	dirents   []dirent
 }
 
 func (m *metaPlan) recordSize() int {
@@ -106,7 +105,7 @@ func (b *Builder) finish() error {
 				}
 			}
 		case S_IFDIR:
-			size := dirSize(m.dirents, bs)
+			size := dirSize(b.dirents[ino], bs)
 			ino.size = size
 			tail := int(size % uint64(bs))
 			m.lateBlks = size / uint64(bs)
@@ -140,8 +139,8 @@ func (b *Builder) finish() error {
 	tableBlk := b.outBlk
 	tableBlks := (uint64(len(shared.table)) + uint64(bs) - 1) >> b.blkbits
 	metaStart := tableBlk + tableBlks
-	if order[0].nid == 0 || order[0].nid > 0xFFFF {
-		return fmt.Errorf("root nid %d does not fit 16 bits", order[0].nid)
+	if order[0].nid() == 0 || order[0].nid() > 0xFFFF {
+		return fmt.Errorf("root nid %d does not fit 16 bits", order[0].nid())
 	}
 	late := metaStart + metaBlks
 	for _, ino := range order {
@@ -183,7 +182,7 @@ func (b *Builder) finish() error {
 		Magic:         SuperMagic,
 		FeatureCompat: FeatureCompatSBChksum | FeatureCompatMtime,
 		BlkSzBits:     uint8(b.blkbits),
-		RootNid:       uint16(order[0].nid),
+		RootNid:       uint16(order[0].nid()),
 		Inos:          uint64(len(order)),
 		Epoch:         uint64(epochSec),
 		FixedNsec:     epochNsec,
@@ -218,7 +217,7 @@ func (b *Builder) finish() error {
 		}
 		if b.packed != nil {
 			sb.FeatureIncompat |= FeatureIncompatFragments
-			sb.PackedNid = b.packed.nid
+			sb.PackedNid = b.packed.nid()
 		}
 	}
 	if bt := b.opt.BuildTime; !bt.IsZero() {
@@ -262,6 +261,7 @@ func (b *Builder) finish() error {
 // implied directories on the way.
 func (b *Builder) collect() ([]*inode, error) {
 	var order []*inode
+	b.dirents = map[*inode][]dirent{}
 	var walk func(n *node, p string) error
 	walk = func(n *node, p string) error {
 		ino := n.ino
@@ -275,7 +275,7 @@ func (b *Builder) collect() ([]*inode, error) {
 		first := true
 		if ino.isDir() {
 			ino.nlink = 2
-			ino.meta.dirents = sortedDirents(n)
+			b.dirents[ino] = sortedDirents(n)
 			n.children = nil // the dirents hold them now
 		} else {
 			first = ino.nlink == 0
@@ -287,7 +287,7 @@ func (b *Builder) collect() ([]*inode, error) {
 		if !ino.isDir() {
 			return nil
 		}
-		for _, d := range ino.meta.dirents {
+		for _, d := range b.dirents[ino] {
 			if d.name == "." || d.name == ".." {
 				continue
 			}
@@ -376,7 +376,6 @@ func (b *Builder) place(order []*inode) uint64 {
 			if rest := need % slots; rest > 0 {
 				open(rest)
 			}
-			ino.nid = ino.pos / SlotSize
 			continue
 		}
 		k := need
@@ -393,7 +392,6 @@ func (b *Builder) place(order []*inode) uint64 {
 			buckets[k] = buckets[k][:len(buckets[k])-1]
 		}
 		ino.pos = blk*bs + uint64(slots-k)*SlotSize
-		ino.nid = ino.pos / SlotSize
 		if left := k - need; left > 0 {
 			buckets[left] = append(buckets[left], blk)
 		}

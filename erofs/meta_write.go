@@ -283,7 +283,7 @@ func (b *Builder) encodeRecord(dst []byte, ino *inode, shared *sharedXattrs, dir
 			dst = append(dst, ino.target...)
 		case S_IFDIR:
 			var last []byte
-			encodeDirBlocks(m.dirents, b.bs, dirBuf, func(blk []byte) error {
+			encodeDirBlocks(b.dirents[ino], b.bs, dirBuf, func(blk []byte) error {
 				last = blk
 				return nil
 			})
@@ -356,7 +356,7 @@ func (b *Builder) writeLate(order []*inode) error {
 			}
 		case S_IFDIR:
 			left := m.lateBlks
-			err := encodeDirBlocks(m.dirents, b.bs, buf, func(blk []byte) error {
+			err := encodeDirBlocks(b.dirents[ino], b.bs, buf, func(blk []byte) error {
 				if left == 0 {
 					return nil // the inline tail
 				}
