@@ -3,6 +3,7 @@ package erofs
 import (
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 )
 
 // TestZring takes and gives back buffers of random sizes in FIFO order, the
@@ -38,6 +39,18 @@ func TestZring(t *testing.T) {
 		if b == nil {
 			if len(q) == 0 {
 				t.Fatalf("step %d: no room for %d bytes in an empty ring", i, n)
+			}
+			// The free bytes, from where the buffers in use lie: after
+			// the newest and before the oldest, or between the newest
+			// and the oldest once wrapped. A refusal must be right.
+			oldest := offsetIn(r.buf, q[0].b)
+			newest := offsetIn(r.buf, q[len(q)-1].b) + len(q[len(q)-1].b)
+			fits := n <= oldest-newest
+			if newest > oldest {
+				fits = n <= size-newest || n <= oldest
+			}
+			if fits {
+				t.Fatalf("step %d: no room for %d bytes with the buffers in use in [%d, %d)", i, n, oldest, newest)
 			}
 			continue
 		}
@@ -87,4 +100,9 @@ func TestZringWrappedTail(t *testing.T) {
 	} else if &d[0] != &r.buf[30] {
 		t.Fatal("the buffer is not after the one in use")
 	}
+}
+
+// offsetIn is where b starts in buf.
+func offsetIn(buf, b []byte) int {
+	return int(uintptr(unsafe.Pointer(&b[0])) - uintptr(unsafe.Pointer(&buf[0])))
 }
