@@ -134,6 +134,11 @@ func (o *outBuf) Flush() error {
 	if err := o.ship(); err != nil {
 		return err
 	}
+	return o.settle()
+}
+
+// settle waits until no write is in flight, keeping the filling buffer.
+func (o *outBuf) settle() error {
 	for o.inflight > 0 {
 		o.spare = append(o.spare, o.back())
 	}

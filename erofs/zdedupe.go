@@ -400,6 +400,12 @@ func (d *zdedupe) decoded(b *Builder, i int) ([]byte, error) {
 			return nil, err
 		}
 	}
+	// No write may run beside the read: an io.WriterAt need not allow a
+	// ReadAt at the same time (an *os.File does; a buffer in memory that
+	// grows does not).
+	if err := b.out.settle(); err != nil {
+		return nil, err
+	}
 	n := int(e.blocks) * bs
 	if cap(d.raw) < n {
 		d.raw = make([]byte, n)
