@@ -121,7 +121,6 @@ type tailPiece struct {
 	off int64
 	n   int
 	rec int // index in the run
-	at  int // where it lands in metaEncoder.tails
 }
 
 // write encodes the records of run r and writes them at base+r.start.
@@ -202,8 +201,7 @@ func (e *metaEncoder) readTails(recs []*inode) error {
 			spans = append(spans, span{off: p.off, end: end, at: total})
 		}
 		sp := spans[len(spans)-1]
-		p.at = sp.at + int(p.off-sp.off)
-		e.at[p.rec] = p.at
+		e.at[p.rec] = sp.at + int(p.off-sp.off)
 	}
 	last := spans[len(spans)-1]
 	total += int(last.end - last.off)
