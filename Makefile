@@ -1,13 +1,17 @@
 # ocierofs — build, test and measure.
 GO      ?= go
 BIN     := bin/ocierofs
+MIRROR  := bin/ocierofs-mirror
 PKGS    := ./...
 FUZZTIME ?= 15s
 
 .PHONY: build test bench bench-mkfs fuzz demo lint clean
 
+# Two programs: ocierofs, and the registry mirror (serve, sync) that
+# `ocierofs serve|sync` runs from the same directory or PATH.
 build:
 	$(GO) build -o $(BIN) ./cmd/ocierofs
+	$(GO) build -o $(MIRROR) ./cmd/ocierofs-mirror
 
 # Every test, including the ones that mount images (they need root and
 # skip with a reason elsewhere).

@@ -12,6 +12,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ocierofs/ocierofs/cmd/internal/options"
 	"github.com/ocierofs/ocierofs/convert"
 	"github.com/ocierofs/ocierofs/oci"
 )
@@ -25,7 +26,7 @@ var cacheCommand = &cli.Command{
 		"containerd's EROFS snapshotter at DIR (layer_content_caches) and it unpacks the\n" +
 		"original tar image without running mkfs.erofs. Layers already in DIR are not\n" +
 		"converted again; entries appear atomically.",
-	Flags: slices.Concat(erofsFlags(), sourceFlags()),
+	Flags: slices.Concat(options.ErofsFlags(), options.SourceFlags()),
 	Action: func(c *cli.Context) error {
 		if c.NArg() != 2 {
 			return fmt.Errorf("cache: want SOURCE DIR")
@@ -45,7 +46,7 @@ type cacheReport struct {
 
 func runCache(ctx context.Context, c *cli.Context, source, dir string) error {
 	start := time.Now()
-	opt, rem, done, err := imageOptions(c)
+	opt, rem, done, err := options.Image(c)
 	if err != nil {
 		return err
 	}

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"runtime"
 	"slices"
-	"strings"
 	"syscall"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/urfave/cli/v2"
 
+	"github.com/ocierofs/ocierofs/cmd/internal/options"
 	"github.com/ocierofs/ocierofs/convert"
 	"github.com/ocierofs/ocierofs/oci"
 )
@@ -30,7 +29,7 @@ var convertCommand = &cli.Command{
 		"with the tag plus --suffix. Layers become application/vnd.erofs.layer.v1; the\n" +
 		"config gets os.features [\"erofs\"] and the new diff_ids. Nothing is tagged until\n" +
 		"every layer is converted and uploaded.",
-	Flags: slices.Concat(erofsFlags(), sourceFlags(), convertFlags()),
+	Flags: slices.Concat(options.ErofsFlags(), options.SourceFlags(), options.ConvertFlags()),
 	Action: func(c *cli.Context) error {
 		if c.NArg() < 1 || c.NArg() > 2 {
 			return fmt.Errorf("convert: want SOURCE [TARGET]")
@@ -39,94 +38,6 @@ var convertCommand = &cli.Command{
 		defer stop()
 		return runConvert(ctx, c, c.Args().Get(0), c.Args().Get(1))
 	},
-}
-
-// convertFlags are the flags of convert only.
-func convertFlags() []cli.Flag {
-	return []cli.Flag{
-		&cli.StringFlag{Name: "suffix", Value: "-erofs", Usage: "tag suffix of the default target; a source whose tag has it is refused"},
-		&cli.StringFlag{Name: "layer-compression", Value: "none", Usage: "none, or zstd to wrap each EROFS layer in zstd (…layer.v1+zstd)"},
-		&cli.StringFlag{Name: "media-type", Value: "containerd", Usage: "containerd (application/vnd.erofs.layer.v1) or spec (the draft EROFS image spec's application/vnd.erofs)"},
-		&cli.BoolFlag{Name: "flatten", Usage: "one EROFS layer holding the merged filesystem of all layers"},
-		&cli.BoolFlag{Name: "no-index-os-features", Usage: "leave platform.os.features out of index entries"},
-		&cli.BoolFlag{Name: "referrer", Usage: "set each converted manifest's subject to its source manifest"},
-	}
-}
-
-// sourceFlags are the flags of every command that reads images.
-func sourceFlags() []cli.Flag {
-	return []cli.Flag{
-		&cli.StringFlag{Name: "platform", Usage: "platforms of an index to convert: all, or a list like linux/amd64,linux/arm64/v8", Value: "all"},
-		&cli.IntFlag{Name: "jobs", Aliases: []string{"j"}, Value: runtime.NumCPU(), Usage: "layers converted at once"},
-		&cli.StringFlag{Name: "username", EnvVars: []string{"OCIEROFS_USERNAME"}, Usage: "registry user (default: docker's config.json and credential helpers)"},
-		&cli.StringFlag{Name: "password", EnvVars: []string{"OCIEROFS_PASSWORD"}, Usage: "registry password"},
-		&cli.BoolFlag{Name: "plain-http", Usage: "allow plain HTTP registries"},
-		&cli.BoolFlag{Name: "insecure", Usage: "skip TLS verification"},
-		&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "text", Usage: "text or json (target, digests, sizes, per-layer timings on stdout)"},
-		&cli.StringFlag{Name: "tmpdir", Usage: "where converted layers wait to be published (default $TMPDIR)"},
-	}
-}
-
-// imageOptions reads the flags shared by convert and cache; done ends the
-// progress display.
-func imageOptions(c *cli.Context) (opt convert.ImageOptions, rem oci.Remote, done func(), err error) {
-	done = func() {}
-	rem = oci.Remote{Username: c.String("username"), Password: c.String("password"), Insecure: c.Bool("insecure")}
-	lopt, err := layerOptions(c)
-	if err != nil {
-		return opt, rem, done, err
-	}
-	opt = convert.ImageOptions{Layer: lopt, Jobs: c.Int("jobs"), TempDir: c.String("tmpdir")}
-	if p := c.String("platform"); p != "all" && p != "" {
-		for _, s := range strings.Split(p, ",") {
-			pl, err := v1.ParsePlatform(strings.TrimSpace(s))
-			if err != nil {
-				return opt, rem, done, fmt.Errorf("--platform %q: %w", s, err)
-			}
-			opt.Platforms = append(opt.Platforms, *pl)
-		}
-	}
-	if o := c.String("output"); o != "json" && o != "text" {
-		return opt, rem, done, fmt.Errorf("--output %q: want text or json", o)
-	}
-	switch {
-	case c.Bool("quiet"):
-	case isTerminal(os.Stderr):
-		// A display per layer instead of log lines.
-		v := newProgressView(os.Stderr)
-		opt.Progress = v.update
-		done = v.close
-	default:
-		opt.Log = func(s string) { fmt.Fprintf(os.Stderr, "%s %s\n", time.Now().Format("15:04:05"), s) }
-	}
-	return opt, rem, done, nil
-}
-
-// conversionOptions reads every flag of convert that shapes the converted
-// image (imageOptions and convertFlags); serve and sync share it.
-func conversionOptions(c *cli.Context) (opt convert.ImageOptions, rem oci.Remote, done func(), err error) {
-	opt, rem, done, err = imageOptions(c)
-	if err != nil {
-		return opt, rem, done, err
-	}
-	opt.NoIndexOSFeatures = c.Bool("no-index-os-features")
-	opt.Referrer = c.Bool("referrer")
-	opt.Flatten = c.Bool("flatten")
-	switch c.String("layer-compression") {
-	case "none", "":
-	case "zstd":
-		opt.LayerZstd = true
-	default:
-		return opt, rem, done, fmt.Errorf("--layer-compression %q: want none or zstd", c.String("layer-compression"))
-	}
-	switch c.String("media-type") {
-	case "containerd", "":
-	case "spec":
-		opt.SpecMediaTypes = true
-	default:
-		return opt, rem, done, fmt.Errorf("--media-type %q: want containerd or spec", c.String("media-type"))
-	}
-	return opt, rem, done, nil
 }
 
 type convertReport struct {
@@ -140,7 +51,7 @@ type convertReport struct {
 
 func runConvert(ctx context.Context, c *cli.Context, source, target string) error {
 	start := time.Now()
-	opt, rem, done, err := conversionOptions(c)
+	opt, rem, done, err := options.Conversion(c)
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ocierofs/ocierofs/cmd/internal/options"
 	"github.com/ocierofs/ocierofs/convert"
 	"github.com/ocierofs/ocierofs/erofs"
 )
@@ -47,7 +48,7 @@ func inspect(out io.Writer, img *erofs.Image, name string) error {
 	fmt.Fprintf(w, "image:\t%s\n", name)
 	fmt.Fprintf(w, "block size:\t%d\n", s.BlockSize)
 	fmt.Fprintf(w, "blocks:\t%d (%d bytes)\n", s.Blocks, s.Blocks*uint64(s.BlockSize))
-	fmt.Fprintf(w, "uuid:\t%s\n", formatUUID(s.UUID))
+	fmt.Fprintf(w, "uuid:\t%s\n", options.FormatUUID(s.UUID))
 	if s.VolumeName != "" {
 		fmt.Fprintf(w, "label:\t%s\n", s.VolumeName)
 	}

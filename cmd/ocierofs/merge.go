@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ocierofs/ocierofs/cmd/internal/options"
 	"github.com/ocierofs/ocierofs/convert"
 )
 
@@ -36,7 +37,7 @@ var mergeCommand = &cli.Command{
 		opt.Blob = c.String("blobdev")
 		opt.Erofs.VolumeName = c.String("label")
 		if s := c.String("chunk-size"); s != "" {
-			n, err := parseSize(s)
+			n, err := options.ParseSize(s)
 			if err != nil {
 				return fmt.Errorf("--chunk-size: %w", err)
 			}

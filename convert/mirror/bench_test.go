@@ -98,7 +98,7 @@ func TestMirrorFigures(t *testing.T) {
 	// The yardstick: `ocierofs convert` of one image, pull to push.
 	plain := startRegistry(t, "")
 	plain.push(t, "y/app0:1", imgs[0])
-	bin := ocierofsBinary(t)
+	bin := mirrorBinary(t)
 	start := time.Now()
 	if out, err := exec.Command(bin, "convert", "-q", "--plain-http", "-j", "2", plain.host+"/y/app0:1").CombinedOutput(); err != nil {
 		t.Fatalf("ocierofs convert: %v: %s", err, out)

@@ -36,16 +36,17 @@ var built struct {
 	out  []byte
 }
 
-// ocierofsBinary builds the command once for the tests of this package.
-func ocierofsBinary(t testing.TB) string {
+// mirrorBinary builds the mirror's command (serve, sync) once for the
+// tests of this package.
+func mirrorBinary(t testing.TB) string {
 	t.Helper()
 	built.once.Do(func() {
 		built.dir, built.err = os.MkdirTemp("", "ocierofs-mirror-bin-")
 		if built.err != nil {
 			return
 		}
-		built.bin = filepath.Join(built.dir, "ocierofs")
-		built.out, built.err = exec.Command("go", "build", "-o", built.bin, "github.com/ocierofs/ocierofs/cmd/ocierofs").CombinedOutput()
+		built.bin = filepath.Join(built.dir, "ocierofs-mirror")
+		built.out, built.err = exec.Command("go", "build", "-o", built.bin, "github.com/ocierofs/ocierofs/cmd/ocierofs-mirror").CombinedOutput()
 	})
 	if built.err != nil {
 		t.Fatalf("go build: %v\n%s", built.err, built.out)
@@ -65,7 +66,7 @@ func TestMain(m *testing.M) {
 // task goes to another worker after the ack wait, which takes over the
 // dead worker's claims on layers and pushes the twin.
 func TestWorkerKilled(t *testing.T) {
-	bin := ocierofsBinary(t)
+	bin := mirrorBinary(t)
 	h := newHarness(t, "k", nil)
 	slow := newThrottle(t, h.reg.host, 256<<10)
 	var logs lockedBuffer
@@ -157,7 +158,7 @@ func TestSync(t *testing.T) {
 	}
 
 	// The command: flags instead of a config, a list file, JSON out.
-	bin := ocierofsBinary(t)
+	bin := mirrorBinary(t)
 	list := filepath.Join(t.TempDir(), "list")
 	must(t, os.WriteFile(list, []byte("# images\nlib/alpine:3.20\nother/x:1\n"), 0o644))
 	var out, errb bytes.Buffer
@@ -200,7 +201,7 @@ func sameMap(a, b map[string]string) bool {
 // The single binary: `ocierofs serve --config FILE` with the embedded
 // queue, convert options from the file, a secret from the environment.
 func TestServeCommand(t *testing.T) {
-	bin := ocierofsBinary(t)
+	bin := mirrorBinary(t)
 	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	reg := startRegistry(t, notifyConfig("http://"+listen+"/notify", "Bearer sekrit"))
 	conf := filepath.Join(t.TempDir(), "mirror.conf")
@@ -274,7 +275,7 @@ convert { "layer-compression": "zstd", jobs: 1 }
 
 // serve over HTTPS: the secret never crosses the network in clear.
 func TestServeTLS(t *testing.T) {
-	bin := ocierofsBinary(t)
+	bin := mirrorBinary(t)
 	dir := t.TempDir()
 	cert, key := selfSigned(t, dir)
 	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))

@@ -1,4 +1,4 @@
-package main
+package progress
 
 import (
 	"bytes"
@@ -68,7 +68,7 @@ var ansi = regexp.MustCompile(`\x1b\[[0-9]*[A-Za-z]`)
 // end: one line per layer, every one done, with its whole size read; and
 // that each redraw first moves the cursor back over the previous frame.
 func TestProgressView(t *testing.T) {
-	p, err := layout.FromPath("../../testdata/busybox")
+	p, err := layout.FromPath("../../../testdata/busybox")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestProgressView(t *testing.T) {
 	}
 
 	var out syncBuffer
-	v := newProgressView(&out)
+	v := NewView(&out)
 	var mu sync.Mutex
 	seen := map[string][]convert.Stage{}
 	conv, err := convert.NewConverter(convert.ImageOptions{Jobs: 2, TempDir: t.TempDir(), Progress: func(p convert.Progress) {
@@ -99,7 +99,7 @@ func TestProgressView(t *testing.T) {
 			seen[p.Source] = append(s, p.Stage)
 		}
 		mu.Unlock()
-		v.update(p)
+		v.Update(p)
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -109,8 +109,8 @@ func TestProgressView(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(200 * time.Millisecond) // at least one redraw of a full frame
-	v.close()
-	v.close() // idempotent: deferred and explicit calls both happen
+	v.Close()
+	v.Close() // idempotent: deferred and explicit calls both happen
 
 	for _, l := range m.Layers {
 		got := seen[l.Digest.String()]

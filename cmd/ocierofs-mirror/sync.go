@@ -12,6 +12,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ocierofs/ocierofs/cmd/internal/options"
 	"github.com/ocierofs/ocierofs/convert/mirror"
 )
 
@@ -27,7 +28,7 @@ var syncCommand = &cli.Command{
 		&cli.StringFlag{Name: "list-file", Usage: "REPO:TAG lines to consider instead of the registry's catalog"},
 		&cli.BoolFlag{Name: "dry-run", Usage: "print what would be converted and convert nothing"},
 		&cli.IntFlag{Name: "images", Value: 1, Usage: "images converted at once"},
-	}, erofsFlags(), sourceFlags(), convertFlags()),
+	}, options.ErofsFlags(), options.SourceFlags(), options.ConvertFlags()),
 	Action: func(c *cli.Context) error {
 		if c.NArg() != 0 {
 			return fmt.Errorf("sync: no arguments expected (got %q)", c.Args().Slice())

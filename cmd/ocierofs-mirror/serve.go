@@ -16,6 +16,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ocierofs/ocierofs/cmd/internal/options"
 	"github.com/ocierofs/ocierofs/convert/mirror"
 )
 
@@ -40,7 +41,7 @@ var serveCommand = &cli.Command{
 		&cli.BoolFlag{Name: "worker", Usage: "only take tasks from --nats (no notifications); health and metrics still on --listen"},
 		&cli.IntFlag{Name: "tasks", Value: 1, Usage: "images converted at once by this process (0: only receive notifications)"},
 		&cli.StringFlag{Name: "name", DefaultText: "host:pid", Usage: "this worker's name in /status"},
-	}, erofsFlags(), sourceFlags(), convertFlags()),
+	}, options.ErofsFlags(), options.SourceFlags(), options.ConvertFlags()),
 	Action: func(c *cli.Context) error {
 		if c.NArg() != 0 {
 			return fmt.Errorf("serve: no arguments expected (got %q)", c.Args().Slice())
@@ -125,7 +126,7 @@ func mirrorConfig(c *cli.Context) (*mirror.Config, error) {
 	}
 	// convert options of the file: as if given as flags, unless they were.
 	known := map[string]bool{}
-	for _, f := range slices.Concat(erofsFlags(), sourceFlags(), convertFlags()) {
+	for _, f := range slices.Concat(options.ErofsFlags(), options.SourceFlags(), options.ConvertFlags()) {
 		for _, n := range f.Names() {
 			known[n] = true
 		}
@@ -149,7 +150,7 @@ func mirrorConfig(c *cli.Context) (*mirror.Config, error) {
 
 // mirrorTwins makes the converter of serve and sync from the convert flags.
 func mirrorTwins(c *cli.Context, cfg *mirror.Config, cache mirror.LayerCache, logger *log.Logger) (*mirror.Twins, error) {
-	opt, _, done, err := conversionOptions(c)
+	opt, _, done, err := options.Conversion(c)
 	if err != nil {
 		return nil, err
 	}

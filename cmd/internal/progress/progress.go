@@ -1,4 +1,6 @@
-package main
+// Package progress draws the per-layer progress of a conversion on a
+// terminal: stage, bytes read and a bar for each layer, redrawn in place.
+package progress
 
 import (
 	"fmt"
@@ -13,16 +15,16 @@ import (
 	"github.com/ocierofs/ocierofs/convert"
 )
 
-// isTerminal reports whether f is a terminal (the progress display is
+// IsTerminal reports whether f is a terminal (the progress display is
 // drawn only there; elsewhere convert logs one line per step).
-func isTerminal(f *os.File) bool {
+func IsTerminal(f *os.File) bool {
 	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
 	return err == nil
 }
 
-// progressView draws one line per layer — stage, bytes read of the source
+// View draws one line per layer — stage, bytes read of the source
 // blob, a bar — and redraws them in place a few times a second.
-type progressView struct {
+type View struct {
 	w      io.Writer
 	mu     sync.Mutex
 	order  []string
@@ -36,8 +38,8 @@ type progressView struct {
 	width  int
 }
 
-func newProgressView(w io.Writer) *progressView {
-	v := &progressView{w: w, layers: map[string]convert.Progress{}, start: map[string]time.Time{},
+func NewView(w io.Writer) *View {
+	v := &View{w: w, layers: map[string]convert.Progress{}, start: map[string]time.Time{},
 		end: map[string]time.Time{}, stop: make(chan struct{}), done: make(chan struct{}), width: 24}
 	go func() {
 		defer close(v.done)
@@ -56,8 +58,8 @@ func newProgressView(w io.Writer) *progressView {
 	return v
 }
 
-// update is the converter's Progress hook.
-func (v *progressView) update(p convert.Progress) {
+// Update is the converter's Progress hook (convert.ImageOptions.Progress).
+func (v *View) Update(p convert.Progress) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if _, ok := v.layers[p.Source]; !ok {
@@ -73,22 +75,22 @@ func (v *progressView) update(p convert.Progress) {
 	}
 }
 
-// close draws the final state and stops redrawing; later calls do nothing,
+// Close draws the final state and stops redrawing; later calls do nothing,
 // so it can be both deferred and called before the summary is printed.
-func (v *progressView) close() {
+func (v *View) Close() {
 	v.once.Do(func() {
 		close(v.stop)
 		<-v.done
 	})
 }
 
-func (v *progressView) clear() {
+func (v *View) clear() {
 	if v.drawn > 0 {
 		fmt.Fprintf(v.w, "\x1b[%dA", v.drawn)
 	}
 }
 
-func (v *progressView) draw() {
+func (v *View) draw() {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.clear()

@@ -1,0 +1,322 @@
+// Package options holds the command-line flags that the ocierofs programs
+// share (image layout, sources, conversion) and turns them into the
+// options of package convert, so that ocierofs and ocierofs-mirror read
+// them alike.
+package options
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/urfave/cli/v2"
+
+	"github.com/ocierofs/ocierofs/cmd/internal/progress"
+	"github.com/ocierofs/ocierofs/convert"
+	"github.com/ocierofs/ocierofs/erofs"
+	"github.com/ocierofs/ocierofs/erofs/compress/lz4"
+	"github.com/ocierofs/ocierofs/oci"
+	"github.com/ocierofs/ocierofs/whiteout"
+)
+
+// ConvertFlags are the flags that shape a converted image beyond its
+// layers: convert's, and the mirror's (serve, sync).
+func ConvertFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "suffix", Value: "-erofs", Usage: "tag suffix of the default target; a source whose tag has it is refused"},
+		&cli.StringFlag{Name: "layer-compression", Value: "none", Usage: "none, or zstd to wrap each EROFS layer in zstd (…layer.v1+zstd)"},
+		&cli.StringFlag{Name: "media-type", Value: "containerd", Usage: "containerd (application/vnd.erofs.layer.v1) or spec (the draft EROFS image spec's application/vnd.erofs)"},
+		&cli.BoolFlag{Name: "flatten", Usage: "one EROFS layer holding the merged filesystem of all layers"},
+		&cli.BoolFlag{Name: "no-index-os-features", Usage: "leave platform.os.features out of index entries"},
+		&cli.BoolFlag{Name: "referrer", Usage: "set each converted manifest's subject to its source manifest"},
+	}
+}
+
+// SourceFlags are the flags of every command that reads images.
+func SourceFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "platform", Usage: "platforms of an index to convert: all, or a list like linux/amd64,linux/arm64/v8", Value: "all"},
+		&cli.IntFlag{Name: "jobs", Aliases: []string{"j"}, Value: runtime.NumCPU(), Usage: "layers converted at once"},
+		&cli.StringFlag{Name: "username", EnvVars: []string{"OCIEROFS_USERNAME"}, Usage: "registry user (default: docker's config.json and credential helpers)"},
+		&cli.StringFlag{Name: "password", EnvVars: []string{"OCIEROFS_PASSWORD"}, Usage: "registry password"},
+		&cli.BoolFlag{Name: "plain-http", Usage: "allow plain HTTP registries"},
+		&cli.BoolFlag{Name: "insecure", Usage: "skip TLS verification"},
+		&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "text", Usage: "text or json (target, digests, sizes, per-layer timings on stdout)"},
+		&cli.StringFlag{Name: "tmpdir", Usage: "where converted layers wait to be published (default $TMPDIR)"},
+	}
+}
+
+// Image reads ErofsFlags and SourceFlags (convert, cache); done ends the
+// progress display it may start on a terminal.
+func Image(c *cli.Context) (opt convert.ImageOptions, rem oci.Remote, done func(), err error) {
+	done = func() {}
+	rem = oci.Remote{Username: c.String("username"), Password: c.String("password"), Insecure: c.Bool("insecure")}
+	lopt, err := Layer(c)
+	if err != nil {
+		return opt, rem, done, err
+	}
+	opt = convert.ImageOptions{Layer: lopt, Jobs: c.Int("jobs"), TempDir: c.String("tmpdir")}
+	if p := c.String("platform"); p != "all" && p != "" {
+		for _, s := range strings.Split(p, ",") {
+			pl, err := v1.ParsePlatform(strings.TrimSpace(s))
+			if err != nil {
+				return opt, rem, done, fmt.Errorf("--platform %q: %w", s, err)
+			}
+			opt.Platforms = append(opt.Platforms, *pl)
+		}
+	}
+	if o := c.String("output"); o != "json" && o != "text" {
+		return opt, rem, done, fmt.Errorf("--output %q: want text or json", o)
+	}
+	switch {
+	case c.Bool("quiet"):
+	case progress.IsTerminal(os.Stderr):
+		// A display per layer instead of log lines.
+		v := progress.NewView(os.Stderr)
+		opt.Progress = v.Update
+		done = v.Close
+	default:
+		opt.Log = func(s string) { fmt.Fprintf(os.Stderr, "%s %s\n", time.Now().Format("15:04:05"), s) }
+	}
+	return opt, rem, done, nil
+}
+
+// Conversion reads every flag of convert that shapes the converted
+// image (Image and ConvertFlags); serve and sync share it.
+func Conversion(c *cli.Context) (opt convert.ImageOptions, rem oci.Remote, done func(), err error) {
+	opt, rem, done, err = Image(c)
+	if err != nil {
+		return opt, rem, done, err
+	}
+	opt.NoIndexOSFeatures = c.Bool("no-index-os-features")
+	opt.Referrer = c.Bool("referrer")
+	opt.Flatten = c.Bool("flatten")
+	switch c.String("layer-compression") {
+	case "none", "":
+	case "zstd":
+		opt.LayerZstd = true
+	default:
+		return opt, rem, done, fmt.Errorf("--layer-compression %q: want none or zstd", c.String("layer-compression"))
+	}
+	switch c.String("media-type") {
+	case "containerd", "":
+	case "spec":
+		opt.SpecMediaTypes = true
+	default:
+		return opt, rem, done, fmt.Errorf("--media-type %q: want containerd or spec", c.String("media-type"))
+	}
+	return opt, rem, done, nil
+}
+
+// ErofsFlags are the EROFS image options of every command that builds
+// images.
+func ErofsFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.IntFlag{Name: "block-size", Aliases: []string{"b"}, Value: 4096, Usage: "block size: 512…65536, a power of two (kernels before 6.4 need the page size)"},
+		&cli.StringFlag{Name: "uuid", Aliases: []string{"U"}, Usage: "superblock UUID (default: derived from the diffID as containerd does; given, the diffID is not computed)"},
+		&cli.StringFlag{Name: "build-time", Aliases: []string{"T"}, EnvVars: []string{"SOURCE_DATE_EPOCH"}, Usage: "build time in Unix seconds: recorded in the superblock, and the mtime of implied directories"},
+		&cli.StringFlag{Name: "label", Aliases: []string{"L"}, Usage: "volume label (at most 15 bytes)"},
+		&cli.StringFlag{Name: "whiteouts", Value: "overlay", Usage: "overlay: turn OCI whiteouts into overlayfs ones; keep: store the tar as it is"},
+		&cli.BoolFlag{Name: "no-inline-data", Usage: "store no file tails inline next to their inodes (containerd's -Enoinline_data)"},
+		&cli.StringFlag{Name: "compress", Aliases: []string{"z"}, Value: "none", Usage: "none, lz4, lz4hc[,level=N] (N 1…12, default 9), or lzma, deflate, zstd [,level=N]"},
+		&cli.StringFlag{Name: "pcluster-size", Value: "64K", Usage: "largest compressed physical cluster: a multiple of the block size up to 1M (4K for kernels before 5.13)"},
+		&cli.StringFlag{Name: "max-extent", Value: "1M", Usage: "largest decompressed extent (up to 12M)"},
+		&cli.BoolFlag{Name: "tail-packing", Value: true, Usage: "store each compressed file's last extent inline after its inode (ztailpacking, 5.17; off for older --min-kernel)"},
+		&cli.BoolFlag{Name: "fragments", Usage: "pack small files and file tails together into the packed inode (6.1): smallest images, slower random reads of small files"},
+		&cli.BoolFlag{Name: "dedupe", Usage: "let compressed extents share pclusters with identical data written before them, in any file at any offset (6.1; needs --compress)"},
+		&cli.StringFlag{Name: "min-kernel", Usage: "oldest Linux X.Y that must mount the image: refuse what it cannot mount"},
+		&cli.StringFlag{Name: "chunk-size", Usage: "store files of at least SIZE chunk-based in chunks of SIZE (a power of two ≥ the block size, e.g. 64K): each distinct chunk once, zero chunks as holes (uncompressed images; Linux 5.15+)"},
+		&cli.BoolFlag{Name: "no-file-dedupe", Usage: "store every file's data, even when an earlier file has the same content (by default they share its blocks)"},
+		&cli.IntFlag{Name: "workers", Usage: "goroutines compressing each image (default: the number of CPUs); the image does not depend on it"},
+		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print nothing but errors"},
+	}
+}
+
+// Layer reads ErofsFlags: how each layer becomes an image.
+func Layer(c *cli.Context) (convert.Options, error) {
+	var opt convert.Options
+	opt.Erofs.BlockSize = c.Int("block-size")
+	if s := c.String("uuid"); s != "" {
+		u, err := ParseUUID(s)
+		if err != nil {
+			return opt, err
+		}
+		opt.Erofs.UUID = u
+		opt.KeepUUID = true
+	}
+	if s := c.String("build-time"); s != "" {
+		sec, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return opt, fmt.Errorf("build time %q: want Unix seconds", s)
+		}
+		opt.Erofs.BuildTime = time.Unix(sec, 0)
+	}
+	opt.Erofs.VolumeName = c.String("label")
+	opt.Erofs.NoInlineData = c.Bool("no-inline-data")
+	opt.Erofs.NoDedupe = c.Bool("no-file-dedupe")
+	if s := c.String("chunk-size"); s != "" {
+		n, err := ParseSize(s)
+		if err != nil {
+			return opt, fmt.Errorf("--chunk-size: %w", err)
+		}
+		opt.Erofs.ChunkSize = n
+	}
+	if opt.Erofs.Workers = c.Int("workers"); opt.Erofs.Workers < 0 {
+		return opt, fmt.Errorf("--workers %d: want 1 or more", opt.Erofs.Workers)
+	}
+	m, err := whiteout.ParseMode(c.String("whiteouts"))
+	if err != nil {
+		return opt, err
+	}
+	opt.Whiteouts = m
+	if s := c.String("min-kernel"); s != "" {
+		if opt.Erofs.MinKernel, err = erofs.ParseKernel(s); err != nil {
+			return opt, fmt.Errorf("--min-kernel: %w", err)
+		}
+	}
+	if opt.Erofs.Compression, err = compression(c, opt.Erofs.BlockSize, opt.Erofs.MinKernel); err != nil {
+		return opt, err
+	}
+	// Check the options here so that the error names the flags.
+	if err := opt.Erofs.Validate(); err != nil {
+		return opt, fmt.Errorf("image options: %w", err)
+	}
+	return opt, nil
+}
+
+// ParseCompress reads --compress: none, lz4, lz4hc[,level=N], or
+// ALG[,level=N][,dictsize=SIZE] for the other algorithms erofs writes
+// (mkfs.erofs' -zALG,N is accepted too). It returns nil for none.
+func ParseCompress(spec string) (*erofs.Compression, error) {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("--compress %q: %s", spec, fmt.Sprintf(format, a...))
+	}
+	name, args, _ := strings.Cut(spec, ",")
+	if name == "none" || name == "" {
+		return nil, nil
+	}
+	hc := name == "lz4hc"
+	if hc {
+		name = "lz4"
+	}
+	alg, err := erofs.ParseAlgorithm(name)
+	if err != nil {
+		return nil, bad("want none, lz4, lz4hc, lzma, deflate or zstd")
+	}
+	level, ok := erofs.DefaultLevel(alg)
+	if !ok {
+		return nil, bad("%s is not supported yet", name)
+	}
+	lo, hi, _ := erofs.LevelRange(alg)
+	if alg == erofs.AlgLZ4 {
+		// lz4 is the fast encoder alone; lz4hc takes the levels above it.
+		lo++
+		if hc {
+			level = lz4.LevelHC
+		}
+	}
+	z := &erofs.Compression{Algorithm: alg, Level: level}
+	for arg := range strings.SplitSeq(args, ",") {
+		switch k, v, _ := strings.Cut(arg, "="); {
+		case arg == "":
+		case k == "dictsize":
+			if z.DictSize, err = ParseSize(v); err != nil {
+				return nil, bad("dictsize: %v", err)
+			}
+		case k == "level" || !strings.Contains(arg, "="):
+			if v == "" {
+				v = k
+			}
+			if alg == erofs.AlgLZ4 && !hc {
+				return nil, bad("lz4 takes no level (use lz4hc,level=N)")
+			}
+			if z.Level, err = strconv.Atoi(v); err != nil || z.Level < lo || z.Level > hi {
+				return nil, bad("level must be %d…%d", lo, hi)
+			}
+		default:
+			return nil, bad("unknown setting %q (want level=N or dictsize=SIZE)", k)
+		}
+	}
+	return z, nil
+}
+
+// compression reads --compress and its companions. Defaults that
+// the --min-kernel cannot mount give way to what it can; values asked for
+// explicitly are kept, and refused by Validate.
+func compression(c *cli.Context, bs int, k erofs.Kernel) (*erofs.Compression, error) {
+	z, err := ParseCompress(c.String("compress"))
+	if z == nil && err == nil && c.Bool("dedupe") {
+		return nil, fmt.Errorf("--dedupe shares compressed extents: it needs --compress")
+	}
+	if z == nil || err != nil {
+		return nil, err
+	}
+	z.TailPacking, z.Fragments, z.Dedupe = c.Bool("tail-packing"), c.Bool("fragments"), c.Bool("dedupe")
+	if z.PclusterSize, err = ParseSize(c.String("pcluster-size")); err != nil {
+		return nil, fmt.Errorf("--pcluster-size: %w", err)
+	}
+	if z.MaxExtent, err = ParseSize(c.String("max-extent")); err != nil {
+		return nil, fmt.Errorf("--max-extent: %w", err)
+	}
+	older := func(major, minor int) bool {
+		return k != erofs.Kernel{} && (k[0] < major || k[0] == major && k[1] < minor)
+	}
+	if !c.IsSet("pcluster-size") && older(5, 13) {
+		z.PclusterSize = bs
+	}
+	if !c.IsSet("tail-packing") && older(5, 17) {
+		z.TailPacking = false
+	}
+	z.PclusterSize = max(z.PclusterSize, bs)
+	return z, nil
+}
+
+// ParseSize reads a byte count with an optional K or M suffix (powers of 1024).
+func ParseSize(s string) (int, error) {
+	mult := 1
+	switch {
+	case strings.HasSuffix(s, "K"), strings.HasSuffix(s, "k"):
+		mult, s = 1<<10, s[:len(s)-1]
+	case strings.HasSuffix(s, "M"), strings.HasSuffix(s, "m"):
+		mult, s = 1<<20, s[:len(s)-1]
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n <= 0 || n > 1<<30/mult {
+		return 0, fmt.Errorf("size %q: want bytes, or a number with K or M", s)
+	}
+	return n * mult, nil
+}
+
+// ParseUUID reads the 8-4-4-4-12 hex form; "0" or "nil" is the zero UUID.
+func ParseUUID(s string) ([16]byte, error) {
+	var u [16]byte
+	if s == "0" || s == "nil" {
+		return u, nil
+	}
+	hex := make([]byte, 0, 32)
+	for i := 0; i < len(s); i++ {
+		if s[i] != '-' {
+			hex = append(hex, s[i])
+		}
+	}
+	if len(hex) != 32 || len(s) != 36 {
+		return u, fmt.Errorf("uuid %q: want the form 01234567-89ab-cdef-0123-456789abcdef", s)
+	}
+	for i := 0; i < 16; i++ {
+		v, err := strconv.ParseUint(string(hex[2*i:2*i+2]), 16, 8)
+		if err != nil {
+			return u, fmt.Errorf("uuid %q: %w", s, err)
+		}
+		u[i] = byte(v)
+	}
+	return u, nil
+}
+
+// FormatUUID writes u in the form ParseUUID reads.
+func FormatUUID(u [16]byte) string {
+	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
+}

@@ -1,0 +1,32 @@
+// Command ocierofs-mirror keeps a registry's images converted to EROFS:
+// serve converts every image pushed (registry notifications in, a NATS
+// JetStream work queue, EROFS twins out), sync converts what has no
+// up-to-date twin yet. `ocierofs serve` and `ocierofs sync` run it.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/urfave/cli/v2"
+)
+
+func main() {
+	app := &cli.App{
+		Name:            "ocierofs-mirror",
+		Usage:           "keep a registry's images converted to EROFS",
+		HideHelpCommand: true,
+		Commands:        []*cli.Command{serveCommand, syncCommand},
+		ExitErrHandler:  func(*cli.Context, error) {},
+	}
+	if err := app.Run(os.Args); err != nil {
+		var ee cli.ExitCoder
+		code := 1
+		if errors.As(err, &ee) && ee.ExitCode() != 0 {
+			code = ee.ExitCode()
+		}
+		fmt.Fprintf(os.Stderr, "ocierofs-mirror: %v\n", err)
+		os.Exit(code)
+	}
+}

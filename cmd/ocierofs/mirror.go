@@ -1,0 +1,65 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+)
+
+// mirrorProgram is the registry mirror: serve and sync live in a program
+// of their own, so that this one does not carry the NATS server and the
+// Prometheus client. They cost an image build 6 MB of memory and 10 ms of
+// start-up for nothing (the binary is 38 MB with them, 17 MB without).
+const mirrorProgram = "ocierofs-mirror"
+
+var (
+	serveCommand = mirrorCommand("serve", "convert every image pushed to a registry: notifications in, EROFS twins out")
+	syncCommand  = mirrorCommand("sync", "convert the images of a registry that have no up-to-date EROFS twin yet")
+)
+
+// mirrorCommand runs `ocierofs-mirror NAME ARGS...` in place of this
+// process, as git runs git-NAME: the same arguments, environment, exit
+// status and signals.
+func mirrorCommand(name, usage string) *cli.Command {
+	return &cli.Command{
+		Name:            name,
+		Usage:           usage + " (runs " + mirrorProgram + " " + name + ")",
+		SkipFlagParsing: true,
+		Action: func(c *cli.Context) error {
+			path, err := findMirror()
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			argv := append([]string{path, name}, c.Args().Slice()...)
+			if err := syscall.Exec(path, argv, os.Environ()); err != nil {
+				return fmt.Errorf("%s: run %s: %w", name, path, err)
+			}
+			return nil // not reached: Exec returns only on failure
+		},
+	}
+}
+
+// findMirror looks for ocierofs-mirror next to this executable first (a
+// release or `make build` puts both in one directory), then on PATH.
+func findMirror() (string, error) {
+	if self, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(self), mirrorProgram)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	p, err := exec.LookPath(mirrorProgram)
+	if err != nil {
+		if errors.Is(err, exec.ErrNotFound) {
+			return "", fmt.Errorf("the registry mirror is the %s program, found neither next to this one nor on PATH "+
+				"(go install github.com/ocierofs/ocierofs/cmd/%s@latest, or make build)", mirrorProgram, mirrorProgram)
+		}
+		return "", err
+	}
+	return p, nil
+}

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"log"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+)
+
+// TestMirrorCommands: ocierofs serve and sync run ocierofs-mirror with the
+// same arguments and exit status; without it they fail with one clear
+// error; and ocierofs itself links neither NATS nor Prometheus (the point
+// of the split: 6 MB less memory for every image build).
+func TestMirrorCommands(t *testing.T) {
+	dir := t.TempDir()
+	oc := filepath.Join(dir, "ocierofs")
+	for pkg, out := range map[string]string{".": oc, "../ocierofs-mirror": filepath.Join(dir, "ocierofs-mirror")} {
+		if b, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+		}
+	}
+
+	mods, err := exec.Command("go", "version", "-m", oc).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go version -m: %v\n%s", err, mods)
+	}
+	for _, m := range []string{"github.com/nats-io/", "github.com/prometheus/"} {
+		if strings.Contains(string(mods), m) {
+			t.Errorf("ocierofs links %s*: it belongs to ocierofs-mirror only", m)
+		}
+	}
+
+	// Help comes from the mirror.
+	out, _, code := run(t, oc, "serve", "--help")
+	if code != 0 || !strings.Contains(out, "ocierofs-mirror serve") || !strings.Contains(out, "--nats-store") {
+		t.Errorf("ocierofs serve --help: exit %d, printed\n%s", code, out)
+	}
+
+	// sync through the forwarder against a real registry: it converts the
+	// one image, then finds its twin up to date.
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	host := srv.Listener.Addr().String()
+	p, err := layout.FromPath("../../testdata/busybox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ii, err := p.ImageIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, err := ii.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := ii.Image(im.Manifests[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := name.ParseReference(host + "/e2e/bb:1.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(src, img); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{"convert", "up-to-date"} {
+		out, errOut, code := run(t, oc, "sync", "--registry", host, "--plain-http", "-q", "-o", "json")
+		if code != 0 {
+			t.Fatalf("sync %d: exit %d\n%s", i, code, errOut)
+		}
+		var rep struct {
+			Items []struct{ Repository, Tag, Action, Result string }
+		}
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatalf("sync %d printed %q: %v", i, out, err)
+		}
+		if len(rep.Items) != 1 || rep.Items[0].Repository != "e2e/bb" || rep.Items[0].Action != want {
+			t.Errorf("sync %d: %+v, want e2e/bb:1.0 %s", i, rep.Items, want)
+		}
+	}
+	twin, err := name.ParseReference(host + "/e2e/bb:1.0-erofs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := remote.Head(twin); err != nil {
+		t.Errorf("HEAD %s after sync: %v", twin, err)
+	}
+
+	// The mirror's exit status passes through.
+	if _, errOut, code := run(t, oc, "sync", "--registry", "127.0.0.1:1", "--plain-http", "-q"); code != 1 || !strings.Contains(errOut, "ocierofs-mirror:") {
+		t.Errorf("sync of an unreachable registry: exit %d, stderr %q; want 1 from ocierofs-mirror", code, errOut)
+	}
+
+	// Alone, with no ocierofs-mirror on PATH either.
+	alone := filepath.Join(t.TempDir(), "ocierofs")
+	b, err := os.ReadFile(oc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(alone, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(alone, "serve", "--listen", ":0")
+	cmd.Env = append(os.Environ(), "PATH="+t.TempDir())
+	msg, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(msg), "serve: the registry mirror is the ocierofs-mirror program") {
+		t.Errorf("serve without ocierofs-mirror: %v, printed %q", err, msg)
+	}
+}
