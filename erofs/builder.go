@@ -153,28 +153,63 @@ type node struct {
 type inode struct {
 	// Fields are ordered by size, so that the struct has no padding: a
 	// layer holds one per entry, and it stays in memory until Finish.
-	mtime    int64
-	size     uint64
-	nchunks  uint64     // index entries of a chunk-based file
-	z        *zfile     // compressed layouts
-	xattrs   []Xattr    // sorted by name
-	target   string     // symlink target
-	chunks   []chunkRun // chunk-based file
-	tail     tailRef    // inline tail of a regular file, in the spool
-	mode     uint32
-	uid, gid uint32
-	nsec     uint32
-	rdev     uint32
-	startBlk uint32 // first data block of streamed data
+	mtime      int64
+	size       uint64
+	z          *zfile  // compressed layouts
+	tail       tailRef // inline tail of a regular file, in the spool
+	*inodeRare         // xattrs, symlink target, device, chunks: &noRare if none
+	mode       uint32
+	uid, gid   uint32
+	nsec       uint32
+	startBlk   uint32 // first data block of streamed data
 
-	chunkBits uint8 // log2(blocks per chunk) of a chunk-based file
-	layout    uint8
-	implied   bool // a directory no entry declared
+	layout  uint8
+	implied bool // a directory no entry declared
 
 	// set by Finish
 	nlink uint32
 	pos   uint64 // byte offset of the inode record from the meta area start
 	meta  metaPlan
+}
+
+// inodeRare holds what few entries of a layer have. Inodes without any
+// share noRare, which is never written: rare gives an inode its own before
+// a write, and Finish checks that noRare is still empty.
+type inodeRare struct {
+	xattrs    []Xattr    // sorted by name
+	target    string     // symlink target
+	chunks    []chunkRun // chunk-based file
+	nchunks   uint64     // index entries of a chunk-based file
+	rdev      uint32
+	chunkBits uint8 // log2(blocks per chunk) of a chunk-based file
+}
+
+var noRare inodeRare
+
+// rare returns ino's own inodeRare, to write to.
+func (ino *inode) rare() *inodeRare {
+	if ino.inodeRare == &noRare {
+		ino.inodeRare = new(inodeRare)
+	}
+	return ino.inodeRare
+}
+
+// setChunks sets the chunk map of ino; an inode without one keeps noRare.
+func (ino *inode) setChunks(chunks []chunkRun, n uint64, chunkBits uint8) {
+	if chunks == nil && n == 0 && chunkBits == 0 && ino.inodeRare == &noRare {
+		return
+	}
+	r := ino.rare()
+	r.chunks, r.nchunks, r.chunkBits = chunks, n, chunkBits
+}
+
+// noRareWritten reports a write to the shared noRare: a bug that would
+// give its fields to every inode without its own.
+func noRareWritten() error {
+	if noRare.xattrs != nil || noRare.target != "" || noRare.chunks != nil || noRare.nchunks != 0 || noRare.rdev != 0 || noRare.chunkBits != 0 {
+		return errors.New("erofs: internal: the inodes' shared empty xattrs, target and chunks were written to")
+	}
+	return nil
 }
 
 // nid is the inode's number: where Finish placed its record, in slots.
@@ -412,7 +447,7 @@ func (b *Builder) SetXattr(p, name string, value []byte) error {
 	if err != nil {
 		return fmt.Errorf("erofs: entry %q: %w", p, err)
 	}
-	n.ino.xattrs = setXattr(n.ino.xattrs, Xattr{Name: name, Value: append([]byte(nil), value...)})
+	n.ino.rare().xattrs = setXattr(n.ino.xattrs, Xattr{Name: name, Value: append([]byte(nil), value...)})
 	return nil
 }
 
@@ -509,7 +544,7 @@ func (b *Builder) mkdirAll(p string) (*node, error) {
 // impliedInode is a directory the input needs but has not declared; its
 // metadata is settled in Finish (see Options.ImpliedDir).
 func (b *Builder) impliedInode(string) *inode {
-	return &inode{mode: S_IFDIR | 0o755, implied: true}
+	return &inode{mode: S_IFDIR | 0o755, implied: true, inodeRare: &noRare}
 }
 
 // resolveImplied asks Options.ImpliedDir for the metadata of a directory
@@ -534,7 +569,7 @@ func (b *Builder) resolveImplied(p string, ino *inode) error {
 	own := ino.xattrs
 	*ino = *got
 	for _, x := range own {
-		ino.xattrs = setXattr(ino.xattrs, x)
+		ino.rare().xattrs = setXattr(ino.xattrs, x)
 	}
 	return nil
 }
@@ -544,9 +579,10 @@ func (ino *inode) isDir() bool { return ino.mode&S_IFMT == S_IFDIR }
 // newInode validates an entry and turns its metadata into an inode.
 func (b *Builder) newInode(e *Entry) (*inode, error) {
 	ino := &inode{
-		mode: e.Mode,
-		uid:  e.Uid,
-		gid:  e.Gid,
+		mode:      e.Mode,
+		uid:       e.Uid,
+		gid:       e.Gid,
+		inodeRare: &noRare,
 	}
 	if !e.Mtime.IsZero() {
 		ino.mtime = e.Mtime.Unix()
@@ -572,13 +608,13 @@ func (b *Builder) newInode(e *Entry) (*inode, error) {
 		if strings.IndexByte(e.Linkname, 0) >= 0 {
 			return nil, errors.New("symlink target contains NUL")
 		}
-		ino.target = e.Linkname
+		ino.rare().target = e.Linkname
 		ino.size = uint64(len(e.Linkname))
 	case S_IFCHR, S_IFBLK:
 		if e.Devmajor > 0xFFF || e.Devminor > 0xFFFFF {
 			return nil, fmt.Errorf("device %d:%d outside the 12-bit major, 20-bit minor range", e.Devmajor, e.Devminor)
 		}
-		ino.rdev = encodeDev(e.Devmajor, e.Devminor)
+		ino.rare().rdev = encodeDev(e.Devmajor, e.Devminor)
 	default:
 		return nil, fmt.Errorf("mode %#o: unknown file type", e.Mode)
 	}
@@ -589,7 +625,7 @@ func (b *Builder) newInode(e *Entry) (*inode, error) {
 		if len(x.Value) > maxXattrValueSize {
 			return nil, fmt.Errorf("xattr %q: value of %d bytes exceeds %d", x.Name, len(x.Value), maxXattrValueSize)
 		}
-		ino.xattrs = setXattr(ino.xattrs, Xattr{Name: x.Name, Value: append([]byte(nil), x.Value...)})
+		ino.rare().xattrs = setXattr(ino.xattrs, Xattr{Name: x.Name, Value: append([]byte(nil), x.Value...)})
 	}
 	return ino, nil
 }

@@ -85,9 +85,8 @@ func (b *Builder) writeChunked(ino *inode, r io.Reader) error {
 	for nblk>>cbits > maxChunks {
 		cbits++ // keep the index of a huge file bounded
 	}
-	ino.chunkBits = uint8(cbits)
 	cs = uint64(b.bs) << cbits
-	ino.nchunks = (size + cs - 1) / cs
+	ino.setChunks(nil, (size+cs-1)/cs, uint8(cbits))
 	if b.chunkBuf == nil {
 		b.chunkBuf = make([]byte, min(cs, chunkBufSize))
 		b.chunkHash = sha256.New()
@@ -196,7 +195,7 @@ func (b *Builder) chunkFlatTail(ino *inode, l, start uint64, p []byte) (ok bool,
 		return false, err
 	}
 	ino.tail, ino.startBlk, ino.layout = ref, c.pblk, LayoutFlatInline
-	ino.chunks, ino.nchunks, ino.chunkBits = nil, 0, 0
+	ino.setChunks(nil, 0, 0)
 	return true, nil
 }
 
@@ -244,13 +243,14 @@ func (ino *inode) widenChunks() {
 				return
 			}
 		}
-		for i := range ino.chunks {
-			c := &ino.chunks[i]
+		r := ino.rare()
+		for i := range r.chunks {
+			c := &r.chunks[i]
 			c.lblk /= 2
 			c.count = (c.count + 1) / 2
 		}
-		ino.chunkBits++
-		ino.nchunks = (ino.nchunks + 1) / 2
+		r.chunkBits++
+		r.nchunks = (r.nchunks + 1) / 2
 	}
 }
 
@@ -297,8 +297,7 @@ func (b *Builder) AddChunks(e Entry, chunkBits uint8, refs []ChunkRef) error {
 		}
 	}
 	return b.addEntry(e, func(ino *inode) error {
-		ino.chunkBits = chunkBits
-		ino.nchunks = want
+		ino.setChunks(nil, want, chunkBits)
 		for i, c := range refs {
 			if !c.Hole {
 				ino.addChunk(uint64(i), c.Device, c.Block)

@@ -136,9 +136,8 @@ func (b *Builder) writeSparse(ino *inode, r io.Reader) error {
 	if b.bs<<cbits > 1<<20 {
 		return fmt.Errorf("sparse file of %d bytes: larger than %d chunks of 1 MiB", size, maxChunks)
 	}
-	ino.chunkBits = uint8(cbits)
 	chunk := b.bs << cbits
-	ino.nchunks = (size + uint64(chunk) - 1) / uint64(chunk)
+	ino.setChunks(nil, (size+uint64(chunk)-1)/uint64(chunk), uint8(cbits))
 	buf := b.scratch
 	if len(buf) < chunk {
 		buf = make([]byte, chunk)
@@ -175,14 +174,15 @@ func (b *Builder) writeSparse(ino *inode, r io.Reader) error {
 // addChunk records that logical chunk l starts at block pblk of device
 // dev, extending the last run when it continues it.
 func (ino *inode) addChunk(l uint64, dev uint16, pblk uint32) {
-	if k := len(ino.chunks) - 1; k >= 0 {
-		c := &ino.chunks[k]
+	r := ino.rare()
+	if k := len(r.chunks) - 1; k >= 0 {
+		c := &r.chunks[k]
 		if c.lblk+c.count == l && c.dev == dev && uint64(c.pblk)+c.count<<ino.chunkBits == uint64(pblk) {
 			c.count++
 			return
 		}
 	}
-	ino.chunks = append(ino.chunks, chunkRun{lblk: l, count: 1, pblk: pblk, dev: dev})
+	r.chunks = append(r.chunks, chunkRun{lblk: l, count: 1, pblk: pblk, dev: dev})
 }
 
 func isZero(p []byte) bool {

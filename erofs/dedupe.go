@@ -49,7 +49,7 @@ func (b *Builder) dupOf(k dupKey, ino *inode, inlineZ, inlineFlat int) *inode {
 // share gives ino the data of orig, whose content is the same.
 func (b *Builder) share(ino, orig *inode) {
 	ino.layout, ino.startBlk, ino.tail, ino.z = orig.layout, orig.startBlk, orig.tail, orig.z
-	ino.chunks, ino.nchunks, ino.chunkBits = orig.chunks, orig.nchunks, orig.chunkBits
+	ino.setChunks(orig.chunks, orig.nchunks, orig.chunkBits)
 	b.dedupedBytes += int64(ino.size)
 }
 
@@ -92,7 +92,8 @@ func (b *Builder) promoteTail(orig, dup *inode) error {
 		orig.layout = LayoutFlatPlain
 	} else {
 		start := orig.startBlk
-		orig.layout, orig.chunkBits, orig.nchunks, orig.chunks = LayoutChunkBased, 0, full+1, nil
+		orig.layout = LayoutChunkBased
+		orig.setChunks(nil, full+1, 0)
 		orig.addChunk(0, 0, start)
 		for l := uint64(1); l < full; l++ {
 			orig.addChunk(l, 0, start+uint32(l))
@@ -103,7 +104,7 @@ func (b *Builder) promoteTail(orig, dup *inode) error {
 	}
 	for _, ino := range sharers {
 		ino.layout, ino.startBlk, ino.tail = orig.layout, orig.startBlk, orig.tail
-		ino.chunks, ino.nchunks, ino.chunkBits = orig.chunks, orig.nchunks, orig.chunkBits
+		ino.setChunks(orig.chunks, orig.nchunks, orig.chunkBits)
 	}
 	delete(b.tailSharers, orig)
 	return nil

@@ -6,18 +6,20 @@ import (
 )
 
 // metaPlan is where Finish puts an inode and what its record holds.
+// Every inode holds one: fields are as narrow as their values (a record's
+// parts are under a block, block addresses are 32-bit in EROFS).
 type metaPlan struct {
-	compact   bool
-	icount    uint16
-	ino32     uint32 // i_ino
-	xsize     int
-	tpad      int    // zeros that align an 8-byte chunk index
 	tableSize int    // chunk map bytes after the xattrs
-	inlineLen int    // inline tail bytes after core, xattrs and table
-	zpad      int    // compressed: zeros that align the map header to 8
-	zsize     int    // compressed: zpad, map header and index
-	lateBlk   uint64 // dirs and symlinks: first block in the late area
-	lateBlks  uint64 // number of late blocks
+	ino32     uint32 // i_ino
+	xsize     int32  // xattr area
+	inlineLen int32  // inline tail bytes after core, xattrs and table
+	zsize     int32  // compressed: zpad, map header and index
+	lateBlk   uint32 // dirs and symlinks: first block in the late area
+	lateBlks  uint32 // number of late blocks
+	icount    uint16
+	tpad      uint8 // zeros that align an 8-byte chunk index
+	zpad      uint8 // compressed: zeros that align the map header to 8
+	compact   bool
 }
 
 func (m *metaPlan) recordSize() int {
@@ -25,7 +27,7 @@ func (m *metaPlan) recordSize() int {
 	if !m.compact {
 		n = ExtendedInodeSize
 	}
-	return n + m.xsize + m.zsize + m.tpad + m.tableSize + m.inlineLen
+	return n + int(m.xsize) + int(m.zsize) + int(m.tpad) + m.tableSize + int(m.inlineLen)
 }
 
 // Finish lays out the metadata after the data and writes the superblock.
@@ -55,6 +57,9 @@ func (b *Builder) finish() error {
 	if err != nil {
 		return err
 	}
+	if err := noRareWritten(); err != nil {
+		return err
+	}
 	epochSec, epochNsec := b.chooseEpoch(order)
 	if b.z != nil && b.z.packed != nil {
 		// The fragments are data too: the packed inode's pclusters go
@@ -81,10 +86,11 @@ func (b *Builder) finish() error {
 		m.ino32 = uint32(i + 1)
 		m.compact = ino.mtime == epochSec && ino.nsec == epochNsec &&
 			ino.size <= 0xFFFFFFFF && ino.uid <= 0xFFFF && ino.gid <= 0xFFFF && ino.nlink <= 0xFFFF
-		m.xsize, m.icount = shared.area(ino)
+		xsize, icount := shared.area(ino)
+		m.xsize, m.icount = int32(xsize), icount
 		if ino.layout == LayoutChunkBased {
 			unit := ino.chunkUnit()
-			m.tpad = (unit - m.recordSize()%unit) % unit
+			m.tpad = uint8((unit - m.recordSize()%unit) % unit)
 			m.tableSize = unit * int(ino.nchunks)
 		}
 		base := m.recordSize()
@@ -92,27 +98,27 @@ func (b *Builder) finish() error {
 		case S_IFREG:
 			switch ino.layout {
 			case LayoutFlatInline:
-				m.inlineLen = int(ino.tail.n)
+				m.inlineLen = int32(ino.tail.n)
 			case LayoutCompressedFull, LayoutCompressedCompact:
 				// The map header sits at the first 8-aligned byte after
 				// the xattrs; records start 32-aligned, so its place in a
 				// 32-byte line (which shapes a COMPACT index) is known now.
 				h := (base + 7) &^ 7
-				m.zpad = h - base
-				m.zsize = m.zpad + b.zIndexSize(ino, uint64(h))
+				m.zpad = uint8(h - base)
+				m.zsize = int32(h - base + b.zIndexSize(ino, uint64(h)))
 				if zf := ino.z; zf.extents[len(zf.extents)-1].kind == zInline {
-					m.inlineLen = int(zf.inline.n)
+					m.inlineLen = int32(zf.inline.n)
 				}
 			}
 		case S_IFDIR:
 			size := dirSize(b.dirents[ino], bs)
 			ino.size = size
 			tail := int(size % uint64(bs))
-			m.lateBlks = size / uint64(bs)
+			m.lateBlks = uint32(size / uint64(bs))
 			ino.layout = LayoutFlatPlain
 			if tail > 0 && base+tail <= bs {
 				ino.layout = LayoutFlatInline
-				m.inlineLen = tail
+				m.inlineLen = int32(tail)
 			} else if tail > 0 {
 				m.lateBlks++
 			}
@@ -120,10 +126,10 @@ func (b *Builder) finish() error {
 			ino.layout = LayoutFlatPlain
 			if base+len(ino.target) <= bs {
 				ino.layout = LayoutFlatInline
-				m.inlineLen = len(ino.target)
+				m.inlineLen = int32(len(ino.target))
 			} else {
 				// Long targets (blocks smaller than 4 KiB) take several blocks.
-				m.lateBlks = (uint64(len(ino.target)) + uint64(bs) - 1) >> b.blkbits
+				m.lateBlks = uint32((len(ino.target) + bs - 1) >> b.blkbits)
 			}
 		default:
 			ino.layout = LayoutFlatPlain
@@ -145,8 +151,11 @@ func (b *Builder) finish() error {
 	late := metaStart + metaBlks
 	for _, ino := range order {
 		if ino.meta.lateBlks > 0 {
-			ino.meta.lateBlk = late
-			late += ino.meta.lateBlks
+			if late+uint64(ino.meta.lateBlks) >= 1<<32 {
+				return errors.New("image exceeds 2^32 blocks")
+			}
+			ino.meta.lateBlk = uint32(late)
+			late += uint64(ino.meta.lateBlks)
 		}
 	}
 	if late >= 1<<32 {

@@ -138,7 +138,7 @@ func (e *metaEncoder) write(byPos []*inode, r metaRun, base int64) error {
 		buf = append(buf, make([]byte, ino.pos-cur)...)
 		var tail []byte
 		if at := e.at[k]; at >= 0 {
-			tail = e.tails[at : at+ino.meta.inlineLen]
+			tail = e.tails[at : at+int(ino.meta.inlineLen)]
 		}
 		n := len(buf)
 		var err error
@@ -176,7 +176,7 @@ func (e *metaEncoder) readTails(recs []*inode) error {
 		if ino.z != nil {
 			ref = ino.z.inline
 		}
-		e.pieces = append(e.pieces, tailPiece{off: ref.off, n: ino.meta.inlineLen, rec: k})
+		e.pieces = append(e.pieces, tailPiece{off: ref.off, n: int(ino.meta.inlineLen), rec: k})
 	}
 	if len(e.pieces) == 0 {
 		return nil
@@ -250,7 +250,7 @@ func (b *Builder) encodeRecord(dst []byte, ino *inode, shared *sharedXattrs, dir
 	case S_IFDIR, S_IFLNK:
 		core.U = NullAddr
 		if m.lateBlks > 0 {
-			core.U = uint32(m.lateBlk)
+			core.U = m.lateBlk
 		}
 	case S_IFCHR, S_IFBLK:
 		core.U = ino.rdev
@@ -273,7 +273,7 @@ func (b *Builder) encodeRecord(dst []byte, ino *inode, shared *sharedXattrs, dir
 	if m.inlineLen > 0 {
 		switch ino.mode & S_IFMT {
 		case S_IFREG:
-			if len(tail) != m.inlineLen {
+			if len(tail) != int(m.inlineLen) {
 				return nil, fmt.Errorf("internal: inline tail of %d bytes, planned %d", len(tail), m.inlineLen)
 			}
 			dst = append(dst, tail...)
@@ -344,7 +344,7 @@ func (b *Builder) writeLate(order []*inode) error {
 		if m.lateBlks == 0 {
 			continue
 		}
-		if b.outBlk != m.lateBlk {
+		if b.outBlk != uint64(m.lateBlk) {
 			return fmt.Errorf("internal: late block %d written at %d", m.lateBlk, b.outBlk)
 		}
 		switch ino.mode & S_IFMT {

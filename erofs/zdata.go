@@ -153,7 +153,7 @@ func (b *Builder) writePacked() (*inode, error) {
 	if err := z.packed.w.Flush(); err != nil {
 		return nil, fmt.Errorf("packed inode spool: %w", err)
 	}
-	p := &inode{mode: S_IFREG | 0o600, size: z.packedLen, nlink: 1}
+	p := &inode{mode: S_IFREG | 0o600, size: z.packedLen, nlink: 1, inodeRare: &noRare}
 	r := io.NewSectionReader(z.packed.f, 0, int64(z.packedLen))
 	z.packing = true
 	if err := b.writeCompressed("(packed inode)", p, r, false); err != nil {
