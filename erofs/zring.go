@@ -16,6 +16,7 @@ type zring struct {
 	starts     []int // start of each buffer in use, oldest first
 	ends       []int // and its end
 	first      int   // index in starts and ends of the oldest
+	peak       int   // the highest end yet: the bytes of buf ever touched
 }
 
 func newZring(size int) *zring { return &zring{buf: make([]byte, size)} }
@@ -48,6 +49,7 @@ func (r *zring) take(n int) []byte {
 		return nil
 	}
 	r.head = start + n
+	r.peak = max(r.peak, r.head)
 	r.starts = append(r.starts, start)
 	r.ends = append(r.ends, r.head)
 	return r.buf[start:r.head:r.head]

@@ -1,6 +1,8 @@
 package erofs
 
 import (
+	"bytes"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"unsafe"
@@ -105,4 +107,31 @@ func TestZringWrappedTail(t *testing.T) {
 // offsetIn is where b starts in buf.
 func offsetIn(buf, b []byte) int {
 	return int(uintptr(unsafe.Pointer(&b[0])) - uintptr(unsafe.Pointer(&buf[0])))
+}
+
+// TestOneWorkerRing: with one worker, each small file is compressed before
+// the next one is read, so the ring touches no more than the largest file,
+// not the data of hundreds of files in flight.
+func TestOneWorkerRing(t *testing.T) {
+	b, err := NewBuilder(&memWriterAt{}, Options{Workers: 1, Compression: &Compression{Algorithm: AlgLZ4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	data := make([]byte, 6000)
+	for i := range 500 {
+		for k := range data {
+			data[k] = byte(i + k/7)
+		}
+		e := Entry{Path: fmt.Sprintf("f%03d", i), Mode: S_IFREG | 0o644, Size: int64(len(data))}
+		if err := b.Add(e, bytes.NewReader(data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if peak := b.zp.ring.peak; peak > 2*len(data) {
+		t.Errorf("one worker touched %d bytes of the ring for files of %d bytes", peak, len(data))
+	}
+	if err := b.Finish(); err != nil {
+		t.Fatal(err)
+	}
 }
