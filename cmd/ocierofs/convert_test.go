@@ -188,32 +188,7 @@ func TestConvertCLIErrors(t *testing.T) {
 // in-memory one) with several jobs, so that layers are uploaded from
 // several goroutines at once; run it with -race too.
 func TestConvertCLIRegistry(t *testing.T) {
-	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	defer srv.Close()
-	host := srv.Listener.Addr().String()
-	p, err := layout.FromPath("../../testdata/busybox")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ii, err := p.ImageIndex()
-	if err != nil {
-		t.Fatal(err)
-	}
-	im, err := ii.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := ii.Image(im.Manifests[0].Digest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := name.ParseReference(host + "/e2e/bb:1.0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(src, img); err != nil {
-		t.Fatal(err)
-	}
+	host, src := pushBusybox(t)
 	out, err := runConvertCLI(t, "-q", "-o", "json", "--jobs", "3", "--plain-http", src.String())
 	if err != nil {
 		t.Fatalf("convert %s: %v", src, err)
@@ -244,4 +219,36 @@ func TestConvertCLIRegistry(t *testing.T) {
 	if _, err := runConvertCLI(t, "-q", "--plain-http", rep.Target); !errors.Is(err, oci.ErrLoop) {
 		t.Errorf("converting %s: err = %v, want oci.ErrLoop", rep.Target, err)
 	}
+}
+
+// pushBusybox starts a registry (go-containerregistry's, in memory) and
+// pushes testdata/busybox's first image to it as e2e/bb:1.0.
+func pushBusybox(t *testing.T) (host string, src name.Reference) {
+	t.Helper()
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(srv.Close)
+	host = srv.Listener.Addr().String()
+	p, err := layout.FromPath("../../testdata/busybox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ii, err := p.ImageIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, err := ii.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := ii.Image(im.Manifests[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if src, err = name.ParseReference(host + "/e2e/bb:1.0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(src, img); err != nil {
+		t.Fatal(err)
+	}
+	return host, src
 }

@@ -2,9 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"io"
-	"log"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,8 +9,6 @@ import (
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 )
 
@@ -48,32 +43,7 @@ func TestMirrorCommands(t *testing.T) {
 
 	// sync through the forwarder against a real registry: it converts the
 	// one image, then finds its twin up to date.
-	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	defer srv.Close()
-	host := srv.Listener.Addr().String()
-	p, err := layout.FromPath("../../testdata/busybox")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ii, err := p.ImageIndex()
-	if err != nil {
-		t.Fatal(err)
-	}
-	im, err := ii.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := ii.Image(im.Manifests[0].Digest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := name.ParseReference(host + "/e2e/bb:1.0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(src, img); err != nil {
-		t.Fatal(err)
-	}
+	host, _ := pushBusybox(t)
 	for i, want := range []string{"convert", "up-to-date"} {
 		out, errOut, code := run(t, oc, "sync", "--registry", host, "--plain-http", "-q", "-o", "json")
 		if code != 0 {
