@@ -6,9 +6,10 @@ import (
 )
 
 // blockWriter writes whole blocks in order from a starting block of an
-// io.WriterAt, through buffers written on a goroutine of their own (outBuf). It can go back over blocks that turned out
-// to hold duplicate data (rewind); finish then cuts what is left past the
-// end. The image's data area and a blob are each one.
+// io.WriterAt, through buffers written on a goroutine of their own
+// (outBuf). It can go back over blocks that turned out to hold duplicate
+// data (rewind); finish then cuts what is left past the end. The image's
+// data area and a blob are each one.
 type blockWriter struct {
 	w      io.WriterAt
 	out    *outBuf

@@ -151,10 +151,7 @@ func (b *Builder) finish() error {
 	late := metaStart + metaBlks
 	for _, ino := range order {
 		if ino.meta.lateBlks > 0 {
-			if late+uint64(ino.meta.lateBlks) >= 1<<32 {
-				return errors.New("image exceeds 2^32 blocks")
-			}
-			ino.meta.lateBlk = uint32(late)
+			ino.meta.lateBlk = uint32(late) // checked below: an error if it wrapped
 			late += uint64(ino.meta.lateBlks)
 		}
 	}

@@ -104,7 +104,7 @@ const inflightJobsPerWorker = 512
 // worker is the caller alone: it compresses each job when the next file
 // needs a buffer, so a file is compressed while its data is still in the
 // CPU's caches, and the ring touches no more memory than the largest
-// file or segment (small100k, zstd: 2 MiB of ring touched with 512 jobs
+// file or segment (small100k, zstd: 2.2 MiB of ring touched with 512 jobs
 // in flight, 8 KiB with one).
 func (p *zpipe) maxPending() int {
 	if p.workers == 1 {
@@ -124,9 +124,10 @@ func newZpipe(z *zwriter, bs int, blkbits uint, workers int) *zpipe {
 // the caller alone, which reads a segment and then compresses it: one
 // segment. More workers take one each, and one more lets the caller read
 // the next while they compress (src256, lz4, two workers, median of 5:
-// 0.36 s without it, 0.33 s with it). With extent dedupe a job also has an output buffer:
-// two more segments, so that a job's two buffers always fit beside each
-// other once older jobs are applied, wherever the ring stands.
+// 0.36 s without it, 0.33 s with it). With extent dedupe a job also has
+// an output buffer: two more segments, so that a job's two buffers always
+// fit beside each other once older jobs are applied, wherever the ring
+// stands.
 func (p *zpipe) ringSize() int {
 	n := p.workers
 	if n > 1 {

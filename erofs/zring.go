@@ -60,7 +60,6 @@ func (r *zring) take(n int) []byte {
 // front: taking the end would leave the bytes between the old head and the
 // ring's end counted as in use, and refuse buffers that fit.
 func (r *zring) give() {
-	r.tail = r.ends[r.first]
 	r.first++
 	if r.first == len(r.ends) {
 		r.starts, r.ends, r.first = r.starts[:0], r.ends[:0], 0
