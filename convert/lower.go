@@ -46,12 +46,15 @@ func (d *dirOps) add(kind dirOpKind, p string, meta *erofs.Entry) {
 	if d == nil {
 		return
 	}
+	// A copy, stored under another name: meta itself never reaches the
+	// heap, so the caller's entry can stay on its stack.
+	var kept *erofs.Entry
 	if meta != nil {
 		m := *meta
 		m.Xattrs = append([]erofs.Xattr(nil), meta.Xattrs...)
-		meta = &m
+		kept = &m
 	}
-	d.ops = append(d.ops, dirOp{kind, p, meta})
+	d.ops = append(d.ops, dirOp{kind, p, kept})
 }
 
 // finish publishes the record; only the first call counts.

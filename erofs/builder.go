@@ -120,8 +120,8 @@ type Builder struct {
 	finished    bool
 	lastDir     string // the directory mkdirAll returned last, and its node
 	lastDirNode *node
-	dirents     map[*inode][]dirent // of each directory, made by Finish
-	err         error               // sticky: after a failed Add the image is unusable
+	dirents     map[*inode][]*node // of each directory, made by Finish
+	err         error              // sticky: after a failed Add the image is unusable
 
 	// Whole-file dedupe (dedupe.go).
 	dups         map[dupKey]dupOrig
@@ -142,10 +142,9 @@ type Builder struct {
 
 // node is a name in the tree; hard links are several nodes sharing an inode.
 type node struct {
-	name     string
-	parent   *node
-	ino      *inode
-	children map[string]*node // directories only
+	name string
+	ino  *inode
+	dir  *dirIndex // the entries of a directory; nil for others
 }
 
 // inode is everything Finish needs to lay an inode out. It holds no file
@@ -158,18 +157,15 @@ type inode struct {
 	z          *zfile  // compressed layouts
 	tail       tailRef // inline tail of a regular file, in the spool
 	*inodeRare         // xattrs, symlink target, device, chunks: &noRare if none
+	pos        uint64  // set by Finish: the record's byte offset in the meta area
 	mode       uint32
 	uid, gid   uint32
 	nsec       uint32
 	startBlk   uint32 // first data block of streamed data
-
-	layout  uint8
-	implied bool // a directory no entry declared
-
-	// set by Finish
-	nlink uint32
-	pos   uint64 // byte offset of the inode record from the meta area start
-	meta  metaPlan
+	nlink      uint32 // set by Finish
+	layout     uint8
+	implied    bool     // a directory no entry declared
+	meta       metaPlan // set by Finish
 }
 
 // inodeRare holds what few entries of a layer have. Inodes without any
@@ -256,8 +252,7 @@ func NewBuilder(w io.WriterAt, opt Options) (*Builder, error) {
 		b.zp = newZpipe(z, bs, b.blkbits, opt.Workers)
 	}
 	b.blockWriter = newBlockWriter(w, bs, b.firstBlk())
-	b.root = &node{ino: b.impliedInode(".")}
-	b.root.children = map[string]*node{}
+	b.root = &node{ino: b.impliedInode("."), dir: new(dirIndex)}
 	b.ninodes = 1
 	return b, nil
 }
@@ -309,10 +304,42 @@ func cleanPath(p string) (string, error) {
 	return p, nil
 }
 
+// cleanFast returns the tree path of a name that is clean but for a
+// leading "./" and a trailing "/", the usual forms in a tar, without
+// allocating; ok is false for every other name.
+func cleanFast(name string) (p string, ok bool) {
+	p = strings.TrimSuffix(strings.TrimPrefix(name, "./"), "/")
+	if p == "" {
+		return "", false
+	}
+	start := 0
+	for i := 0; i <= len(p); i++ {
+		if i < len(p) && p[i] != '/' {
+			if p[i] == 0 {
+				return "", false
+			}
+			continue
+		}
+		if c := p[start:i]; c == "" || c == "." || c == ".." || len(c) > MaxNameLen {
+			return "", false
+		}
+		start = i + 1
+	}
+	return p, true
+}
+
 // CleanPath reports the tree path the Builder uses for an entry name, or an
 // error for a name that cannot be stored. A name that escapes the root
 // ("../x") is an error: the Builder never silently re-roots it.
 func CleanPath(name string) (string, error) {
+	if p, ok := cleanFast(name); ok {
+		return p, nil
+	}
+	return cleanSlow(name)
+}
+
+// cleanSlow is CleanPath for any name.
+func cleanSlow(name string) (string, error) {
 	depth := 0
 	for c := range strings.SplitSeq(name, "/") {
 		switch c {
@@ -385,7 +412,7 @@ func (b *Builder) addEntry(e Entry, fill func(*inode) error) error {
 	}
 	// A copy, so that the node does not keep the whole path alive.
 	name := strings.Clone(path.Base(p))
-	old := parent.children[name]
+	old := parent.dir.get(name)
 	if old != nil && old.ino.isDir() && ino.isDir() {
 		old.ino = ino
 		return nil
@@ -393,11 +420,11 @@ func (b *Builder) addEntry(e Entry, fill func(*inode) error) error {
 	if old != nil {
 		b.lastDir = "" // it may be old or below it
 	}
-	n := &node{name: name, parent: parent, ino: ino}
+	n := &node{name: name, ino: ino}
 	if ino.isDir() {
-		n.children = map[string]*node{}
+		n.dir = new(dirIndex)
 	}
-	parent.children[name] = n
+	parent.dir.put(n)
 	b.ninodes++
 	return nil
 }
@@ -425,10 +452,9 @@ func (b *Builder) addHardLink(p, target string) error {
 		return fmt.Errorf("erofs: entry %q: %w", p, err)
 	}
 	name := strings.Clone(path.Base(p))
-	if parent.children[name] != nil {
+	if parent.dir.put(&node{name: name, ino: t.ino}) != nil {
 		b.lastDir = "" // it may be the replaced node or below it
 	}
-	parent.children[name] = &node{name: name, parent: parent, ino: t.ino}
 	return nil
 }
 
@@ -494,10 +520,10 @@ func (b *Builder) lookup(p string) *node {
 		return n
 	}
 	for c := range strings.SplitSeq(p, "/") {
-		if n.children == nil {
+		if n.dir == nil {
 			return nil
 		}
-		if n = n.children[c]; n == nil {
+		if n = n.dir.get(c); n == nil {
 			return nil
 		}
 	}
@@ -522,14 +548,14 @@ func (b *Builder) mkdirAll(p string) (*node, error) {
 			j += i
 		}
 		c := p[i:j]
-		next := n.children[c]
+		next := n.dir.get(c)
 		if next != nil && !next.ino.isDir() {
 			return nil, fmt.Errorf("parent %q is not a directory", p[:j])
 		}
 		if next == nil {
 			c = strings.Clone(c)
-			next = &node{name: c, parent: n, ino: b.impliedInode(p[:j]), children: map[string]*node{}}
-			n.children[c] = next
+			next = &node{name: c, ino: b.impliedInode(p[:j]), dir: new(dirIndex)}
+			n.dir.put(next)
 			b.ninodes++
 		}
 		n = next
@@ -665,25 +691,33 @@ type tailSpool struct {
 	off int64
 }
 
-type tailRef struct {
-	off int64
-	n   uint32
-}
+// tailRef is where a tail is in the spool: its offset times 2^16 plus its
+// length, which is under a block. An inode holds one: 8 bytes, not 16.
+type tailRef uint64
+
+// maxSpool is the most bytes the spool holds (offsets have 48 bits).
+const maxSpool = 1 << 48
+
+func (r tailRef) off() int64 { return int64(r >> 16) }
+func (r tailRef) n() int     { return int(r & 0xFFFF) }
 
 func (b *Builder) spoolTail(p []byte) (tailRef, error) {
 	if b.spool == nil {
 		f, err := os.CreateTemp(b.opt.TempDir, "ocierofs-tails-*")
 		if err != nil {
-			return tailRef{}, err
+			return 0, err
 		}
 		os.Remove(f.Name())
 		b.spool = &tailSpool{f: f, w: bufio.NewWriterSize(f, 256<<10)}
 	}
 	s := b.spool
-	if _, err := s.w.Write(p); err != nil {
-		return tailRef{}, fmt.Errorf("tail spool: %w", err)
+	if len(p) > 0xFFFF || s.off+int64(len(p)) > maxSpool {
+		return 0, fmt.Errorf("internal: a tail of %d bytes at %d in the spool", len(p), s.off)
 	}
-	r := tailRef{off: s.off, n: uint32(len(p))}
+	if _, err := s.w.Write(p); err != nil {
+		return 0, fmt.Errorf("tail spool: %w", err)
+	}
+	r := tailRef(s.off<<16 | int64(len(p)))
 	s.off += int64(len(p))
 	return r, nil
 }

@@ -77,14 +77,14 @@ func (b *Builder) promoteTail(orig, dup *inode) error {
 		return nil
 	}
 	p := b.scratch[:tail]
-	if err := b.spool.readAt(p, orig.tail.off); err != nil {
+	if err := b.spool.readAt(p, orig.tail.off()); err != nil {
 		return fmt.Errorf("tail spool: %w", err)
 	}
 	blk := uint32(b.outBlk)
 	if err := b.writePadded(p); err != nil {
 		return err
 	}
-	orig.tail = tailRef{}
+	orig.tail = 0
 	if full == 0 || uint64(orig.startBlk)+full == uint64(blk) {
 		if full == 0 {
 			orig.startBlk = blk

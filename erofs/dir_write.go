@@ -5,31 +5,18 @@ import (
 	"strings"
 )
 
-// dirent is one directory entry as laid out: "." and ".." included.
-type dirent struct {
-	name   string
-	target *node
-}
-
-// sortedDirents returns n's entries in the on-disk order: bytewise by name,
-// "." and ".." sorted like any other name.
-func sortedDirents(n *node) []dirent {
-	parent := n.parent
-	if parent == nil {
-		parent = n
-	}
-	ents := make([]dirent, 0, len(n.children)+2)
-	ents = append(ents, dirent{".", n}, dirent{"..", parent})
-	for name, c := range n.children {
-		ents = append(ents, dirent{name, c})
-	}
-	slices.SortFunc(ents, func(a, b dirent) int { return strings.Compare(a.name, b.name) })
+// sortedDirents returns the entries of directory n, whose parent is
+// parent, in the on-disk order: bytewise by name, "." and ".." sorted like
+// any other name. They are n's own list, sorted in place.
+func sortedDirents(n, parent *node) []*node {
+	ents := append(n.dir.list, &node{name: ".", ino: n.ino}, &node{name: "..", ino: parent.ino})
+	slices.SortFunc(ents, func(a, b *node) int { return strings.Compare(a.name, b.name) })
 	return ents
 }
 
 // dirSize is i_size of a directory: entries are packed block by block, an
 // entry (dirent + name) never crossing into the next block.
-func dirSize(ents []dirent, bs int) uint64 {
+func dirSize(ents []*node, bs int) uint64 {
 	var pos uint64
 	for i := range ents {
 		l := uint64(DirentSize + len(ents[i].name))
@@ -43,7 +30,7 @@ func dirSize(ents []dirent, bs int) uint64 {
 
 // encodeDirBlocks calls emit for each directory block in order; every block
 // but the last is bs bytes (zero-padded), the last ends at i_size.
-func encodeDirBlocks(ents []dirent, bs int, buf []byte, emit func([]byte) error) error {
+func encodeDirBlocks(ents []*node, bs int, buf []byte, emit func([]byte) error) error {
 	for len(ents) > 0 {
 		// Take as many entries as fit this block.
 		n, used := 0, 0
@@ -56,9 +43,9 @@ func encodeDirBlocks(ents []dirent, bs int, buf []byte, emit func([]byte) error)
 		nameoff := n * DirentSize
 		for i := 0; i < n; i++ {
 			d := blk[i*DirentSize:]
-			le.PutUint64(d[0:], ents[i].target.ino.nid())
+			le.PutUint64(d[0:], ents[i].ino.nid())
 			le.PutUint16(d[8:], uint16(nameoff))
-			d[10] = fileTypeOf(ents[i].target.ino.mode)
+			d[10] = fileTypeOf(ents[i].ino.mode)
 			nameoff += copy(blk[nameoff:], ents[i].name)
 		}
 		ents = ents[n:]

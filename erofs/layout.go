@@ -3,13 +3,14 @@ package erofs
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // metaPlan is where Finish puts an inode and what its record holds.
 // Every inode holds one: fields are as narrow as their values (a record's
 // parts are under a block, block addresses are 32-bit in EROFS).
 type metaPlan struct {
-	tableSize int    // chunk map bytes after the xattrs
+	tableSize int32  // chunk map bytes after the xattrs
 	ino32     uint32 // i_ino
 	xsize     int32  // xattr area
 	inlineLen int32  // inline tail bytes after core, xattrs and table
@@ -27,7 +28,7 @@ func (m *metaPlan) recordSize() int {
 	if !m.compact {
 		n = ExtendedInodeSize
 	}
-	return n + int(m.xsize) + int(m.zsize) + int(m.tpad) + m.tableSize + int(m.inlineLen)
+	return n + int(m.xsize) + int(m.zsize) + int(m.tpad) + int(m.tableSize) + int(m.inlineLen)
 }
 
 // Finish lays out the metadata after the data and writes the superblock.
@@ -91,14 +92,17 @@ func (b *Builder) finish() error {
 		if ino.layout == LayoutChunkBased {
 			unit := ino.chunkUnit()
 			m.tpad = uint8((unit - m.recordSize()%unit) % unit)
-			m.tableSize = unit * int(ino.nchunks)
+			if ino.nchunks > (1<<31-1)/uint64(unit) {
+				return fmt.Errorf("a chunk-based file of %d chunks: its chunk map exceeds 2 GiB (use larger chunks)", ino.nchunks)
+			}
+			m.tableSize = int32(unit * int(ino.nchunks))
 		}
 		base := m.recordSize()
 		switch ino.mode & S_IFMT {
 		case S_IFREG:
 			switch ino.layout {
 			case LayoutFlatInline:
-				m.inlineLen = int32(ino.tail.n)
+				m.inlineLen = int32(ino.tail.n())
 			case LayoutCompressedFull, LayoutCompressedCompact:
 				// The map header sits at the first 8-aligned byte after
 				// the xattrs; records start 32-aligned, so its place in a
@@ -107,7 +111,7 @@ func (b *Builder) finish() error {
 				m.zpad = uint8(h - base)
 				m.zsize = int32(h - base + b.zIndexSize(ino, uint64(h)))
 				if zf := ino.z; zf.extents[len(zf.extents)-1].kind == zInline {
-					m.inlineLen = int32(zf.inline.n)
+					m.inlineLen = int32(zf.inline.n())
 				}
 			}
 		case S_IFDIR:
@@ -266,51 +270,48 @@ func (b *Builder) finish() error {
 // once (hard links share one), root first. It counts nlink and settles
 // implied directories on the way.
 func (b *Builder) collect() ([]*inode, error) {
-	var order []*inode
-	b.dirents = map[*inode][]dirent{}
-	var walk func(n *node, p string) error
-	walk = func(n *node, p string) error {
+	order := make([]*inode, 0, b.ninodes+1)
+	b.dirents = map[*inode][]*node{}
+	var names []string // the path of the directory walked, for ImpliedDir
+	var walk func(n, parent *node) error
+	walk = func(n, parent *node) error {
 		ino := n.ino
 		if ino.implied {
-			if err := b.resolveImplied(p, ino); err != nil {
+			if err := b.resolveImplied(strings.Join(names, "/"), ino); err != nil {
 				return err
 			}
 		}
 		// Only a file is reached more than once (hard links): it is new
 		// while its link count is still 0.
-		first := true
-		if ino.isDir() {
-			ino.nlink = 2
-			b.dirents[ino] = sortedDirents(n)
-			n.children = nil // the dirents hold them now
-		} else {
-			first = ino.nlink == 0
-			ino.nlink++
-		}
-		if first {
-			order = append(order, ino)
-		}
 		if !ino.isDir() {
+			if ino.nlink == 0 {
+				order = append(order, ino)
+			}
+			ino.nlink++
 			return nil
 		}
-		for _, d := range b.dirents[ino] {
+		order = append(order, ino)
+		ino.nlink = 2
+		ents := sortedDirents(n, parent)
+		b.dirents[ino] = ents
+		n.dir = nil // the dirents hold the entries now
+		for _, d := range ents {
 			if d.name == "." || d.name == ".." {
 				continue
 			}
-			if d.target.ino.isDir() {
+			if d.ino.isDir() {
 				ino.nlink++
 			}
-			cp := d.name
-			if p != "" {
-				cp = p + "/" + d.name
-			}
-			if err := walk(d.target, cp); err != nil {
+			names = append(names, d.name)
+			err := walk(d, n)
+			names = names[:len(names)-1]
+			if err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	return order, walk(b.root, "")
+	return order, walk(b.root, b.root)
 }
 
 // chooseEpoch picks the superblock epoch: the most common mtime, so that as

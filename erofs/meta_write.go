@@ -71,7 +71,7 @@ func (b *Builder) writeMeta(order []*inode, shared *sharedXattrs, metaBlks uint6
 	// written (a buffer in memory) then has its final size before the
 	// parallel writes.
 	last := len(runs) - 1
-	e := &metaEncoder{b: b, shared: shared, dirBuf: make([]byte, b.bs)}
+	e := &metaEncoder{b: b, shared: shared, scratch: recordScratch{dirBuf: make([]byte, b.bs)}}
 	if err := e.write(byPos, runs[last], base); err != nil {
 		return err
 	}
@@ -93,7 +93,7 @@ func (b *Builder) writeMeta(order []*inode, shared *sharedXattrs, metaBlks uint6
 	}
 	var wg sync.WaitGroup
 	for range workers - 1 {
-		wg.Go(func() { work(&metaEncoder{b: b, shared: shared, dirBuf: make([]byte, b.bs)}) })
+		wg.Go(func() { work(&metaEncoder{b: b, shared: shared, scratch: recordScratch{dirBuf: make([]byte, b.bs)}}) })
 	}
 	work(e)
 	wg.Wait()
@@ -107,13 +107,13 @@ func (b *Builder) writeMeta(order []*inode, shared *sharedXattrs, metaBlks uint6
 
 // metaEncoder encodes runs of the meta area on one worker.
 type metaEncoder struct {
-	b      *Builder
-	shared *sharedXattrs
-	dirBuf []byte // one block
-	buf    []byte // the run
-	tails  []byte // the inline tails of the run's files
-	pieces []tailPiece
-	at     []int // per record of the run: where its tail is in tails, or -1
+	b       *Builder
+	shared  *sharedXattrs
+	scratch recordScratch
+	buf     []byte // the run
+	tails   []byte // the inline tails of the run's files
+	pieces  []tailPiece
+	at      []int // per record of the run: where its tail is in tails, or -1
 }
 
 // tailPiece is one record's inline tail in the spool.
@@ -142,7 +142,7 @@ func (e *metaEncoder) write(byPos []*inode, r metaRun, base int64) error {
 		}
 		n := len(buf)
 		var err error
-		if buf, err = e.b.encodeRecord(buf, ino, e.shared, e.dirBuf, tail); err != nil {
+		if buf, err = e.b.encodeRecord(buf, ino, e.shared, &e.scratch, tail); err != nil {
 			return err
 		}
 		cur = ino.pos + uint64(len(buf)-n)
@@ -176,7 +176,7 @@ func (e *metaEncoder) readTails(recs []*inode) error {
 		if ino.z != nil {
 			ref = ino.z.inline
 		}
-		e.pieces = append(e.pieces, tailPiece{off: ref.off, n: int(ino.meta.inlineLen), rec: k})
+		e.pieces = append(e.pieces, tailPiece{off: ref.off(), n: int(ino.meta.inlineLen), rec: k})
 	}
 	if len(e.pieces) == 0 {
 		return nil
@@ -214,10 +214,17 @@ func (e *metaEncoder) readTails(recs []*inode) error {
 	return nil
 }
 
+// recordScratch is the memory encodeRecord reuses from one record to the
+// next, one per goroutine: a record is encoded per entry of the layer.
+type recordScratch struct {
+	dirBuf []byte     // one block
+	lcs    []lcluster // the index records of a compressed file
+}
+
 // encodeRecord appends the whole on-disk record of one inode: core, xattr
 // area, chunk map and inline data.
 // tail is a regular file's inline data, read from the spool.
-func (b *Builder) encodeRecord(dst []byte, ino *inode, shared *sharedXattrs, dirBuf []byte, tail []byte) ([]byte, error) {
+func (b *Builder) encodeRecord(dst []byte, ino *inode, shared *sharedXattrs, scratch *recordScratch, tail []byte) ([]byte, error) {
 	m := &ino.meta
 	core := inodeCore{
 		Compact:    m.compact,
@@ -262,7 +269,7 @@ func (b *Builder) encodeRecord(dst []byte, ino *inode, shared *sharedXattrs, dir
 	if m.zsize > 0 {
 		dst = append(dst, make([]byte, m.zpad)...)
 		var err error
-		if dst, err = b.appendZIndex(dst, ino, ino.pos+uint64(len(dst)-start)); err != nil {
+		if dst, err = b.appendZIndex(dst, ino, ino.pos+uint64(len(dst)-start), &scratch.lcs); err != nil {
 			return nil, err
 		}
 	}
@@ -281,7 +288,7 @@ func (b *Builder) encodeRecord(dst []byte, ino *inode, shared *sharedXattrs, dir
 			dst = append(dst, ino.target...)
 		case S_IFDIR:
 			var last []byte
-			encodeDirBlocks(b.dirents[ino], b.bs, dirBuf, func(blk []byte) error {
+			encodeDirBlocks(b.dirents[ino], b.bs, scratch.dirBuf, func(blk []byte) error {
 				last = blk
 				return nil
 			})

@@ -45,13 +45,15 @@ const (
 
 // zfile is what Finish needs to write a compressed file's index.
 type zfile struct {
+	// Fields are ordered by size, so that the struct has no padding: one
+	// per compressed file stays in memory until Finish.
 	extents []zextent
-	blocks  uint32  // physical blocks of all pclusters
 	inline  tailRef // zInline: the stored bytes, in the tail spool
-	plainIn bool    // zInline: the inline extent is stored uncompressed
 	fragOff uint64  // zFragment: offset in the packed inode
-	big     bool    // pclusters may exceed one block (CBLKCNT)
 	shared  int     // extents in earlier pclusters (the index must be FULL)
+	blocks  uint32  // physical blocks of all pclusters
+	plainIn bool    // zInline: the inline extent is stored uncompressed
+	big     bool    // pclusters may exceed one block (CBLKCNT)
 }
 
 // zwriter holds the buffers of compression, reused for every file.

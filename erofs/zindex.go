@@ -1,6 +1,9 @@
 package erofs
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // Lcluster index types (erofs-format.md §7.2).
 const (
@@ -41,13 +44,14 @@ type lcluster struct {
 // (one per block): a HEAD where an extent starts, NONHEADs in between, and
 // a PLAIN terminator in the last lcluster when the last extent started
 // before it and the file ends inside it, so that the kernel's extent end is
-// exactly i_size.
-func (b *Builder) lclusters(ino *inode) []lcluster {
+// exactly i_size. The records go to out's memory when it is large enough.
+func (b *Builder) lclusters(ino *inode, out []lcluster) []lcluster {
 	zf := ino.z
 	bits := b.blkbits
 	mask := uint64(b.bs - 1)
 	total := int((ino.size + mask) >> bits)
-	out := make([]lcluster, total)
+	out = slices.Grow(out[:0], total)[:total]
+	clear(out)
 	heads := make([]int, 0, len(zf.extents)+1)
 	var pos uint64
 	pblk := ino.startBlk
@@ -164,8 +168,9 @@ func compactSplit(ebase uint64, total int, use2B bool) (initial, n2b int) {
 }
 
 // appendZIndex appends the map header and the index of a compressed inode
-// whose header lands at meta-area byte h.
-func (b *Builder) appendZIndex(dst []byte, ino *inode, h uint64) ([]byte, error) {
+// whose header lands at meta-area byte h. scratch keeps the memory of the
+// lcluster records from one file to the next.
+func (b *Builder) appendZIndex(dst []byte, ino *inode, h uint64, scratch *[]lcluster) ([]byte, error) {
 	zf := ino.z
 	if zf.wholeFragment() {
 		dst = le.AppendUint64(dst, zf.fragOff|1<<63)
@@ -174,14 +179,15 @@ func (b *Builder) appendZIndex(dst []byte, ino *inode, h uint64) ([]byte, error)
 	var hdr [8]byte
 	switch zf.extents[len(zf.extents)-1].kind {
 	case zInline:
-		le.PutUint16(hdr[2:], uint16(zf.inline.n))
+		le.PutUint16(hdr[2:], uint16(zf.inline.n()))
 	case zFragment:
 		le.PutUint32(hdr[0:], uint32(zf.fragOff))
 	}
 	le.PutUint16(hdr[4:], b.zAdvise(ino))
 	hdr[6] = byte(b.z.c.Algorithm)
 	dst = append(dst, hdr[:]...)
-	lcs := b.lclusters(ino)
+	lcs := b.lclusters(ino, *scratch)
+	*scratch = lcs
 	if ino.layout == LayoutCompressedFull {
 		dst = append(dst, make([]byte, 8)...)
 		for _, l := range lcs {

@@ -72,9 +72,16 @@ type zjob struct {
 	anchors []anchor
 	flat    bool // applied: the file became flat (zopFlatTail)
 
-	ops  []zop
-	done chan struct{}
+	ops []zop
+	// done receives one value when the job is compressed. It is made once
+	// per zjob (jobs are reused) with room for that value, so the one who
+	// finishes never blocks; whoever receives it sets received.
+	done     chan struct{}
+	received bool
 }
+
+// finished signals that j is compressed.
+func (j *zjob) finished() { j.done <- struct{}{} }
 
 // zpipe is the pipeline of one Builder.
 type zpipe struct {
@@ -161,7 +168,7 @@ func (p *zpipe) start() {
 		p.wg.Go(func() {
 			for j := range p.jobs {
 				w.run(j)
-				close(j.done)
+				j.finished()
 			}
 		})
 	}
@@ -174,18 +181,19 @@ func (p *zpipe) newWorker() *zworker {
 
 // wait returns when j is done, compressing queued jobs meanwhile.
 func (p *zpipe) wait(j *zjob) {
-	for {
+	for !j.received {
 		select {
 		case <-j.done:
+			j.received = true
 			return
 		default:
 		}
 		select {
 		case k := <-p.jobs:
 			p.self.run(k)
-			close(k.done)
+			k.finished()
 		case <-j.done:
-			return
+			j.received = true
 		}
 	}
 }
@@ -196,6 +204,13 @@ func (p *zpipe) stop() {
 		close(p.jobs)
 		p.wg.Wait()
 		p.jobs = nil
+	}
+	// No job is running now: the buffers the pending ones hold in the
+	// ring go with it.
+	if p.ring != nil {
+		p.pending = nil
+		p.ring.release()
+		p.ring = nil
 	}
 }
 
@@ -226,10 +241,12 @@ func (p *zpipe) buffer(b *Builder, n int) ([]byte, error) {
 
 func (p *zpipe) submit(j *zjob) {
 	p.start()
-	j.done = make(chan struct{})
+	if j.done == nil {
+		j.done = make(chan struct{}, 1)
+	}
 	p.pending = append(p.pending, j)
 	if j.dupOf != nil {
-		close(j.done) // nothing to compress
+		j.finished() // nothing to compress
 		return
 	}
 	p.jobs <- j
@@ -250,7 +267,7 @@ func (p *zpipe) applyHead(b *Builder) error {
 	if err != nil {
 		return fmt.Errorf("erofs: entry %q: %w", j.path, err)
 	}
-	*j = zjob{ops: j.ops[:0]}
+	*j = zjob{ops: j.ops[:0], done: j.done}
 	p.free = append(p.free, j)
 	return nil
 }
@@ -282,6 +299,7 @@ func (p *zpipe) applyDone(b *Builder) error {
 	for len(p.pending) > 0 {
 		select {
 		case <-p.pending[0].done:
+			p.pending[0].received = true
 			if err := p.applyHead(b); err != nil {
 				return err
 			}
@@ -331,7 +349,7 @@ func (b *Builder) writeCompressed(path string, ino *inode, r io.Reader, fragment
 		*j = zjob{
 			ino: ino, zf: zf, path: path, data: buf[:n], base: base,
 			last: base+uint64(n) == size, frag: fragments,
-			inlineZ: inlineZ, inlineFlat: inlineFlat, ops: j.ops[:0],
+			inlineZ: inlineZ, inlineFlat: inlineFlat, ops: j.ops[:0], done: j.done,
 		}
 		if h != nil {
 			h.Write(j.data)

@@ -12,14 +12,24 @@ package erofs
 // buffer and the end of the ring stays unused until the tail passes it.
 type zring struct {
 	buf        []byte
-	head, tail int   // next free byte; start of the oldest buffer in use
-	starts     []int // start of each buffer in use, oldest first
-	ends       []int // and its end
-	first      int   // index in starts and ends of the oldest
-	peak       int   // the highest end yet: the bytes of buf ever touched
+	head, tail int    // next free byte; start of the oldest buffer in use
+	starts     []int  // start of each buffer in use, oldest first
+	ends       []int  // and its end
+	first      int    // index in starts and ends of the oldest
+	peak       int    // the highest end yet: the bytes of buf ever touched
+	free       func() // releases buf (ringMemory)
 }
 
-func newZring(size int) *zring { return &zring{buf: make([]byte, size)} }
+func newZring(size int) *zring {
+	buf, free := ringMemory(size)
+	return &zring{buf: buf, free: free}
+}
+
+// release returns the ring's memory; it must not be used afterwards.
+func (r *zring) release() {
+	r.free()
+	r.buf = nil
+}
 
 // take returns n bytes, or nil if they do not fit until older buffers are
 // given back. n must not exceed the ring.

@@ -14,6 +14,7 @@ import (
 func TestZring(t *testing.T) {
 	const size = 1 << 12
 	r := newZring(size)
+	defer r.release()
 	rnd := rand.New(rand.NewPCG(1, 2))
 	type live struct {
 		b   []byte
@@ -87,6 +88,7 @@ func TestZring(t *testing.T) {
 // for a 24528-byte segment in a 16777216-byte ring" on the Linux tree).
 func TestZringWrappedTail(t *testing.T) {
 	r := newZring(100)
+	defer r.release()
 	a, b := r.take(40), r.take(40) // [0,40) [40,80)
 	if a == nil || b == nil {
 		t.Fatal("no room in an empty ring")
