@@ -157,15 +157,15 @@ type inode struct {
 	z          *zfile  // compressed layouts
 	tail       tailRef // inline tail of a regular file, in the spool
 	*inodeRare         // xattrs, symlink target, device, chunks: &noRare if none
-	pos        uint64  // set by Finish: the record's byte offset in the meta area
-	mode       uint32
 	uid, gid   uint32
 	nsec       uint32
-	startBlk   uint32 // first data block of streamed data
-	nlink      uint32 // set by Finish
-	layout     uint8
-	implied    bool     // a directory no entry declared
+	startBlk   uint32   // first data block of streamed data
+	nlink      uint32   // set by Finish
+	slot       uint32   // set by Finish: where the record is in the meta area, in slots
 	meta       metaPlan // set by Finish
+	mode       uint16   // st_mode: 4 bits of file type, 12 of permissions
+	layout     uint8
+	implied    bool // a directory no entry declared
 }
 
 // inodeRare holds what few entries of a layer have. Inodes without any
@@ -209,7 +209,10 @@ func noRareWritten() error {
 }
 
 // nid is the inode's number: where Finish placed its record, in slots.
-func (ino *inode) nid() uint64 { return ino.pos / SlotSize }
+func (ino *inode) nid() uint64 { return uint64(ino.slot) }
+
+// pos is the byte offset of the inode's record from the meta area start.
+func (ino *inode) pos() uint64 { return uint64(ino.slot) * SlotSize }
 
 // NewBuilder returns a Builder writing to w, which is normally an *os.File.
 // Bytes are written mostly in order, the superblock last. Finish writes
@@ -605,7 +608,7 @@ func (ino *inode) isDir() bool { return ino.mode&S_IFMT == S_IFDIR }
 // newInode validates an entry and turns its metadata into an inode.
 func (b *Builder) newInode(e *Entry) (*inode, error) {
 	ino := &inode{
-		mode:      e.Mode,
+		mode:      uint16(e.Mode),
 		uid:       e.Uid,
 		gid:       e.Gid,
 		inodeRare: &noRare,

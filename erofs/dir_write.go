@@ -45,7 +45,7 @@ func encodeDirBlocks(ents []*node, bs int, buf []byte, emit func([]byte) error) 
 			d := blk[i*DirentSize:]
 			le.PutUint64(d[0:], ents[i].ino.nid())
 			le.PutUint16(d[8:], uint16(nameoff))
-			d[10] = fileTypeOf(ents[i].ino.mode)
+			d[10] = fileTypeOf(uint32(ents[i].ino.mode))
 			nameoff += copy(blk[nameoff:], ents[i].name)
 		}
 		ents = ents[n:]

