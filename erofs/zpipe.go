@@ -89,7 +89,8 @@ type zpipe struct {
 	bs      int
 	blkbits uint
 	workers int
-	jobs    chan *zjob // to the workers
+	jobs    chan *zjob // to the workers and the caller
+	big     chan *zjob // jobs of bigJob bytes or more: to the workers only
 	wg      sync.WaitGroup
 
 	self    *zworker   // the caller's compressor, for wait
@@ -155,6 +156,7 @@ func (p *zpipe) start() {
 		return
 	}
 	p.jobs = make(chan *zjob, p.workers*inflightJobsPerWorker)
+	p.big = make(chan *zjob, p.workers*inflightJobsPerWorker)
 	// The caller is one of the workers: whenever it would wait for a job,
 	// it compresses queued ones itself (wait). So N workers are N-1
 	// goroutines and the caller, and the goroutine that reads the input
@@ -167,12 +169,46 @@ func (p *zpipe) start() {
 	for range p.workers - 1 {
 		comp, _ := p.z.c.newCompressor() // validated by newZwriter
 		w := p.newWorker(comp)
-		p.wg.Go(func() {
-			for j := range p.jobs {
-				w.run(j)
-				j.finished()
+		p.wg.Go(func() { w.serve(p.jobs, p.big) })
+	}
+	// But the caller never takes a big job (segments of big files): while
+	// it compressed one, the worker that finished the other found nothing
+	// queued, as the ring, a segment per worker, had no room for the caller
+	// to read the next. One more goroutine takes big jobs only, so N of
+	// them compress a big file while the caller reads and writes: two
+	// workers, median of 3, src256 lz4 0.32 -> 0.30 s, deflate 1.21 ->
+	// 1.13 s, zstd 0.71 -> 0.63 s; Linux tree and rand256 unchanged.
+	if p.workers > 1 {
+		comp, _ := p.z.c.newCompressor()
+		w := p.newWorker(comp)
+		p.wg.Go(func() { w.serve(nil, p.big) })
+	}
+}
+
+// bigJob is the size from which a job goes to the workers only (big).
+const bigJob = 1 << 20
+
+// serve runs the jobs of both channels (a nil one is never ready) until
+// they are closed.
+func (w *zworker) serve(jobs, big chan *zjob) {
+	for jobs != nil || big != nil {
+		var j *zjob
+		var ok bool
+		select {
+		case j, ok = <-jobs:
+			if !ok {
+				jobs = nil
+				continue
 			}
-		})
+		case j, ok = <-big:
+			if !ok {
+				big = nil
+				continue
+			}
+		}
+		w.run(j)
+		w.bytes += int64(len(j.data))
+		j.finished()
 	}
 }
 
@@ -192,6 +228,7 @@ func (p *zpipe) wait(j *zjob) {
 		select {
 		case k := <-p.jobs:
 			p.self.run(k)
+			p.self.bytes += int64(len(k.data))
 			k.finished()
 		case <-j.done:
 			j.received = true
@@ -203,6 +240,7 @@ func (p *zpipe) wait(j *zjob) {
 func (p *zpipe) stop() {
 	if p.jobs != nil {
 		close(p.jobs)
+		close(p.big)
 		p.wg.Wait()
 		p.jobs = nil
 	}
@@ -248,6 +286,10 @@ func (p *zpipe) submit(j *zjob) {
 	p.pending = append(p.pending, j)
 	if j.dupOf != nil {
 		j.finished() // nothing to compress
+		return
+	}
+	if p.workers > 1 && len(j.data) >= bigJob {
+		p.big <- j
 		return
 	}
 	p.jobs <- j
@@ -389,9 +431,10 @@ func (j *zjob) put(out int, kind uint8, length, blocks, padBefore int, src []byt
 
 // zworker compresses jobs with its own compressor.
 type zworker struct {
-	p    *zpipe
-	comp compressor
-	dst  []byte // one pcluster
+	p     *zpipe
+	comp  compressor
+	dst   []byte // one pcluster
+	bytes int64  // input compressed, for tests
 }
 
 // run cuts a segment into extents, as many bytes per pcluster as fit. Input

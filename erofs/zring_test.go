@@ -137,3 +137,40 @@ func TestOneWorkerRing(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestBigJobsSkipTheCaller: with several workers, the caller compresses
+// small files while it waits, but never a segment of a big file; alone,
+// it compresses everything.
+func TestBigJobsSkipTheCaller(t *testing.T) {
+	big := make([]byte, 3*segmentSize)
+	for k := range big {
+		big[k] = byte(k / 5 % 251)
+	}
+	small := make([]byte, 5000)
+	for _, workers := range []int{1, 2, 3} {
+		b, err := NewBuilder(&memWriterAt{}, Options{Workers: workers, NoDedupe: true, Compression: &Compression{Algorithm: AlgLZ4}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		total := int64(0)
+		for i := range 3 {
+			for _, data := range [][]byte{small, big} {
+				e := Entry{Path: fmt.Sprintf("f%d-%d", i, len(data)), Mode: S_IFREG | 0o644, Size: int64(len(data))}
+				if err := b.Add(e, bytes.NewReader(data)); err != nil {
+					t.Fatal(err)
+				}
+				total += int64(len(data))
+			}
+		}
+		if err := b.Finish(); err != nil {
+			t.Fatal(err)
+		}
+		self := b.zp.self.bytes
+		if workers == 1 && self != total {
+			t.Errorf("one worker: the caller compressed %d bytes of %d", self, total)
+		}
+		if workers > 1 && self > 3*int64(len(small)) {
+			t.Errorf("%d workers: the caller compressed %d bytes, more than the small files' %d", workers, self, 3*len(small))
+		}
+	}
+}
