@@ -91,11 +91,20 @@ func buildTar(w io.WriterAt, r io.Reader, opt Options, ops *dirOps) (*Result, er
 	if opt.NoDiffID && opt.Erofs.UUID == ([16]byte{}) && !opt.KeepUUID {
 		return nil, errors.New("without the diffID there is no UUID to derive: give one")
 	}
-	rc, comp, err := Decompress(r)
-	if err != nil {
-		return nil, err
+	// A plain tar file with no diffID to hash is read with pread, and
+	// the workers read the data of its big files (tarfile.go).
+	var src io.Reader
+	comp := Uncompressed
+	if tf, ok := openTarFile(r); ok && opt.NoDiffID && tf.plain() {
+		src = tf
+	} else {
+		rc, c, err := Decompress(r)
+		if err != nil {
+			return nil, err
+		}
+		defer rc.Close()
+		src, comp = rc, c
 	}
-	defer rc.Close()
 	if opt.TarIndex {
 		if comp != Uncompressed {
 			return nil, fmt.Errorf("tar index: the tar is %s-compressed; the index needs the uncompressed tar it points into", comp)
@@ -114,7 +123,7 @@ func buildTar(w io.WriterAt, r io.Reader, opt Options, ops *dirOps) (*Result, er
 		h = sha256.New()
 	}
 	l := &tarLayer{b: b, wt: whiteout.NewTranslator(opt.Whiteouts), ops: ops, tarIndex: opt.TarIndex}
-	if err := l.addTar(rc, h, comp != Uncompressed); err != nil {
+	if err := l.addTar(src, h, comp != Uncompressed); err != nil {
 		return nil, err
 	}
 	ops.finish(true)

@@ -15,11 +15,20 @@ import (
 	"github.com/ocierofs/ocierofs/whiteout"
 )
 
+// offsetReader is a tar stream that knows its offset, for errors and
+// tar indexes.
+type offsetReader interface {
+	io.Reader
+	offset() int64
+}
+
 // countingReader counts the bytes read through it, for error offsets.
 type countingReader struct {
 	r io.Reader
 	n int64
 }
+
+func (c *countingReader) offset() int64 { return c.n }
 
 func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
@@ -42,27 +51,32 @@ type tarLayer struct {
 	// tarIndex, when set, leaves file data in the tar (extra device 1) and
 	// indexes it from the image (mkfs --tar-index); pos is the tar offset.
 	tarIndex bool
-	pos      *countingReader
+	pos      offsetReader
 }
 
 // addTar reads an uncompressed tar stream to its end, adding every entry.
 // Every byte of the stream also goes to h, if not nil: the layer's diffID
 // is its sha256. compressed says that r decompresses as it is read.
 func (l *tarLayer) addTar(r io.Reader, h hash.Hash, compressed bool) error {
-	src := r
-	if compressed || h != nil && runtime.GOMAXPROCS(0) > 1 {
-		// Decompressing and hashing overlap with building on a goroutine
-		// of their own. For a plain tar with nothing to overlap, reading
-		// straight into the Builder's buffers saves a copy of the data.
-		ra := newReadAhead(r, h)
-		defer ra.Close()
-		src = ra
-	} else if h != nil {
-		src = io.TeeReader(r, h)
+	tf, _ := r.(*tarFile)
+	var src offsetReader = tf
+	if tf == nil {
+		s := r
+		if compressed || h != nil && runtime.GOMAXPROCS(0) > 1 {
+			// Decompressing and hashing overlap with building on a
+			// goroutine of their own. For a plain tar with nothing to
+			// overlap, reading straight into the Builder's buffers saves
+			// a copy of the data.
+			ra := newReadAhead(r, h)
+			defer ra.Close()
+			s = ra
+		} else if h != nil {
+			s = io.TeeReader(r, h)
+		}
+		src = &countingReader{r: s}
 	}
-	cr := &countingReader{r: src}
-	l.pos = cr
-	tr := tar.NewReader(cr)
+	l.pos = src
+	tr := tar.NewReader(src)
 	for {
 		hdr, err := tr.Next()
 		if err == io.EOF {
@@ -70,20 +84,26 @@ func (l *tarLayer) addTar(r io.Reader, h hash.Hash, compressed bool) error {
 		}
 		if err != nil {
 			if errors.Is(err, io.ErrUnexpectedEOF) {
-				return fmt.Errorf("tar: truncated at offset %d", cr.n)
+				return fmt.Errorf("tar: truncated at offset %d", src.offset())
 			}
-			return fmt.Errorf("tar: at offset %d: %w", cr.n, err)
+			return fmt.Errorf("tar: at offset %d: %w", src.offset(), err)
 		}
 		// The header is the last 512-byte block read so far.
-		off := cr.n - 512
-		if err := l.addEntry(hdr, tr); err != nil {
+		off := src.offset() - 512
+		var data io.Reader = tr
+		if tf != nil && hdr.Typeflag == tar.TypeReg && !isSparse(hdr) {
+			data = tf.data(tr, hdr.Size)
+		}
+		if err := l.addEntry(hdr, data); err != nil {
 			return fmt.Errorf("tar entry %q at offset %d: %w", hdr.Name, off, err)
 		}
 	}
 	// Hash what follows the end-of-archive marker too: the diffID is over
 	// the whole stream.
-	if _, err := io.Copy(io.Discard, cr); err != nil {
-		return fmt.Errorf("tar: after the end of archive, at offset %d: %w", cr.n, err)
+	if tf == nil {
+		if _, err := io.Copy(io.Discard, src); err != nil {
+			return fmt.Errorf("tar: after the end of archive, at offset %d: %w", src.offset(), err)
+		}
 	}
 	if l.flat != nil {
 		return nil // a flattened image keeps no whiteout markers
@@ -151,7 +171,7 @@ func (l *tarLayer) addEntry(hdr *tar.Header, data io.Reader) error {
 // the header blocks, so the position is where the data starts). A sparse
 // file's data is not contiguous in the tar: it is stored in the image.
 func (l *tarLayer) addIndexed(e erofs.Entry) error {
-	off := l.pos.n
+	off := l.pos.offset()
 	if off%tarBlock != 0 {
 		return fmt.Errorf("data at offset %d: not on a 512-byte tar block", off)
 	}

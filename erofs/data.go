@@ -201,3 +201,16 @@ func shortData(got int64, want uint64, err error) error {
 	}
 	return fmt.Errorf("data ends after %d of %d bytes: %w", got, want, err)
 }
+
+// DataAt is a regular file's data for Add, the n bytes of r at off, that
+// the Builder may read after Add returns, on its workers, until Finish: r
+// must stay readable and unchanged until then. A compressed file's data is
+// then read by the worker that compresses it, and the goroutine calling
+// Add, the one that parses the input and writes the output, copies none
+// of it (a plain tar file on disk: mkfs --tar). The result is the same as
+// with any other reader of those bytes.
+func DataAt(r io.ReaderAt, off, n int64) io.Reader {
+	return dataAt{io.NewSectionReader(r, off, n)}
+}
+
+type dataAt struct{ *io.SectionReader }

@@ -55,8 +55,15 @@ type zjob struct {
 	path string // for errors
 	data []byte // the input; the worker compacts its output into it
 	base uint64 // logical offset of data[0] in the file
-	last bool   // the file's last segment
-	frag bool   // the last extent may become a fragment
+	// src, if set, is where the worker reads the input from (at base):
+	// the file came as DataAt, so the caller copies none of it. The worker
+	// reads it a window at a time and data only takes the output (ring
+	// pages the output does not reach stay untouched). err is what went
+	// wrong reading it, returned when j is applied.
+	src  *io.SectionReader
+	err  error
+	last bool // the file's last segment
+	frag bool // the last extent may become a fragment
 
 	// Captured when the job is made, so the result does not depend on
 	// when it is applied: the largest inline tail of the compressed
@@ -378,6 +385,12 @@ func (b *Builder) writeCompressed(path string, ino *inode, r io.Reader, fragment
 	if !b.opt.NoDedupe && b.trunc != nil && !b.z.packing {
 		h = sha256.New()
 	}
+	// Data that can be read later is read by the worker that compresses
+	// it, unless the caller needs it to hash.
+	var src *io.SectionReader
+	if d, ok := r.(dataAt); ok && h == nil {
+		src = d.SectionReader
+	}
 	seg := uint64(p.segment())
 	for base := uint64(0); base < size; base += seg {
 		n := int(min(seg, size-base))
@@ -385,12 +398,14 @@ func (b *Builder) writeCompressed(path string, ino *inode, r io.Reader, fragment
 		if err != nil {
 			return err
 		}
-		if m, err := io.ReadFull(r, buf[:n]); err != nil {
-			return shortData(int64(base)+int64(m), size, err)
+		if src == nil {
+			if m, err := io.ReadFull(r, buf[:n]); err != nil {
+				return shortData(int64(base)+int64(m), size, err)
+			}
 		}
 		j := p.job()
 		*j = zjob{
-			ino: ino, zf: zf, path: path, data: buf[:n], base: base,
+			ino: ino, zf: zf, path: path, data: buf[:n], base: base, src: src,
 			last: base+uint64(n) == size, frag: fragments,
 			inlineZ: inlineZ, inlineFlat: inlineFlat, ops: j.ops[:0], done: j.done,
 		}
@@ -435,18 +450,78 @@ type zworker struct {
 	comp  compressor
 	dst   []byte // one pcluster
 	bytes int64  // input compressed, for tests
+
+	// The window of a job's input read from its src: win holds the
+	// segment's bytes from winOff.
+	win    []byte
+	winOff int
+}
+
+// windowSize is the input a worker reads at a time from a job's src: a
+// few extents, so that a read serves several pclusters; 0 when that is
+// not much less than a segment (the default 1 MiB extents), and the worker
+// reads the whole segment into the job's buffer.
+func (p *zpipe) windowSize() int {
+	n := max(256<<10, 4*p.z.maxExtent)
+	if n > p.segment()/4 {
+		return 0
+	}
+	return n
+}
+
+// in returns the job's input from pos to end (at most an extent and a
+// block apart), valid until the next call; nil after a read error, which
+// is in j.err.
+func (w *zworker) in(j *zjob, pos, end int) []byte {
+	if j.src == nil {
+		return j.data[pos:end]
+	}
+	if pos >= w.winOff && end <= w.winOff+len(w.win) {
+		return w.win[pos-w.winOff : end-w.winOff]
+	}
+	if w.win == nil {
+		w.win = make([]byte, 0, w.p.windowSize())
+	}
+	// Keep what is still ahead, read the rest.
+	keep := 0
+	if pos >= w.winOff && pos < w.winOff+len(w.win) {
+		keep = copy(w.win, w.win[pos-w.winOff:])
+	}
+	n := min(cap(w.win), len(j.data)-pos)
+	if end-pos > n {
+		j.err = fmt.Errorf("internal: a %d-byte window for %d bytes of input", n, end-pos)
+		return nil
+	}
+	m, err := j.src.ReadAt(w.win[keep:n], int64(j.base)+int64(pos+keep))
+	if keep+m < n {
+		w.win, w.winOff = w.win[:0], 0
+		j.err = shortData(int64(j.base)+int64(pos+keep+m), j.ino.size, err)
+		return nil
+	}
+	w.win, w.winOff = w.win[:n], pos
+	return w.win[:end-pos]
 }
 
 // run cuts a segment into extents, as many bytes per pcluster as fit. Input
 // whose pcluster would save no block is stored plain (one block of input in
-// each block, an extent of its own). The output is compacted into the front of j.data:
-// it never overtakes the input, since every pcluster written is shorter
-// than the input it stands for.
+// each block, an extent of its own). The output is compacted into the front
+// of j.data: it never overtakes the input still there, since every pcluster
+// written is shorter than the input it stands for.
 func (w *zworker) run(j *zjob) {
 	bs := w.p.bs
 	z := w.p.z
 	data := j.data
 	j.ops = j.ops[:0]
+	w.win, w.winOff = w.win[:0], 0
+	if j.src != nil && (j.out != nil || w.p.windowSize() == 0) {
+		// The whole segment: dedupe finds the anchors of all the input
+		// first, and long extents need a window as large.
+		if n, err := j.src.ReadAt(data, int64(j.base)); n < len(data) {
+			j.err = shortData(int64(j.base)+int64(n), j.ino.size, err)
+			return
+		}
+		j.src = nil
+	}
 	if j.out != nil {
 		j.anchors = findAnchors(j.anchors[:0], data)
 	}
@@ -458,7 +533,10 @@ func (w *zworker) run(j *zjob) {
 	var wn, c int // the last compression of data[pos:]
 	for {
 		end := min(pos+z.maxExtent, len(data))
-		win := data[pos:end]
+		win := w.in(j, pos, end)
+		if win == nil {
+			return
+		}
 		last := end == len(data)
 		if last && len(win) <= tailLimit {
 			wn, c = -1, 0
@@ -472,17 +550,17 @@ func (w *zworker) run(j *zjob) {
 		if c == 0 || nblk*bs >= c {
 			// What the pcluster would hold does not shrink: store it as
 			// plain blocks (each its own extent) and compress again after.
-			for range max(1, c/bs) {
-				out = j.put(out, zPlain, bs, 1, 0, data[pos:pos+bs])
-				pos += bs
+			for i := range max(1, c/bs) {
+				out = j.put(out, zPlain, bs, 1, 0, win[i*bs:(i+1)*bs])
 			}
+			pos += max(1, c/bs) * bs
 			continue
 		}
 		out = j.put(out, zCompressed, c, nblk, nblk*bs-wn, w.dst[:wn])
 		pos += c
 	}
-	rest := data[pos:]
 	if !j.last {
+		rest := w.in(j, pos, len(data))
 		// A segment's last bytes (at most a block) are one plain extent;
 		// the next segment starts a new lcluster.
 		if len(rest) > 0 {
@@ -499,18 +577,22 @@ func (w *zworker) tail(j *zjob, pos, out, wn, c int) {
 	bs := w.p.bs
 	data := j.data
 	size := j.base + uint64(len(data))
+	rest := w.in(j, pos, len(data))
+	if rest == nil {
+		return
+	}
 	lastLcn := (size - 1) >> w.p.blkbits
 	allPlain := true
 	for _, op := range j.ops {
 		allPlain = allPlain && op.kind == zPlain
 	}
 	if j.frag {
-		j.put(out, zopFragment, len(data)-pos, 0, 0, data[pos:])
+		j.put(out, zopFragment, len(rest), 0, 0, rest)
 		return
 	}
 	tailPacking := w.p.z.c.TailPacking
 	for pos < len(data) {
-		rest := data[pos:]
+		rest = rest[len(rest)-(len(data)-pos):]
 		// An extent starting in the file's last block is stored
 		// compressed only inline: without tail packing, compressing it
 		// is wasted (every file of a block or less, in a layer of small
@@ -549,6 +631,9 @@ func (w *zworker) tail(j *zjob, pos, out, wn, c int) {
 // apply writes a finished job's result to the output and records its
 // extents; the file's last job completes its inode.
 func (b *Builder) apply(j *zjob) error {
+	if j.err != nil {
+		return j.err
+	}
 	ino := j.ino
 	if j.base == 0 {
 		ino.startBlk = uint32(b.outBlk)
