@@ -95,6 +95,14 @@ func (l *tarLayer) addTar(r io.Reader, h hash.Hash, compressed bool) error {
 			data = tf.data(tr, hdr.Size)
 		}
 		if err := l.addEntry(hdr, data); err != nil {
+			// The data of an earlier entry, read and compressed after its
+			// Add returned, can fail now: name that entry.
+			var ee *erofs.EntryError
+			if errors.As(err, &ee) {
+				if p, perr := erofs.CleanPath(hdr.Name); perr == nil && p != ee.Path {
+					return fmt.Errorf("tar entry %q: %w", ee.Path, ee.Err)
+				}
+			}
 			return fmt.Errorf("tar entry %q at offset %d: %w", hdr.Name, off, err)
 		}
 	}

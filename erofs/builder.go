@@ -358,6 +358,18 @@ func cleanSlow(name string) (string, error) {
 	return cleanPath(name)
 }
 
+// EntryError is the error of one entry. Add returns it for the entry
+// added, and a later Add or Finish for an earlier entry whose data turned
+// out bad only when it was compressed or written (DataAt data that ends
+// early, an output that fails).
+type EntryError struct {
+	Path string
+	Err  error
+}
+
+func (e *EntryError) Error() string { return fmt.Sprintf("erofs: entry %q: %v", e.Path, e.Err) }
+func (e *EntryError) Unwrap() error { return e.Err }
+
 func (b *Builder) fail(err error) error {
 	if b.err == nil {
 		b.err = err
@@ -400,7 +412,12 @@ func (b *Builder) addEntry(e Entry, fill func(*inode) error) error {
 		return fmt.Errorf("erofs: entry %q: %w", e.Path, err)
 	}
 	if err := fill(ino); err != nil {
-		return b.fail(fmt.Errorf("erofs: entry %q: %w", e.Path, err))
+		// An earlier entry's error, found when its data was compressed
+		// or written, names that entry.
+		if _, ok := err.(*EntryError); !ok {
+			err = &EntryError{Path: e.Path, Err: err}
+		}
+		return b.fail(err)
 	}
 	if p == "" {
 		if !ino.isDir() {

@@ -2,11 +2,11 @@ package erofs
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
-	"strings"
 	"testing"
 )
 
@@ -119,8 +119,11 @@ func TestDataAtShortRead(t *testing.T) {
 				}
 				return bytes.NewReader(files[i])
 			})
-			if err == nil || !strings.Contains(err.Error(), `"f2"`) || !strings.Contains(err.Error(), "data ends after 4718592 of 5242887 bytes") {
-				t.Errorf("max extent %d, %d workers: got %v, want f2's data to end after 4718592 bytes", maxExtent, workers, err)
+			// Found when f3 is added or at Finish, the error names f2 alone.
+			want := `erofs: entry "f2": data ends after 4718592 of 5242887 bytes: unexpected EOF`
+			var ee *EntryError
+			if err == nil || err.Error() != want || !errors.As(err, &ee) || ee.Path != "f2" {
+				t.Errorf("max extent %d, %d workers: got %v, want %s", maxExtent, workers, err, want)
 			}
 		}
 	}

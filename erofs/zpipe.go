@@ -315,7 +315,7 @@ func (p *zpipe) applyHead(b *Builder) error {
 		p.anchors = append(p.anchors, j.anchors[:0])
 	}
 	if err != nil {
-		return fmt.Errorf("erofs: entry %q: %w", j.path, err)
+		return &EntryError{Path: j.path, Err: err}
 	}
 	*j = zjob{ops: j.ops[:0], done: j.done}
 	p.free = append(p.free, j)
