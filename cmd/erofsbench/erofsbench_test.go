@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -165,5 +166,32 @@ func TestReport(t *testing.T) {
 		if !strings.Contains(md, w) {
 			t.Errorf("report lacks %q:\n%s", w, md)
 		}
+	}
+}
+
+// TestCPUSpeeds: every CPU this process may use is timed, and the bound
+// of all workers over one pinned worker follows from the speeds.
+func TestCPUSpeeds(t *testing.T) {
+	s, err := measureCPUSpeeds()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s) != runtime.NumCPU() {
+		t.Errorf("%d CPUs timed, want %d", len(s), runtime.NumCPU())
+	}
+	for _, c := range s {
+		if c.MBps <= 0 {
+			t.Errorf("CPU %d: %.1f MB/s", c.CPU, c.MBps)
+		}
+	}
+	speeds := []cpuSpeed{{0, 40}, {1, 60}, {2, 60}}
+	if b := scalingBound(speeds, 1); b < 2.666 || b > 2.667 {
+		t.Errorf("bound over the fast CPU = %.3f, want 160/60", b)
+	}
+	if b := scalingBound(speeds, 7); b != 0 {
+		t.Errorf("bound over a CPU not measured = %.3f, want 0", b)
+	}
+	if l := cpuSpeedLine(speeds, 0); !strings.Contains(l, "at most 4.00× as fast as one worker pinned to CPU 0") {
+		t.Errorf("report line %q", l)
 	}
 }

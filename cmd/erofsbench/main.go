@@ -87,6 +87,10 @@ type options struct {
 }
 
 func main() {
+	if os.Getenv(cpuSpeedsEnv) != "" {
+		cpuSpeedsMain()
+		return
+	}
 	var o options
 	var datasets, codecs, workers, modes string
 	flag.StringVar(&o.suite, "suite", "mkfs", "mkfs: the seed-003 codec comparison; dedupe: image size and cost of each dedupe mode")

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -22,12 +23,27 @@ type results struct {
 	Runs     []*runResult            `json:"runs"`
 	Modes    []dedupeMode            `json:"modes,omitempty"`   // dedupe suite
 	Skipped  []string                `json:"skipped,omitempty"` // datasets not made, with the reason
+	// CPUSpeeds: each CPU's compression speed, pinned (cpuspeed.go).
+	CPUSpeeds []cpuSpeed `json:"cpu_speeds,omitempty"`
+	// SelfRSSKiB is erofsbench's own peak RSS: every build's is at least
+	// that, as a child started with vfork inherits its parent's peak at
+	// exec. It must stay below the smallest figure measured.
+	SelfRSSKiB int64 `json:"erofsbench_max_rss_kib,omitempty"`
 }
 
 type hostInfo struct {
 	CPUs   int    `json:"cpus"`
 	Model  string `json:"cpu_model"`
 	Kernel string `json:"kernel"`
+}
+
+// selfRSS is this process's peak RSS so far, KiB.
+func selfRSS() int64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return int64(ru.Maxrss)
 }
 
 func host() hostInfo {
@@ -57,6 +73,7 @@ func (b *bench) jsonPath() string {
 }
 
 func (b *bench) writeJSON() error {
+	b.selfRSS = selfRSS()
 	res := results{
 		Started: b.start.UTC(), Finished: time.Now().UTC(), Host: host(),
 		Settings: map[string]any{
@@ -66,6 +83,7 @@ func (b *bench) writeJSON() error {
 			"tail_packing": false, "fragments": false, "dedupe": false,
 		},
 		Tools: b.tools, Datasets: b.manif.Datasets, Runs: b.runs, Skipped: b.skipped,
+		CPUSpeeds: b.cpuSpeeds, SelfRSSKiB: b.selfRSS,
 	}
 	if b.opts.suite == "dedupe" {
 		res.Settings = map[string]any{
@@ -138,6 +156,10 @@ func (b *bench) markdown() string {
 	fmt.Fprintf(&sb, "## erofsbench %s\n\n", b.start.UTC().Format("2006-01-02 15:04 UTC"))
 	fmt.Fprintf(&sb, "Host: %d CPUs (%s), Linux %s. Input: %s. Median of %d runs; single-worker runs pinned to CPU %d.\n",
 		h.CPUs, h.Model, h.Kernel, b.inputLabel(), b.opts.runs, b.opts.pinCPU)
+	sb.WriteString(cpuSpeedLine(b.cpuSpeeds, b.opts.pinCPU))
+	if b.selfRSS > 0 {
+		fmt.Fprintf(&sb, "erofsbench's own peak RSS: %.1f MiB, a floor under every RSS figure (a build started with vfork inherits its parent's peak at exec).\n", float64(b.selfRSS)/1024)
+	}
 	fmt.Fprintf(&sb, "Settings: 4 KiB blocks and pclusters, 64 KiB max extent, no tail packing, no fragments, no dedupe, extended inodes, compact indexes; both tools are given the UUID (-U), as containerd does.\n\n")
 	for _, t := range b.tools {
 		fmt.Fprintf(&sb, "- %s: %s (%s)", t.Name, t.Version, t.Path)
@@ -403,6 +425,10 @@ func loadResults(paths []string) (*bench, error) {
 			b.load[1] = l
 		}
 		b.skipped = append(b.skipped, r.Skipped...)
+		if b.cpuSpeeds == nil {
+			b.cpuSpeeds = r.CPUSpeeds
+		}
+		b.selfRSS = max(b.selfRSS, r.SelfRSSKiB)
 		for _, run := range r.Runs {
 			seenCodec[run.Codec] = true
 			seenWorkers[run.Workers] = true

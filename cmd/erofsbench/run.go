@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -33,6 +34,10 @@ type bench struct {
 	load     [2]string // /proc/loadavg at the start and the end: how busy the rest of the machine was
 	taskset  string    // path of taskset, "" when single-worker runs are not pinned
 	skipped  []string  // datasets left out, with the reason
+	// cpuSpeeds, measured before the builds, bound what all workers can
+	// gain over one pinned worker.
+	cpuSpeeds []cpuSpeed
+	selfRSS   int64 // KiB, from the JSON of earlier runs (-report)
 }
 
 // runResult is one build, as kept in the JSON file.
@@ -125,6 +130,14 @@ func (b *bench) measure(datasets []string) error {
 func (b *bench) startMeasure() error {
 	b.start = time.Now()
 	b.load[0] = loadavg()
+	if b.opts.suite != "dedupe" {
+		s, err := cpuSpeedsChild()
+		if err != nil {
+			b.logf("CPU speeds not measured: %v", err)
+		}
+		b.cpuSpeeds = s
+		b.logf("%s", strings.TrimSpace(cpuSpeedLine(s, b.opts.pinCPU)))
+	}
 	if b.opts.pinCPU >= 0 {
 		if p, err := exec.LookPath("taskset"); err == nil {
 			b.taskset = p
