@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,7 +18,7 @@ import (
 )
 
 // cpuSpeed is how fast one CPU compresses, pinned: deflate level 6 of a
-// fixed text-like buffer, the best of a few turns.
+// fixed text-like buffer, the median of a few turns.
 type cpuSpeed struct {
 	CPU  int     `json:"cpu"`
 	MBps float64 `json:"mb_per_s"`
@@ -40,7 +41,8 @@ func measureCPUSpeeds() ([]cpuSpeed, error) {
 		}
 	}
 	in := calibrationInput(4 << 20)
-	best := make([]time.Duration, len(cpus))
+	const turns = 5
+	times := make([][]time.Duration, len(cpus))
 	done := make(chan error)
 	go func() {
 		// One OS thread, moved from CPU to CPU; it is not given back to
@@ -51,7 +53,7 @@ func measureCPUSpeeds() ([]cpuSpeed, error) {
 			done <- err
 			return
 		}
-		for turn := range 3 {
+		for range turns {
 			for i, c := range cpus {
 				var one unix.CPUSet
 				one.Set(c)
@@ -64,9 +66,7 @@ func measureCPUSpeeds() ([]cpuSpeed, error) {
 				zw.Reset(io.Discard)
 				zw.Write(in)
 				zw.Close()
-				if d := time.Since(t); turn == 0 || d < best[i] {
-					best[i] = d
-				}
+				times[i] = append(times[i], time.Since(t))
 			}
 		}
 		done <- nil
@@ -76,7 +76,8 @@ func measureCPUSpeeds() ([]cpuSpeed, error) {
 	}
 	out := make([]cpuSpeed, len(cpus))
 	for i, c := range cpus {
-		out[i] = cpuSpeed{CPU: c, MBps: float64(len(in)) / 1e6 / best[i].Seconds()}
+		slices.Sort(times[i])
+		out[i] = cpuSpeed{CPU: c, MBps: float64(len(in)) / 1e6 / times[i][turns/2].Seconds()}
 	}
 	return out, nil
 }
@@ -151,7 +152,7 @@ func cpuSpeedLine(speeds []cpuSpeed, pin int) string {
 	for _, s := range speeds {
 		parts = append(parts, fmt.Sprintf("CPU %d %.1f MB/s", s.CPU, s.MBps))
 	}
-	line := "CPU speeds (deflate level 6 of 4 MiB of text, pinned, best of 3): " + strings.Join(parts, ", ") + "."
+	line := "CPU speeds (deflate level 6 of 4 MiB of text, pinned, median of 5): " + strings.Join(parts, ", ") + "."
 	if b := scalingBound(speeds, pin); b > 0 && len(speeds) > 1 {
 		line += fmt.Sprintf(" So all CPUs can be at most %.2f× as fast as one worker pinned to CPU %d.", b, pin)
 	}

@@ -23,8 +23,9 @@ type results struct {
 	Runs     []*runResult            `json:"runs"`
 	Modes    []dedupeMode            `json:"modes,omitempty"`   // dedupe suite
 	Skipped  []string                `json:"skipped,omitempty"` // datasets not made, with the reason
-	// CPUSpeeds: each CPU's compression speed, pinned (cpuspeed.go).
-	CPUSpeeds []cpuSpeed `json:"cpu_speeds,omitempty"`
+	// CPUSpeeds: each CPU's compression speed, pinned (cpuspeed.go),
+	// measured before each dataset.
+	CPUSpeeds map[string][]cpuSpeed `json:"cpu_speeds,omitempty"`
 	// SelfRSSKiB is erofsbench's own peak RSS: every build's is at least
 	// that, as a child started with vfork inherits its parent's peak at
 	// exec. It must stay below the smallest figure measured.
@@ -156,7 +157,6 @@ func (b *bench) markdown() string {
 	fmt.Fprintf(&sb, "## erofsbench %s\n\n", b.start.UTC().Format("2006-01-02 15:04 UTC"))
 	fmt.Fprintf(&sb, "Host: %d CPUs (%s), Linux %s. Input: %s. Median of %d runs; single-worker runs pinned to CPU %d.\n",
 		h.CPUs, h.Model, h.Kernel, b.inputLabel(), b.opts.runs, b.opts.pinCPU)
-	sb.WriteString(cpuSpeedLine(b.cpuSpeeds, b.opts.pinCPU))
 	if b.selfRSS > 0 {
 		fmt.Fprintf(&sb, "erofsbench's own peak RSS: %.1f MiB, a floor under every RSS figure (a build started with vfork inherits its parent's peak at exec).\n", float64(b.selfRSS)/1024)
 	}
@@ -187,6 +187,9 @@ func (b *bench) markdown() string {
 	ref := b.tools[0]
 	for _, ds := range b.datasetsMeasured() {
 		fmt.Fprintf(&sb, "\n### %s\n\n", datasetTitle[ds])
+		if l := cpuSpeedLine(b.cpuSpeeds[ds], b.opts.pinCPU); l != "" {
+			sb.WriteString("Before these builds: " + l + "\n")
+		}
 		head := []string{"codec"}
 		for _, w := range ws {
 			for _, t := range b.tools {
@@ -425,8 +428,11 @@ func loadResults(paths []string) (*bench, error) {
 			b.load[1] = l
 		}
 		b.skipped = append(b.skipped, r.Skipped...)
-		if b.cpuSpeeds == nil {
-			b.cpuSpeeds = r.CPUSpeeds
+		for ds, s := range r.CPUSpeeds {
+			if b.cpuSpeeds == nil {
+				b.cpuSpeeds = map[string][]cpuSpeed{}
+			}
+			b.cpuSpeeds[ds] = s
 		}
 		b.selfRSS = max(b.selfRSS, r.SelfRSSKiB)
 		for _, run := range r.Runs {

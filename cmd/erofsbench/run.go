@@ -34,9 +34,10 @@ type bench struct {
 	load     [2]string // /proc/loadavg at the start and the end: how busy the rest of the machine was
 	taskset  string    // path of taskset, "" when single-worker runs are not pinned
 	skipped  []string  // datasets left out, with the reason
-	// cpuSpeeds, measured before the builds, bound what all workers can
-	// gain over one pinned worker.
-	cpuSpeeds []cpuSpeed
+	// cpuSpeeds, measured before each dataset's builds, bound what all
+	// workers can gain over one pinned worker. Other guests can slow a
+	// CPU for a while, so they are measured again and again.
+	cpuSpeeds map[string][]cpuSpeed
 	selfRSS   int64 // KiB, from the JSON of earlier runs (-report)
 }
 
@@ -84,6 +85,7 @@ func (b *bench) measure(datasets []string) error {
 		if err := warm(in); err != nil {
 			return fmt.Errorf("reading %s: %w", in, err)
 		}
+		b.measureCPUs(ds)
 		for _, c := range b.opts.codecs {
 			for _, w := range b.opts.workers {
 				workers := 1
@@ -130,14 +132,6 @@ func (b *bench) measure(datasets []string) error {
 func (b *bench) startMeasure() error {
 	b.start = time.Now()
 	b.load[0] = loadavg()
-	if b.opts.suite != "dedupe" {
-		s, err := cpuSpeedsChild()
-		if err != nil {
-			b.logf("CPU speeds not measured: %v", err)
-		}
-		b.cpuSpeeds = s
-		b.logf("%s", strings.TrimSpace(cpuSpeedLine(s, b.opts.pinCPU)))
-	}
 	if b.opts.pinCPU >= 0 {
 		if p, err := exec.LookPath("taskset"); err == nil {
 			b.taskset = p
@@ -146,6 +140,20 @@ func (b *bench) startMeasure() error {
 		}
 	}
 	return os.MkdirAll(b.opts.imgDir, 0o755)
+}
+
+// measureCPUs records the CPUs' speeds before dataset ds.
+func (b *bench) measureCPUs(ds string) {
+	s, err := cpuSpeedsChild()
+	if err != nil {
+		b.logf("CPU speeds not measured: %v", err)
+		return
+	}
+	if b.cpuSpeeds == nil {
+		b.cpuSpeeds = map[string][]cpuSpeed{}
+	}
+	b.cpuSpeeds[ds] = s
+	b.logf("%s: %s", ds, strings.TrimSpace(cpuSpeedLine(s, b.opts.pinCPU)))
 }
 
 // runOne builds one image and measures it.
