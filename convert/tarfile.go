@@ -25,8 +25,8 @@ type tarFile struct {
 
 // laterData is the size from which a file's data goes to the Builder as
 // erofs.DataAt: a file at least as big as the read buffer is mostly not in
-// it.
-const laterData = 64 << 10
+// it. (A variable for FuzzTarFile.)
+var laterData int64 = 64 << 10
 
 // openTarFile returns r as a tarFile if it is a regular file, positioned
 // where its reading goes on.
@@ -43,7 +43,7 @@ func openTarFile(r io.Reader) (*tarFile, bool) {
 	if err != nil {
 		return nil, false
 	}
-	return &tarFile{f: f, size: fi.Size(), n: pos, buf: make([]byte, 0, laterData)}, true
+	return &tarFile{f: f, size: fi.Size(), n: pos, buf: make([]byte, 0, 64<<10)}, true
 }
 
 func (t *tarFile) Read(p []byte) (int, error) {
