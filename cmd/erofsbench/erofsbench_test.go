@@ -195,3 +195,39 @@ func TestCPUSpeeds(t *testing.T) {
 		t.Errorf("report line %q", l)
 	}
 }
+
+// TestPeakRSSNotInherited: a build started from erofsbench (os/exec, that
+// is vfork) inherits erofsbench's peak RSS at exec; run under GNU time, its
+// own peak is reported.
+func TestPeakRSSNotInherited(t *testing.T) {
+	ballast := make([]byte, 96<<20)
+	for i := range ballast {
+		ballast[i] = 1
+	}
+	b := &bench{opts: &options{pinCPU: -1, suite: "dedupe", imgDir: t.TempDir()}, logf: t.Logf}
+	if err := b.startMeasure(); err != nil {
+		t.Fatal(err)
+	}
+	img := filepath.Join(b.opts.imgDir, "x.img")
+	sh := &tool{Name: "sh", Path: "/bin/sh", kind: kindMkfsErofs}
+	run := func() int64 {
+		res := &runResult{Workers: 1, Run: 1}
+		b.execRun(sh, res, []string{"-c", "echo > " + img}, "", img, false)
+		if res.Err != "" {
+			t.Fatal(res.Err)
+		}
+		return res.MaxRSSKiB
+	}
+	inherited := func() int64 { g := b.gnuTime; b.gnuTime = ""; defer func() { b.gnuTime = g }(); return run() }()
+	t.Logf("a shell started by erofsbench itself: peak %d KiB", inherited)
+	if inherited < 90<<10 {
+		t.Logf("without GNU time a shell's peak is %d KiB: this kernel does not pass the parent's on", inherited)
+	}
+	if b.gnuTime == "" {
+		t.Skip("no GNU time (apt-get install time)")
+	}
+	if got := run(); got > 32<<10 {
+		t.Errorf("under GNU time a shell's peak is %d KiB while erofsbench holds %d MiB: still inherited", got, len(ballast)>>20)
+	}
+	ballast[0] = 2 // live until here
+}

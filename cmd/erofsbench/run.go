@@ -33,7 +33,12 @@ type bench struct {
 	finished time.Time // end of the measurements (zero while they run)
 	load     [2]string // /proc/loadavg at the start and the end: how busy the rest of the machine was
 	taskset  string    // path of taskset, "" when single-worker runs are not pinned
-	skipped  []string  // datasets left out, with the reason
+	// gnuTime is GNU time, if there: each build runs under it and its
+	// peak RSS is the one it reports. A process started from erofsbench
+	// with vfork (os/exec) inherits erofsbench's own peak RSS at exec;
+	// GNU time forks, and its child starts from time's small one.
+	gnuTime string
+	skipped []string // datasets left out, with the reason
 	// cpuSpeeds, measured before each dataset's builds, bound what all
 	// workers can gain over one pinned worker. Other guests can slow a
 	// CPU for a while, so they are measured again and again.
@@ -60,6 +65,7 @@ type runResult struct {
 	ImageBytes int64    `json:"image_bytes"`
 	SHA256     string   `json:"sha256,omitempty"`   // ocierofs images, first run
 	Verified   string   `json:"verified,omitempty"` // "ok" or the verify error
+	RSSBy      string   `json:"rss_by,omitempty"`   // "GNU time", or "" for erofsbench's wait4
 	Err        string   `json:"error,omitempty"`
 }
 
@@ -139,6 +145,11 @@ func (b *bench) startMeasure() error {
 			b.logf("no taskset: single-worker runs are not pinned")
 		}
 	}
+	if err := exec.Command("/usr/bin/time", "-f", "%M", "-o", os.DevNull, "true").Run(); err == nil {
+		b.gnuTime = "/usr/bin/time"
+	} else {
+		b.logf("no GNU time: peak RSS figures include erofsbench's own (%v)", err)
+	}
 	return os.MkdirAll(b.opts.imgDir, 0o755)
 }
 
@@ -177,6 +188,13 @@ func (b *bench) execRun(t *tool, res *runResult, args []string, in, img string, 
 	}
 	res.Args = append([]string{name}, args...)
 	os.Remove(img)
+	rssOut := ""
+	if b.gnuTime != "" {
+		rssOut = img + ".rss"
+		args = append([]string{"-f", "%M", "-o", rssOut, name}, args...)
+		name = b.gnuTime
+		defer os.Remove(rssOut)
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
 	defer cancel()
@@ -193,6 +211,18 @@ func (b *bench) execRun(t *tool, res *runResult, args []string, in, img string, 
 			res.SysS = tv(ru.Stime)
 			res.MaxRSSKiB = int64(ru.Maxrss) // KiB on Linux; int32 on 32-bit
 		}
+	}
+	if rssOut != "" && err == nil {
+		// The CPU times above are GNU time's and its child's, to the
+		// microsecond; the peak RSS is the child's alone.
+		out, rerr := os.ReadFile(rssOut)
+		if rerr == nil {
+			_, rerr = fmt.Sscan(string(out), &res.MaxRSSKiB)
+		}
+		if rerr != nil {
+			err = fmt.Errorf("reading GNU time's output: %w", rerr)
+		}
+		res.RSSBy = "GNU time"
 	}
 	if err != nil {
 		res.Err = firstLine(stderr.Bytes(), err)
