@@ -27,6 +27,17 @@ var (
 	magicBzip2 = []byte("BZh")
 )
 
+// compressedMagic reports that a stream starting with head is compressed,
+// in a format Decompress reads or names.
+func compressedMagic(head []byte) bool {
+	for _, m := range [][]byte{magicGzip, magicZstd, magicXz, magicBzip2} {
+		if bytes.HasPrefix(head, m) {
+			return true
+		}
+	}
+	return false
+}
+
 // Decompress detects gzip or zstd by magic bytes (never by file name or
 // media type, which lie) and returns the uncompressed stream.
 func Decompress(r io.Reader) (io.ReadCloser, Compression, error) {
@@ -34,6 +45,9 @@ func Decompress(r io.Reader) (io.ReadCloser, Compression, error) {
 	head, err := br.Peek(6)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, "", err
+	}
+	if !compressedMagic(head) {
+		return io.NopCloser(br), Uncompressed, nil
 	}
 	switch {
 	case bytes.HasPrefix(head, magicGzip):
@@ -50,10 +64,9 @@ func Decompress(r io.Reader) (io.ReadCloser, Compression, error) {
 		return zstdCloser{zr}, Zstd, nil
 	case bytes.HasPrefix(head, magicXz):
 		return nil, "", errors.New("xz-compressed input is not supported (gzip, zstd or plain tar)")
-	case bytes.HasPrefix(head, magicBzip2):
+	default: // bzip2, the last compressedMagic knows
 		return nil, "", errors.New("bzip2-compressed input is not supported (gzip, zstd or plain tar)")
 	}
-	return io.NopCloser(br), Uncompressed, nil
 }
 
 type zstdCloser struct{ *zstd.Decoder }

@@ -95,7 +95,7 @@ func buildTar(w io.WriterAt, r io.Reader, opt Options, ops *dirOps) (*Result, er
 	// the workers read the data of its big files (tarfile.go).
 	var src io.Reader
 	comp := Uncompressed
-	if tf, ok := openTarFile(r); ok && opt.NoDiffID && tf.plain() {
+	if tf, ok := openTarFile(r, opt.NoDiffID); ok && tf.plain() {
 		src = tf
 	} else {
 		rc, c, err := Decompress(r)

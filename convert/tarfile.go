@@ -1,11 +1,11 @@
 package convert
 
 import (
-	"bytes"
 	"errors"
-	"github.com/ocierofs/ocierofs/erofs"
 	"io"
 	"os"
+
+	"github.com/ocierofs/ocierofs/erofs"
 )
 
 // tarFile reads a plain tar file on disk with pread at an offset of its
@@ -28,11 +28,12 @@ type tarFile struct {
 // it. (A variable for FuzzTarFile.)
 var laterData int64 = 64 << 10
 
-// openTarFile returns r as a tarFile if it is a regular file, positioned
-// where its reading goes on.
-func openTarFile(r io.Reader) (*tarFile, bool) {
+// openTarFile returns r as a tarFile, positioned where its reading goes
+// on, if it is a regular file and nothing needs every byte to flow through
+// a reader (noHash: there is no diffID to compute).
+func openTarFile(r io.Reader, noHash bool) (*tarFile, bool) {
 	f, ok := r.(*os.File)
-	if !ok {
+	if !ok || !noHash {
 		return nil, false
 	}
 	fi, err := f.Stat()
@@ -102,15 +103,9 @@ func (t *tarFile) data(tr io.Reader, size int64) io.Reader {
 }
 
 // plain reports that the file does not start with a compressed stream's
-// magic number (Decompress).
+// magic number.
 func (t *tarFile) plain() bool {
 	head := make([]byte, 6)
 	n, _ := t.f.ReadAt(head, t.n)
-	head = head[:n]
-	for _, m := range [][]byte{magicGzip, magicZstd, magicXz, magicBzip2} {
-		if bytes.HasPrefix(head, m) {
-			return false
-		}
-	}
-	return true
+	return !compressedMagic(head[:n])
 }

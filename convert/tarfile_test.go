@@ -3,9 +3,11 @@ package convert_test
 import (
 	"archive/tar"
 	"bytes"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -62,7 +64,7 @@ func bigFilesTar(t testing.TB) (data []byte, files map[string][]byte) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	dirs := map[string]bool{}
-	for _, name := range sortedKeys(files) {
+	for _, name := range slices.Sorted(maps.Keys(files)) {
 		if d := filepath.Dir(name); d != "." && !dirs[d] {
 			dirs[d] = true
 			must(t, tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d + "/", Mode: 0o755, Format: tar.FormatPAX}))
@@ -75,21 +77,6 @@ func bigFilesTar(t testing.TB) (data []byte, files map[string][]byte) {
 	files["hardlink"] = files["segments/three"]
 	must(t, tw.Close())
 	return buf.Bytes(), files
-}
-
-func sortedKeys(m map[string][]byte) []string {
-	var ks []string
-	for k := range m {
-		ks = append(ks, k)
-	}
-	for i := range ks {
-		for j := i + 1; j < len(ks); j++ {
-			if ks[j] < ks[i] {
-				ks[i], ks[j] = ks[j], ks[i]
-			}
-		}
-	}
-	return ks
 }
 
 // TestTarFileData: a plain tar file with no diffID to hash is read with

@@ -358,10 +358,11 @@ func cleanSlow(name string) (string, error) {
 	return cleanPath(name)
 }
 
-// EntryError is the error of one entry. Add returns it for the entry
-// added, and a later Add or Finish for an earlier entry whose data turned
-// out bad only when it was compressed or written (DataAt data that ends
-// early, an output that fails).
+// EntryError is the error of an entry's data. Add returns it when the
+// entry's data cannot be read or written, and a later Add or Finish for an
+// earlier entry whose data turned out bad only when it was compressed or
+// written (DataAt data that ends early, an output that fails); that error
+// names the earlier entry alone.
 type EntryError struct {
 	Path string
 	Err  error

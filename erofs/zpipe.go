@@ -469,9 +469,9 @@ func (p *zpipe) windowSize() int {
 	return n
 }
 
-// in returns the job's input from pos to end (at most an extent and a
-// block apart), valid until the next call; nil after a read error, which
-// is in j.err.
+// in returns the job's input from pos to end (at most an extent apart, and
+// a window is four), valid until the next call. A read error goes to
+// j.err, and the job ends there.
 func (w *zworker) in(j *zjob, pos, end int) []byte {
 	if j.src == nil {
 		return j.data[pos:end]
@@ -488,10 +488,6 @@ func (w *zworker) in(j *zjob, pos, end int) []byte {
 		keep = copy(w.win, w.win[pos-w.winOff:])
 	}
 	n := min(cap(w.win), len(j.data)-pos)
-	if end-pos > n {
-		j.err = fmt.Errorf("internal: a %d-byte window for %d bytes of input", n, end-pos)
-		return nil
-	}
 	m, err := j.src.ReadAt(w.win[keep:n], int64(j.base)+int64(pos+keep))
 	if keep+m < n {
 		w.win, w.winOff = w.win[:0], 0
@@ -534,7 +530,7 @@ func (w *zworker) run(j *zjob) {
 	for {
 		end := min(pos+z.maxExtent, len(data))
 		win := w.in(j, pos, end)
-		if win == nil {
+		if j.err != nil {
 			return
 		}
 		last := end == len(data)
@@ -578,7 +574,7 @@ func (w *zworker) tail(j *zjob, pos, out, wn, c int) {
 	data := j.data
 	size := j.base + uint64(len(data))
 	rest := w.in(j, pos, len(data))
-	if rest == nil {
+	if j.err != nil {
 		return
 	}
 	lastLcn := (size - 1) >> w.p.blkbits
