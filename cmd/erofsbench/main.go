@@ -24,8 +24,8 @@
 // Usage:
 //
 //	go build -o /tmp/erofsbench ./cmd/erofsbench
-//	go build -o /tmp/ocierofs ./cmd/ocierofs
-//	/tmp/erofsbench -data /var/tmp/erofsbench -ocierofs /tmp/ocierofs \
+//	make build   # bin/ocierofs, static, as a release is (see the Makefile)
+//	/tmp/erofsbench -data /var/tmp/erofsbench -ocierofs bin/ocierofs \
 //	        -mkfs-erofs /usr/local/bin/mkfs.erofs -out results.md
 //	/tmp/erofsbench -data /var/tmp/erofsbench -datasets small100k -codecs lz4,lz4hc \
 //	        -input dir -mkfs-erofs /usr/bin/mkfs.erofs   # directory input, e.g. erofs-utils 1.5
