@@ -3,6 +3,7 @@ package main
 import (
 	"archive/tar"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -229,4 +230,35 @@ func TestPeakRSSNotInherited(t *testing.T) {
 		t.Errorf("under GNU time a shell's peak is %d KiB while erofsbench holds %d MiB: still inherited", got, len(ballast)>>20)
 	}
 	ballast[0] = 2 // live until here
+}
+
+// TestReportCopies: builds run by -copies stay out of the single-worker
+// cells, and their table gives the bound on the all-worker speedup.
+func TestReportCopies(t *testing.T) {
+	b := &bench{
+		opts:  &options{codecs: []string{"lz4"}, workers: []string{"1", "all"}, runs: 1, input: "tar"},
+		tools: []*tool{{Name: "ocierofs", kind: kindOcierofs}},
+		manif: &manifest{Datasets: map[string]*datasetInfo{}},
+	}
+	add := func(workers, copies int, wall float64) {
+		b.runs = append(b.runs, &runResult{Dataset: "src256", Tool: "ocierofs", Codec: "lz4", Workers: workers, Copies: copies,
+			WallS: wall, UserS: wall, MaxRSSKiB: 10240, ImageBytes: 1 << 20})
+	}
+	n := cpus()
+	if n < 2 {
+		t.Skip("one CPU: nothing runs at once")
+	}
+	add(1, 0, 1.0)
+	add(n, 0, 0.8)
+	for range n {
+		add(1, n, 1.25)
+	}
+	if c := b.cell(cellKey{"src256", "ocierofs", "lz4", 1}); c.wall != 1.0 || c.n != 1 {
+		t.Fatalf("the single-worker cell took in the copies: %+v", c)
+	}
+	md := b.markdown()
+	want := fmt.Sprintf("| lz4 | ocierofs | 1.000 / 1.000 / 10.0 | 1.250 / 1.250 / 10.0 | %.2f× | 1.25× |", float64(n)/1.25)
+	if !strings.Contains(md, want) {
+		t.Errorf("report lacks %q:\n%s", want, md)
+	}
 }

@@ -21,6 +21,12 @@
 // It prints a Markdown report with the speedups and writes every run to a
 // JSON file.
 //
+// With -copies it also runs, per cell, one single-worker build on every
+// CPU at once, each pinned to its own. They share nothing but the machine,
+// so how much slower each is than a build alone (other guests, caches,
+// memory bandwidth, unequal CPUs) bounds what all workers of one build can
+// gain over one: the report gives that bound beside the speedup measured.
+//
 // Usage:
 //
 //	go build -o /tmp/erofsbench ./cmd/erofsbench
@@ -84,6 +90,7 @@ type options struct {
 	suite     string   // "mkfs" (seed 003) or "dedupe"
 	modes     []string // dedupe suite: the dedupeModes to run
 	mirror    string   // Debian mirror for the debian dataset
+	copies    bool     // also run one single-worker build per CPU at once
 }
 
 func main() {
@@ -113,6 +120,7 @@ func main() {
 	flag.StringVar(&o.mdOut, "out", "", "also write the Markdown report to this file")
 	flag.StringVar(&o.imgDir, "img-dir", "", "where images are written (default DATA/img; a tmpfs such as /dev/shm keeps disk writeback out of the figures)")
 	flag.BoolVar(&o.keep, "keep-images", false, "keep the image of the last run of each cell under DATA/img")
+	flag.BoolVar(&o.copies, "copies", false, "also run as many single-worker builds at once as there are CPUs, each pinned to its own: how much all CPUs give work that needs no coordination, the bound on the all-worker speedup")
 	flag.BoolVar(&o.verify, "verify", false, "check each ocierofs image once with `ocierofs verify` against its tar")
 	flag.StringVar(&o.reports, "report", "", "print the report of earlier runs from their JSON files (comma-separated, merged) and stop")
 	flag.Usage = func() {

@@ -232,6 +232,7 @@ func (b *bench) markdown() string {
 				row(&sb, r)
 			}
 		}
+		b.copiesTable(&sb, ds, ws)
 	}
 
 	// Image sizes (single worker; the all-worker image should be the same).
@@ -323,6 +324,45 @@ func (b *bench) workerCounts() []int {
 		}
 	}
 	return ws
+}
+
+// copiesTable writes, when -copies ran, how long a single-worker build
+// took alone and with one more on every other CPU, and so how much faster
+// than one worker all CPUs can be: the bound of the all-worker speedup.
+func (b *bench) copiesTable(sb *strings.Builder, ds string, ws []int) {
+	all := ws[len(ws)-1]
+	var rows [][]string
+	n := 0
+	for _, c := range b.opts.codecs {
+		for _, t := range b.tools {
+			cc, k := b.copiesCell(ds, t.Name, c)
+			if cc == nil {
+				continue
+			}
+			n = k
+			alone := b.cell(cellKey{ds, t.Name, c, 1})
+			r := []string{codecTitle[c], t.Name, "–", fmtCell(cc), "–", "–"}
+			if alone != nil && alone.n > 0 {
+				r[2] = fmtCell(alone)
+				if cc.n > 0 && cc.wall > 0 {
+					r[4] = fmt.Sprintf("%.2f×", float64(k)*alone.wall/cc.wall)
+				}
+				if all > 1 {
+					r[5] = speedRatio(alone, b.cell(cellKey{ds, t.Name, c, all}))
+				}
+			}
+			rows = append(rows, r)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintf(sb, "\n%d single-worker builds at once, each pinned to its own CPU (medians over every build):\n\n", n)
+	row(sb, []string{"codec", "builder", "×1 alone", fmt.Sprintf("×1, %d at once", n), fmt.Sprintf("bound: %d × alone ÷ at once", n), "wall ×1 ÷ " + workersLabel(all)})
+	row(sb, []string{"---", "---", "---:", "---:", "---:", "---:"})
+	for _, r := range rows {
+		row(sb, r)
+	}
 }
 
 func (b *bench) datasetsMeasured() []string {

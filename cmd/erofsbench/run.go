@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -56,6 +57,7 @@ type runResult struct {
 	Codec      string   `json:"codec"`
 	Workers    int      `json:"workers"`
 	Pinned     string   `json:"pinned,omitempty"` // CPU list of taskset, if pinned
+	Copies     int      `json:"copies,omitempty"` // -copies: builds run at once, one per CPU (0: alone)
 	Run        int      `json:"run"`
 	Args       []string `json:"args"`
 	WallS      float64  `json:"wall_s"`
@@ -113,14 +115,18 @@ func (b *bench) measure(datasets []string) error {
 						img := filepath.Join(imgDir, fmt.Sprintf("%s-%s-%s-w%d.erofs", t.Name, ds, c, workers))
 						res := b.runOne(t, ds, c, workers, r, in, img)
 						b.runs = append(b.runs, res)
-						status := ""
-						if res.Err != "" {
-							status = " FAILED: " + res.Err
-						}
-						b.logf("%-9s %-7s %-10s w%d run %d: %.3f s wall, %.3f s cpu, %.1f MiB rss, %d bytes%s",
-							ds, c, t.Name, workers, r, res.WallS, res.UserS+res.SysS, float64(res.MaxRSSKiB)/1024, res.ImageBytes, status)
+						b.logRun(res, "")
 						if !b.opts.keep || r < b.opts.runs {
 							os.Remove(img)
+						}
+					}
+				}
+			}
+			if b.opts.copies && cpus() > 1 {
+				for r := 1; r <= b.opts.runs; r++ {
+					for _, t := range b.tools {
+						if _, bad := t.Unsupported[c]; !bad {
+							b.runCopies(t, ds, c, r, in)
 						}
 					}
 				}
@@ -131,6 +137,40 @@ func (b *bench) measure(datasets []string) error {
 		}
 	}
 	return nil
+}
+
+func (b *bench) logRun(res *runResult, what string) {
+	status := ""
+	if res.Err != "" {
+		status = " FAILED: " + res.Err
+	}
+	b.logf("%-9s %-7s %-10s w%d%s run %d: %.3f s wall, %.3f s cpu, %.1f MiB rss, %d bytes%s",
+		res.Dataset, res.Codec, res.Tool, res.Workers, what, res.Run, res.WallS, res.UserS+res.SysS, float64(res.MaxRSSKiB)/1024, res.ImageBytes, status)
+}
+
+// runCopies runs one single-worker build per CPU at once, each pinned to
+// its CPU. Nothing is shared between them but the machine: the time each
+// takes against a build alone says what the CPUs give work that needs no
+// coordination (other guests, shared caches, memory bandwidth, a slower
+// CPU), which bounds what all workers of one build can gain.
+func (b *bench) runCopies(t *tool, ds, c string, r int, in string) {
+	n := cpus()
+	res := make([]*runResult, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		res[i] = &runResult{Dataset: ds, Input: b.opts.input, Tool: t.Name, Codec: c, Workers: 1, Run: r,
+			Copies: n, Pinned: strconv.Itoa(i)}
+		img := filepath.Join(b.opts.imgDir, fmt.Sprintf("%s-%s-%s-copy%d.erofs", t.Name, ds, c, i))
+		wg.Go(func() {
+			b.execRun(t, res[i], t.args(c, 1, in, img, b.opts.input == "tar"), in, img, false)
+			os.Remove(img)
+		})
+	}
+	wg.Wait()
+	for _, x := range res {
+		b.runs = append(b.runs, x)
+		b.logRun(x, fmt.Sprintf(" copy on CPU %s of %d", x.Pinned, n))
+	}
 }
 
 // startMeasure notes the start time, finds taskset and makes the image
@@ -182,7 +222,9 @@ func (b *bench) execRun(t *tool, res *runResult, args []string, in, img string, 
 	workers, r := res.Workers, res.Run
 	name := t.Path
 	if workers == 1 && b.taskset != "" {
-		res.Pinned = strconv.Itoa(b.opts.pinCPU)
+		if res.Pinned == "" {
+			res.Pinned = strconv.Itoa(b.opts.pinCPU)
+		}
 		args = append([]string{"-c", res.Pinned, t.Path}, args...)
 		name = b.taskset
 	}
@@ -234,7 +276,7 @@ func (b *bench) execRun(t *tool, res *runResult, args []string, in, img string, 
 		return
 	}
 	res.ImageBytes = st.Size()
-	if t.kind == kindOcierofs && r == 1 {
+	if t.kind == kindOcierofs && r == 1 && res.Copies == 0 {
 		if res.SHA256, err = hashFile(img); err != nil {
 			res.Err = err.Error()
 		}
@@ -310,8 +352,21 @@ type cell struct {
 
 func (b *bench) cell(k cellKey) *cell {
 	return medianCell(b.runs, func(r *runResult) bool {
-		return r.Suite == "" && r.Dataset == k.dataset && r.Tool == k.tool && r.Codec == k.codec && r.Workers == k.workers
+		return r.Suite == "" && r.Copies == 0 && r.Dataset == k.dataset && r.Tool == k.tool && r.Codec == k.codec && r.Workers == k.workers
 	})
+}
+
+// copiesCell is the median build of -copies, over every copy of every run.
+func (b *bench) copiesCell(ds, tool, codec string) (*cell, int) {
+	n := 0
+	c := medianCell(b.runs, func(r *runResult) bool {
+		if r.Suite == "" && r.Copies > 0 && r.Dataset == ds && r.Tool == tool && r.Codec == codec {
+			n = r.Copies
+			return true
+		}
+		return false
+	})
+	return c, n
 }
 
 // medianCell is the cell of the runs that match; nil when none does.
