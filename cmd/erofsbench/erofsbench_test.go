@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -260,5 +261,71 @@ func TestReportCopies(t *testing.T) {
 	want := fmt.Sprintf("| lz4 | ocierofs | 1.000 / 1.000 / 10.0 | 1.250 / 1.250 / 10.0 | %.2f× | 1.25× |", float64(n)/1.25)
 	if !strings.Contains(md, want) {
 		t.Errorf("report lacks %q:\n%s", want, md)
+	}
+}
+
+// TestMeasureOrder: run by run, the single-worker and all-worker builds
+// take turns (then the copies), so that a CPU slow for a while weighs on
+// both sides of the speedup; the copies are pinned to every CPU.
+func TestMeasureOrder(t *testing.T) {
+	if cpus() < 2 {
+		t.Skip("one CPU: no all-worker runs")
+	}
+	if _, err := exec.LookPath("taskset"); err != nil {
+		t.Skip("no taskset: nothing is pinned")
+	}
+	dir := t.TempDir()
+	log := filepath.Join(dir, "log")
+	fake := filepath.Join(dir, "fake-ocierofs")
+	// The builder records its command line and writes the image (the
+	// argument before the input).
+	script := "#!/bin/sh\nfor a; do prev=$out; out=$a; done\necho \"$*\" >> " + log + "\necho image > \"$prev\"\n"
+	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "tar"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tar", "src256.tar"), make([]byte, 1024), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b := &bench{
+		opts: &options{data: dir, imgDir: filepath.Join(dir, "img"), codecs: []string{"lz4"}, workers: []string{"1", "all"},
+			runs: 2, input: "tar", pinCPU: 1, copies: true},
+		tools:  []*tool{{Name: "ocierofs", Path: fake, kind: kindOcierofs, WorkersFlag: true, TarInput: true, Unsupported: map[string]string{}}},
+		manif:  &manifest{Datasets: map[string]*datasetInfo{}},
+		logf:   t.Logf,
+		noCPUs: true,
+	}
+	if err := b.measure([]string{"src256"}); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range b.runs {
+		if r.Err != "" {
+			t.Fatalf("run failed: %s", r.Err)
+		}
+		k := fmt.Sprintf("w%d run %d", r.Workers, r.Run)
+		if r.Copies > 0 {
+			k = fmt.Sprintf("copy on %s run %d", r.Pinned, r.Run)
+		}
+		got = append(got, k)
+	}
+	var want []string
+	for r := 1; r <= 2; r++ {
+		want = append(want, fmt.Sprintf("w1 run %d", r), fmt.Sprintf("w%d run %d", cpus(), r))
+		for i := range cpus() {
+			want = append(want, fmt.Sprintf("copy on %d run %d", i, r))
+		}
+	}
+	if strings.Join(got, ", ") != strings.Join(want, ", ") {
+		t.Errorf("builds in the order\n%s\nwant\n%s", strings.Join(got, ", "), strings.Join(want, ", "))
+	}
+	lines, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(lines), "\n"); n != len(want) {
+		t.Errorf("the builder ran %d times, want %d", n, len(want))
 	}
 }

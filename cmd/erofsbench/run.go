@@ -45,6 +45,7 @@ type bench struct {
 	// CPU for a while, so they are measured again and again.
 	cpuSpeeds map[string][]cpuSpeed
 	selfRSS   int64 // KiB, from the JSON of earlier runs (-report)
+	noCPUs    bool  // do not time the CPUs (tests: the child is the test binary)
 }
 
 // runResult is one build, as kept in the JSON file.
@@ -77,9 +78,9 @@ type cellKey struct {
 	workers              int
 }
 
-// measure runs every cell. The builders take turns run by run, so that a
-// disturbance from the rest of the machine spreads over all of them rather
-// than falling on one.
+// measure runs every cell. The builders and worker settings take turns
+// run by run, so that a disturbance from the rest of the machine spreads
+// over all of them rather than falling on one.
 func (b *bench) measure(datasets []string) error {
 	if err := b.startMeasure(); err != nil {
 		return err
@@ -95,6 +96,15 @@ func (b *bench) measure(datasets []string) error {
 		}
 		b.measureCPUs(ds)
 		for _, c := range b.opts.codecs {
+			// Run by run, every worker setting and builder in turn (and
+			// the copies): a CPU that slows down for a while then slows
+			// the single-worker and all-worker builds alike, and their
+			// ratio, the speedup, keeps its meaning.
+			type setting struct {
+				workers int
+				active  []*tool
+			}
+			var settings []setting
 			for _, w := range b.opts.workers {
 				workers := 1
 				if w == "all" {
@@ -110,10 +120,13 @@ func (b *bench) measure(datasets []string) error {
 					}
 					active = append(active, t)
 				}
-				for r := 1; r <= b.opts.runs; r++ {
-					for _, t := range active {
-						img := filepath.Join(imgDir, fmt.Sprintf("%s-%s-%s-w%d.erofs", t.Name, ds, c, workers))
-						res := b.runOne(t, ds, c, workers, r, in, img)
+				settings = append(settings, setting{workers, active})
+			}
+			for r := 1; r <= b.opts.runs; r++ {
+				for _, st := range settings {
+					for _, t := range st.active {
+						img := filepath.Join(imgDir, fmt.Sprintf("%s-%s-%s-w%d.erofs", t.Name, ds, c, st.workers))
+						res := b.runOne(t, ds, c, st.workers, r, in, img)
 						b.runs = append(b.runs, res)
 						b.logRun(res, "")
 						if !b.opts.keep || r < b.opts.runs {
@@ -121,9 +134,7 @@ func (b *bench) measure(datasets []string) error {
 						}
 					}
 				}
-			}
-			if b.opts.copies && cpus() > 1 {
-				for r := 1; r <= b.opts.runs; r++ {
+				if b.opts.copies && cpus() > 1 {
 					for _, t := range b.tools {
 						if _, bad := t.Unsupported[c]; !bad {
 							b.runCopies(t, ds, c, r, in)
@@ -154,6 +165,9 @@ func (b *bench) logRun(res *runResult, what string) {
 // coordination (other guests, shared caches, memory bandwidth, a slower
 // CPU), which bounds what all workers of one build can gain.
 func (b *bench) runCopies(t *tool, ds, c string, r int, in string) {
+	if b.taskset == "" {
+		return // startMeasure said why
+	}
 	n := cpus()
 	res := make([]*runResult, n)
 	var wg sync.WaitGroup
@@ -182,7 +196,7 @@ func (b *bench) startMeasure() error {
 		if p, err := exec.LookPath("taskset"); err == nil {
 			b.taskset = p
 		} else {
-			b.logf("no taskset: single-worker runs are not pinned")
+			b.logf("no taskset: single-worker runs are not pinned, and -copies is not run")
 		}
 	}
 	if err := exec.Command("/usr/bin/time", "-f", "%M", "-o", os.DevNull, "true").Run(); err == nil {
@@ -195,6 +209,9 @@ func (b *bench) startMeasure() error {
 
 // measureCPUs records the CPUs' speeds before dataset ds.
 func (b *bench) measureCPUs(ds string) {
+	if b.noCPUs {
+		return
+	}
 	s, err := cpuSpeedsChild()
 	if err != nil {
 		b.logf("CPU speeds not measured: %v", err)
