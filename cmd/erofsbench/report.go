@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -157,7 +158,7 @@ func (b *bench) markdown() string {
 	fmt.Fprintf(&sb, "## erofsbench %s\n\n", b.start.UTC().Format("2006-01-02 15:04 UTC"))
 	fmt.Fprintf(&sb, "Host: %d CPUs (%s), Linux %s. Input: %s. Median of %d runs; single-worker runs pinned to CPU %d.\n",
 		h.CPUs, h.Model, h.Kernel, b.inputLabel(), b.opts.runs, b.opts.pinCPU)
-	if byTime := len(b.runs) > 0 && b.runs[0].RSSBy != ""; byTime {
+	if slices.ContainsFunc(b.runs, func(r *runResult) bool { return r.RSSBy != "" }) {
 		sb.WriteString("Peak RSS as GNU time reports it: it forks each build, which starts from its small peak, not erofsbench's.\n")
 	} else if b.selfRSS > 0 {
 		fmt.Fprintf(&sb, "erofsbench's own peak RSS: %.1f MiB, a floor under every RSS figure (a build started with vfork inherits its parent's peak at exec).\n", float64(b.selfRSS)/1024)

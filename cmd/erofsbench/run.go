@@ -96,10 +96,12 @@ func (b *bench) measure(datasets []string) error {
 		}
 		b.measureCPUs(ds)
 		for _, c := range b.opts.codecs {
-			// Run by run, every worker setting and builder in turn (and
-			// the copies): a CPU that slows down for a while then slows
-			// the single-worker and all-worker builds alike, and their
-			// ratio, the speedup, keeps its meaning.
+			var supported []*tool
+			for _, t := range b.tools {
+				if _, bad := t.Unsupported[c]; !bad {
+					supported = append(supported, t)
+				}
+			}
 			type setting struct {
 				workers int
 				active  []*tool
@@ -111,14 +113,10 @@ func (b *bench) measure(datasets []string) error {
 					workers = cpus()
 				}
 				var active []*tool
-				for _, t := range b.tools {
-					if _, bad := t.Unsupported[c]; bad {
-						continue
+				for _, t := range supported {
+					if workers == 1 || t.WorkersFlag {
+						active = append(active, t)
 					}
-					if workers > 1 && !t.WorkersFlag {
-						continue
-					}
-					active = append(active, t)
 				}
 				settings = append(settings, setting{workers, active})
 			}
@@ -135,10 +133,8 @@ func (b *bench) measure(datasets []string) error {
 					}
 				}
 				if b.opts.copies && cpus() > 1 {
-					for _, t := range b.tools {
-						if _, bad := t.Unsupported[c]; !bad {
-							b.runCopies(t, ds, c, r, in)
-						}
+					for _, t := range supported {
+						b.runCopies(t, ds, c, r, in)
 					}
 				}
 			}
@@ -271,6 +267,9 @@ func (b *bench) execRun(t *tool, res *runResult, args []string, in, img string, 
 			res.MaxRSSKiB = int64(ru.Maxrss) // KiB on Linux; int32 on 32-bit
 		}
 	}
+	if rssOut != "" {
+		res.RSSBy = "GNU time"
+	}
 	if rssOut != "" && err == nil {
 		// The CPU times above are GNU time's and its child's, to the
 		// microsecond; the peak RSS is the child's alone.
@@ -281,7 +280,6 @@ func (b *bench) execRun(t *tool, res *runResult, args []string, in, img string, 
 		if rerr != nil {
 			err = fmt.Errorf("reading GNU time's output: %w", rerr)
 		}
-		res.RSSBy = "GNU time"
 	}
 	if err != nil {
 		res.Err = firstLine(stderr.Bytes(), err)
