@@ -34,6 +34,21 @@ type zextent struct {
 	pblk   uint32 // shared: the pcluster's first block
 }
 
+// extentsFor is the room made for the extents of a file of size bytes
+// before its first is recorded: one per block, the most it can have (all
+// plain) but for a fragment and an inline tail, up to maxExtentsAtOnce.
+// Grown by append instead, the list of a 256 MiB file that does not
+// compress (65,536 plain extents) was reallocated some 30 times, and the
+// garbage made the GC run: with lz4, two workers took 0.15 s instead of
+// 0.13 s and 23.6 MiB of RSS instead of 20.6; one worker 19.9 MiB instead
+// of 15.1.
+func extentsFor(size uint64, blkbits uint) int {
+	return int(min(size>>blkbits+2, maxExtentsAtOnce))
+}
+
+// maxExtentsAtOnce bounds what extentsFor makes at once: 1.5 MiB.
+const maxExtentsAtOnce = 1 << 17
+
 // Extents of extent dedupe: the whole of an earlier pcluster's data, or a
 // prefix of it (PARTIAL_REF); or a prefix of the file's own pcluster, cut
 // short where a run of shared extents starts.
@@ -109,6 +124,11 @@ func (b *Builder) flatTail(ino *inode, tail []byte, inline bool) error {
 }
 
 func (b *Builder) zDone(ino *inode, zf *zfile) error {
+	if n := len(zf.extents); cap(zf.extents)-n > n/4+4 {
+		// Sized for the worst case (extentsFor): keep what is used, as
+		// the extents stay until the metadata is written.
+		zf.extents = append([]zextent(nil), zf.extents...)
+	}
 	ino.z = zf
 	ino.layout = b.zLayout(zf)
 	b.z.used = true

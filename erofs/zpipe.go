@@ -633,6 +633,9 @@ func (b *Builder) apply(j *zjob) error {
 	ino := j.ino
 	if j.base == 0 {
 		ino.startBlk = uint32(b.outBlk)
+		if j.zf.extents == nil {
+			j.zf.extents = make([]zextent, 0, extentsFor(ino.size, b.blkbits))
+		}
 	}
 	if j.dupOf != nil {
 		start := uint64(ino.startBlk)

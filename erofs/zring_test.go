@@ -174,3 +174,41 @@ func TestBigJobsSkipTheCaller(t *testing.T) {
 		}
 	}
 }
+
+// TestExtentsSized: a compressed file's extent list is made for the most
+// extents it can have, and kept no bigger than its extents need.
+func TestExtentsSized(t *testing.T) {
+	for _, workers := range []int{1, 2} {
+		b, err := NewBuilder(&memWriterAt{}, Options{Workers: workers, NoDedupe: true, Compression: &Compression{Algorithm: AlgLZ4}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := make([]byte, 3<<20)
+		for k := range text {
+			text[k] = "erofs pcluster lz4 "[k*7/5%19] + byte(k/4096%3)
+		}
+		if err := b.Add(Entry{Path: "text", Mode: S_IFREG | 0o644, Size: int64(len(text))}, bytes.NewReader(text)); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.zp.drain(b); err != nil {
+			t.Fatal(err)
+		}
+		zf := b.lookup("text").ino.z
+		if zf == nil {
+			t.Fatal("text is not compressed")
+		}
+		n, c := len(zf.extents), cap(zf.extents)
+		if n == 0 || n > len(text)/4096/2 || c > n+n/4+4 {
+			t.Errorf("workers %d: %d extents kept in room for %d (for %d blocks of input)", workers, n, c, len(text)/4096)
+		}
+		if got := extentsFor(uint64(len(text)), 12); got != len(text)/4096+2 {
+			t.Errorf("extentsFor(3 MiB) = %d", got)
+		}
+		if got := extentsFor(1<<40, 12); got != maxExtentsAtOnce {
+			t.Errorf("extentsFor(1 TiB) = %d", got)
+		}
+		if err := b.Finish(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
