@@ -28,6 +28,20 @@ func (w *blockWriter) write(p []byte) error {
 	return err
 }
 
+// writeRef writes p where the output is, without copying it: p must not
+// change until the output is written up to out.LastRef.
+func (w *blockWriter) writeRef(p []byte) error {
+	return w.out.WriteRef(p)
+}
+
+// writePaddedRef is writePadded without copying p (writeRef).
+func (w *blockWriter) writePaddedRef(p []byte) error {
+	if err := w.writeRef(p); err != nil {
+		return err
+	}
+	return w.padBlock(uint64(len(p)))
+}
+
 // writePadded writes p and zero-pads it to the next block boundary.
 func (w *blockWriter) writePadded(p []byte) error {
 	if err := w.write(p); err != nil {
@@ -52,7 +66,8 @@ func (w *blockWriter) padBlock(n uint64) error {
 func (w *blockWriter) writeZeros(n uint64) error {
 	for n > 0 {
 		k := min(n, uint64(len(zeroBlock)))
-		if _, err := w.out.Write(zeroBlock[:k]); err != nil {
+		// zeroBlock never changes: no need to copy it.
+		if err := w.out.WriteRef(zeroBlock[:k]); err != nil {
 			return err
 		}
 		n -= k

@@ -680,11 +680,12 @@ func (b *Builder) newInode(e *Entry) (*inode, error) {
 // Close releases temporary resources without writing the image; it is safe
 // to call after Finish.
 func (b *Builder) Close() error {
-	if b.zp != nil {
-		b.zp.stop()
-	}
+	// The output first: it may still read the pipeline's ring.
 	if b.out != nil {
 		b.out.Close()
+	}
+	if b.zp != nil {
+		b.zp.stop()
 	}
 	if b.blob != nil {
 		b.blob.out.Close()

@@ -3,7 +3,9 @@ package erofs
 import (
 	"bytes"
 	"errors"
+	"io"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"testing"
 )
@@ -80,5 +82,85 @@ func TestOutBuf(t *testing.T) {
 	}
 	if err := o.Flush(); err == nil || !strings.Contains(err.Error(), "disk full") {
 		t.Fatalf("the error did not stay: %v", err)
+	}
+}
+
+// TestOutBufRefs mixes copied bytes with bytes given by reference, many
+// small pieces (more than a pwritev takes) and a few big ones, to a file
+// (pwritev) and to another WriterAt (piece by piece). A referenced piece
+// is overwritten as soon as Written reaches LastRef: the output must hold
+// what it was before.
+func TestOutBufRefs(t *testing.T) {
+	f, err := os.CreateTemp(t.TempDir(), "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, dst := range []io.WriterAt{f, &memWriterAt{}} {
+		rng := rand.New(rand.NewPCG(7, 8))
+		var want []byte
+		o := newOutBuf(dst, 0)
+		type held struct {
+			p    []byte
+			mark int64
+		}
+		var refs []held
+		for i := 0; len(want) < 6*outBufSize; i++ {
+			n := 1 + rng.IntN(300)
+			if i%97 == 0 {
+				n = rng.IntN(2 * outBufSize)
+			}
+			p := make([]byte, n)
+			for k := range p {
+				p[k] = byte(i + k)
+			}
+			want = append(want, p...)
+			switch i % 3 {
+			case 0:
+				if _, err := o.Write(p); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			case 1:
+				if err := o.WriteRef(p); err != nil {
+					t.Fatal(err)
+				}
+			case 2:
+				if err := o.WriteRef(p); err != nil {
+					t.Fatal(err)
+				}
+				// Wait for some, as the ring does when it needs room.
+				if i%10 == 2 {
+					if err := o.WaitWritten(o.LastRef()); err != nil {
+						t.Fatal(err)
+					}
+					if o.Written() < o.LastRef() {
+						t.Fatalf("WaitWritten returned at %d of %d", o.Written(), o.LastRef())
+					}
+				}
+			}
+			refs = append(refs, held{p, o.LastRef()})
+			o.Collect()
+			for len(refs) > 0 && refs[0].mark <= o.Written() {
+				clear(refs[0].p) // the ring reuses it
+				refs = refs[1:]
+			}
+		}
+		if err := o.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if o.Written() != int64(len(want)) || o.Buffered() != 0 {
+			t.Fatalf("%T: written %d of %d, %d buffered", dst, o.Written(), len(want), o.Buffered())
+		}
+		o.Close()
+		got := make([]byte, len(want))
+		if m, ok := dst.(*memWriterAt); ok {
+			got = m.b
+		} else if _, err := f.ReadAt(got, 0); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("%T: output of %d bytes differs from the %d written at %d", dst, len(got), len(want), firstDiff(got, want))
+		}
 	}
 }

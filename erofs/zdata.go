@@ -49,6 +49,13 @@ func extentsFor(size uint64, blkbits uint) int {
 // maxExtentsAtOnce bounds what extentsFor makes at once: 1.5 MiB.
 const maxExtentsAtOnce = 1 << 17
 
+// presizeExtents is the file size from which the extent list is made with
+// extentsFor: below it, append reallocates a few times at most, and the
+// room left over by the trim in zDone was more garbage (Linux tree, lz4,
+// two workers: 50.2 MiB of RSS with no file's list made in advance, 51.6
+// with every file's).
+const presizeExtents = 1 << 20
+
 // Extents of extent dedupe: the whole of an earlier pcluster's data, or a
 // prefix of it (PARTIAL_REF); or a prefix of the file's own pcluster, cut
 // short where a run of shared extents starts.

@@ -337,7 +337,8 @@ func (b *Builder) applyDedupe(j *zjob) error {
 // and remembers its pcluster; tail kinds go through apply's usual path.
 func (d *zdedupe) writeOwn(b *Builder, j *zjob, zf *zfile, op zop, s, e int, bytes []byte, ak *int) error {
 	n := len(zf.extents)
-	if err := b.applyOp(j, op, bytes); err != nil {
+	// bytes may be the dedupe arena's, which the next job reuses.
+	if err := b.applyOp(j, op, bytes, false); err != nil {
 		return err
 	}
 	if len(zf.extents) != n+1 {
