@@ -5,7 +5,7 @@ import (
 	"io"
 	"os"
 
-	"golang.org/x/sys/unix"
+	"syscall"
 )
 
 // outBuf gathers what a blockWriter writes into batches and hands each
@@ -23,10 +23,11 @@ import (
 //
 // Bytes reach w in order and exactly once; Flush waits until all have.
 type outBuf struct {
-	w   io.WriterAt
-	f   *os.File // w, if it is a file: a batch is one pwritev
-	off int64    // where the filling batch goes
-	b   outBatch // filling
+	w    io.WriterAt
+	fd   int      // w's, if it is a file: a batch is one pwritev; else -1
+	name string   // w's, for errors
+	off  int64    // where the filling batch goes
+	b    outBatch // filling
 
 	todo     chan outBatch // to the writer goroutine
 	done     chan outBatch // back from it, with the outcome
@@ -64,8 +65,14 @@ const (
 )
 
 func newOutBuf(w io.WriterAt, off int64) *outBuf {
-	o := &outBuf{w: w, off: off, made: 1, b: newOutBatch()}
-	o.f, _ = w.(*os.File)
+	o := &outBuf{w: w, fd: -1, off: off, made: 1, b: newOutBatch()}
+	if f, ok := w.(*os.File); ok && havePwritev {
+		// The descriptor stays valid while f is open, which it is
+		// until the Builder is done with it.
+		if rc, err := f.SyscallConn(); err == nil {
+			rc.Control(func(fd uintptr) { o.fd, o.name = int(fd), f.Name() })
+		}
+	}
 	return o
 }
 
@@ -118,6 +125,9 @@ func (o *outBuf) room() error {
 func (o *outBuf) copied(k int) {
 	b := &o.b
 	start := len(b.buf)
+	if k == 0 {
+		return
+	}
 	b.buf = b.buf[:start+k]
 	if i := len(b.iov) - 1; i >= 0 && start > 0 && len(b.iov[i]) > 0 && &b.iov[i][len(b.iov[i])-1] == &b.buf[start-1] {
 		b.iov[i] = b.buf[start-len(b.iov[i]) : start+k]
@@ -193,12 +203,13 @@ func (o *outBuf) ship() error {
 	if o.todo == nil {
 		o.todo = make(chan outBatch, outBufCount)
 		o.done = make(chan outBatch, outBufCount)
-		go func(w io.WriterAt, f *os.File, todo <-chan outBatch, done chan<- outBatch) {
+		go func(w io.WriterAt, fd int, name string, todo <-chan outBatch, done chan<- outBatch) {
+			var vec iovecs
 			for wr := range todo {
-				wr.err = writeBatch(w, f, wr.iov, wr.off)
+				wr.err = writeBatch(w, fd, name, wr.iov, wr.off, &vec)
 				done <- wr
 			}
-		}(o.w, o.f, o.todo, o.done)
+		}(o.w, o.fd, o.name, o.todo, o.done)
 	}
 	o.b.off = o.off
 	o.todo <- o.b
@@ -234,10 +245,10 @@ func (o *outBuf) returned(wr outBatch) outBatch {
 	return outBatch{buf: wr.buf[:0], iov: wr.iov[:0]}
 }
 
-// writeBatch writes iov from off: to a file with pwritev, as many times as
-// it takes; to any other WriterAt piece by piece.
-func writeBatch(w io.WriterAt, f *os.File, iov [][]byte, off int64) error {
-	if f == nil {
+// writeBatch writes iov from off: to a file (fd) with pwritev, as many
+// times as it takes; to any other WriterAt piece by piece.
+func writeBatch(w io.WriterAt, fd int, name string, iov [][]byte, off int64, vec *iovecs) error {
+	if fd < 0 {
 		for _, p := range iov {
 			if _, err := w.WriteAt(p, off); err != nil {
 				return err
@@ -246,27 +257,16 @@ func writeBatch(w io.WriterAt, f *os.File, iov [][]byte, off int64) error {
 		}
 		return nil
 	}
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return err
-	}
 	for len(iov) > 0 {
-		var n int
-		var werr error
-		if err := rc.Write(func(fd uintptr) bool {
-			n, werr = unix.Pwritev(int(fd), iov, off)
-			return true
-		}); err != nil {
-			return err
-		}
-		if werr == unix.EINTR {
+		n, err := pwritev(fd, iov[:min(len(iov), outBufIov)], off, vec)
+		if err == syscall.EINTR {
 			continue
 		}
-		if werr != nil {
-			return &os.PathError{Op: "pwritev", Path: f.Name(), Err: werr}
+		if err == nil && n == 0 {
+			err = io.ErrShortWrite
 		}
-		if n == 0 {
-			return &os.PathError{Op: "pwritev", Path: f.Name(), Err: io.ErrShortWrite}
+		if err != nil {
+			return &os.PathError{Op: "pwritev", Path: name, Err: err}
 		}
 		off += int64(n)
 		for n > 0 {
