@@ -56,6 +56,9 @@ func (b *Builder) Finish() error {
 	return nil
 }
 
+// testHookMeta, if set (by tests), runs before the metadata is laid out.
+var testHookMeta func(*Builder)
+
 func (b *Builder) finish() error {
 	if b.zp != nil {
 		if err := b.zp.drain(b); err != nil {
@@ -79,6 +82,20 @@ func (b *Builder) finish() error {
 		}
 		p.mtime, p.nsec = epochSec, epochNsec
 		order = append(order, p)
+	}
+	if b.zp != nil {
+		// Every file's data is out (its last bytes once the output is
+		// flushed, as it may read them from the ring): the pipeline's
+		// memory, its ring and a compressor per worker, goes before the
+		// metadata is laid out, which allocates about as much again.
+		// Linux tree, lz4, two workers: peak RSS 51.8 -> 46.5 MiB.
+		if err := b.out.Flush(); err != nil {
+			return err
+		}
+		b.zp.stop()
+	}
+	if testHookMeta != nil {
+		testHookMeta(b)
 	}
 
 	shared := &sharedXattrs{bs: b.bs, count: map[string]int{}, id: map[string]uint32{}}

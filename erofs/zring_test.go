@@ -212,3 +212,51 @@ func TestExtentsSized(t *testing.T) {
 		}
 	}
 }
+
+// TestPipelineFreedBeforeMeta: once the data is written, the ring and the
+// workers are gone before the metadata is laid out, and the image is whole.
+func TestPipelineFreedBeforeMeta(t *testing.T) {
+	w := &memWriterAt{}
+	b, err := NewBuilder(w, Options{Workers: 2, Compression: &Compression{Algorithm: AlgLZ4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	data := make([]byte, 3*segmentSize/2)
+	for k := range data {
+		data[k] = byte(k / 9 % 200)
+	}
+	for i := range 50 {
+		n := len(data) >> (i % 12)
+		if err := b.Add(Entry{Path: fmt.Sprintf("f%02d", i), Mode: S_IFREG | 0o644, Size: int64(n)}, bytes.NewReader(data[:n])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ran := false
+	testHookMeta = func(b *Builder) {
+		ran = true
+		if b.zp.ring != nil || b.zp.jobs != nil {
+			t.Errorf("the pipeline still holds its ring (%v) or workers (%v) when the metadata is laid out", b.zp.ring != nil, b.zp.jobs != nil)
+		}
+		if n := b.out.Buffered(); n != 0 {
+			t.Errorf("%d bytes of data not written before the metadata", n)
+		}
+	}
+	defer func() { testHookMeta = nil }()
+	if err := b.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	if !ran {
+		t.Fatal("the hook did not run")
+	}
+	img, err := Open(bytes.NewReader(w.b), int64(len(w.b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		got, err := img.ReadFile(fmt.Sprintf("f%02d", i))
+		if n := len(data) >> (i % 12); err != nil || !bytes.Equal(got, data[:n]) {
+			t.Fatalf("f%02d: %d bytes, %v", i, len(got), err)
+		}
+	}
+}
