@@ -28,18 +28,13 @@ func (w *blockWriter) write(p []byte) error {
 	return err
 }
 
-// writeRef writes p where the output is, without copying it: p must not
-// change until the output is written up to out.LastRef.
-func (w *blockWriter) writeRef(p []byte) error {
-	return w.out.WriteRef(p)
-}
-
-// writePaddedRef is writePadded without copying p (writeRef).
-func (w *blockWriter) writePaddedRef(p []byte) error {
-	if err := w.writeRef(p); err != nil {
-		return err
+// writeMaybeRef writes p as write does, or, with ref, without copying it:
+// p must then not change until the output is written up to out.LastRef.
+func (w *blockWriter) writeMaybeRef(p []byte, ref bool) error {
+	if ref {
+		return w.out.WriteRef(p)
 	}
-	return w.padBlock(uint64(len(p)))
+	return w.write(p)
 }
 
 // writePadded writes p and zero-pads it to the next block boundary.

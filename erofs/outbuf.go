@@ -4,7 +4,6 @@ import (
 	"errors"
 	"io"
 	"os"
-
 	"syscall"
 )
 
@@ -48,11 +47,12 @@ type outBuf struct {
 // outBatch is one write: iov in order, from off. Pieces of buf are the
 // bytes copied in; the others were given by reference.
 type outBatch struct {
-	buf []byte
-	iov [][]byte
-	n   int // bytes in iov
-	off int64
-	err error
+	buf   []byte
+	iov   [][]byte
+	n     int  // bytes in iov
+	inBuf bool // the last piece of iov ends buf: copied bytes extend it
+	off   int64
+	err   error
 }
 
 // Two batches: one filling while the other is written. outBufSize is the
@@ -107,6 +107,7 @@ func (o *outBuf) WriteRef(p []byte) error {
 	}
 	o.b.iov = append(o.b.iov, p)
 	o.b.n += len(p)
+	o.b.inBuf = false
 	o.accepted += int64(len(p))
 	o.lastRef = o.accepted
 	return nil
@@ -123,16 +124,17 @@ func (o *outBuf) room() error {
 
 // copied records k bytes just copied to the end of the batch's buffer.
 func (o *outBuf) copied(k int) {
-	b := &o.b
-	start := len(b.buf)
 	if k == 0 {
 		return
 	}
+	b := &o.b
+	start := len(b.buf)
 	b.buf = b.buf[:start+k]
-	if i := len(b.iov) - 1; i >= 0 && start > 0 && len(b.iov[i]) > 0 && &b.iov[i][len(b.iov[i])-1] == &b.buf[start-1] {
-		b.iov[i] = b.buf[start-len(b.iov[i]) : start+k]
+	if last := len(b.iov) - 1; b.inBuf {
+		b.iov[last] = b.buf[start-len(b.iov[last]) : start+k]
 	} else {
 		b.iov = append(b.iov, b.buf[start:start+k])
+		b.inBuf = true
 	}
 	b.n += k
 	o.accepted += int64(k)

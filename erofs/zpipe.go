@@ -107,7 +107,6 @@ type zpipe struct {
 	// releases are the ring buffers of applied jobs, oldest first, that
 	// the output still reads (release).
 	releases []ringRelease
-	refMark  int64      // out.LastRef after the latest extent written from the ring
 	anchors  [][]anchor // reused anchor lists
 }
 
@@ -326,7 +325,7 @@ func (p *zpipe) applyHead(b *Builder) error {
 		n++
 		p.anchors = append(p.anchors, j.anchors[:0])
 	}
-	p.release(b, n)
+	p.release(b, j, n)
 	if err != nil {
 		return &EntryError{Path: j.path, Err: err}
 	}
@@ -353,7 +352,7 @@ type ringRelease struct {
 	n    int
 }
 
-// release gives back the n ring buffers of the job just applied once the
+// release gives back the n ring buffers of j, just applied, once the
 // output has written what it took from them by reference: applyOp hands
 // the compressed and plain extents to the output as they are in the ring,
 // and the writer's pwritev copies them into the page cache. Copied into
@@ -362,13 +361,21 @@ type ringRelease struct {
 // workers that copy cost 3.5 times what it did on one, and it was on the
 // path every byte takes through the caller. Without it, the Linux tree,
 // lz4, two workers (interleaved, median of 7): 1.90 -> 1.77 s.
-func (p *zpipe) release(b *Builder, n int) {
-	if k := len(p.releases); k > 0 && p.releases[k-1].mark == p.refMark {
+// A job copied into the output goes back with the one before it, as the
+// ring is given back in order; at once if none waits.
+func (p *zpipe) release(b *Builder, j *zjob, n int) {
+	k := len(p.releases)
+	switch {
+	case p.refs(j):
+		p.releases = append(p.releases, ringRelease{mark: b.out.LastRef(), n: n})
+		p.reclaim(b)
+	case k > 0:
 		p.releases[k-1].n += n
-	} else {
-		p.releases = append(p.releases, ringRelease{mark: p.refMark, n: n})
+	default:
+		for range n {
+			p.ring.give()
+		}
 	}
-	p.reclaim(b)
 }
 
 // refs reports whether j's extents go to the output by reference (release).
@@ -753,24 +760,14 @@ func (b *Builder) applyOp(j *zjob, op zop, p []byte, ref bool) error {
 		if err := b.writeZeros(uint64(op.padBefore)); err != nil {
 			return err
 		}
-		var err error
-		switch {
-		case op.kind == zPlain && ref:
-			err = b.writePaddedRef(p)
-		case op.kind == zPlain:
-			err = b.writePadded(p)
-		case ref:
-			err = b.writeRef(p)
-		default:
-			err = b.write(p)
-		}
-		if err != nil {
+		if err := b.writeMaybeRef(p, ref); err != nil {
 			return err
 		}
-		if ref {
-			b.zp.refMark = b.out.LastRef()
-		}
-		if op.kind == zCompressed {
+		if op.kind == zPlain {
+			if err := b.padBlock(uint64(len(p))); err != nil {
+				return err
+			}
+		} else {
 			b.outBlk += uint64(op.blocks)
 		}
 		if op.blocks > 1 {
