@@ -3,6 +3,7 @@ package erofs
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -81,7 +82,9 @@ func TestDedupe(t *testing.T) {
 			name = fmt.Sprintf("%s-%d_pc%dk_tail%v_frag%v", c.Algorithm, c.Level, c.PclusterSize>>10, c.TailPacking, c.Fragments)
 		}
 		t.Run(name, func(t *testing.T) {
-			build := func(noDedupe bool, workers int) ([]byte, int64) {
+			// at: the files come as DataAt, read (and hashed) by the
+			// workers rather than the caller.
+			build := func(noDedupe bool, workers int, at bool) ([]byte, int64) {
 				var img memWriterAt
 				o := Options{Compression: c, NoDedupe: noDedupe, Workers: workers, TempDir: t.TempDir()}
 				b, err := NewBuilder(&img, o)
@@ -96,7 +99,11 @@ func TestDedupe(t *testing.T) {
 						// when the first copy's tail went inline.
 						e.Xattrs = []Xattr{{Name: "user.pad", Value: bytes.Repeat([]byte("x"), 3000)}}
 					}
-					if err := b.Add(e, bytes.NewReader(files[name])); err != nil {
+					var r io.Reader = bytes.NewReader(files[name])
+					if at {
+						r = DataAt(bytes.NewReader(files[name]), 0, e.Size)
+					}
+					if err := b.Add(e, r); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -105,8 +112,8 @@ func TestDedupe(t *testing.T) {
 				}
 				return img.b, b.DedupedBytes()
 			}
-			full, none := build(true, 0)
-			deduped, saved := build(false, 1)
+			full, none := build(true, 0, false)
+			deduped, saved := build(false, 1, false)
 			if none != 0 {
 				t.Errorf("NoDedupe, yet %d bytes deduplicated", none)
 			}
@@ -120,9 +127,14 @@ func TestDedupe(t *testing.T) {
 			}
 			t.Logf("%d bytes of files, %d duplicated: image %d bytes without dedupe, %d with (%d bytes shared)",
 				sumLen(files), dupBytes, len(full), len(deduped), saved)
-			for _, n := range []int{2, 5} {
-				if got, _ := build(false, n); !bytes.Equal(got, deduped) {
-					t.Errorf("%d workers: image differs from one worker's at %d", n, firstDiff(got, deduped))
+			for _, n := range []int{1, 2, 5} {
+				for _, at := range []bool{false, true} {
+					if n == 1 && !at {
+						continue
+					}
+					if got, _ := build(false, n, at); !bytes.Equal(got, deduped) {
+						t.Errorf("%d workers, DataAt %v: image differs from one worker's at %d", n, at, firstDiff(got, deduped))
+					}
 				}
 			}
 			if c == nil {

@@ -69,10 +69,10 @@ type zjob struct {
 	// when it is applied: the largest inline tail of the compressed
 	// layouts and of the flat one (inlineRoom); -1 for none.
 	inlineZ, inlineFlat int
-	// dupOf, on a file's last job, is an earlier file with the same
-	// content: the file shares its data, and what its earlier segments
-	// wrote is rewound over.
-	dupOf *inode
+	// hash: the worker takes the sha256 of the input, sum, for
+	// whole-file dedupe (zpipe.dupOf).
+	hash bool
+	sum  [sha256.Size]byte
 	// With extent dedupe, the worker leaves data as it is, writes its
 	// output to out and finds the anchors of data (zdedupe.go).
 	out     []byte
@@ -108,6 +108,7 @@ type zpipe struct {
 	// the output still reads (release).
 	releases []ringRelease
 	anchors  [][]anchor // reused anchor lists
+	sums     hash.Hash  // the sums of the current file's segments (dupOf)
 }
 
 // inflightJobsPerWorker bounds the jobs submitted and not yet applied
@@ -302,16 +303,46 @@ func (p *zpipe) submit(j *zjob) {
 		j.done = make(chan struct{}, 1)
 	}
 	p.pending = append(p.pending, j)
-	if j.dupOf != nil {
-		j.finished() // nothing to compress
-		return
-	}
 	if p.workers > 1 && len(j.data) >= bigJob {
 		p.big <- j
 		return
 	}
 	p.jobs <- j
 }
+
+// dupOf folds a hashed job's sum into its file's key and, once the file's
+// last job is applied, returns the earlier file with that key that the
+// file can share (Builder.dupOf). Jobs are applied in input order, a
+// file's one after another, so one running hash serves every file. The
+// key of a file of one segment is its sha256, as for an uncompressed file;
+// of a longer one, the sha256 of its segments' sums, after a tag that keeps
+// these keys apart from every other kind (files with the same content have
+// the same segments).
+func (p *zpipe) dupOf(b *Builder, j *zjob) *inode {
+	if !j.hash {
+		return nil
+	}
+	if j.base == 0 && j.last {
+		return b.dupOf(dupKey(j.sum), j.ino, j.inlineZ, j.inlineFlat)
+	}
+	if j.base == 0 {
+		if p.sums == nil {
+			p.sums = sha256.New()
+		}
+		p.sums.Reset()
+		p.sums.Write([]byte(segmentsKeyTag))
+	}
+	p.sums.Write(j.sum[:])
+	if !j.last {
+		return nil
+	}
+	var k dupKey
+	p.sums.Sum(k[:0])
+	return b.dupOf(k, j.ino, j.inlineZ, j.inlineFlat)
+}
+
+// segmentsKeyTag starts the key of a file of several segments.
+const segmentsKeyTag = "ocierofs: sha256 of segments\x00"
 
 // applyHead waits for the oldest job and writes its result.
 func (p *zpipe) applyHead(b *Builder) error {
@@ -457,14 +488,16 @@ func (b *Builder) writeCompressed(path string, ino *inode, r io.Reader, fragment
 		}
 	}
 	inlineFlat, inlineZ := b.inlineRoom(ino)
-	var h hash.Hash
-	if !b.opt.NoDedupe && b.trunc != nil && !b.z.packing {
-		h = sha256.New()
-	}
-	// Data that can be read later is read by the worker that compresses
-	// it, unless the caller needs it to hash.
+	// Whole-file dedupe needs the file's hash: the workers take it, a
+	// segment each (zworker.run), and the file's key is made of theirs
+	// when its last segment is applied (fileKey), so the caller hashes
+	// nothing. Hashed by the caller, every byte of the input went through
+	// its one CPU: two workers, lz4, the Linux tree took 2.29 s with dedupe
+	// and 1.69 s without.
+	hash := !b.opt.NoDedupe && b.trunc != nil && !b.z.packing
+	// Data that can be read later is read by the worker that compresses it.
 	var src *io.SectionReader
-	if d, ok := r.(dataAt); ok && h == nil {
+	if d, ok := r.(dataAt); ok {
 		src = d.SectionReader
 	}
 	seg := uint64(p.segment())
@@ -482,16 +515,10 @@ func (b *Builder) writeCompressed(path string, ino *inode, r io.Reader, fragment
 		j := p.job()
 		*j = zjob{
 			ino: ino, zf: zf, path: path, data: buf[:n], base: base, src: src,
-			last: base+uint64(n) == size, frag: fragments,
+			last: base+uint64(n) == size, frag: fragments, hash: hash,
 			inlineZ: inlineZ, inlineFlat: inlineFlat, ops: j.ops[:0], done: j.done,
 		}
-		if h != nil {
-			h.Write(j.data)
-			if j.last {
-				j.dupOf = b.dupOf(dupKey(h.Sum(nil)), ino, inlineZ, inlineFlat)
-			}
-		}
-		if b.z.dd != nil && !b.z.packing && j.dupOf == nil {
+		if b.z.dd != nil && !b.z.packing {
 			// The input stays for the dedupe decisions at apply time.
 			if j.out, err = p.buffer(b, n); err != nil {
 				return err
@@ -585,14 +612,19 @@ func (w *zworker) run(j *zjob) {
 	data := j.data
 	j.ops = j.ops[:0]
 	w.win, w.winOff = w.win[:0], 0
-	if j.src != nil && (j.out != nil || w.p.windowSize() == 0) {
+	if j.src != nil && (j.out != nil || j.hash || w.p.windowSize() == 0) {
 		// The whole segment: dedupe finds the anchors of all the input
-		// first, and long extents need a window as large.
+		// first, the hash is of all of it, and long extents need a window
+		// as large.
 		if n, err := j.src.ReadAt(data, int64(j.base)); n < len(data) {
 			j.err = shortData(int64(j.base)+int64(n), j.ino.size, err)
 			return
 		}
 		j.src = nil
+	}
+	if j.hash {
+		// Before compressing: the output overwrites data.
+		j.sum = sha256.Sum256(data)
 	}
 	if j.out != nil {
 		j.anchors = findAnchors(j.anchors[:0], data)
@@ -713,12 +745,14 @@ func (b *Builder) apply(j *zjob) error {
 			j.zf.extents = make([]zextent, 0, extentsFor(ino.size, b.blkbits))
 		}
 	}
-	if j.dupOf != nil {
+	if orig := b.zp.dupOf(b, j); orig != nil {
+		// The file shares orig's data; what its segments wrote is
+		// rewound over.
 		start := uint64(ino.startBlk)
 		if dd := b.z.dd; dd != nil {
 			dd.forget(start)
 		}
-		b.share(ino, j.dupOf)
+		b.share(ino, orig)
 		return b.rewind(start)
 	}
 	if j.out != nil {
