@@ -253,6 +253,12 @@ func NewBuilder(w io.WriterAt, opt Options) (*Builder, error) {
 		}
 		b.z = z
 		b.zp = newZpipe(z, bs, b.blkbits, opt.Workers)
+	} else if !opt.NoDedupe && b.trunc != nil && opt.Blob == nil {
+		// Uncompressed files go through the pipeline for their hashes
+		// (writePlain), if there is more than one worker.
+		if zp := newZpipe(nil, bs, b.blkbits, opt.Workers); zp.workers > 1 {
+			b.zp = zp
+		}
 	}
 	b.blockWriter = newBlockWriter(w, bs, b.firstBlk())
 	b.root = &node{ino: b.impliedInode("."), dir: new(dirIndex)}

@@ -48,6 +48,16 @@ func (b *Builder) writeData(ino *inode, e *Entry, r io.Reader) error {
 	if r == nil {
 		return errors.New("no data reader for a non-empty file")
 	}
+	if b.z == nil && b.zp != nil {
+		if b.chunkedFile(ino.size) || e.Sparse && !b.opt.MinKernel.before(kernelChunked) {
+			// The output is written in order: the pipeline's files first.
+			if err := b.zp.drain(b); err != nil {
+				return err
+			}
+		} else {
+			return b.writePlain(e.Path, ino, r)
+		}
+	}
 	if b.chunkedFile(ino.size) {
 		return b.writeChunked(ino, r)
 	}
@@ -114,6 +124,95 @@ func (b *Builder) writeData(ino *inode, e *Entry, r io.Reader) error {
 		return nil
 	}
 	return b.writePadded(buf)
+}
+
+// writePlain hands an uncompressed file to the pipeline a segment at a
+// time, so that the workers take its sha256 for whole-file dedupe and the
+// goroutine that parses the input and writes the output hashes nothing
+// (zpipe.dupOf); applyPlain then writes it as writeData does. On two
+// workers, the Linux tree with dedupe took 1.75 s, and 0.87 s without.
+// The pipeline is there only with dedupe and more than one worker: one
+// worker hashes as it copies, in writeData, which saves a copy.
+func (b *Builder) writePlain(path string, ino *inode, r io.Reader) error {
+	p := b.zp
+	size := ino.size
+	if b.outBlk+(size>>b.blkbits)+1 > 1<<32 {
+		return errors.New("image would exceed 2^32 blocks")
+	}
+	var src *io.SectionReader
+	if d, ok := r.(dataAt); ok {
+		src = d.SectionReader
+	}
+	inlineFlat, _ := b.inlineRoom(ino)
+	seg := uint64(p.segment())
+	for base := uint64(0); base < size; base += seg {
+		n := int(min(seg, size-base))
+		buf, err := p.buffer(b, n)
+		if err != nil {
+			return err
+		}
+		if src == nil {
+			if m, err := io.ReadFull(r, buf[:n]); err != nil {
+				return shortData(int64(base)+int64(m), size, err)
+			}
+		}
+		j := p.job()
+		*j = zjob{
+			ino: ino, path: path, data: buf[:n], base: base, src: src,
+			last: base+uint64(n) == size, hash: true, plain: true,
+			inlineFlat: inlineFlat, ops: j.ops[:0], done: j.done,
+		}
+		p.submit(j)
+	}
+	return p.applyDone(b)
+}
+
+// applyPlain writes a segment of an uncompressed file (writePlain): its
+// full blocks; after the last, the file shares an earlier copy's data, or
+// its tail goes inline or to a last, zero-padded block.
+func (b *Builder) applyPlain(j *zjob) error {
+	ino := j.ino
+	if j.base == 0 {
+		ino.startBlk = uint32(b.outBlk)
+	}
+	if orig := b.zp.dupOf(b, j); orig != nil {
+		// Its last segment is not written; the earlier ones are rewound
+		// over.
+		start := uint64(ino.startBlk)
+		b.share(ino, orig)
+		if err := b.rewind(start); err != nil {
+			return err
+		}
+		return b.promoteTail(orig, ino)
+	}
+	full := len(j.data) &^ (b.bs - 1)
+	if full > 0 {
+		if err := b.writeMaybeRef(j.data[:full], b.zp.refs(j)); err != nil {
+			return err
+		}
+		b.outBlk += uint64(full) >> b.blkbits
+	}
+	if !j.last {
+		return nil
+	}
+	ino.layout = LayoutFlatPlain
+	tail := j.data[full:]
+	if len(tail) == 0 {
+		return nil
+	}
+	if b.canInline(ino, len(tail)) {
+		ref, err := b.spoolTail(tail)
+		if err != nil {
+			return err
+		}
+		ino.tail = ref
+		ino.layout = LayoutFlatInline
+		if ino.size < uint64(b.bs) {
+			ino.startBlk = NullAddr
+		}
+		return nil
+	}
+	return b.writePadded(tail)
 }
 
 // maxChunks bounds the chunk map of one sparse file (4 bytes each), so a

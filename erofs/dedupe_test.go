@@ -183,3 +183,49 @@ func TestDedupe(t *testing.T) {
 		})
 	}
 }
+
+// TestPlainHashedByWorkers: with dedupe and several workers, uncompressed
+// files go through the pipeline, whose workers take their hashes (the
+// caller only small files', while it waits), and a duplicate is shared as
+// by one worker, which hashes as it copies, without a pipeline.
+func TestPlainHashedByWorkers(t *testing.T) {
+	big := make([]byte, 3*plainSegment+100)
+	for k := range big {
+		big[k] = byte(k / 3 % 253)
+	}
+	small := bytes.Repeat([]byte("small "), 900)
+	for _, workers := range []int{1, 2, 3} {
+		var img memWriterAt
+		b, err := NewBuilder(&img, Options{Workers: workers})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (b.zp != nil) != (workers > 1) {
+			t.Fatalf("%d workers: pipeline %v", workers, b.zp != nil)
+		}
+		for i := range 2 {
+			for _, data := range [][]byte{small, big} {
+				e := Entry{Path: fmt.Sprintf("f%d-%d", i, len(data)), Mode: S_IFREG | 0o644, Size: int64(len(data))}
+				if err := b.Add(e, bytes.NewReader(data)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if err := b.Finish(); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := b.DedupedBytes(), int64(len(big)+len(small)); got != want {
+			t.Errorf("%d workers: %d bytes deduplicated, want %d", workers, got, want)
+		}
+		if workers > 1 && b.zp.self.bytes > 2*int64(len(small)) {
+			t.Errorf("%d workers: the caller hashed %d bytes, more than the small files' %d", workers, b.zp.self.bytes, 2*len(small))
+		}
+		r := openBytes(t, img.b)
+		for _, name := range []string{"f1-5400", fmt.Sprintf("f1-%d", len(big))} {
+			got, err := r.ReadFile(name)
+			if want := map[bool][]byte{true: small, false: big}[name == "f1-5400"]; err != nil || !bytes.Equal(got, want) {
+				t.Errorf("%d workers: %s: %v, first difference at %d", workers, name, err, firstDiff(got, want))
+			}
+		}
+	}
+}
