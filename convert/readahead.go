@@ -8,7 +8,8 @@ import (
 // readAhead reads its source (and hashes it) on a goroutine of its own, a
 // few chunks ahead of the consumer, so that decompressing the layer blob
 // and computing its diffID overlap with parsing the tar and building the
-// image. Memory: raChunks buffers of raChunkSize (1 MiB).
+// image. Memory: raChunks buffers of raChunkSize (1 MiB), raHashChunks
+// more with a hash.
 type readAhead struct {
 	full  chan raChunk // filled by the reader goroutine, in order
 	empty chan []byte  // returned by the consumer
@@ -29,21 +30,39 @@ const (
 )
 
 // newReadAhead starts reading r, writing every byte read to h as well if h
-// is not nil.
+// is not nil. h gets a goroutine of its own: the sha256 of the diffID
+// (1.55 GB/s here) on the goroutine that decompresses a gzip layer (330
+// MB/s with klauspost's flate) was a fifth of that goroutine's work, and
+// that goroutine is the one that bounds the build (see hash).
 func newReadAhead(r io.Reader, h hash.Hash) *readAhead {
+	n := raChunks
+	if h != nil {
+		n += raHashChunks
+	}
 	ra := &readAhead{
-		full:  make(chan raChunk, raChunks),
-		empty: make(chan []byte, raChunks),
+		full:  make(chan raChunk, n),
+		empty: make(chan []byte, n),
 		stop:  make(chan struct{}),
 	}
-	for range raChunks {
+	for range n {
 		ra.empty <- make([]byte, raChunkSize)
 	}
-	go ra.fill(r, h)
+	if h == nil {
+		go ra.fill(r, ra.full)
+		return ra
+	}
+	read := make(chan raChunk, n)
+	go ra.fill(r, read)
+	go ra.hash(h, read)
 	return ra
 }
 
-func (ra *readAhead) fill(r io.Reader, h hash.Hash) {
+// raHashChunks are the chunks more in flight when a goroutine hashes
+// them between the reader and the consumer.
+const raHashChunks = 2
+
+// fill reads r a chunk at a time into out.
+func (ra *readAhead) fill(r io.Reader, out chan<- raChunk) {
 	for {
 		var buf []byte
 		select {
@@ -55,15 +74,34 @@ func (ra *readAhead) fill(r io.Reader, h hash.Hash) {
 		if err == io.ErrUnexpectedEOF {
 			err = io.EOF
 		}
-		if h != nil {
-			h.Write(buf[:n])
-		}
 		select {
-		case ra.full <- raChunk{b: buf[:n], err: err}:
+		case out <- raChunk{b: buf[:n], err: err}:
 		case <-ra.stop:
 			return
 		}
 		if err != nil {
+			return
+		}
+	}
+}
+
+// hash writes the chunks of in to h and hands them on to the consumer, in
+// order: h has all the bytes before the consumer sees the end.
+func (ra *readAhead) hash(h hash.Hash, in <-chan raChunk) {
+	for {
+		var c raChunk
+		select {
+		case c = <-in:
+		case <-ra.stop:
+			return
+		}
+		h.Write(c.b)
+		select {
+		case ra.full <- c:
+		case <-ra.stop:
+			return
+		}
+		if c.err != nil {
 			return
 		}
 	}
