@@ -14,7 +14,9 @@ import (
 //
 // Memory: one entry (hash and pointer) per distinct file.
 
-// dupKey is the SHA-256 of a file's content.
+// dupKey names a file's content within one build, never outside it: its
+// SHA-256, or that of its parts' SHA-256s for a file hashed in parts
+// (chunks, chunk.go; compression segments, zpipe.dupOf).
 type dupKey [sha256.Size]byte
 
 // dupOrig is the first file with some content, and the inline room its
