@@ -71,8 +71,8 @@ func (b *Builder) writeData(ino *inode, e *Entry, r io.Reader) error {
 	size := ino.size
 	full := size >> b.blkbits
 	tail := int(size & uint64(b.bs-1))
-	if b.outBlk+full+1 > 1<<32 {
-		return errors.New("image would exceed 2^32 blocks")
+	if err := b.flatFits(size); err != nil {
+		return err
 	}
 	var h hash.Hash
 	if !b.opt.NoDedupe && b.trunc != nil {
@@ -91,34 +91,53 @@ func (b *Builder) writeData(ino *inode, e *Entry, r io.Reader) error {
 	if n, err := io.ReadFull(r, buf); err != nil {
 		return shortData(int64(full<<b.blkbits)+int64(n), size, err)
 	}
+	var orig *inode
 	if h != nil {
 		inlineFlat, _ := b.inlineRoom(ino)
-		if orig := b.dupOf(dupKey(h.Sum(nil)), ino, 0, inlineFlat); orig != nil {
-			start := uint64(ino.startBlk)
-			b.share(ino, orig)
-			if err := b.rewind(start); err != nil {
-				return err
-			}
-			return b.promoteTail(orig, ino)
+		orig = b.dupOf(dupKey(h.Sum(nil)), ino, 0, inlineFlat)
+	}
+	return b.flatDone(ino, orig, buf)
+}
+
+// flatFits reports an uncompressed file of size bytes that would not fit
+// in the image's 2^32 blocks where the data area stands.
+func (b *Builder) flatFits(size uint64) error {
+	if b.outBlk+(size>>b.blkbits)+1 > 1<<32 {
+		return errors.New("image would exceed 2^32 blocks")
+	}
+	return nil
+}
+
+// flatDone completes an uncompressed file whose full blocks are written
+// from ino.startBlk: it shares orig's data, if orig is not nil, and those
+// blocks are rewound over; else its tail goes inline or to a last,
+// zero-padded block.
+func (b *Builder) flatDone(ino, orig *inode, tail []byte) error {
+	if orig != nil {
+		start := uint64(ino.startBlk)
+		b.share(ino, orig)
+		if err := b.rewind(start); err != nil {
+			return err
 		}
+		return b.promoteTail(orig, ino)
 	}
 	ino.layout = LayoutFlatPlain
-	if tail == 0 {
+	if len(tail) == 0 {
 		return nil
 	}
-	if b.canInline(ino, tail) {
-		ref, err := b.spoolTail(buf)
+	if b.canInline(ino, len(tail)) {
+		ref, err := b.spoolTail(tail)
 		if err != nil {
 			return err
 		}
 		ino.tail = ref
 		ino.layout = LayoutFlatInline
-		if full == 0 {
+		if ino.size < uint64(b.bs) {
 			ino.startBlk = NullAddr
 		}
 		return nil
 	}
-	return b.writePadded(buf)
+	return b.writePadded(tail)
 }
 
 // writePlain hands an uncompressed file to the pipeline a segment at a
@@ -136,28 +155,19 @@ func (b *Builder) writePlain(path string, ino *inode, r io.Reader) error {
 }
 
 // applyPlain writes a segment of an uncompressed file (writePlain): its
-// full blocks; after the last, the file shares an earlier copy's data, or
-// its tail goes inline or to a last, zero-padded block.
+// full blocks, unless it is the last of a duplicate; the last completes the
+// file as writeData does (flatDone).
 func (b *Builder) applyPlain(j *zjob) error {
 	ino := j.ino
 	if j.base == 0 {
-		if b.outBlk+(ino.size>>b.blkbits)+1 > 1<<32 {
-			return errors.New("image would exceed 2^32 blocks")
+		if err := b.flatFits(ino.size); err != nil {
+			return err
 		}
 		ino.startBlk = uint32(b.outBlk)
 	}
-	if orig := b.zp.dupOf(b, j); orig != nil {
-		// Its last segment is not written; the earlier ones are rewound
-		// over.
-		start := uint64(ino.startBlk)
-		b.share(ino, orig)
-		if err := b.rewind(start); err != nil {
-			return err
-		}
-		return b.promoteTail(orig, ino)
-	}
+	orig := b.zp.dupOf(b, j)
 	full := len(j.data) &^ (b.bs - 1)
-	if full > 0 {
+	if orig == nil && full > 0 {
 		if err := b.writeMaybeRef(j.data[:full], b.zp.refs(j)); err != nil {
 			return err
 		}
@@ -166,24 +176,7 @@ func (b *Builder) applyPlain(j *zjob) error {
 	if !j.last {
 		return nil
 	}
-	ino.layout = LayoutFlatPlain
-	tail := j.data[full:]
-	if len(tail) == 0 {
-		return nil
-	}
-	if b.canInline(ino, len(tail)) {
-		ref, err := b.spoolTail(tail)
-		if err != nil {
-			return err
-		}
-		ino.tail = ref
-		ino.layout = LayoutFlatInline
-		if ino.size < uint64(b.bs) {
-			ino.startBlk = NullAddr
-		}
-		return nil
-	}
-	return b.writePadded(tail)
+	return b.flatDone(ino, orig, j.data[full:])
 }
 
 // maxChunks bounds the chunk map of one sparse file (4 bytes each), so a
