@@ -5,8 +5,8 @@ import (
 	"io"
 )
 
-// readAhead reads its source (and hashes it) on a goroutine of its own, a
-// few chunks ahead of the consumer, so that decompressing the layer blob
+// readAhead reads its source on a goroutine of its own (and hashes it on
+// another), a few chunks ahead of the consumer, so that decompressing the layer blob
 // and computing its diffID overlap with parsing the tar and building the
 // image. Memory: raChunks buffers of raChunkSize (1 MiB), raHashChunks
 // more with a hash.
@@ -30,10 +30,10 @@ const (
 )
 
 // newReadAhead starts reading r, writing every byte read to h as well if h
-// is not nil. h gets a goroutine of its own: the sha256 of the diffID
-// (1.55 GB/s here) on the goroutine that decompresses a gzip layer (330
-// MB/s with klauspost's flate) was a fifth of that goroutine's work, and
-// that goroutine is the one that bounds the build (see hash).
+// is not nil. h gets a goroutine of its own: on the goroutine that
+// decompresses a gzip layer, the one that bounds the build, the diffID's
+// sha256 of a Linux tree's 1.36 GB (0.9 s at 1.55 GB/s) came on top of
+// 4.15 s of inflating (klauspost's flate, CPU profile).
 func newReadAhead(r io.Reader, h hash.Hash) *readAhead {
 	n := raChunks
 	if h != nil {
