@@ -239,6 +239,7 @@ func (b *bench) measureDedupe(datasets []string) error {
 					img := filepath.Join(b.opts.imgDir, fmt.Sprintf("%s-%s-%s.erofs", t.Name, ds, m.Name))
 					res := &runResult{Suite: "dedupe", Mode: m.Name, Dataset: ds, Input: "tar", Tool: t.Name,
 						Codec: m.Codec, Workers: 1, Run: r}
+					b.warmRun(in, res)
 					b.execRun(t, res, t.dedupeArgs(m, in, img), in, img, !m.SizeOnly)
 					b.runs = append(b.runs, res)
 					status := ""

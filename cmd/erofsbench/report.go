@@ -163,7 +163,9 @@ func (b *bench) markdown() string {
 	} else if b.selfRSS > 0 {
 		fmt.Fprintf(&sb, "erofsbench's own peak RSS: %.1f MiB, a floor under every RSS figure (a build started with vfork inherits its parent's peak at exec).\n", float64(b.selfRSS)/1024)
 	}
-	fmt.Fprintf(&sb, "Settings: 4 KiB blocks and pclusters, 64 KiB max extent, no tail packing, no fragments, no dedupe, extended inodes, compact indexes; both tools are given the UUID (-U), as containerd does.\n\n")
+	fmt.Fprintf(&sb, "Settings: 4 KiB blocks and pclusters, 64 KiB max extent, no tail packing, no fragments, no dedupe, extended inodes, compact indexes; both tools are given the UUID (-U), as containerd does.\n")
+	sb.WriteString(cachedLine(b.runs))
+	sb.WriteString("\n")
 	for _, t := range b.tools {
 		fmt.Fprintf(&sb, "- %s: %s (%s)", t.Name, t.Version, t.Path)
 		if len(t.Unsupported) > 0 {
@@ -505,4 +507,28 @@ func loadResults(paths []string) (*bench, error) {
 		return nil, fmt.Errorf("no builders in %s", strings.Join(paths, ", "))
 	}
 	return b, nil
+}
+
+// cachedLine says how much of the input the page cache held before the read
+// that precedes each build (pagecache.go), or nothing if it was not measured.
+func cachedLine(runs []*runResult) string {
+	n, all := 0, 0
+	var least *runResult
+	for _, r := range runs {
+		if r.InputCached == nil {
+			continue
+		}
+		n++
+		if *r.InputCached == 1 {
+			all++
+		}
+		if least == nil || *r.InputCached < *least.InputCached {
+			least = r
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("The input is read once before each build; before that read, %d of %d builds found all of it in the page cache, the least %.1f%% (%s, %s, %s).\n",
+		all, n, *least.InputCached*100, least.Dataset, least.Tool, least.Codec)
 }

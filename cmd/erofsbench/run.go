@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -68,8 +67,11 @@ type runResult struct {
 	ImageBytes int64    `json:"image_bytes"`
 	SHA256     string   `json:"sha256,omitempty"`   // ocierofs images, first run
 	Verified   string   `json:"verified,omitempty"` // "ok" or the verify error
-	RSSBy      string   `json:"rss_by,omitempty"`   // "GNU time", or "" for erofsbench's wait4
-	Err        string   `json:"error,omitempty"`
+	// InputCached is the fraction of the input file in the page cache
+	// before the read that precedes the build (pagecache.go).
+	InputCached *float64 `json:"input_cached,omitempty"`
+	RSSBy       string   `json:"rss_by,omitempty"` // "GNU time", or "" for erofsbench's wait4
+	Err         string   `json:"error,omitempty"`
 }
 
 // cellKey names one table cell.
@@ -166,10 +168,13 @@ func (b *bench) runCopies(t *tool, ds, c string, r int, in string) {
 	}
 	n := cpus()
 	res := make([]*runResult, n)
-	var wg sync.WaitGroup
 	for i := range n {
 		res[i] = &runResult{Dataset: ds, Input: b.opts.input, Tool: t.Name, Codec: c, Workers: 1, Run: r,
 			Copies: n, Pinned: strconv.Itoa(i)}
+	}
+	b.warmRun(in, res...)
+	var wg sync.WaitGroup
+	for i := range n {
 		img := filepath.Join(b.opts.imgDir, fmt.Sprintf("%s-%s-%s-copy%d.erofs", t.Name, ds, c, i))
 		wg.Go(func() {
 			b.execRun(t, res[i], t.args(c, 1, in, img, b.opts.input == "tar"), in, img, false)
@@ -220,9 +225,24 @@ func (b *bench) measureCPUs(ds string) {
 	b.logf("%s: %s", ds, strings.TrimSpace(cpuSpeedLine(s, b.opts.pinCPU)))
 }
 
+// warmRun reads the input before a build (or the builds run at once) and
+// records in each res how much of it was cached before.
+func (b *bench) warmRun(in string, res ...*runResult) {
+	frac, err := warmInput(in)
+	if err != nil {
+		b.logf("reading %s before a build: %v", in, err)
+	}
+	if frac >= 0 {
+		for _, r := range res {
+			r.InputCached = &frac
+		}
+	}
+}
+
 // runOne builds one image and measures it.
 func (b *bench) runOne(t *tool, ds, c string, workers, r int, in, img string) *runResult {
 	res := &runResult{Dataset: ds, Input: b.opts.input, Tool: t.Name, Codec: c, Workers: workers, Run: r}
+	b.warmRun(in, res)
 	b.execRun(t, res, t.args(c, workers, in, img, b.opts.input == "tar"), in, img, b.opts.input == "tar")
 	return res
 }
@@ -326,34 +346,6 @@ func hashFile(p string) (string, error) {
 		return "", err
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
-// warm reads the input once so that every measured run finds it in the
-// page cache (the first run would otherwise pay for the disk).
-func warm(in string) error {
-	buf := make([]byte, 1<<20)
-	readAll := func(p string) error {
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		_, err = io.CopyBuffer(io.Discard, struct{ io.Reader }{f}, buf)
-		return err
-	}
-	st, err := os.Stat(in)
-	if err != nil {
-		return err
-	}
-	if !st.IsDir() {
-		return readAll(in)
-	}
-	return filepath.WalkDir(in, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return err
-		}
-		return readAll(p)
-	})
 }
 
 // cell is the median of the successful runs of one cell.
