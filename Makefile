@@ -57,6 +57,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzReader$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./erofs
 	$(GO) test -run '^$$' -fuzz '^FuzzTar$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./convert
 	$(GO) test -run '^$$' -fuzz '^FuzzTarFile$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./convert
+	$(GO) test -run '^$$' -fuzz '^FuzzTarReader$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./convert
 	$(GO) test -run '^$$' -fuzz '^FuzzLZ4$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./erofs/compress/lz4
 	$(GO) test -run '^$$' -fuzz '^FuzzDeflate$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./erofs/compress/deflate
 	$(GO) test -run '^$$' -fuzz '^FuzzDecompress$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./erofs/compress/deflate

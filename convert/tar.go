@@ -76,7 +76,7 @@ func (l *tarLayer) addTar(r io.Reader, h hash.Hash, compressed bool) error {
 		src = &countingReader{r: s}
 	}
 	l.pos = src
-	tr := tar.NewReader(src)
+	tr := newTarReader(src)
 	for {
 		hdr, err := tr.Next()
 		if err == io.EOF {
