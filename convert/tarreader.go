@@ -36,8 +36,11 @@ type tarReader struct {
 	pad    int64 // and the padding after it
 	err    error // sticky, as archive/tar's
 
-	// chain is the raw blocks of the entry being read, for a fallback.
-	chain []byte
+	// meta holds the raw blocks (header, data, padding) of the latest PAX
+	// header, GNU long name and GNU long link name of the entry being
+	// read, for a fallback: archive/tar keeps only the latest of each too,
+	// so that a stream of them takes no more than 3 MiB.
+	meta [3][]byte
 	// fb reads the current entry when it is one this reader leaves to
 	// archive/tar; fbRead counts what it has read from r.
 	fb     *tar.Reader
@@ -66,13 +69,18 @@ func (tr *tarReader) next() (*tar.Header, error) {
 	if err := tr.skip(); err != nil {
 		return nil, err
 	}
-	tr.chain = tr.chain[:0]
+	for i, m := range tr.meta {
+		if cap(m) > 64<<10 {
+			m = nil // not kept after a big one
+		}
+		tr.meta[i] = m[:0]
+	}
 	var pax map[string]string
 	var longName, longLink string
 	for {
 		hdr, err := tr.readHeader()
 		if err == errFallback {
-			return tr.fallback()
+			return tr.fallback(tr.blk[:])
 		}
 		if err != nil {
 			return nil, err
@@ -86,31 +94,35 @@ func (tr *tarReader) next() (*tar.Header, error) {
 		}
 		switch hdr.Typeflag {
 		case tar.TypeXHeader:
-			buf, err := tr.special(nb)
+			buf, err := tr.special(metaPAX, nb)
 			if err != nil {
 				return nil, err
 			}
 			pax, err = parsePAXRecords(buf)
 			if err == errFallback {
-				return tr.fallback()
+				return tr.fallback(nil)
 			}
 			if err != nil {
 				return nil, err
 			}
 			continue
 		case tar.TypeGNULongName, tar.TypeGNULongLink:
-			buf, err := tr.special(nb)
+			slot := metaLongName
+			if hdr.Typeflag == tar.TypeGNULongLink {
+				slot = metaLongLink
+			}
+			buf, err := tr.special(slot, nb)
 			if err != nil {
 				return nil, err
 			}
-			if hdr.Typeflag == tar.TypeGNULongName {
+			if slot == metaLongName {
 				longName = cString(buf)
 			} else {
 				longLink = cString(buf)
 			}
 			continue
 		case tar.TypeXGlobalHeader, tar.TypeGNUSparse:
-			return tr.fallback()
+			return tr.fallback(tr.blk[:])
 		}
 		if err := mergePAXRecords(hdr, pax); err != nil {
 			return nil, err
@@ -182,7 +194,6 @@ func (tr *tarReader) readHeader() (*tar.Header, error) {
 		}
 		return nil, tar.ErrHeader
 	}
-	tr.chain = append(tr.chain, b...)
 
 	var p octalParser
 	sum := p.octal(b[148:156])
@@ -232,33 +243,55 @@ func (tr *tarReader) readHeader() (*tar.Header, error) {
 	return hdr, nil
 }
 
-// special reads the n bytes of a PAX header or GNU long name, and their
-// padding, into the chain.
-func (tr *tarReader) special(n int64) ([]byte, error) {
+// The slots of tarReader.meta.
+const (
+	metaPAX = iota
+	metaLongName
+	metaLongLink
+)
+
+// special reads the n bytes of a PAX header or GNU long name, whose header
+// block was just read, and their padding into meta[slot].
+func (tr *tarReader) special(slot int, n int64) ([]byte, error) {
 	if n > maxSpecialFile {
 		return nil, tar.ErrFieldTooLong
 	}
-	start := len(tr.chain)
-	size := int(n+tarBlock-1) &^ (tarBlock - 1)
-	tr.chain = append(tr.chain, make([]byte, size)...)
-	buf := tr.chain[start : start+int(n)]
+	size := tarBlock + int(n+tarBlock-1)&^(tarBlock-1)
+	m := tr.meta[slot]
+	if cap(m) < size {
+		m = make([]byte, size)
+	}
+	m = m[:size]
+	tr.meta[slot] = m
+	copy(m, tr.blk[:])
+	buf := m[tarBlock : tarBlock+int(n)]
 	if _, err := io.ReadFull(tr.r, buf); err != nil {
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
 		}
 		return nil, err
 	}
-	if _, err := tryReadFull(tr.r, tr.chain[start+int(n):]); err != nil {
+	if _, err := tryReadFull(tr.r, m[tarBlock+int(n):]); err != nil {
 		return nil, err
 	}
 	return buf, nil
 }
 
-// fallback hands the entry whose blocks are in the chain to archive/tar,
-// which reads the rest of it from r.
-func (tr *tarReader) fallback() (*tar.Header, error) {
+// fallback hands the entry to archive/tar: the blocks of the entry read so
+// far that count (meta, and last, the header just read, if any), then the
+// rest of r.
+func (tr *tarReader) fallback(last []byte) (*tar.Header, error) {
+	var replay []io.Reader
+	for _, m := range tr.meta {
+		if len(m) > 0 {
+			replay = append(replay, bytes.NewReader(m))
+		}
+	}
+	if last != nil {
+		replay = append(replay, bytes.NewReader(last))
+	}
 	tr.fbRead = &countingReader{r: tr.r}
-	tr.fb = tar.NewReader(io.MultiReader(bytes.NewReader(tr.chain), tr.fbRead))
+	tr.fb = tar.NewReader(io.MultiReader(append(replay, tr.fbRead)...))
 	return tr.fb.Next()
 }
 
