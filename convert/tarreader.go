@@ -14,9 +14,11 @@ import (
 // with a header parser of its own for the common entries: USTAR, PAX and GNU
 // headers with PAX records ('x') and GNU long names ('L', 'K'). Every other
 // entry (sparse files, PAX global headers, STAR headers, base-256 numbers,
-// GNU headers with times) is handed to archive/tar, from its first header
-// block on, so that what this reader returns is what archive/tar returns
-// (FuzzTarReader compares them).
+// GNU headers with times) is handed to archive/tar with its header blocks,
+// so that what this reader returns is what archive/tar returns: the same
+// headers and data, and an error or the end at the same entry (FuzzTarReader
+// compares them; the error itself may differ, e.g. for a PAX header over
+// 1 MiB cut short).
 //
 // Why: archive/tar decodes every USTAR header as UTF-8 to guess its format
 // (bytes.IndexFunc over 512 bytes), which this project never asks for, and
