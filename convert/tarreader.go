@@ -87,12 +87,9 @@ func (tr *tarReader) next() (*tar.Header, error) {
 		if err != nil {
 			return nil, err
 		}
-		nb := hdr.Size
-		if headerOnly(hdr.Typeflag) {
-			nb = 0
-		}
-		if nb < 0 {
-			return nil, tar.ErrHeader
+		nb, err := dataSize(hdr)
+		if err != nil {
+			return nil, err
 		}
 		switch hdr.Typeflag {
 		case tar.TypeXHeader:
@@ -141,12 +138,9 @@ func (tr *tarReader) next() (*tar.Header, error) {
 				hdr.Typeflag = tar.TypeDir
 			}
 		}
-		tr.remain = hdr.Size
-		if headerOnly(hdr.Typeflag) {
-			tr.remain = 0
-		}
-		if tr.remain < 0 {
-			return nil, tar.ErrHeader
+		// The records and the type may have changed the data's size.
+		if tr.remain, err = dataSize(hdr); err != nil {
+			return nil, err
 		}
 		tr.pad = -tr.remain & (tarBlock - 1)
 		return hdr, nil
@@ -186,12 +180,12 @@ func (tr *tarReader) readHeader() (*tar.Header, error) {
 	if _, err := io.ReadFull(tr.r, b); err != nil {
 		return nil, err
 	}
-	if allZero(b) {
+	if tr.blk == [tarBlock]byte{} {
 		// The end: two zero blocks, or one and the end of the stream.
 		if _, err := io.ReadFull(tr.r, b); err != nil {
 			return nil, err
 		}
-		if allZero(b) {
+		if tr.blk == [tarBlock]byte{} {
 			return nil, io.EOF
 		}
 		return nil, tar.ErrHeader
@@ -496,15 +490,6 @@ func checksums(b []byte) (unsigned, signed int64) {
 	return unsigned, signed
 }
 
-func allZero(b []byte) bool {
-	for _, c := range b {
-		if c != 0 {
-			return false
-		}
-	}
-	return true
-}
-
 // cString is b up to its first NUL.
 func cString(b []byte) string {
 	if i := bytes.IndexByte(b, 0); i >= 0 {
@@ -513,13 +498,17 @@ func cString(b []byte) string {
 	return string(b)
 }
 
-// headerOnly reports the entry types that have no data, whatever their size.
-func headerOnly(flag byte) bool {
-	switch flag {
+// dataSize is the length of an entry's data in the stream: none for the
+// types that have none, whatever their size field says.
+func dataSize(hdr *tar.Header) (int64, error) {
+	switch hdr.Typeflag {
 	case tar.TypeLink, tar.TypeSymlink, tar.TypeChar, tar.TypeBlock, tar.TypeDir, tar.TypeFifo:
-		return true
+		return 0, nil
 	}
-	return false
+	if hdr.Size < 0 {
+		return 0, tar.ErrHeader
+	}
+	return hdr.Size, nil
 }
 
 // skipData skips n bytes of r: by Seek where it can, all but the last byte,
