@@ -338,3 +338,19 @@ func TestMeasureOrder(t *testing.T) {
 		t.Errorf("the builder ran %d times, want %d", n, len(want))
 	}
 }
+
+// TestOcierofsVersion: the report names ocierofs as its --version does.
+func TestOcierofsVersion(t *testing.T) {
+	b := filepath.Join(t.TempDir(), "ocierofs")
+	cmd := exec.Command("go", "build", "-o", b, "-ldflags", "-X github.com/ocierofs/ocierofs/cmd/internal/version.Version=v9.8.7-test", "../ocierofs")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	tl, err := newOcierofs(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "v9.8.7-test (" + runtime.Version() + ")"; tl.Version != want || !tl.WorkersFlag {
+		t.Errorf("version %q, workers flag %v; want %q, true", tl.Version, tl.WorkersFlag, want)
+	}
+}

@@ -66,7 +66,12 @@ func newOcierofs(path string) (*tool, error) {
 	p, _ = filepath.Abs(p)
 	t := &tool{Name: "ocierofs", Path: p, kind: kindOcierofs, TarInput: true, Unsupported: map[string]string{}}
 	t.Version = "unknown"
-	if bi, err := buildinfo.ReadFile(p); err == nil {
+	if out, err := exec.Command(p, "--version").Output(); err == nil {
+		if m := ocierofsVersionRE.FindSubmatch(out); m != nil {
+			t.Version = string(m[1]) + " (" + string(m[2]) + ")"
+		}
+	} else if bi, err := buildinfo.ReadFile(p); err == nil {
+		// A program older than --version.
 		var rev, mod string
 		for _, s := range bi.Settings {
 			switch s.Key {
@@ -96,6 +101,8 @@ func newOcierofs(path string) (*tool, error) {
 	t.WorkersFlag = bytes.Contains(help, []byte("--workers"))
 	return t, nil
 }
+
+var ocierofsVersionRE = regexp.MustCompile(`^ocierofs version (\S+) \((go\S+)`)
 
 var mkfsVersionRE = regexp.MustCompile(`mkfs\.erofs(?: \(erofs-utils\))? ([0-9][0-9A-Za-z.+~-]*)`)
 

@@ -10,14 +10,17 @@ import (
 	"os"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/ocierofs/ocierofs/cmd/internal/version"
 )
 
 func main() {
 	app := &cli.App{
 		Name:            "ocierofs-mirror",
 		Usage:           "keep a registry's images converted to EROFS",
+		Version:         version.String(),
 		HideHelpCommand: true,
-		Commands:        []*cli.Command{serveCommand, syncCommand},
+		Commands:        []*cli.Command{serveCommand, syncCommand, version.Command},
 		ExitErrHandler:  func(*cli.Context, error) {},
 	}
 	if err := app.Run(os.Args); err != nil {

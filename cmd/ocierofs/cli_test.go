@@ -317,3 +317,21 @@ func TestProfiles(t *testing.T) {
 		t.Errorf("an image was written although --trace failed")
 	}
 }
+
+// TestVersion: --version, -v and the version command print one line, the
+// same; a plain go build names itself "devel" or by its commit.
+func TestVersion(t *testing.T) {
+	b := bin(t)
+	out, e, code := run(t, b, "--version")
+	if code != 0 || !regexp.MustCompile(`^ocierofs version \S+ \(go\S+ \w+/\w+\)\n$`).MatchString(out) {
+		t.Fatalf("--version: exit %d: %q %s", code, out, e)
+	}
+	for _, args := range [][]string{{"-v"}, {"version"}} {
+		if o, e, code := run(t, b, args...); code != 0 || o != out {
+			t.Errorf("%v: exit %d: %q %s, want %q", args, code, o, e, out)
+		}
+	}
+	if _, e, code := run(t, b, "version", "extra"); code != 1 || !strings.Contains(e, "no arguments") {
+		t.Errorf("version extra: exit %d: %s", code, e)
+	}
+}

@@ -10,6 +10,8 @@ import (
 	"runtime/trace"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/ocierofs/ocierofs/cmd/internal/version"
 )
 
 func main() {
@@ -21,6 +23,7 @@ func main() {
 		Usage: "convert container images and tar layers into EROFS",
 		Description: "ocierofs builds EROFS images from OCI/Docker tar layers, exactly as the Linux\n" +
 			"kernel mounts them, and reads them back for inspection and verification.",
+		Version:         version.String(),
 		HideHelpCommand: true,
 		Commands: []*cli.Command{
 			convertCommand,
@@ -34,6 +37,7 @@ func main() {
 			catCommand,
 			extractCommand,
 			verifyCommand,
+			version.Command,
 		},
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile (go tool pprof) to `FILE`"},

@@ -48,4 +48,16 @@ func TestReleaseBuild(t *testing.T) {
 	if out, err := exec.Command(bin, "--help").CombinedOutput(); err != nil || !strings.Contains(string(out), "mkfs") {
 		t.Errorf("ocierofs --help: %v\n%s", err, out)
 	}
+	// --version names the checkout as git describe does.
+	desc, err := exec.Command("git", "-C", "../..", "describe", "--tags", "--always", "--dirty").Output()
+	if err != nil {
+		t.Logf("no git checkout to compare --version with: %v", err)
+		return
+	}
+	for _, p := range []string{bin, mirror} {
+		want := filepath.Base(p) + " version " + strings.TrimSpace(string(desc)) + " (go"
+		if out, err := exec.Command(p, "--version").CombinedOutput(); err != nil || !strings.HasPrefix(string(out), want) {
+			t.Errorf("%s --version: %v\n%s\nwant it to start with %q", filepath.Base(p), err, out, want)
+		}
+	}
 }
