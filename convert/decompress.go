@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
@@ -55,13 +56,13 @@ func Decompress(r io.Reader) (io.ReadCloser, Compression, error) {
 		if err != nil {
 			return nil, Gzip, fmt.Errorf("gzip: %w", err)
 		}
-		return zr, Gzip, nil
+		return &decoder{ReadCloser: zr, name: "gzip"}, Gzip, nil
 	case bytes.HasPrefix(head, magicZstd):
 		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(1<<27), zstd.WithDecoderMaxMemory(1<<32))
 		if err != nil {
 			return nil, Zstd, fmt.Errorf("zstd: %w", err)
 		}
-		return zstdCloser{zr}, Zstd, nil
+		return &decoder{ReadCloser: zstdCloser{zr}, name: "zstd"}, Zstd, nil
 	case bytes.HasPrefix(head, magicXz):
 		return nil, "", errors.New("xz-compressed input is not supported (gzip, zstd or plain tar)")
 	default: // bzip2, the last compressedMagic knows
@@ -72,3 +73,29 @@ func Decompress(r io.Reader) (io.ReadCloser, Compression, error) {
 type zstdCloser struct{ *zstd.Decoder }
 
 func (z zstdCloser) Close() error { z.Decoder.Close(); return nil }
+
+// decoder names its decompressor in the errors it returns, and reports a
+// stream that stops before its end as an error of its own, not as the
+// io.ErrUnexpectedEOF that readers of the tar inside take for the end of
+// a last, short read: a gzip layer cut after a tar header must fail, not
+// give an image of the entries before the cut.
+type decoder struct {
+	io.ReadCloser
+	name string
+	n    int64 // bytes decompressed so far
+}
+
+func (d *decoder) Read(p []byte) (int, error) {
+	n, err := d.ReadCloser.Read(p)
+	d.n += int64(n)
+	switch {
+	case err == nil || err == io.EOF:
+		return n, err
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return n, fmt.Errorf("%s: the stream ends early, after %d bytes decompressed", d.name, d.n)
+	case strings.HasPrefix(err.Error(), d.name+":"):
+		return n, fmt.Errorf("%w, after %d bytes decompressed", err, d.n)
+	default:
+		return n, fmt.Errorf("%s: %w, after %d bytes decompressed", d.name, err, d.n)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/ocierofs/ocierofs/erofs"
 	"github.com/ocierofs/ocierofs/whiteout"
@@ -199,6 +200,33 @@ func Mkfs(output, input string, opt Options) (res *Result, err error) {
 		opt.Erofs.BlockSize = tarBlock
 		opt.Erofs.Devices = []erofs.DeviceSlot{{Tag: deviceTag(input), Blocks: uint64((size + tarBlock - 1) / tarBlock)}}
 	}
+	writes := []namedFile{{"the output", output}}
+	if opt.Blob != "" {
+		writes = append(writes, namedFile{"the blob", opt.Blob})
+	}
+	var reads []namedFile
+	if input != "-" && dir == "" {
+		reads = append(reads, namedFile{"the input", input})
+	}
+	var dict *chunkDict
+	if len(opt.ChunkDicts) > 0 {
+		if opt.Blob == "" {
+			return nil, errors.New("a chunk dictionary goes with a blob (--blobdev)")
+		}
+		if dict, err = openChunkDicts(opt.ChunkDicts); err != nil {
+			return nil, err
+		}
+		defer dict.close()
+		for i, l := range dict.layers {
+			reads = append(reads, namedFile{"the chunk dictionary", opt.ChunkDicts[i]})
+			for _, f := range l.devFiles {
+				reads = append(reads, namedFile{"the blob of chunk dictionary " + filepath.Base(opt.ChunkDicts[i]) + ",", f})
+			}
+		}
+	}
+	if err := checkDistinct(writes, reads, dir); err != nil {
+		return nil, err
+	}
 	var outs outputs
 	defer func() {
 		if err != nil {
@@ -213,18 +241,10 @@ func Mkfs(output, input string, opt Options) (res *Result, err error) {
 		opt.Erofs.Blob = blob
 		opt.Erofs.Devices = []erofs.DeviceSlot{{Tag: deviceTag(opt.Blob)}}
 	}
-	if len(opt.ChunkDicts) > 0 {
-		if opt.Blob == "" {
-			return nil, errors.New("a chunk dictionary goes with a blob (--blobdev)")
-		}
-		d, err := openChunkDicts(opt.ChunkDicts)
-		if err != nil {
-			return nil, err
-		}
-		defer d.close()
-		opt.Erofs.Devices = append(opt.Erofs.Devices, d.slots...)
+	if dict != nil {
+		opt.Erofs.Devices = append(opt.Erofs.Devices, dict.slots...)
 		cs := opt.Erofs.ChunkSize
-		opt.preload = func(b *erofs.Builder) error { return d.preload(b, cs) }
+		opt.preload = func(b *erofs.Builder) error { return dict.preload(b, cs) }
 	}
 	tmp, err := outs.create(output)
 	if err != nil {
@@ -250,6 +270,66 @@ func Mkfs(output, input string, opt Options) (res *Result, err error) {
 		return nil, err
 	}
 	return res, nil
+}
+
+// namedFile is a file a build reads or writes, and what it is to the build.
+type namedFile struct{ role, path string }
+
+// checkDistinct refuses a build that would write a file over one it reads
+// or writes otherwise (mkfs x.tar x.tar, --tar-index, a blob named like the
+// image or like a chunk dictionary's blob: each would replace data the
+// image needs, or the only copy of it, with exit status 0), or that writes
+// inside the directory it reads (it would read its own temporary file).
+func checkDistinct(writes, reads []namedFile, dir string) error {
+	for i, w := range writes {
+		for _, o := range append(writes[i+1:len(writes):len(writes)], reads...) {
+			if sameFile(w.path, o.path) {
+				return fmt.Errorf("%s %s and %s %s are the same file", w.role, w.path, o.role, o.path)
+			}
+		}
+		if dir != "" {
+			d, err := filepath.EvalSymlinks(dir)
+			if err != nil {
+				return err
+			}
+			if d, err = filepath.Abs(d); err != nil {
+				return err
+			}
+			if strings.HasPrefix(canonicalPath(w.path), d+string(filepath.Separator)) {
+				return fmt.Errorf("%s %s is inside the input directory %s", w.role, w.path, dir)
+			}
+		}
+	}
+	return nil
+}
+
+// sameFile says whether a and b name one file: the same inode if both
+// exist, the same path (its directory's symbolic links resolved) if
+// neither does.
+func sameFile(a, b string) bool {
+	fa, ea := os.Stat(a)
+	fb, eb := os.Stat(b)
+	switch {
+	case ea == nil && eb == nil:
+		return os.SameFile(fa, fb)
+	case ea == nil || eb == nil:
+		return false
+	}
+	return canonicalPath(a) == canonicalPath(b)
+}
+
+// canonicalPath is p made absolute, with the symbolic links of its
+// directory resolved.
+func canonicalPath(p string) string {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return p
+	}
+	d, err := filepath.EvalSymlinks(filepath.Dir(abs))
+	if err != nil {
+		return abs
+	}
+	return filepath.Join(d, filepath.Base(abs))
 }
 
 // outputs are files that appear under their names only when all of them

@@ -70,10 +70,7 @@ func (ra *readAhead) fill(r io.Reader, out chan<- raChunk) {
 		case <-ra.stop:
 			return
 		}
-		n, err := io.ReadFull(r, buf)
-		if err == io.ErrUnexpectedEOF {
-			err = io.EOF
-		}
+		n, err := readChunk(r, buf)
 		select {
 		case out <- raChunk{b: buf[:n], err: err}:
 		case <-ra.stop:
@@ -83,6 +80,21 @@ func (ra *readAhead) fill(r io.Reader, out chan<- raChunk) {
 			return
 		}
 	}
+}
+
+// readChunk fills buf from r, short only at r's end (io.EOF) or an error.
+// Unlike io.ReadFull it passes r's own io.ErrUnexpectedEOF on as it is
+// (a decompressor's truncated stream) rather than making an end of it.
+func readChunk(r io.Reader, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		m, err := r.Read(buf[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // hash writes the chunks of in to h and hands them on to the consumer, in

@@ -1004,6 +1004,31 @@ func zstdOf(t testing.TB, b []byte) []byte {
 	return zw.EncodeAll(b, nil)
 }
 
+// cutCompressed compresses b with gzip or zstd, flushing the encoder after
+// b[:at], and returns the stream up to that flush: a decompressor reads
+// exactly b[:at] from it before the stream stops short of its end.
+func cutCompressed(t testing.TB, codec string, b []byte, at int) []byte {
+	var buf bytes.Buffer
+	var w interface {
+		io.WriteCloser
+		Flush() error
+	}
+	switch codec {
+	case "gzip":
+		w = kgzip.NewWriter(&buf)
+	case "zstd":
+		zw, err := zstd.NewWriter(&buf)
+		must(t, err)
+		w = zw
+	}
+	w.Write(b[:at])
+	must(t, w.Flush())
+	n := buf.Len()
+	w.Write(b[at:])
+	must(t, w.Close())
+	return buf.Bytes()[:n]
+}
+
 func flipMiddle(b []byte) []byte {
 	c := bytes.Clone(b)
 	for i := len(c)/2 - 8; i < len(c)/2+8; i++ {
@@ -1018,6 +1043,12 @@ func TestBadInput(t *testing.T) {
 	bigData := string(content("victim", 10000))
 	twoFiles := tarOf(t, cFile("victim", bigData, 0o644, t0), cFile("second", "2", 0o644, t0))
 	compressible := tarOf(t, cFile("big", string(content("compressible", 300000)), 0o644, t0))
+	var tenFiles []craftedEntry
+	for i := range 10 {
+		tenFiles = append(tenFiles, cFile(fmt.Sprintf("f%d", i), "0123456789", 0o644, t0))
+	}
+	ten := tarOf(t, tenFiles...)
+	gz, zs := gzipOf(ten), zstdOf(t, ten)
 	cases := []struct {
 		name string
 		in   []byte
@@ -1029,6 +1060,15 @@ func TestBadInput(t *testing.T) {
 		{"truncated-gzip", gzipOf(compressible)[:len(gzipOf(compressible))/2], nil},
 		{"corrupt-zstd", flipMiddle(zstdOf(t, compressible)), nil},
 		{"truncated-zstd", zstdOf(t, compressible)[:len(zstdOf(t, compressible))/2], nil},
+		// Streams that stop at a tar header (after an encoder's flush) or
+		// in the compressor's trailer: nothing in the tar is missing but
+		// the entries after the cut.
+		{"gzip-cut-at-header", cutCompressed(t, "gzip", ten, 5*1024), []string{"gzip", "ends early", "5120 bytes"}},
+		{"gzip-cut-at-end-of-archive", cutCompressed(t, "gzip", ten, 10*1024), []string{"gzip", "ends early"}},
+		{"gzip-no-trailer", gz[:len(gz)-8], []string{"gzip", "ends early"}},
+		{"gzip-half-trailer", gz[:len(gz)-4], []string{"gzip", "ends early"}},
+		{"zstd-cut-at-header", cutCompressed(t, "zstd", ten, 5*1024), []string{"zstd", "ends early", "5120 bytes"}},
+		{"zstd-cut-in-last-block", zs[:len(zs)-1], []string{"zstd"}},
 		{"random-bytes", content("random", 64<<10), []string{"offset"}},
 		{"text-file", bytes.Repeat([]byte("this is not a tar archive, just text\n"), 200), []string{"offset"}},
 		{"short-text", []byte("hello\n"), nil},
