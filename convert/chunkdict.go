@@ -2,7 +2,6 @@ package convert
 
 import (
 	"fmt"
-	"io/fs"
 	"path/filepath"
 
 	"github.com/ocierofs/ocierofs/erofs"
@@ -69,13 +68,9 @@ func (d *chunkDict) preload(b *erofs.Builder, chunkSize int) error {
 	buf := make([]byte, cs)
 	for _, l := range d.layers {
 		seen := map[uint64]bool{}
-		err := fs.WalkDir(l.img, ".", func(p string, _ fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			ino, err := l.img.Lstat(p)
-			if err != nil || !ino.IsRegular() || seen[ino.Nid] {
-				return err
+		err := l.img.Walk(".", func(p string, ino *erofs.Inode) error {
+			if !ino.IsRegular() || seen[ino.Nid] {
+				return nil
 			}
 			seen[ino.Nid] = true
 			bits, refs, ok, err := l.img.ChunkRefs(ino)

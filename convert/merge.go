@@ -236,6 +236,9 @@ func openLayer(p string) (_ *mergeLayer, err error) {
 
 // stackLayer applies layer i on top of the tree, as overlayfs would.
 func stackLayer(root *mnode, i int, l *mergeLayer) error {
+	// A directory has one parent: one listed twice would be walked again
+	// under each name, doubling with every level of such a chain.
+	dirs := map[uint64]string{}
 	var walk func(dir *mnode, src string) error
 	walk = func(dir *mnode, src string) error {
 		ents, err := l.img.ReadDir(dirName(src))
@@ -263,6 +266,10 @@ func stackLayer(root *mnode, i int, l *mergeLayer) error {
 			}
 			dir.children[name] = n
 			if ino.IsDir() {
+				if first, ok := dirs[ino.Nid]; ok {
+					return fmt.Errorf("erofs: nid %d: directory %s is also %s: a directory has one parent", ino.Nid, p, dirName(first))
+				}
+				dirs[ino.Nid] = p
 				if err := walk(n, p); err != nil {
 					return err
 				}
@@ -275,6 +282,7 @@ func stackLayer(root *mnode, i int, l *mergeLayer) error {
 		return err
 	}
 	root.layer, root.src, root.ino = i, "", ino
+	dirs[ino.Nid] = ""
 	if opaque(l.img, ".") {
 		root.children = map[string]*mnode{}
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"path"
 	"slices"
 	"strings"
 )
@@ -330,4 +331,76 @@ func (d *imgDir) ReadDir(n int) ([]fs.DirEntry, error) {
 	out := d.ents[:n:n]
 	d.ents = d.ents[n:]
 	return out, nil
+}
+
+// WalkFunc is what Walk calls for each file: p is its path (root, then
+// root/a, root/a/b…; "a" rather than "./a"), ino its inode. Returning
+// fs.SkipDir for a directory skips its contents; any other error stops
+// the walk.
+type WalkFunc func(p string, ino *Inode) error
+
+// Walk calls fn for root (an io/fs name: "." for the whole image; a final
+// symbolic link is not followed) and every file below it, depth first,
+// each directory before its entries and those in name order, as
+// fs.WalkDir does. Unlike
+// fs.WalkDir over the image, it goes by each inode's type, never by what
+// its directory entry says (an entry typed as a directory that is a
+// symbolic link is not descended into), and it fails on a directory
+// reached a second time, or on a name listed twice in one directory:
+// Linux gives a directory one parent, and a walk of directories that
+// share children multiplies (48 directories each listing the next one
+// twice make 2^48 paths). It holds one path per directory.
+func (img *Image) Walk(root string, fn WalkFunc) error {
+	ino, err := img.Lstat(root)
+	if err != nil {
+		return err
+	}
+	w := walker{img: img, fn: fn, dirs: map[uint64]string{}}
+	return w.walk(root, ino)
+}
+
+type walker struct {
+	img  *Image
+	fn   WalkFunc
+	dirs map[uint64]string // directory nid → the path it was reached by
+}
+
+func (w *walker) walk(p string, ino *Inode) error {
+	if ino.IsDir() {
+		if first, ok := w.dirs[ino.Nid]; ok {
+			return fmt.Errorf("erofs: nid %d: directory %s is also %s: a directory has one parent", ino.Nid, p, first)
+		}
+		w.dirs[ino.Nid] = p
+	}
+	if err := w.fn(p, ino); err != nil {
+		if err == fs.SkipDir && ino.IsDir() {
+			return nil
+		}
+		return err
+	}
+	if !ino.IsDir() {
+		return nil
+	}
+	ents, err := w.img.ReadDirInode(ino)
+	if err != nil {
+		return fmt.Errorf("%s: %w", p, err)
+	}
+	ents = slices.DeleteFunc(ents, func(e Dirent) bool { return e.Name == "." || e.Name == ".." })
+	slices.SortFunc(ents, func(a, b Dirent) int { return strings.Compare(a.Name, b.Name) })
+	for i, e := range ents {
+		if i > 0 && ents[i-1].Name == e.Name {
+			return fmt.Errorf("erofs: nid %d: directory %s lists %q twice", ino.Nid, p, e.Name)
+		}
+		if e.Name == "" || strings.ContainsAny(e.Name, "/\x00") {
+			return fmt.Errorf("erofs: nid %d: directory %s: bad name %q", ino.Nid, p, e.Name)
+		}
+		child, err := w.img.InodeAt(e.Nid)
+		if err != nil {
+			return fmt.Errorf("%s: %w", path.Join(p, e.Name), err)
+		}
+		if err := w.walk(path.Join(p, e.Name), child); err != nil {
+			return err
+		}
+	}
+	return nil
 }

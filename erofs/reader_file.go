@@ -303,6 +303,51 @@ func (img *Image) readDev(dev uint16, off int64, p []byte) error {
 	return readFullAt(img.devs[d].r, p, off)
 }
 
+// NextData is lseek's SEEK_DATA for a regular file as the image stores
+// it: the first offset at or after off that is not in a hole, or the
+// file's size if only holes follow. Holes are what the image does not
+// store: chunks without a block, a FLAT_PLAIN file that is one hole.
+// Stored zeros, and any part of a compressed file, are data.
+func (img *Image) NextData(ino *Inode, off int64) (int64, error) {
+	if off >= ino.Size {
+		return ino.Size, nil
+	}
+	switch ino.Layout {
+	case LayoutFlatPlain:
+		d, err := img.flatReader(ino)
+		if err != nil {
+			return 0, err
+		}
+		if d.blocks < 0 {
+			return ino.Size, nil
+		}
+	case LayoutChunkBased:
+		d, err := img.chunkReader(ino)
+		if err != nil {
+			return 0, err
+		}
+		for i := off >> d.bits; i < d.count; i++ {
+			_, _, hole, err := d.chunk(i)
+			if err != nil {
+				return 0, err
+			}
+			if !hole {
+				return max(off, i<<d.bits), nil
+			}
+		}
+		return ino.Size, nil
+	}
+	return off, nil
+}
+
+// ReadlinkInode returns the target of a symbolic link's inode.
+func (img *Image) ReadlinkInode(ino *Inode) (string, error) {
+	if !ino.IsSymlink() {
+		return "", fmt.Errorf("erofs: nid %d: not a symbolic link", ino.Nid)
+	}
+	return img.readlink(ino)
+}
+
 // readlink returns a symlink's target.
 func (img *Image) readlink(ino *Inode) (string, error) {
 	if ino.Size > maxLinkTarget {

@@ -631,4 +631,78 @@ func TestReaderLongPrefix(t *testing.T) {
 	if _, err := openBytes(t, raw).Xattrs("opaque"); err == nil {
 		t.Errorf("long prefix 5 of 1: no error")
 	}
+	raw[entry+1] = 0x80
+	// A record's length counts the base index and the infix: 1 to 256
+	// (an infix of at most 255 bytes), as the kernel requires; 0 would be
+	// read as 65536, and names of 64 KiB made from it cost 2 GB for an
+	// image of 336 KB.
+	for _, n := range []uint16{0, 257, 4096} {
+		le.PutUint16(raw[tab:], n)
+		if _, err := openBytes(t, raw).Xattrs("opaque"); err == nil || !strings.Contains(err.Error(), "long xattr prefix 0: record of") {
+			t.Errorf("prefix record of length %d: %v", n, err)
+		}
+	}
+}
+
+// TestWalk: Walk visits what fs.WalkDir visits, in the same order, by
+// inode; it does not descend into a symbolic link whose directory entry
+// says "directory"; and it refuses a directory reached twice, which
+// fs.WalkDir would walk again under every name.
+func TestWalk(t *testing.T) {
+	raw := readFixture(t, "plain.img")
+	img := openBytes(t, raw)
+	var want []string
+	if err := fs.WalkDir(img, ".", func(p string, d fs.DirEntry, err error) error {
+		want = append(want, p)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	walk := func(img *Image, skip string) ([]string, error) {
+		var got []string
+		err := img.Walk(".", func(p string, ino *Inode) error {
+			got = append(got, p)
+			if l, err := img.Lstat(p); err != nil || l.Nid != ino.Nid {
+				t.Errorf("%s: nid %d, Lstat says %v %v", p, ino.Nid, l, err)
+			}
+			if p == skip {
+				return fs.SkipDir
+			}
+			return nil
+		})
+		return got, err
+	}
+	got, err := walk(img, "")
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("Walk: %v\n got %q\nwant %q", err, got, want)
+	}
+	got, _ = walk(img, "sub")
+	if slices.Contains(got, "sub/deeper") || !slices.Contains(got, "sub") || len(got) != len(want)-3 {
+		t.Errorf("SkipDir of sub: %q", got)
+	}
+
+	// "dirlink" (a symbolic link to sub/deeper) listed as a directory.
+	off := direntAt(t, img, ".", "dirlink")
+	lie := bytes.Clone(raw)
+	lie[off+10] = 2 // EROFS_FT_DIR
+	limg := openBytes(t, lie)
+	var wd []string
+	fs.WalkDir(limg, ".", func(p string, d fs.DirEntry, err error) error {
+		wd = append(wd, p)
+		return nil
+	})
+	if !slices.Contains(wd, "dirlink/file") {
+		t.Fatalf("fs.WalkDir did not follow the lie (%q): the test proves nothing", wd)
+	}
+	if got, err := walk(limg, ""); err != nil || !slices.Equal(got, want) {
+		t.Errorf("Walk with dirlink typed as a directory: %v\n got %q\nwant %q", err, got, want)
+	}
+
+	// "opaque" pointing at sub: one directory, two parents.
+	sub, _ := img.Lstat("sub")
+	dag := bytes.Clone(raw)
+	le.PutUint64(dag[direntAt(t, img, ".", "opaque"):], sub.Nid)
+	if _, err := walk(openBytes(t, dag), ""); err == nil || !strings.Contains(err.Error(), "one parent") {
+		t.Errorf("Walk of a directory listed twice: %v", err)
+	}
 }

@@ -174,9 +174,11 @@ func (img *Image) readLongPrefixes() ([]longPrefix, error) {
 		if err := read(h[:], pos); err != nil {
 			return nil, err
 		}
+		// The base index and the infix; the kernel refuses a record
+		// with no base index or an infix longer than a name may be.
 		n := int(le.Uint16(h[:]))
-		if n == 0 {
-			n = 1 << 16
+		if n < 1 || n > 1+MaxNameLen {
+			return nil, fmt.Errorf("long xattr prefix %d: record of %d bytes (1 to %d)", i, n, 1+MaxNameLen)
 		}
 		b := make([]byte, n)
 		if err := read(b, pos+2); err != nil {

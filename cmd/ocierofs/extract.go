@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +19,8 @@ var extractCommand = &cli.Command{
 	Name:      "extract",
 	Usage:     "unpack an image into a directory (modes, owners, xattrs, devices and hard links when root)",
 	ArgsUsage: "IMAGE DIR",
+	Description: "DIR must be empty or not exist yet. Nothing is written outside it, and on an\n" +
+		"error DIR is left as it was. All-zero runs of files and holes become holes.",
 	Action: func(c *cli.Context) error {
 		if c.NArg() != 2 {
 			return fmt.Errorf("extract: want IMAGE DIR")
@@ -31,125 +34,224 @@ var extractCommand = &cli.Command{
 	},
 }
 
-// extract writes the tree of img under dir. As root it restores owners,
-// devices and every xattr; otherwise what an unprivileged user can.
-// Directory times are set last, deepest first, so that creating their
-// entries does not change them.
-func extract(img *erofs.Image, dir string, root bool) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+// extract writes the tree of img under dir, which must be empty or not
+// exist. As root it restores owners, devices and every xattr; otherwise
+// what an unprivileged user can. It walks the image by inode (erofs.Walk):
+// it descends only into directories it has just made, so no entry of the
+// image, whatever its directory entry claims, can lead it through a
+// symbolic link out of dir. Directory modes and times are set last,
+// deepest first, so that filling a read-only directory works and
+// creating entries does not change the times. On an error, everything it
+// made goes.
+func extract(img *erofs.Image, dir string, root bool) (err error) {
+	made, err := emptyDir(dir)
+	if err != nil {
 		return err
 	}
-	links := map[uint64]string{} // nid → first extracted path
-	var dirs []string
-	err := fs.WalkDir(img, ".", func(p string, d fs.DirEntry, err error) error {
+	defer func() {
 		if err != nil {
-			return err
-		}
-		ino, err := img.Lstat(p)
-		if err != nil {
-			return err
-		}
-		dst := filepath.Join(dir, filepath.FromSlash(p))
-		if !ino.IsDir() && ino.Nlink > 1 {
-			if first, ok := links[ino.Nid]; ok {
-				return os.Link(first, dst)
+			if rerr := undoExtract(dir, made); rerr != nil {
+				err = fmt.Errorf("%w (and removing what was extracted: %v)", err, rerr)
 			}
-			links[ino.Nid] = dst
 		}
-		perm := ino.Mode & 0o7777
-		switch ino.Mode & erofs.S_IFMT {
-		case erofs.S_IFDIR:
+	}()
+	x := extractor{img: img, root: root, links: map[uint64]string{}, buf: make([]byte, 128<<10)}
+	type dirMeta struct {
+		dst string
+		ino *erofs.Inode
+	}
+	var dirs []dirMeta
+	err = img.Walk(".", func(p string, ino *erofs.Inode) error {
+		dst := filepath.Join(dir, filepath.FromSlash(p))
+		if ino.IsDir() {
 			if p != "." {
-				if err := os.Mkdir(dst, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+				if err := os.Mkdir(dst, 0o700); err != nil {
 					return err
 				}
 			}
-			dirs = append(dirs, p)
-		case erofs.S_IFREG:
-			if err := extractFile(img, p, dst); err != nil {
-				return err
-			}
-		case erofs.S_IFLNK:
-			t, err := img.Readlink(p)
-			if err != nil {
-				return err
-			}
-			if err := os.Symlink(t, dst); err != nil {
-				return err
-			}
-		case erofs.S_IFCHR, erofs.S_IFBLK, erofs.S_IFIFO, erofs.S_IFSOCK:
-			if ino.Mode&erofs.S_IFMT != erofs.S_IFIFO && !root {
-				fmt.Fprintf(os.Stderr, "warning: %s: devices need root, skipped\n", p)
-				return nil
-			}
-			dev := int(unix.Mkdev(ino.Devmajor, ino.Devminor))
-			if err := unix.Mknod(dst, ino.Mode&erofs.S_IFMT|0o600, dev); err != nil {
-				return fmt.Errorf("%s: mknod: %w", p, err)
-			}
+			dirs = append(dirs, dirMeta{dst, ino})
+			return x.restoreMeta(p, dst, ino)
 		}
-		return restoreMeta(img, p, dst, ino, perm, root)
+		return x.entry(p, dst, ino)
 	})
 	if err != nil {
 		return err
 	}
 	for i := len(dirs) - 1; i >= 0; i-- {
-		ino, err := img.Lstat(dirs[i])
-		if err != nil {
+		d := dirs[i]
+		if err := unix.Fchmodat(unix.AT_FDCWD, d.dst, d.ino.Mode&0o7777, 0); err != nil {
 			return err
 		}
-		if err := setTime(filepath.Join(dir, filepath.FromSlash(dirs[i])), ino); err != nil {
+		if err := setTime(d.dst, d.ino); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func extractFile(img *erofs.Image, p, dst string) error {
-	r, err := img.Open(p)
+// emptyDir makes dir, or checks that it is an empty directory; made says
+// which.
+func emptyDir(dir string) (made bool, err error) {
+	if err := os.Mkdir(dir, 0o700); err == nil {
+		return true, nil
+	} else if !errors.Is(err, fs.ErrExist) {
+		return false, err
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.IsDir() {
+		return false, fmt.Errorf("extract: %s exists and is not a directory", dir)
+	}
+	if names, _ := f.Readdirnames(1); len(names) > 0 {
+		return false, fmt.Errorf("extract: %s is not empty", dir)
+	}
+	return false, nil
+}
+
+// undoExtract removes what extract made: dir itself if it made it, else
+// dir's entries. Directories are made writable first: an unprivileged
+// user cannot otherwise empty a read-only one.
+func undoExtract(dir string, made bool) error {
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	if made {
+		return os.RemoveAll(dir)
+	}
+	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return err
 	}
-	defer r.Close()
+	for _, e := range ents {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type extractor struct {
+	img   *erofs.Image
+	root  bool
+	links map[uint64]string // nid → first extracted path
+	buf   []byte
+}
+
+// entry extracts one file that is not a directory.
+func (x *extractor) entry(p, dst string, ino *erofs.Inode) error {
+	if ino.Nlink > 1 {
+		if first, ok := x.links[ino.Nid]; ok {
+			return os.Link(first, dst)
+		}
+		x.links[ino.Nid] = dst
+	}
+	switch ino.Mode & erofs.S_IFMT {
+	case erofs.S_IFREG:
+		if err := x.file(p, dst, ino); err != nil {
+			return err
+		}
+	case erofs.S_IFLNK:
+		t, err := x.img.ReadlinkInode(ino)
+		if err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		if err := os.Symlink(t, dst); err != nil {
+			return err
+		}
+	case erofs.S_IFCHR, erofs.S_IFBLK, erofs.S_IFIFO, erofs.S_IFSOCK:
+		if ino.Mode&erofs.S_IFMT != erofs.S_IFIFO && !x.root {
+			fmt.Fprintf(os.Stderr, "warning: %s: devices need root, skipped\n", p)
+			return nil
+		}
+		dev := int(unix.Mkdev(ino.Devmajor, ino.Devminor))
+		if err := unix.Mknod(dst, ino.Mode&erofs.S_IFMT|0o600, dev); err != nil {
+			return fmt.Errorf("%s: mknod: %w", p, err)
+		}
+	default:
+		return fmt.Errorf("%s: nid %d: unknown file type %#o", p, ino.Nid, ino.Mode&erofs.S_IFMT)
+	}
+	if err := x.restoreMeta(p, dst, ino); err != nil {
+		return err
+	}
+	if ino.Mode&erofs.S_IFMT != erofs.S_IFLNK {
+		if err := unix.Fchmodat(unix.AT_FDCWD, dst, ino.Mode&0o7777, 0); err != nil {
+			return err
+		}
+	}
+	return setTime(dst, ino)
+}
+
+// file writes a regular file's data, leaving holes where the image has
+// holes (it skips them unread) and where the data is zeros, so that a
+// sparse file stays sparse and an image of a few KiB that declares a huge
+// file cannot fill the disk.
+func (x *extractor) file(p, dst string, ino *erofs.Inode) error {
+	r, err := x.img.DataReader(ino)
+	if err != nil {
+		return fmt.Errorf("%s: %w", p, err)
+	}
 	w, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(w, r); err != nil {
-		w.Close()
-		return fmt.Errorf("%s: %w", p, err)
+	defer w.Close()
+	for off := int64(0); off < ino.Size; {
+		data, err := x.img.NextData(ino, off)
+		if err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		if off = data; off == ino.Size {
+			break
+		}
+		n := int(min(int64(len(x.buf)), ino.Size-off))
+		b := x.buf[:n]
+		if _, err := r.ReadAt(b, off); err != nil && !(err == io.EOF && off+int64(n) == ino.Size) {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		if !allZero(b) {
+			if _, err := w.WriteAt(b, off); err != nil {
+				return err
+			}
+		}
+		off += int64(n)
+	}
+	if err := w.Truncate(ino.Size); err != nil {
+		return err
 	}
 	return w.Close()
 }
 
-// restoreMeta sets owner, xattrs, mode and (except for directories) times.
-// chown comes before chmod because chown clears setuid and setgid.
-func restoreMeta(img *erofs.Image, p, dst string, ino *erofs.Inode, perm uint32, root bool) error {
-	if root {
+var zeros = make([]byte, 128<<10)
+
+func allZero(b []byte) bool { return bytes.Equal(b, zeros[:len(b)]) }
+
+// restoreMeta sets owner and xattrs. chown comes before the chmod that
+// follows it because chown clears setuid and setgid.
+func (x *extractor) restoreMeta(p, dst string, ino *erofs.Inode) error {
+	if x.root {
 		if err := os.Lchown(dst, int(ino.Uid), int(ino.Gid)); err != nil {
 			return err
 		}
 	}
-	xs, err := img.Xattrs(p)
+	xs, err := x.img.InodeXattrs(ino)
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: %w", p, err)
 	}
-	for _, x := range xs {
-		if err := unix.Lsetxattr(dst, x.Name, x.Value, 0); err != nil {
-			if !root && (errors.Is(err, unix.EPERM) || errors.Is(err, unix.ENOTSUP)) {
+	for _, a := range xs {
+		if err := unix.Lsetxattr(dst, a.Name, a.Value, 0); err != nil {
+			if !x.root && (errors.Is(err, unix.EPERM) || errors.Is(err, unix.ENOTSUP)) {
 				continue
 			}
-			return fmt.Errorf("%s: xattr %s: %w", p, x.Name, err)
+			return fmt.Errorf("%s: xattr %s: %w", p, a.Name, err)
 		}
 	}
-	if ino.Mode&erofs.S_IFMT != erofs.S_IFLNK {
-		if err := unix.Fchmodat(unix.AT_FDCWD, dst, perm, 0); err != nil {
-			return err
-		}
-	}
-	if ino.IsDir() {
-		return nil
-	}
-	return setTime(dst, ino)
+	return nil
 }
 
 func setTime(dst string, ino *erofs.Inode) error {

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
-	"io/fs"
 	"path"
 	"sort"
 	"strings"
@@ -182,14 +181,7 @@ func imageStats(img *erofs.Image) (*stats, error) {
 	var flat [][2]int64      // [start, end) of flat files' blocks
 	var zexts []erofs.Extent // first users of their pcluster
 	bs := int64(img.Super().BlockSize)
-	err := fs.WalkDir(img, ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		ino, err := img.Lstat(p)
-		if err != nil {
-			return err
-		}
+	err := img.Walk(".", func(p string, ino *erofs.Inode) error {
 		if seen[ino.Nid] {
 			return nil
 		}
@@ -326,7 +318,7 @@ var lsCommand = &cli.Command{
 		p := imagePath(c.Args().Get(1))
 		w := tabwriter.NewWriter(c.App.Writer, 0, 4, 1, ' ', 0)
 		defer w.Flush()
-		list := func(p string, d fs.DirEntry) error {
+		list := func(p string) error {
 			ino, err := img.Lstat(p)
 			if err != nil {
 				return err
@@ -361,17 +353,14 @@ var lsCommand = &cli.Command{
 			return err
 		}
 		if !ino.IsDir() {
-			return list(p, nil)
+			return list(p)
 		}
 		if c.Bool("recursive") {
-			return fs.WalkDir(img, p, func(q string, d fs.DirEntry, err error) error {
-				if err != nil {
-					return err
-				}
+			return img.Walk(p, func(q string, _ *erofs.Inode) error {
 				if q == p {
 					return nil
 				}
-				return list(q, d)
+				return list(q)
 			})
 		}
 		ents, err := img.ReadDir(p)
@@ -379,7 +368,7 @@ var lsCommand = &cli.Command{
 			return err
 		}
 		for _, d := range ents {
-			if err := list(path.Join(p, d.Name()), d); err != nil {
+			if err := list(path.Join(p, d.Name())); err != nil {
 				return err
 			}
 		}

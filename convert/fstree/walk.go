@@ -45,6 +45,7 @@ func FromFS(fsys StatFS) (*Tree, error) {
 		fsys:  fsys,
 		t:     newTree(),
 		links: make(map[[2]uint64]*Node),
+		dirs:  make(map[[2]uint64]string),
 		buf:   make([]byte, 128<<10),
 	}
 	root, err := w.node(".")
@@ -64,6 +65,7 @@ type walker struct {
 	fsys  StatFS
 	t     *Tree
 	links map[[2]uint64]*Node // first node seen for each (dev, ino)
+	dirs  map[[2]uint64]string
 	buf   []byte
 }
 
@@ -142,8 +144,16 @@ func (w *walker) node(p string) (*Node, error) {
 			n.Xattrs[x.Name] = string(x.Value)
 		}
 	}
-	if !n.IsDir() {
-		key := [2]uint64{fi.Dev, fi.Ino}
+	key := [2]uint64{fi.Dev, fi.Ino}
+	if n.IsDir() {
+		// A directory has one parent. One listed twice (a crafted image,
+		// a bind mount of a directory below itself) would be walked again
+		// under each name, doubling with every level of such a chain.
+		if first, ok := w.dirs[key]; ok {
+			return nil, fmt.Errorf("fstree: %s: directory is also %s: a directory has one parent", p, first)
+		}
+		w.dirs[key] = p
+	} else {
 		if first := w.links[key]; first != nil {
 			if first.link == 0 {
 				first.link = w.t.newLink()
