@@ -113,7 +113,13 @@ func (f *flattener) claim(p string, rank int, isDir, gone bool) bool {
 		}
 	}
 	if n.explicit >= 0 && n.explicit < rank {
-		return false // an upper layer lists p itself
+		// An upper layer lists p itself. If as a directory, a
+		// non-directory or whiteout here cuts it off from what lies
+		// lower (rm -rf /x in one layer, mkdir /x in a later one).
+		if !isDir && !n.nondir && !n.gone && n.opaque < 0 {
+			n.opaque = rank
+		}
+		return false
 	}
 	if !isDir && n.first < rank {
 		// An upper layer has a directory here (that it only implies). A
@@ -184,7 +190,9 @@ func (l *tarLayer) addFlat(hdr *tar.Header, p string, kind whiteout.Kind, target
 		}
 		h := &hiddenEntry{entry: e, off: f.off}
 		if e.Mode&erofs.S_IFMT == erofs.S_IFREG && e.Size > 0 {
-			n, err := io.Copy(f.spool, data)
+			// At f.off, not at the file's position: each layer's
+			// spool starts at 0 again.
+			n, err := io.Copy(io.NewOffsetWriter(f.spool, f.off), data)
 			if err != nil {
 				return fmt.Errorf("spooling hidden content: %w", err)
 			}

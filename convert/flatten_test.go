@@ -61,6 +61,44 @@ func flattenEdgeLayers(t testing.TB) []v1.Layer {
 	}
 }
 
+// restackLayers are the cases a review found flattening and the stacked
+// conversion getting wrong: a hard link in the bottom layer to a file
+// deleted above it, read from a spool that a middle layer had written to
+// first (it got the middle layer's hidden bytes); a directory deleted (w)
+// or replaced by a file (dd) in the middle and made again on top, which
+// brought the bottom layer's entries back; and a directory listed before
+// its parent's opaque marker ("-sub" sorts before ".wh..wh..opq") whose
+// metadata the marker wiped for the layer above that implies it.
+func restackLayers(t testing.TB) []v1.Layer {
+	return []v1.Layer{
+		e2eLayer(t,
+			eDir(".", 0o755),
+			eFile("h1", 0o644, []byte("hard-link-content\n")),
+			eLink("h2", "h1"),
+			eDir("w", 0o755), eFile("w/old", 0o644, []byte("deleted in layer 2\n")),
+			eDir("dd", 0o755), eFile("dd/k", 0o644, []byte("replaced in layer 2\n")),
+			// Nothing below p/-sub: umoci, the reference, would delete it
+			// for the opaque p/ and leave the directory's mtime at now.
+			eDir("p", 0o755), eDir("p/-sub", 0o755), eFile("p/other", 0o644, []byte("hidden by the opaque p/\n")),
+		),
+		e2eLayer(t,
+			eWhiteout("h1"),
+			eFile("x", 0o644, []byte("MIDDLE-LAYER-DATA\n")),
+			eWhiteout("w"),
+			eFile("dd", 0o644, []byte("a file for now\n")),
+			eDir("p", 0o755),
+			eDir("p/-sub", 0o700).own(5, 6).at(e2eTime.Add(-48*time.Hour)).xattr("user.s", "v"),
+			eOpaque("p"),
+		),
+		e2eLayer(t,
+			eFile("x", 0o644, []byte("top\n")),
+			eDir("w", 0o755), eFile("w/new", 0o644, []byte("new\n")),
+			eDir("dd", 0o755), eFile("dd/m", 0o644, []byte("m\n")),
+			eFile("p/-sub/f3", 0o644, []byte("under an implied p/-sub\n")),
+		),
+	}
+}
+
 func TestE2EFlatten(t *testing.T) {
 	reg := sharedRegistry(t)
 	for _, tc := range []struct {
@@ -69,6 +107,7 @@ func TestE2EFlatten(t *testing.T) {
 	}{
 		{"test image", testImageLayers(t)},
 		{"edge cases", flattenEdgeLayers(t)},
+		{"deleted and made again", restackLayers(t)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := e2eImage(t, "amd64", tc.layers...)

@@ -102,6 +102,23 @@ func (t *dirTree) walk(p string, create bool) (parent, n *dirTree, base string) 
 	return parent, n, base
 }
 
+// applyLayer applies one layer's record: its whiteouts and opaque markers
+// first, as they act on the layers below only, then its entries. In the
+// tar, a directory's entries may come before its opaque marker ("-sub"
+// sorts before ".wh..wh..opq"); the marker must not clear them.
+func (t *dirTree) applyLayer(ops []dirOp) {
+	for _, op := range ops {
+		if op.kind == opWhiteout || op.kind == opOpaque {
+			t.apply(op)
+		}
+	}
+	for _, op := range ops {
+		if op.kind == opDir || op.kind == opNonDir {
+			t.apply(op)
+		}
+	}
+}
+
 func (t *dirTree) apply(op dirOp) {
 	switch op.kind {
 	case opDir:
@@ -149,9 +166,7 @@ func (l *lowerDirs) below(i int) *dirTree {
 	}
 	t := &dirTree{}
 	for _, d := range l.layers[:i] {
-		for _, op := range d.ops {
-			t.apply(op)
-		}
+		t.applyLayer(d.ops)
 	}
 	l.states[i] = t
 	return t

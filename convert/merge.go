@@ -283,9 +283,9 @@ func stackLayer(root *mnode, i int, l *mergeLayer) error {
 	}
 	root.layer, root.src, root.ino = i, "", ino
 	dirs[ino.Nid] = ""
-	if opaque(l.img, ".") {
-		root.children = map[string]*mnode{}
-	}
+	// An opaque marker on a layer's root hides nothing: overlayfs ignores
+	// it on a lower layer's root, and so does a stack of these layers as
+	// containerd mounts them (and mkfs.erofs's merge of them).
 	return walk(root, "")
 }
 

@@ -18,7 +18,8 @@ import (
 )
 
 // mergeLayers are three layers that exercise every overlay rule: a
-// whiteout, an opaque directory, a directory replaced by a file and a file
+// whiteout, an opaque directory (and an opaque root, which hides nothing),
+// a directory replaced by a file and a file
 // by a directory, an overridden file, a deleted symlink; hard links,
 // devices, xattrs; and content repeated across layers.
 func mergeLayers(t *testing.T) [3][]byte {
@@ -48,6 +49,8 @@ func mergeLayers(t *testing.T) [3][]byte {
 		cFile("big3", big, 0o644, t2),
 	)
 	l3 := tarOf(t,
+		// An opaque marker on the root, which overlayfs ignores there.
+		cFile(".wh..wh..opq", "", 0o644, t2),
 		cFile("a/keep", "overridden by layer 3\n", 0o600, t2), cFile(".wh.s", "", 0o644, t2),
 		cDir("newdir/", 0o700, t2), cFile("newdir/n", string(content("n", 5000)), 0o644, t2),
 		cFile("shared", big, 0o644, t2),
