@@ -706,3 +706,40 @@ func TestWalk(t *testing.T) {
 		t.Errorf("Walk of a directory listed twice: %v", err)
 	}
 }
+
+// TestNextDataHoles: holes.img (4 KiB, made by hand: no builder writes
+// these) holds two files of 1 PiB that are all hole, a FLAT_PLAIN file
+// whose start block is the null address (Linux 6.15+) and a CHUNK_BASED
+// one whose every chunk is. NextData finds no data in either, so that
+// extract skips them unread; what is read of them is zeros.
+func TestNextDataHoles(t *testing.T) {
+	img := openBytes(t, readFixture(t, "holes.img"))
+	for _, name := range []string{"hole", "chunks"} {
+		ino, err := img.Lstat(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ino.Size != 1<<50 {
+			t.Fatalf("%s: %d bytes", name, ino.Size)
+		}
+		for _, off := range []int64{0, 12345, 1 << 49} {
+			if next, err := img.NextData(ino, off); err != nil || next != ino.Size {
+				t.Errorf("%s: NextData(%d) = %d, %v; want the size", name, off, next, err)
+			}
+		}
+		r, err := img.DataReader(ino)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := make([]byte, 8192)
+		if _, err := r.ReadAt(b, 1<<40+7); err != nil || !isZero(b) {
+			t.Errorf("%s: ReadAt: %v (zeros: %v)", name, err, isZero(b))
+		}
+	}
+	// Stored data is data, zeros or not.
+	plain := openBytes(t, readFixture(t, "plain.img"))
+	ino, _ := plain.Lstat("block.bin")
+	if next, err := plain.NextData(ino, 100); err != nil || next != 100 {
+		t.Errorf("block.bin: NextData(100) = %d, %v", next, err)
+	}
+}

@@ -21,7 +21,12 @@ func main() {
 		Version:         version.String(),
 		HideHelpCommand: true,
 		Commands:        []*cli.Command{serveCommand, syncCommand, version.Command},
-		ExitErrHandler:  func(*cli.Context, error) {},
+		CommandNotFound: func(_ *cli.Context, cmd string) {
+			// urfave/cli would exit 3; a bad argument is 1 here.
+			fmt.Fprintf(os.Stderr, "%s: no command %q (%s --help lists them)\n", "ocierofs-mirror", cmd, "ocierofs-mirror")
+			os.Exit(1)
+		},
+		ExitErrHandler: func(*cli.Context, error) {},
 	}
 	if err := app.Run(os.Args); err != nil {
 		var ee cli.ExitCoder

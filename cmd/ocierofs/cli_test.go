@@ -334,4 +334,8 @@ func TestVersion(t *testing.T) {
 	if _, e, code := run(t, b, "version", "extra"); code != 1 || !strings.Contains(e, "no arguments") {
 		t.Errorf("version extra: exit %d: %s", code, e)
 	}
+	// A command that does not exist is a bad argument like any other.
+	if _, e, code := run(t, b, "bogus"); code != 1 || !strings.Contains(e, `no command "bogus"`) {
+		t.Errorf("bogus: exit %d: %s", code, e)
+	}
 }

@@ -299,3 +299,35 @@ func TestExtractReadOnlyDir(t *testing.T) {
 		t.Errorf("ro/f: %q, %v", got, err)
 	}
 }
+
+// TestHoleImage: inspect counts no data blocks for files that are all
+// hole, and extract of two files of 1 PiB either makes them as holes or,
+// where the file system cannot hold such a file, fails and leaves
+// nothing, in either case without reading or writing a petabyte.
+func TestHoleImage(t *testing.T) {
+	b := bin(t)
+	img := "../../erofs/testdata/holes.img"
+	out, e, code := run(t, b, "inspect", img)
+	if code != 0 || !strings.Contains(out, "(0 in data blocks, 0 inline)") || !strings.Contains(out, "metadata:           4096 bytes") {
+		t.Errorf("inspect: exit %d: %s%s", code, out, e)
+	}
+	dest := filepath.Join(t.TempDir(), "x")
+	start := time.Now()
+	_, e, code = run(t, b, "extract", img, dest)
+	t.Logf("extract: exit %d in %v: %s", code, time.Since(start), e)
+	switch code {
+	case 0:
+		for _, name := range []string{"hole", "chunks"} {
+			fi, err := os.Stat(filepath.Join(dest, name))
+			if err != nil || fi.Size() != 1<<50 || fi.Sys().(*syscall.Stat_t).Blocks != 0 {
+				t.Errorf("%s: %v, %v", name, fi, err)
+			}
+		}
+	case 1:
+		if _, err := os.Lstat(dest); !os.IsNotExist(err) {
+			t.Errorf("extract failed and left %s: %v", dest, err)
+		}
+	default:
+		t.Errorf("extract: exit %d: %s", code, e)
+	}
+}

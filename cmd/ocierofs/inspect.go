@@ -227,6 +227,9 @@ func imageStats(img *erofs.Image) (*stats, error) {
 					flat = append(flat, [2]int64{start, start + ino.Size/bs*bs})
 				}
 			case erofs.LayoutFlatPlain:
+				if next, err := img.NextData(ino, 0); err != nil || next == ino.Size {
+					return err // a file of one hole: no blocks
+				}
 				st.dataBlockBytes += (ino.Size + bs - 1) / bs * bs
 				start := int64(ino.StartBlock()) * bs
 				flat = append(flat, [2]int64{start, start + (ino.Size+bs-1)/bs*bs})

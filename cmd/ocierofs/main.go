@@ -44,8 +44,13 @@ func main() {
 			&cli.StringFlag{Name: "memprofile", Usage: "write a heap profile (go tool pprof -sample_index=alloc_space) to `FILE` at the end"},
 			&cli.StringFlag{Name: "trace", Usage: "write an execution trace (go tool trace: where goroutines wait, how busy the workers are) to `FILE`"},
 		},
-		Before:         startProfile,
-		After:          stopProfile,
+		Before: startProfile,
+		After:  stopProfile,
+		CommandNotFound: func(_ *cli.Context, cmd string) {
+			// urfave/cli would exit 3; a bad argument is 1 here.
+			fmt.Fprintf(os.Stderr, "%s: no command %q (%s --help lists them)\n", "ocierofs", cmd, "ocierofs")
+			os.Exit(1)
+		},
 		ExitErrHandler: func(*cli.Context, error) {},
 	}
 	if err := app.Run(os.Args); err != nil {
