@@ -336,7 +336,7 @@ func (d *imgDir) ReadDir(n int) ([]fs.DirEntry, error) {
 // WalkFunc is what Walk calls for each file: p is its path (root, then
 // root/a, root/a/b…; "a" rather than "./a"), ino its inode. Returning
 // fs.SkipDir for a directory skips its contents; any other error stops
-// the walk.
+// the walk, and Walk returns it (nil for fs.SkipAll).
 type WalkFunc func(p string, ino *Inode) error
 
 // Walk calls fn for root (an io/fs name: "." for the whole image; a final
@@ -356,7 +356,10 @@ func (img *Image) Walk(root string, fn WalkFunc) error {
 		return err
 	}
 	w := walker{img: img, fn: fn, dirs: map[uint64]string{}}
-	return w.walk(root, ino)
+	if err := w.walk(root, ino); err != fs.SkipAll {
+		return err
+	}
+	return nil
 }
 
 type walker struct {

@@ -24,6 +24,11 @@ func FuzzReader(f *testing.F) {
 		}
 		f.Add(b)
 	}
+	// The fixtures are mkfs.erofs 1.5's, lz4 at most: compressed images of
+	// every codec and layout come from the Builder.
+	for _, b := range compressedSeeds(f) {
+		f.Add(b)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r := bytes.NewReader(data)
 		size := int64(len(data))
@@ -47,6 +52,34 @@ func FuzzReader(f *testing.F) {
 			}
 		}
 	})
+}
+
+// compressedSeeds are small images of text, text with random bytes in it
+// and tiny files, for each codec with compact and full indexes, big
+// pclusters, tail packing, fragments and dedupe.
+func compressedSeeds(t testing.TB) [][]byte {
+	line := []byte("erofs pcluster lcluster nid diffID whiteout 0123456789\n")
+	text := bytes.Repeat(line, 150)
+	noise := make([]byte, 3000)
+	for i := range noise {
+		noise[i] = byte(i*131 + i*i/7)
+	}
+	files := map[string][]byte{
+		"text":   text,
+		"mixed":  append(append(bytes.Clone(text[:4500]), noise...), text[:3000]...),
+		"short":  text[:600],
+		"tiny":   []byte("tiny\n"),
+		"d/copy": text,
+	}
+	var out [][]byte
+	for _, alg := range []Algorithm{AlgLZ4, AlgLZMA, AlgDeflate, AlgZstd} {
+		for _, c := range []Compression{{}, {FullIndexes: true}, {PclusterSize: 16384}, {TailPacking: true}, {Fragments: true}, {Dedupe: true}} {
+			c.Algorithm = alg
+			c.Level, _ = DefaultLevel(alg)
+			out = append(out, buildFiles(t, Options{BlockSize: 4096, Compression: &c}, files))
+		}
+	}
+	return out
 }
 
 // exerciseImage walks the whole tree and reads everything, within a budget:
@@ -103,6 +136,21 @@ func exerciseImage(img *Image) {
 				_, _ = ra.ReadAt(b[:], ino.Size/2)
 			}
 			_ = f.Close()
+		}
+		return nil
+	})
+	// Walk and NextData, within a budget of their own.
+	budget = 2000
+	_ = img.Walk(".", func(p string, ino *Inode) error {
+		if budget--; budget < 0 {
+			return fs.SkipAll
+		}
+		if ino.IsRegular() {
+			_, _ = img.NextData(ino, 0)
+			_, _ = img.NextData(ino, ino.Size/2)
+		}
+		if ino.IsSymlink() {
+			_, _ = img.ReadlinkInode(ino)
 		}
 		return nil
 	})

@@ -676,6 +676,15 @@ func TestWalk(t *testing.T) {
 	if err != nil || !slices.Equal(got, want) {
 		t.Fatalf("Walk: %v\n got %q\nwant %q", err, got, want)
 	}
+	n := 0
+	if err := img.Walk(".", func(string, *Inode) error {
+		if n++; n == 3 {
+			return fs.SkipAll
+		}
+		return nil
+	}); err != nil || n != 3 {
+		t.Errorf("SkipAll: %v after %d calls", err, n)
+	}
 	got, _ = walk(img, "sub")
 	if slices.Contains(got, "sub/deeper") || !slices.Contains(got, "sub") || len(got) != len(want)-3 {
 		t.Errorf("SkipDir of sub: %q", got)
