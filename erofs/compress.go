@@ -88,6 +88,13 @@ const (
 	MaxExtentLimit = 12 << 20
 	// MaxPclusterSize is the largest physical cluster the kernel reads.
 	MaxPclusterSize = 1 << 20
+	// maxPclusterBlocks is the most blocks a pcluster's index can count:
+	// the count is 11 bits beside the CBLKCNT flag (2048 reads as 0).
+	maxPclusterBlocks = 1<<11 - 1
+	// maxLZ4PclusterBlocks is the most blocks Linux accepts in the lz4
+	// record's max_pclusterblks: 1 MiB of pages (6.18 on 4 KiB pages
+	// refuses to mount 257 blocks of 1 KiB), whatever the block size.
+	maxLZ4PclusterBlocks = MaxPclusterSize / 4096
 )
 
 // validate checks the compression options for block size bs.
@@ -97,6 +104,13 @@ func (c *Compression) validate(bs int) error {
 	}
 	if p := c.PclusterSize; p != 0 && (p < bs || p%bs != 0 || p > MaxPclusterSize) {
 		return fmt.Errorf("erofs: pcluster size %d: want a multiple of the block size %d up to %d", p, bs, MaxPclusterSize)
+	}
+	if p := c.PclusterSize; p/bs > maxPclusterBlocks {
+		// With blocks under 1 KiB, 1 MiB is too many for the index.
+		return fmt.Errorf("erofs: pcluster size %d: %d blocks of %d bytes, and an index counts at most %d", p, p/bs, bs, maxPclusterBlocks)
+	}
+	if p := c.PclusterSize; c.Algorithm == AlgLZ4 && p/bs > maxLZ4PclusterBlocks {
+		return fmt.Errorf("erofs: lz4 pcluster size %d: %d blocks of %d bytes; Linux reads lz4 pclusters of at most %d blocks (1 MiB of 4 KiB pages)", p, p/bs, bs, maxLZ4PclusterBlocks)
 	}
 	if m := c.MaxExtent; m != 0 && (m < bs || m > MaxExtentLimit) {
 		return fmt.Errorf("erofs: max extent %d: want %d … %d bytes", m, bs, MaxExtentLimit)

@@ -215,3 +215,58 @@ func TestDebianLZ4Images(t *testing.T) {
 		})
 	}
 }
+
+// TestPclusterBlockLimits: with blocks under 4 KiB, pclusters are bounded
+// in blocks, not bytes. An index counts at most 2047 blocks (2048 of 512
+// bytes was written as 0: fsck and the kernel refused the file), and
+// Linux refuses to mount lz4 images whose record allows more than 256
+// blocks (257 of 1 KiB: "too large lz4 pclusterblks"). The options past
+// the limits are refused; the largest allowed ones mount and read back.
+func TestPclusterBlockLimits(t *testing.T) {
+	for _, tc := range []struct {
+		bs, pc int
+		alg    Algorithm
+		ok     bool
+	}{
+		{512, 1 << 20, AlgZstd, false},
+		{512, 2047 * 512, AlgZstd, true},
+		{1024, 1 << 20, AlgDeflate, true},
+		{1024, 257 << 10, AlgLZ4, false},
+		{1024, 256 << 10, AlgLZ4, true},
+		{512, 129 << 10, AlgLZ4, false},
+		{512, 128 << 10, AlgLZ4, true},
+		{4096, 1 << 20, AlgLZ4, true},
+	} {
+		lv, _ := DefaultLevel(tc.alg)
+		o := Options{BlockSize: tc.bs, Compression: &Compression{Algorithm: tc.alg, Level: lv, PclusterSize: tc.pc, MaxExtent: 12 << 20}}
+		if err := o.Validate(); (err == nil) != tc.ok {
+			t.Errorf("%s, %d-byte blocks, pcluster %d: %v", tc.alg, tc.bs, tc.pc, err)
+		}
+	}
+	var text bytes.Buffer
+	rnd := rand.New(rand.NewPCG(7, 7))
+	words := []string{"foo ", "bar ", "bazinga ", "\n", "qux ", "lorem ipsum ", "42 "}
+	for text.Len() < 6<<20 {
+		text.WriteString(words[rnd.IntN(len(words))])
+		text.WriteByte(byte('a' + rnd.IntN(26)))
+	}
+	files := map[string][]byte{"text6M": text.Bytes(), "small": []byte("hello\n")}
+	for _, cfg := range []zConfig{
+		{name: "zstd_bs512_pc2047", bs: 512, c: Compression{Algorithm: AlgZstd, Level: 3, PclusterSize: 2047 * 512, MaxExtent: 12 << 20}},
+		{name: "lz4_bs1024_pc256k", bs: 1024, c: Compression{Algorithm: AlgLZ4, PclusterSize: 256 << 10, MaxExtent: 12 << 20}},
+		{name: "lz4_bs512_pc128k", bs: 512, c: Compression{Algorithm: AlgLZ4, PclusterSize: 128 << 10, MaxExtent: 12 << 20}},
+	} {
+		t.Run(cfg.name, func(t *testing.T) {
+			raw := buildZ(t, cfg, files)
+			img := openBytes(t, raw)
+			for name, want := range files {
+				if got, err := img.ReadFile(name); err != nil || !bytes.Equal(got, want) {
+					t.Errorf("reader: %s: %d bytes, %v", name, len(got), err)
+				}
+			}
+			if canMount() {
+				mountCompare(t, raw, files)
+			}
+		})
+	}
+}
