@@ -11,6 +11,8 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+
+	"github.com/ocierofs/ocierofs/cmd/internal/version"
 )
 
 // codec is one compression setting as each builder spells it.
@@ -66,36 +68,23 @@ func newOcierofs(path string) (*tool, error) {
 	p, _ = filepath.Abs(p)
 	t := &tool{Name: "ocierofs", Path: p, kind: kindOcierofs, TarInput: true, Unsupported: map[string]string{}}
 	t.Version = "unknown"
+	var name, goVersion string
 	if out, err := exec.Command(p, "--version").Output(); err == nil {
 		if m := ocierofsVersionRE.FindSubmatch(out); m != nil {
-			t.Version = string(m[1]) + " (" + string(m[2]) + ")"
+			name, goVersion = string(m[1]), string(m[2])
 		}
 	} else if bi, err := buildinfo.ReadFile(p); err == nil {
 		// A program older than --version.
-		var rev, mod string
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				rev = s.Value
-			case "vcs.modified":
-				mod = s.Value
-			}
-		}
-		if len(rev) > 12 {
-			rev = rev[:12]
-		}
-		if rev == "" {
-			// Built without VCS stamping: the build time is the next best name.
-			rev = "devel"
+		name, goVersion = version.FromBuildInfo(bi), bi.GoVersion
+	}
+	if name != "" {
+		if name == "devel" {
+			// Built with no name: the build time is the next best one.
 			if st, err := os.Stat(p); err == nil {
-				rev += ", built " + st.ModTime().UTC().Format("2006-01-02 15:04 UTC")
+				name += ", built " + st.ModTime().UTC().Format("2006-01-02 15:04 UTC")
 			}
 		}
-		t.Version = rev
-		if mod == "true" {
-			t.Version += "+dirty"
-		}
-		t.Version += " (" + bi.GoVersion + ")"
+		t.Version = name + " (" + goVersion + ")"
 	}
 	help, _ := exec.Command(p, "mkfs", "--help").CombinedOutput()
 	t.WorkersFlag = bytes.Contains(help, []byte("--workers"))

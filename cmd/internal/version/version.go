@@ -24,6 +24,10 @@ func String() string {
 	return name(Version, readBuildInfo()) + " (" + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH + ")"
 }
 
+// FromBuildInfo names a build from its build information (another
+// program's, read with debug/buildinfo), as String does its own.
+func FromBuildInfo(bi *debug.BuildInfo) string { return name("", bi) }
+
 func readBuildInfo() *debug.BuildInfo {
 	bi, _ := debug.ReadBuildInfo()
 	return bi
