@@ -24,6 +24,11 @@ type hcParams struct {
 	sufficient int // optimal parser: a match this long is taken at once
 	nice       int // levels 1–9: a match this long ends the search
 	skip       uint
+	// swap: the optimal parser follows, after each longer match, the
+	// chain of the position inside it whose link reaches furthest back
+	// (see search). Levels 1–9 skip positions, whose links are then
+	// missing.
+	swap bool
 }
 
 var hcLevels = [LevelMax + 1]hcParams{
@@ -66,6 +71,7 @@ func newHCState(level int) *hcState {
 		h.skip = 63       // nor skipping
 	}
 	if h.window > 0 {
+		h.swap = true
 		h.nodes = make([]optNode, h.window+1)
 		h.seqs = make([]optSeq, h.window+1)
 	}
@@ -132,6 +138,9 @@ func (h *hcState) search(sp unsafe.Pointer, off, ip, ipLimit, anchor, limit int)
 			// The two bytes that would make a match longer than
 			// best are the likeliest to differ; test them first.
 			tail := ld16(sp, ip+best-1)
+			// Candidates are followed along the chain of c+k, k = 0
+			// at first: see the swap below.
+			k := 0
 			for d := h.depth; ; {
 				if ld16(sp, c+best-1) == tail && ld32(sp, c) == u {
 					// Extend, 8 bytes at a time.
@@ -157,11 +166,29 @@ func (h *hcState) search(sp unsafe.Pointer, off, ip, ipLimit, anchor, limit int)
 							break
 						}
 						tail = ld16(sp, ip+best-1)
+						if h.swap && c+l <= ip {
+							// A longer match at c' has c'+j
+							// matching c+j for every j < l: c'+j
+							// is on the chain of c+j's 4 bytes.
+							// Follow the chain among those that
+							// jumps furthest (as C's LZ4HC does
+							// with chainSwap): the candidates it
+							// passes over cannot beat l. Every
+							// position before ip is inserted
+							// (the optimal parser skips none).
+							k = 0
+							far := int(h.chain[uint16(c)])
+							for j := 1; j <= l-minMatch; j++ {
+								if f := int(h.chain[uint16(c+j)]); f > far {
+									far, k = f, j
+								}
+							}
+						}
 					}
 				}
-				c -= int(h.chain[uint16(c)])
+				c -= int(h.chain[uint16(c+k)])
 				d--
-				if d == 0 || ip-c > MaxDistance {
+				if d == 0 || ip-c > MaxDistance || c < 0 {
 					break
 				}
 			}
