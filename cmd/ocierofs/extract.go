@@ -92,6 +92,9 @@ func extract(img *erofs.Image, dir string, root bool) (err error) {
 // emptyDir makes dir, or checks that it is an empty directory; made says
 // which.
 func emptyDir(dir string) (made bool, err error) {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return false, err
+	}
 	if err := os.Mkdir(dir, 0o700); err == nil {
 		return true, nil
 	} else if !errors.Is(err, fs.ErrExist) {
@@ -145,11 +148,8 @@ type extractor struct {
 
 // entry extracts one file that is not a directory.
 func (x *extractor) entry(p, dst string, ino *erofs.Inode) error {
-	if ino.Nlink > 1 {
-		if first, ok := x.links[ino.Nid]; ok {
-			return os.Link(first, dst)
-		}
-		x.links[ino.Nid] = dst
+	if first, ok := x.links[ino.Nid]; ok {
+		return os.Link(first, dst)
 	}
 	switch ino.Mode & erofs.S_IFMT {
 	case erofs.S_IFREG:
@@ -184,7 +184,15 @@ func (x *extractor) entry(p, dst string, ino *erofs.Inode) error {
 			return err
 		}
 	}
-	return setTime(dst, ino)
+	if err := setTime(dst, ino); err != nil {
+		return err
+	}
+	if ino.Nlink > 1 {
+		// Only once made: the other names of a device skipped above
+		// are skipped too.
+		x.links[ino.Nid] = dst
+	}
+	return nil
 }
 
 // file writes a regular file's data, leaving holes where the image has
