@@ -47,9 +47,9 @@ func TestCompressedLayerTail(t *testing.T) {
 		"small-text":    []byte("a short file that goes into the packed inode\n"),
 		"rep-tiny-tail": bytes.Repeat([]byte("z"), 65536*2+5),
 	}
-	// Level 12 too: the optimal parser's chain swap (search) on 40 MiB
-	// of repetitive text.
-	for _, lv := range []int{0, 9, 12} {
+	// The optimal parser's levels too (its chain swap, the positions it
+	// does not search), on 40 MiB of repetitive text.
+	for _, lv := range []int{0, 9, 10, 11, 12} {
 		cfg := zConfig{name: fmt.Sprintf("lz4-%d", lv), bs: 4096, c: Compression{Algorithm: AlgLZ4, Level: lv, PclusterSize: 65536, TailPacking: true, Fragments: true}}
 		t.Run(cfg.name, func(t *testing.T) {
 			raw := buildZ(t, cfg, files)

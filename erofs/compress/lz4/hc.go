@@ -29,6 +29,9 @@ type hcParams struct {
 	// (see search). Levels 1–9 skip positions, whose links are then
 	// missing.
 	swap bool
+	// full: level 12 searches more positions of the optimal parse (see
+	// compressOpt).
+	full bool
 }
 
 var hcLevels = [LevelMax + 1]hcParams{
@@ -43,7 +46,7 @@ var hcLevels = [LevelMax + 1]hcParams{
 	9:  {depth: 256, lazy: 1, nice: 256},
 	10: {depth: 64, window: 512, sufficient: 64},
 	11: {depth: 256, window: 1024, sufficient: 128},
-	12: {depth: 4096, window: 4096, sufficient: 4096},
+	12: {depth: 4096, window: 4096, sufficient: 4096, full: true},
 }
 
 // hcState is the match finder of levels 1–12: hash chains over a 64 KiB
