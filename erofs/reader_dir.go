@@ -334,16 +334,17 @@ func (d *imgDir) ReadDir(n int) ([]fs.DirEntry, error) {
 }
 
 // WalkFunc is what Walk calls for each file: p is its path (root, then
-// root/a, root/a/b…; "a" rather than "./a"), ino its inode. Returning
-// fs.SkipDir for a directory skips its contents; any other error stops
-// the walk, and Walk returns it (nil for fs.SkipAll).
+// root/a, root/a/b…; "a" rather than "./a"), ino its inode. As with
+// fs.WalkDir, returning fs.SkipDir skips a directory's contents (for a
+// file, the rest of its directory) and fs.SkipAll the rest of the walk;
+// any other error stops the walk, and Walk returns it.
 type WalkFunc func(p string, ino *Inode) error
 
 // Walk calls fn for root (an io/fs name: "." for the whole image; a final
 // symbolic link is not followed) and every file below it, depth first,
 // each directory before its entries and those in name order, as
-// fs.WalkDir does. Unlike
-// fs.WalkDir over the image, it goes by each inode's type, never by what
+// fs.WalkDir does. Unlike fs.WalkDir over the image, it goes by each
+// inode's type, never by what
 // its directory entry says (an entry typed as a directory that is a
 // symbolic link is not descended into), and it fails on a directory
 // reached a second time, or on a name listed twice in one directory:
@@ -356,7 +357,7 @@ func (img *Image) Walk(root string, fn WalkFunc) error {
 		return err
 	}
 	w := walker{img: img, fn: fn, dirs: map[uint64]string{}}
-	if err := w.walk(root, ino); err != fs.SkipAll {
+	if err := w.walk(root, ino); err != fs.SkipAll && err != fs.SkipDir {
 		return err
 	}
 	return nil
@@ -402,6 +403,9 @@ func (w *walker) walk(p string, ino *Inode) error {
 			return fmt.Errorf("%s: %w", path.Join(p, e.Name), err)
 		}
 		if err := w.walk(path.Join(p, e.Name), child); err != nil {
+			if err == fs.SkipDir {
+				return nil // from a file: the rest of this directory
+			}
 			return err
 		}
 	}

@@ -685,6 +685,26 @@ func TestWalk(t *testing.T) {
 	}); err != nil || n != 3 {
 		t.Errorf("SkipAll: %v after %d calls", err, n)
 	}
+	// SkipDir from a file skips the rest of its directory, as with
+	// fs.WalkDir.
+	var fromFile, wantFile []string
+	img.Walk(".", func(p string, ino *Inode) error {
+		fromFile = append(fromFile, p)
+		if p == "sub/bigid" {
+			return fs.SkipDir
+		}
+		return nil
+	})
+	fs.WalkDir(img, ".", func(p string, d fs.DirEntry, err error) error {
+		wantFile = append(wantFile, p)
+		if p == "sub/bigid" {
+			return fs.SkipDir
+		}
+		return nil
+	})
+	if !slices.Equal(fromFile, wantFile) || slices.Contains(fromFile, "sub/deeper") {
+		t.Errorf("SkipDir from a file:\n got %q\nwant %q", fromFile, wantFile)
+	}
 	got, _ = walk(img, "sub")
 	if slices.Contains(got, "sub/deeper") || !slices.Contains(got, "sub") || len(got) != len(want)-3 {
 		t.Errorf("SkipDir of sub: %q", got)
