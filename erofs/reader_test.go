@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -770,5 +771,34 @@ func TestNextDataHoles(t *testing.T) {
 	ino, _ := plain.Lstat("block.bin")
 	if next, err := plain.NextData(ino, 100); err != nil || next != 100 {
 		t.Errorf("block.bin: NextData(100) = %d, %v", next, err)
+	}
+}
+
+// TestCorruptBlockCountAlloc: fragcount.img is a fragments image (lz4,
+// 7 blocks) whose packed inode's first pcluster claims 255 blocks instead
+// of 3 (one byte changed, by review15-d's mutation sweep). Every file's
+// fragment is in that extent: reading them must fail without allocating
+// the claimed MiB each time (321 MB for the tree before the range was
+// checked first).
+func TestCorruptBlockCountAlloc(t *testing.T) {
+	img := openBytes(t, readFixture(t, "fragcount.img"))
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	files, failed := 0, 0
+	err := img.Walk(".", func(p string, ino *Inode) error {
+		if ino.IsRegular() {
+			files++
+			if _, err := img.ReadFile(p); err != nil {
+				failed++
+			}
+		}
+		return nil
+	})
+	runtime.ReadMemStats(&after)
+	if err != nil || files < 50 || failed == 0 {
+		t.Fatalf("walk: %v; %d files, %d failed: the fixture is not what the test needs", err, files, failed)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 16<<20 {
+		t.Errorf("reading %d files (%d failed) allocated %d MiB", files, failed, alloc>>20)
 	}
 }

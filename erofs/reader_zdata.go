@@ -45,6 +45,11 @@ type zData struct {
 	mu  sync.Mutex
 	la  int64  // the extent cached in buf
 	buf []byte // its decoded bytes
+	// badLa and bad: the last extent that failed to decode and why, so
+	// that the files sharing a corrupt extent of the packed inode do not
+	// decode it again, each into buffers of up to 16 MiB.
+	badLa int64
+	bad   error
 }
 
 // zlc is one decoded lcluster index record.
@@ -392,6 +397,26 @@ func (d *zData) decode(e zext) ([]byte, error) {
 	if d.la == e.la && len(d.buf) == int(e.llen) {
 		return d.buf, nil
 	}
+	if d.bad != nil && d.badLa == e.la {
+		return nil, d.bad
+	}
+	out, err := d.decodeExtent(e)
+	if err != nil {
+		d.badLa, d.bad = e.la, err
+		return nil, err
+	}
+	d.la, d.buf = e.la, out
+	return out, nil
+}
+
+// decodeExtent reads and decompresses extent e.
+func (d *zData) decodeExtent(e zext) ([]byte, error) {
+	// Check the range before allocating: a corrupt block count must not
+	// cost a MiB on every read of every file that shares the extent (the
+	// packed inode's, for fragments).
+	if _, _, err := d.img.mapDevice(0, e.pa, e.plen); err != nil {
+		return nil, d.corrupt(e.headLcn, "pcluster: %v", err)
+	}
 	raw := make([]byte, e.plen)
 	if err := d.img.readDev(0, e.pa, raw); err != nil {
 		return nil, d.corrupt(e.headLcn, "pcluster: %v", err)
@@ -429,7 +454,6 @@ func (d *zData) decode(e zext) ([]byte, error) {
 			return nil, d.corrupt(e.headLcn, "pcluster at %d (%d bytes, %s): %v", e.pa, e.plen, e.alg, err)
 		}
 	}
-	d.la, d.buf = e.la, out
 	return out, nil
 }
 
