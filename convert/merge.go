@@ -234,59 +234,38 @@ func openLayer(p string) (_ *mergeLayer, err error) {
 	return l, nil
 }
 
-// stackLayer applies layer i on top of the tree, as overlayfs would.
+// stackLayer applies layer i on top of the tree, as overlayfs would. The
+// image's Walk visits a directory before its entries, so each entry's
+// parent is in dirs by then; it also refuses a directory listed twice.
 func stackLayer(root *mnode, i int, l *mergeLayer) error {
-	// A directory has one parent: one listed twice would be walked again
-	// under each name, doubling with every level of such a chain.
-	dirs := map[uint64]string{}
-	var walk func(dir *mnode, src string) error
-	walk = func(dir *mnode, src string) error {
-		ents, err := l.img.ReadDir(dirName(src))
-		if err != nil {
-			return err
+	dirs := map[string]*mnode{} // this layer's directories, by path
+	return l.img.Walk(".", func(p string, ino *erofs.Inode) error {
+		if p == "." {
+			// An opaque marker on a layer's root hides nothing:
+			// overlayfs ignores it on a lower layer's root, and so
+			// does a stack of these layers as containerd mounts them
+			// (and mkfs.erofs's merge of them).
+			root.layer, root.src, root.ino = i, "", ino
+			dirs[p] = root
+			return nil
 		}
-		for _, e := range ents {
-			name := e.Name()
-			p := path.Join(src, name)
-			ino, err := l.img.Lstat(p)
-			if err != nil {
-				return err
-			}
-			if ino.Mode&erofs.S_IFMT == erofs.S_IFCHR && ino.Devmajor == 0 && ino.Devminor == 0 {
-				delete(dir.children, name) // a whiteout
-				continue
-			}
-			old := dir.children[name]
-			n := &mnode{layer: i, src: p, ino: ino}
-			if ino.IsDir() {
-				n.children = map[string]*mnode{}
-				if old != nil && old.children != nil && !opaque(l.img, p) {
-					n.children = old.children
-				}
-			}
-			dir.children[name] = n
-			if ino.IsDir() {
-				if first, ok := dirs[ino.Nid]; ok {
-					return fmt.Errorf("erofs: nid %d: directory %s is also %s: a directory has one parent", ino.Nid, p, dirName(first))
-				}
-				dirs[ino.Nid] = p
-				if err := walk(n, p); err != nil {
-					return err
-				}
-			}
+		dir, name := dirs[path.Dir(p)], path.Base(p)
+		if ino.Mode&erofs.S_IFMT == erofs.S_IFCHR && ino.Devmajor == 0 && ino.Devminor == 0 {
+			delete(dir.children, name) // a whiteout
+			return nil
 		}
+		old := dir.children[name]
+		n := &mnode{layer: i, src: p, ino: ino}
+		if ino.IsDir() {
+			n.children = map[string]*mnode{}
+			if old != nil && old.children != nil && !opaque(l.img, ino) {
+				n.children = old.children
+			}
+			dirs[p] = n
+		}
+		dir.children[name] = n
 		return nil
-	}
-	ino, err := l.img.Lstat(".")
-	if err != nil {
-		return err
-	}
-	root.layer, root.src, root.ino = i, "", ino
-	dirs[ino.Nid] = ""
-	// An opaque marker on a layer's root hides nothing: overlayfs ignores
-	// it on a lower layer's root, and so does a stack of these layers as
-	// containerd mounts them (and mkfs.erofs's merge of them).
-	return walk(root, "")
+	})
 }
 
 func dirName(p string) string {
@@ -296,8 +275,8 @@ func dirName(p string) string {
 	return p
 }
 
-func opaque(img *erofs.Image, p string) bool {
-	xs, err := img.Xattrs(dirName(p))
+func opaque(img *erofs.Image, ino *erofs.Inode) bool {
+	xs, err := img.InodeXattrs(ino)
 	if err != nil {
 		return false
 	}

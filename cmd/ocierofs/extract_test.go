@@ -157,7 +157,8 @@ func TestExtractTraversal(t *testing.T) {
 }
 
 // TestExtractDAG: a directory listed in two directories is an error, not
-// a walk that doubles with every level, and extract leaves nothing.
+// a walk that doubles with every level, and extract leaves nothing; so
+// for inspect, ls -R, verify and merge.
 func TestExtractDAG(t *testing.T) {
 	b := bin(t)
 	dir := t.TempDir()
@@ -178,7 +179,7 @@ func TestExtractDAG(t *testing.T) {
 	if _, err := os.Lstat(dest); !os.IsNotExist(err) {
 		t.Errorf("extract left %s: %v", dest, err)
 	}
-	for _, cmd := range [][]string{{"inspect", img}, {"ls", "-R", img}, {"verify", img, layer}} {
+	for _, cmd := range [][]string{{"inspect", img}, {"ls", "-R", img}, {"verify", img, layer}, {"merge", filepath.Join(dir, "m.img"), img}} {
 		if _, e, code := run(t, b, cmd...); code != 1 || !strings.Contains(e, "one parent") {
 			t.Errorf("%s: exit %d: %s", cmd[0], code, e)
 		}
