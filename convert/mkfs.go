@@ -220,7 +220,7 @@ func Mkfs(output, input string, opt Options) (res *Result, err error) {
 		for i, l := range dict.layers {
 			reads = append(reads, namedFile{"the chunk dictionary", opt.ChunkDicts[i]})
 			for _, f := range l.devFiles {
-				reads = append(reads, namedFile{"the blob of chunk dictionary " + filepath.Base(opt.ChunkDicts[i]) + ",", f})
+				reads = append(reads, namedFile{"chunk dictionary " + filepath.Base(opt.ChunkDicts[i]) + "'s blob", f})
 			}
 		}
 	}
@@ -281,23 +281,25 @@ type namedFile struct{ role, path string }
 // image needs, or the only copy of it, with exit status 0), or that writes
 // inside the directory it reads (it would read its own temporary file).
 func checkDistinct(writes, reads []namedFile, dir string) error {
+	inside := ""
+	if dir != "" {
+		d, err := filepath.EvalSymlinks(dir)
+		if err == nil {
+			d, err = filepath.Abs(d)
+		}
+		if err != nil {
+			return err
+		}
+		inside = d + string(filepath.Separator)
+	}
 	for i, w := range writes {
 		for _, o := range append(writes[i+1:len(writes):len(writes)], reads...) {
 			if sameFile(w.path, o.path) {
 				return fmt.Errorf("%s %s and %s %s are the same file", w.role, w.path, o.role, o.path)
 			}
 		}
-		if dir != "" {
-			d, err := filepath.EvalSymlinks(dir)
-			if err != nil {
-				return err
-			}
-			if d, err = filepath.Abs(d); err != nil {
-				return err
-			}
-			if strings.HasPrefix(canonicalPath(w.path), d+string(filepath.Separator)) {
-				return fmt.Errorf("%s %s is inside the input directory %s", w.role, w.path, dir)
-			}
+		if inside != "" && strings.HasPrefix(canonicalPath(w.path), inside) {
+			return fmt.Errorf("%s %s is inside the input directory %s", w.role, w.path, dir)
 		}
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 	"io"
 	"runtime"
 	"testing"
+	"testing/iotest"
 	"time"
 )
 
@@ -68,5 +69,19 @@ func TestReadAheadClose(t *testing.T) {
 	}
 	if n := runtime.NumGoroutine(); n > before {
 		t.Errorf("%d goroutines after closing, %d before", n, before)
+	}
+}
+
+// TestReadAheadSourceError: an io.ErrUnexpectedEOF of the source itself
+// (a reader of a cut stream) reaches the consumer after the bytes before
+// it; io.ReadFull's own, for a short last chunk, had made it an end.
+func TestReadAheadSourceError(t *testing.T) {
+	src := bytes.Repeat([]byte("x"), raChunkSize+100)
+	r := io.MultiReader(bytes.NewReader(src), iotest.ErrReader(io.ErrUnexpectedEOF))
+	ra := newReadAhead(r, nil)
+	defer ra.Close()
+	got, err := io.ReadAll(ra)
+	if err != io.ErrUnexpectedEOF || !bytes.Equal(got, src) {
+		t.Errorf("read %d of %d bytes, then %v; want io.ErrUnexpectedEOF", len(got), len(src), err)
 	}
 }

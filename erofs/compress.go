@@ -102,15 +102,16 @@ func (c *Compression) validate(bs int) error {
 	if _, err := c.newCompressor(); err != nil {
 		return err
 	}
-	if p := c.PclusterSize; p != 0 && (p < bs || p%bs != 0 || p > MaxPclusterSize) {
-		return fmt.Errorf("erofs: pcluster size %d: want a multiple of the block size %d up to %d", p, bs, MaxPclusterSize)
-	}
-	if p := c.PclusterSize; p/bs > maxPclusterBlocks {
-		// With blocks under 1 KiB, 1 MiB is too many for the index.
-		return fmt.Errorf("erofs: pcluster size %d: %d blocks of %d bytes, and an index counts at most %d", p, p/bs, bs, maxPclusterBlocks)
-	}
-	if p := c.PclusterSize; c.Algorithm == AlgLZ4 && p/bs > maxLZ4PclusterBlocks {
-		return fmt.Errorf("erofs: lz4 pcluster size %d: %d blocks of %d bytes; Linux reads lz4 pclusters of at most %d blocks (1 MiB of 4 KiB pages)", p, p/bs, bs, maxLZ4PclusterBlocks)
+	if p := c.PclusterSize; p != 0 {
+		switch n := p / bs; {
+		case p < bs || p%bs != 0 || p > MaxPclusterSize:
+			return fmt.Errorf("erofs: pcluster size %d: want a multiple of the block size %d up to %d", p, bs, MaxPclusterSize)
+		case n > maxPclusterBlocks:
+			// With blocks under 1 KiB, 1 MiB is too many for the index.
+			return fmt.Errorf("erofs: pcluster size %d: %d blocks of %d bytes, and an index counts at most %d", p, n, bs, maxPclusterBlocks)
+		case c.Algorithm == AlgLZ4 && n > maxLZ4PclusterBlocks:
+			return fmt.Errorf("erofs: lz4 pcluster size %d: %d blocks of %d bytes; Linux reads lz4 pclusters of at most %d blocks (1 MiB of 4 KiB pages)", p, n, bs, maxLZ4PclusterBlocks)
+		}
 	}
 	if m := c.MaxExtent; m != 0 && (m < bs || m > MaxExtentLimit) {
 		return fmt.Errorf("erofs: max extent %d: want %d … %d bytes", m, bs, MaxExtentLimit)

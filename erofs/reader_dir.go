@@ -395,9 +395,6 @@ func (w *walker) walk(p string, ino *Inode) error {
 		if i > 0 && ents[i-1].Name == e.Name {
 			return fmt.Errorf("erofs: nid %d: directory %s lists %q twice", ino.Nid, p, e.Name)
 		}
-		if e.Name == "" || strings.ContainsAny(e.Name, "/\x00") {
-			return fmt.Errorf("erofs: nid %d: directory %s: bad name %q", ino.Nid, p, e.Name)
-		}
 		child, err := w.img.InodeAt(e.Nid)
 		if err != nil {
 			return fmt.Errorf("%s: %w", path.Join(p, e.Name), err)

@@ -45,11 +45,6 @@ type zData struct {
 	mu  sync.Mutex
 	la  int64  // the extent cached in buf
 	buf []byte // its decoded bytes
-	// badLa and bad: the last extent that failed to decode and why, so
-	// that the files sharing a corrupt extent of the packed inode do not
-	// decode it again, each into buffers of up to 16 MiB.
-	badLa int64
-	bad   error
 }
 
 // zlc is one decoded lcluster index record.
@@ -397,12 +392,8 @@ func (d *zData) decode(e zext) ([]byte, error) {
 	if d.la == e.la && len(d.buf) == int(e.llen) {
 		return d.buf, nil
 	}
-	if d.bad != nil && d.badLa == e.la {
-		return nil, d.bad
-	}
 	out, err := d.decodeExtent(e)
 	if err != nil {
-		d.badLa, d.bad = e.la, err
 		return nil, err
 	}
 	d.la, d.buf = e.la, out
@@ -414,11 +405,12 @@ func (d *zData) decodeExtent(e zext) ([]byte, error) {
 	// Check the range before allocating: a corrupt block count must not
 	// cost a MiB on every read of every file that shares the extent (the
 	// packed inode's, for fragments).
-	if _, _, err := d.img.mapDevice(0, e.pa, e.plen); err != nil {
+	dev, off, err := d.img.mapDevice(0, e.pa, e.plen)
+	if err != nil {
 		return nil, d.corrupt(e.headLcn, "pcluster: %v", err)
 	}
 	raw := make([]byte, e.plen)
-	if err := d.img.readDev(0, e.pa, raw); err != nil {
+	if err := readFullAt(d.img.devs[dev].r, raw, off); err != nil {
 		return nil, d.corrupt(e.headLcn, "pcluster: %v", err)
 	}
 	out := make([]byte, e.llen)

@@ -21,9 +21,9 @@ func main() {
 		Version:         version.String(),
 		HideHelpCommand: true,
 		Commands:        []*cli.Command{serveCommand, syncCommand, version.Command},
-		CommandNotFound: func(_ *cli.Context, cmd string) {
+		CommandNotFound: func(c *cli.Context, cmd string) {
 			// urfave/cli would exit 3; a bad argument is 1 here.
-			fmt.Fprintf(os.Stderr, "%s: no command %q (%s --help lists them)\n", "ocierofs-mirror", cmd, "ocierofs-mirror")
+			fmt.Fprintf(os.Stderr, "%s: no command %q (%s --help lists them)\n", c.App.Name, cmd, c.App.Name)
 			os.Exit(1)
 		},
 		ExitErrHandler: func(*cli.Context, error) {},

@@ -321,11 +321,7 @@ var lsCommand = &cli.Command{
 		p := imagePath(c.Args().Get(1))
 		w := tabwriter.NewWriter(c.App.Writer, 0, 4, 1, ' ', 0)
 		defer w.Flush()
-		list := func(p string) error {
-			ino, err := img.Lstat(p)
-			if err != nil {
-				return err
-			}
+		list := func(p string, ino *erofs.Inode) error {
 			name := p
 			if !c.Bool("recursive") {
 				name = path.Base(p)
@@ -337,9 +333,9 @@ var lsCommand = &cli.Command{
 			extra := ""
 			switch ino.Mode & erofs.S_IFMT {
 			case erofs.S_IFLNK:
-				t, err := img.Readlink(p)
+				t, err := img.ReadlinkInode(ino)
 				if err != nil {
-					return err
+					return fmt.Errorf("%s: %w", p, err)
 				}
 				extra = " -> " + t
 			}
@@ -356,14 +352,14 @@ var lsCommand = &cli.Command{
 			return err
 		}
 		if !ino.IsDir() {
-			return list(p)
+			return list(p, ino)
 		}
 		if c.Bool("recursive") {
-			return img.Walk(p, func(q string, _ *erofs.Inode) error {
+			return img.Walk(p, func(q string, ino *erofs.Inode) error {
 				if q == p {
 					return nil
 				}
-				return list(q)
+				return list(q, ino)
 			})
 		}
 		ents, err := img.ReadDir(p)
@@ -371,7 +367,12 @@ var lsCommand = &cli.Command{
 			return err
 		}
 		for _, d := range ents {
-			if err := list(path.Join(p, d.Name())); err != nil {
+			q := path.Join(p, d.Name())
+			ino, err := img.Lstat(q)
+			if err != nil {
+				return err
+			}
+			if err := list(q, ino); err != nil {
 				return err
 			}
 		}

@@ -46,9 +46,9 @@ func main() {
 		},
 		Before: startProfile,
 		After:  stopProfile,
-		CommandNotFound: func(_ *cli.Context, cmd string) {
+		CommandNotFound: func(c *cli.Context, cmd string) {
 			// urfave/cli would exit 3; a bad argument is 1 here.
-			fmt.Fprintf(os.Stderr, "%s: no command %q (%s --help lists them)\n", "ocierofs", cmd, "ocierofs")
+			fmt.Fprintf(os.Stderr, "%s: no command %q (%s --help lists them)\n", c.App.Name, cmd, c.App.Name)
 			os.Exit(1)
 		},
 		ExitErrHandler: func(*cli.Context, error) {},

@@ -24,11 +24,6 @@ type hcParams struct {
 	sufficient int // optimal parser: a match this long is taken at once
 	nice       int // levels 1–9: a match this long ends the search
 	skip       uint
-	// swap: the optimal parser follows, after each longer match, the
-	// chain of the position inside it whose link reaches furthest back
-	// (see search). Levels 1–9 skip positions, whose links are then
-	// missing.
-	swap bool
 	// full: level 12 searches more positions of the optimal parse (see
 	// compressOpt).
 	full bool
@@ -74,7 +69,6 @@ func newHCState(level int) *hcState {
 		h.skip = 63       // nor skipping
 	}
 	if h.window > 0 {
-		h.swap = true
 		h.nodes = make([]optNode, h.window+1)
 		h.seqs = make([]optSeq, h.window+1)
 	}
@@ -169,7 +163,10 @@ func (h *hcState) search(sp unsafe.Pointer, off, ip, ipLimit, anchor, limit int)
 							break
 						}
 						tail = ld16(sp, ip+best-1)
-						if h.swap && c+l <= ip {
+						if h.window > 0 && c+l <= ip {
+							// (The optimal parser's levels only:
+							// levels 1–9 skip positions, whose
+							// links are then missing.)
 							// A longer match at c' has c'+j
 							// matching c+j for every j < l: c'+j
 							// is on the chain of c+j's 4 bytes.
