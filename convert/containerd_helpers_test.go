@@ -197,6 +197,15 @@ type ctrd struct {
 type ctrdOptions struct {
 	// layerContentCaches are the EROFS snapshotter's layer_content_caches.
 	layerContentCaches []string
+	// mkfs, if set, is the ocierofs binary that containerd runs as its
+	// mkfs.erofs (recording each call), instead of the failing stand-in.
+	mkfs string
+	// mkfsOptions are the EROFS differ's mkfs_options; tarIndex its
+	// enable_tar_index.
+	mkfsOptions []string
+	tarIndex    bool
+	// differs are the diff service's defaults (nil: erofs, then walking).
+	differs []string
 }
 
 // standInMkfs is the only mkfs.erofs on containerd's PATH: it answers
@@ -213,6 +222,13 @@ fi
 echo "$*" >> %s
 echo "stand-in mkfs.erofs of the ocierofs tests: containerd was not meant to convert anything" >&2
 exit 1
+`
+
+// ocierofsMkfs is containerd's mkfs.erofs when a test wants ocierofs to be
+// it: it records its arguments, then runs ocierofs by the name mkfs.erofs.
+const ocierofsMkfs = `#!/bin/sh
+echo "$*" >> %s
+exec %s "$@"
 `
 
 const ctrdConfig = `# containerd %s, written by the ocierofs tests.
@@ -251,12 +267,13 @@ disabled_plugins = [
   layer_content_caches = %s
 
 [plugins.'io.containerd.differ.v1.erofs']
-  mkfs_options = []
+  mkfs_options = %s
+  enable_tar_index = %v
 
 # Client-side unpacks (ctr run of an image not yet unpacked) go through the
 # diff service: EROFS first, as docs/snapshotters/erofs.md says.
 [plugins.'io.containerd.service.v1.diff-service']
-  default = ["erofs", "walking"]
+  default = %s
 `
 
 // tomlStrings is a TOML array of strings.
@@ -296,13 +313,22 @@ func startContainerd(t testing.TB, opt ctrdOptions) *ctrd {
 	must(t, os.MkdirAll(pathDir, 0o755))
 	must(t, os.Symlink(filepath.Join(bin, "containerd-shim-runc-v2"), filepath.Join(pathDir, "containerd-shim-runc-v2")))
 	must(t, os.Symlink(runc, filepath.Join(pathDir, "runc")))
-	must(t, os.WriteFile(filepath.Join(pathDir, "mkfs.erofs"), fmt.Appendf(nil, standInMkfs, strconv.Quote(c.mkfsCalls)), 0o755))
-	caches := opt.layerContentCaches
-	if caches == nil {
-		caches = []string{}
+	mkfs := fmt.Appendf(nil, standInMkfs, strconv.Quote(c.mkfsCalls))
+	if opt.mkfs != "" {
+		// ocierofs is mkfs.erofs when called by that name.
+		named := filepath.Join(dir, "ocierofs-as", "mkfs.erofs")
+		must(t, os.MkdirAll(filepath.Dir(named), 0o755))
+		must(t, os.Symlink(opt.mkfs, named))
+		mkfs = fmt.Appendf(nil, ocierofsMkfs, strconv.Quote(c.mkfsCalls), strconv.Quote(named))
+	}
+	must(t, os.WriteFile(filepath.Join(pathDir, "mkfs.erofs"), mkfs, 0o755))
+	differs := opt.differs
+	if differs == nil {
+		differs = []string{"erofs", "walking"}
 	}
 	must(t, os.WriteFile(c.config, fmt.Appendf(nil, ctrdConfig, containerdVersion, c.root, c.state,
-		c.addr, c.addr+".ttrpc", filepath.Join(dir, "opt"), tomlStrings(caches)), 0o644))
+		c.addr, c.addr+".ttrpc", filepath.Join(dir, "opt"), tomlStrings(opt.layerContentCaches),
+		tomlStrings(opt.mkfsOptions), opt.tarIndex, tomlStrings(differs)), 0o644))
 
 	logf, err := os.Create(c.logPath)
 	must(t, err)
@@ -599,7 +625,13 @@ func busyboxLayer(t testing.TB) v1.Layer {
 // /bin/sh is a script that cannot run.
 func runnableImage(t testing.TB, arch string) v1.Image {
 	t.Helper()
-	img := e2eImage(t, arch, append([]v1.Layer{busyboxLayer(t)}, testImageLayers(t)...)...)
+	return runnableImageOf(t, arch, append([]v1.Layer{busyboxLayer(t)}, testImageLayers(t)...))
+}
+
+// runnableImageOf is runnableImage with other layers.
+func runnableImageOf(t testing.TB, arch string, layers []v1.Layer) v1.Image {
+	t.Helper()
+	img := e2eImage(t, arch, layers...)
 	cf, err := img.ConfigFile()
 	must(t, err)
 	cf = cf.DeepCopy()
@@ -794,6 +826,14 @@ func (c *ctrd) inspectRunning(t testing.TB, ns, image string, src v1.Image, extr
 		}
 	}
 
+	compareRootfs(t, "container", rootfs, src)
+	t.Logf("(the container is task %d)", pid)
+}
+
+// compareRootfs compares a root filesystem (a container's, or a stack of
+// layer images) with umoci's unpack of src.
+func compareRootfs(t testing.TB, what, rootfs string, src v1.Image) {
+	t.Helper()
 	want := umociRootfs(t, src)
 	tops, err := os.ReadDir(want)
 	must(t, err)
@@ -810,11 +850,11 @@ func (c *ctrd) inspectRunning(t testing.TB, ns, image string, src v1.Image, extr
 				return strings.HasPrefix(field, "xattr:trusted.overlay.") || field == "xattr:user.rootlesscontainers"
 			},
 		})
-		reportDiff(t, "container /"+e.Name()+" vs umoci unpack", diffs)
+		reportDiff(t, what+" /"+e.Name()+" vs umoci unpack", diffs)
 		compared += g.Len()
 		links += len(g.LinkGroups())
 	}
-	t.Logf("container rootfs (%s, task %d) vs umoci unpack: %d paths, %d hard-link groups compared", rootfs, pid, compared, links)
+	t.Logf("%s (%s) vs umoci unpack: %d paths, %d hard-link groups compared", what, rootfs, compared, links)
 	if compared < 40 {
 		t.Errorf("only %d paths compared", compared)
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -15,10 +16,15 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ocierofs/ocierofs/erofs"
+	"github.com/ocierofs/ocierofs/whiteout"
 )
 
 // BuildDir converts a directory tree, as lstat and listxattr see it, into an
-// image on w. Whiteout rules do not apply: a directory is taken literally.
+// image on w. Whiteout rules do not apply: a directory is taken literally,
+// except that one holding overlayfs whiteouts (character devices 0:0, as
+// an overlay's upper directory has them) gets the empty
+// trusted.overlay.origin a tar layer's whiteouts give it (whiteout's
+// package doc says why), as mkfs.erofs does.
 // Without a UUID in the options, the UUID is derived from a hash of every
 // entry's metadata and data, so the same tree gives the same image.
 func BuildDir(w io.WriterAt, root string, opt Options) (*Result, error) {
@@ -31,6 +37,8 @@ func BuildDir(w io.WriterAt, root string, opt Options) (*Result, error) {
 	type devIno struct{ dev, ino uint64 }
 	links := map[devIno]string{}
 	res := &Result{}
+	// Directories holding whiteouts, and those with an origin already.
+	whiteoutDirs, origin := map[string]bool{}, map[string]bool{}
 	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -51,6 +59,10 @@ func BuildDir(w io.WriterAt, root string, opt Options) (*Result, error) {
 			Gid:   st.Gid,
 			Mtime: time.Unix(int64(st.Mtim.Sec), int64(st.Mtim.Nsec)),
 		}
+		if st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == 0 {
+			// overlayfs may link one whiteout inode everywhere.
+			whiteoutDirs[path.Dir(rel)] = true
+		}
 		if st.Mode&unix.S_IFMT != unix.S_IFDIR && st.Nlink > 1 {
 			k := devIno{st.Dev, st.Ino}
 			if first, ok := links[k]; ok {
@@ -65,6 +77,9 @@ func BuildDir(w io.WriterAt, root string, opt Options) (*Result, error) {
 			return fmt.Errorf("%s: %w", p, err)
 		}
 		for _, x := range xs {
+			if x.Name == whiteout.OriginXattr {
+				origin[rel] = true
+			}
 			if err := erofs.CheckXattrName(x.Name); err != nil {
 				res.Warnings = append(res.Warnings, fmt.Sprintf("%s: xattr %q left out: %v", rel, x.Name, err))
 				continue
@@ -102,6 +117,18 @@ func BuildDir(w io.WriterAt, root string, opt Options) (*Result, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	dirs := make([]string, 0, len(whiteoutDirs))
+	for d := range whiteoutDirs {
+		if !origin[d] {
+			dirs = append(dirs, d)
+		}
+	}
+	sort.Strings(dirs)
+	for _, d := range dirs {
+		if err := b.SetXattr(d, whiteout.OriginXattr, nil); err != nil {
+			return nil, err
+		}
 	}
 	res.UUID = opt.Erofs.UUID
 	if res.UUID == ([16]byte{}) && !opt.KeepUUID {

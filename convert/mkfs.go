@@ -128,6 +128,12 @@ func buildTar(w io.WriterAt, r io.Reader, opt Options, ops *dirOps) (*Result, er
 		return nil, err
 	}
 	ops.finish(true)
+	if opt.TarIndex && opt.Erofs.Devices[0].Blocks == 0 {
+		// A stream: its size is known now.
+		if err := b.SetDeviceBlocks(1, uint64((l.pos.offset()+tarBlock-1)/tarBlock)); err != nil {
+			return nil, err
+		}
+	}
 	res := &Result{
 		Compression: comp,
 		UUID:        opt.Erofs.UUID,
@@ -191,14 +197,24 @@ func Mkfs(output, input string, opt Options) (res *Result, err error) {
 		opt.TarIndex = true
 	}
 	if opt.TarIndex {
-		if size == 0 || opt.Blob != "" {
-			return nil, errors.New("tar index: the input must be a tar file, and there is no blob")
+		switch {
+		case dir != "" || opt.Blob != "":
+			return nil, errors.New("tar index: the input must be a tar, and there is no blob")
+		case opt.AppendTar && input == "-":
+			return nil, errors.New("tar index: the tar to append must be a file, not stdin")
 		}
 		if bs := opt.Erofs.BlockSize; bs != 0 && bs != tarBlock {
 			return nil, fmt.Errorf("tar index: block size %d: it has 512-byte blocks, as tar data is 512-aligned", bs)
 		}
 		opt.Erofs.BlockSize = tarBlock
-		opt.Erofs.Devices = []erofs.DeviceSlot{{Tag: deviceTag(input), Blocks: uint64((size + tarBlock - 1) / tarBlock)}}
+		// The size of a tar read from stdin is set once it is read
+		// (buildTar); it is then known to be whoever appends it, as
+		// containerd does with mkfs.erofs --tar=i.
+		slot := erofs.DeviceSlot{Blocks: uint64((size + tarBlock - 1) / tarBlock)}
+		if input != "-" {
+			slot.Tag = deviceTag(input)
+		}
+		opt.Erofs.Devices = []erofs.DeviceSlot{slot}
 	}
 	writes := []namedFile{{"the output", output}}
 	if opt.Blob != "" {

@@ -7,7 +7,11 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ocierofs/ocierofs/convert"
+	"github.com/ocierofs/ocierofs/convert/fstree"
+	"github.com/ocierofs/ocierofs/convert/internal/roundtrip"
 )
 
 // TestMkfsSameFile: a build that would write over a file it reads (or
@@ -89,5 +93,44 @@ func TestMkfsSameFile(t *testing.T) {
 	}
 	if _, err := convert.Mkfs(p("d2.img"), p("t.tar"), convert.Options{Blob: p("d2.blob"), ChunkDicts: []string{p("d1.img")}}); err != nil {
 		t.Errorf("with a chunk dictionary: %v", err)
+	}
+}
+
+// A directory holding overlayfs whiteouts (an overlay's upper directory,
+// which containerd's snapshotter commits with mkfs.erofs) gets the empty
+// trusted.overlay.origin a tar layer's whiteouts give it, also where the
+// whiteout is a hard link of another, as overlayfs makes them; an origin
+// the directory has already stays.
+func TestBuildDirWhiteouts(t *testing.T) {
+	roundtrip.RequireMount(t)
+	src := t.TempDir()
+	for _, d := range []string{"a", "b", "c", "d"} {
+		must(t, os.Mkdir(filepath.Join(src, d), 0o755))
+	}
+	must(t, unix.Mknod(filepath.Join(src, "a", "gone"), unix.S_IFCHR|0o000, 0))
+	must(t, os.Link(filepath.Join(src, "a", "gone"), filepath.Join(src, "c", "gone too")))
+	must(t, unix.Mknod(filepath.Join(src, "d", "w"), unix.S_IFCHR|0o000, 0))
+	must(t, unix.Lsetxattr(filepath.Join(src, "d"), "trusted.overlay.origin", []byte("kept"), 0))
+	must(t, os.WriteFile(filepath.Join(src, "b", "file"), []byte("x"), 0o644))
+	must(t, unix.Mknod(filepath.Join(src, "b", "null"), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))))
+
+	img := filepath.Join(t.TempDir(), "dir.erofs")
+	if _, err := convert.Mkfs(img, src, convert.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	want := treeFromDir(t, src)
+	if n := want.MarkWhiteoutDirs(); n != 2 {
+		t.Errorf("MarkWhiteoutDirs marked %d directories, want a and c", n)
+	}
+	got := treeFromDir(t, roundtrip.Mount(t, img))
+	reportDiff(t, "the directory vs its image, mounted", fstree.Diff(want, got, fstree.DiffOptions{}))
+	for dir, origin := range map[string]string{"a": "", "c": "", "d": "kept", "b": "none"} {
+		v, ok := got.Node(dir).Xattrs["trusted.overlay.origin"]
+		if !ok {
+			v = "none"
+		}
+		if v != origin {
+			t.Errorf("%s: trusted.overlay.origin %q, want %q", dir, v, origin)
+		}
 	}
 }

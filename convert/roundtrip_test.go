@@ -378,6 +378,7 @@ func runRoundTrip(t *testing.T, c *corpus, refs *refCache, rc rtCase) {
 
 func runDirRoundTrip(t *testing.T, src string, opt convert.Options) {
 	want := treeFromDir(t, src)
+	want.MarkWhiteoutDirs() // overlayfs whiteouts in src, if any
 	img := filepath.Join(roundtrip.WorkDir(t), "image.erofs")
 	res, err := convert.Mkfs(img, src, opt)
 	if err != nil {

@@ -24,6 +24,15 @@ type Options struct {
 	// BuildTime is recorded in the superblock and is the mtime of directories
 	// the input implies but never lists. Zero means: the most common mtime.
 	BuildTime time.Time
+	// FixedMtime gives every inode BuildTime as its mtime (mkfs.erofs -T
+	// without --mkfs-time); ClampMtime gives it to every inode whose mtime
+	// is later (mkfs.erofs with $SOURCE_DATE_EPOCH). Both need BuildTime.
+	FixedMtime, ClampMtime bool
+	// ExtendedInodes writes every inode in the 64-byte extended form
+	// (mkfs.erofs -Eforce-inode-extended); by default an inode whose
+	// metadata fits the 32-byte compact form, its mtime the build time's,
+	// takes that.
+	ExtendedInodes bool
 	// VolumeName is the label (at most 15 bytes).
 	VolumeName string
 	// NoInlineData stores every regular file FLAT_PLAIN (containerd's
@@ -70,6 +79,9 @@ type Options struct {
 func (o *Options) Validate() error {
 	if bs := o.BlockSize; bs != 0 && (bs < 512 || bs > 65536 || bs&(bs-1) != 0) {
 		return fmt.Errorf("erofs: block size %d: want a power of two from 512 to 65536", bs)
+	}
+	if (o.FixedMtime || o.ClampMtime) && o.BuildTime.IsZero() {
+		return errors.New("erofs: a fixed or clamped mtime needs a build time")
 	}
 	if len(o.VolumeName) > 15 {
 		return fmt.Errorf("erofs: volume name %q: longer than 15 bytes", o.VolumeName)
@@ -121,6 +133,7 @@ type Builder struct {
 	lastDir     string // the directory mkdirAll returned last, and its node
 	lastDirNode *node
 	dirents     map[*inode][]*node // of each directory, made by Finish
+	devEnd      []uint64           // of each extra device, the end of its last chunk (AddChunks)
 	err         error              // sticky: after a failed Add the image is unusable
 
 	// Whole-file dedupe (dedupe.go).
@@ -637,9 +650,13 @@ func (b *Builder) newInode(e *Entry) (*inode, error) {
 		gid:       e.Gid,
 		inodeRare: &noRare,
 	}
-	if !e.Mtime.IsZero() {
-		ino.mtime = e.Mtime.Unix()
-		ino.nsec = uint32(e.Mtime.Nanosecond())
+	mt := e.Mtime
+	if o := &b.opt; o.FixedMtime || o.ClampMtime && mt.After(o.BuildTime) {
+		mt = o.BuildTime.Truncate(time.Second)
+	}
+	if !mt.IsZero() {
+		ino.mtime = mt.Unix()
+		ino.nsec = uint32(mt.Nanosecond())
 	}
 	if e.Mode&^uint32(S_IFMT|0o7777) != 0 {
 		return nil, fmt.Errorf("mode %#o has unknown bits", e.Mode)

@@ -292,6 +292,10 @@ func (b *Builder) AddChunks(e Entry, chunkBits uint8, refs []ChunkRef) error {
 			if d.Blocks != 0 && uint64(c.Block)+n > d.Blocks {
 				return fmt.Errorf("erofs: entry %q: chunk %d at block %d+%d beyond device %d (%d blocks)", e.Path, i, c.Block, n, c.Device, d.Blocks)
 			}
+			if b.devEnd == nil {
+				b.devEnd = make([]uint64, len(b.opt.Devices))
+			}
+			b.devEnd[c.Device-1] = max(b.devEnd[c.Device-1], uint64(c.Block)+n)
 		} else if c.Block == NullAddr {
 			return fmt.Errorf("erofs: entry %q: chunk %d at the null block", e.Path, i)
 		}
@@ -334,5 +338,23 @@ func (b *Builder) KnownChunk(data []byte, dev uint16, blk uint32) error {
 	if _, ok := b.chunks.lookup(&k); !ok {
 		b.chunks.add(&k, chunkLoc{dev, blk})
 	}
+	return nil
+}
+
+// SetDeviceBlocks sets the size in blocks of extra device n (1-based), for
+// a device whose size is known only once the input has been read: the tar
+// of a tar index read from a stream. The chunks added so far must lie
+// within it.
+func (b *Builder) SetDeviceBlocks(n int, blocks uint64) error {
+	if n < 1 || n > len(b.opt.Devices) {
+		return fmt.Errorf("erofs: device %d: the image has %d", n, len(b.opt.Devices))
+	}
+	if blocks >= 1<<32 {
+		return fmt.Errorf("erofs: device %d: %d blocks exceed 2^32", n, blocks)
+	}
+	if b.devEnd != nil && b.devEnd[n-1] > blocks {
+		return fmt.Errorf("erofs: device %d: %d blocks, but a chunk ends at block %d", n, blocks, b.devEnd[n-1])
+	}
+	b.opt.Devices[n-1].Blocks = blocks
 	return nil
 }

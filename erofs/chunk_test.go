@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	goerofs "github.com/erofs/go-erofs"
 )
@@ -480,5 +481,89 @@ func TestKnownChunk(t *testing.T) {
 	ino, _ := r.Lstat("f")
 	if _, refs, _, err := r.ChunkRefs(ino); err != nil || len(refs) != 3 || refs[0] != (ChunkRef{Device: 2, Block: 1}) || refs[2] != refs[0] || refs[1].Device != 1 {
 		t.Errorf("chunk refs %+v (%v)", refs, err)
+	}
+}
+
+// A device of unknown size (a tar index read from a stream) is sized once
+// the input is read: not smaller than its chunks reach.
+func TestSetDeviceBlocks(t *testing.T) {
+	var img memWriterAt
+	b, err := NewBuilder(&img, Options{Devices: []DeviceSlot{{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := Entry{Path: "f", Mode: S_IFREG | 0o600, Size: 2*4096 + 10}
+	if err := b.AddChunks(e, 2, []ChunkRef{{Device: 1, Block: 5}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []struct {
+		dev    int
+		blocks uint64
+	}{{1, 7}, {2, 100}, {0, 100}, {1, 1 << 32}} {
+		if err := b.SetDeviceBlocks(bad.dev, bad.blocks); err == nil {
+			t.Errorf("SetDeviceBlocks(%d, %d) accepted (the chunk ends at block 8)", bad.dev, bad.blocks)
+		}
+	}
+	if err := b.SetDeviceBlocks(1, 8); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	im := openBytes(t, img.b, WithDevice(bytes.NewReader(make([]byte, 8*4096)), 8*4096))
+	if d := im.Devices(); len(d) != 1 || d[0].Blocks != 8 {
+		t.Errorf("device table %+v, want one device of 8 blocks", d)
+	}
+}
+
+// -Eforce-inode-extended, -T and $SOURCE_DATE_EPOCH, as the Builder has them.
+func TestInodeTimesAndForm(t *testing.T) {
+	if err := (&Options{FixedMtime: true}).Validate(); err == nil {
+		t.Error("FixedMtime without a build time accepted")
+	}
+	build := time.Unix(1_600_000_000, 0)
+	early, late := build.Add(-time.Hour), build.Add(time.Hour+time.Millisecond)
+	for _, tc := range []struct {
+		opt         Options
+		early, late time.Time
+		compact     bool // every inode (all of one mtime) is compact
+	}{
+		{Options{BuildTime: build}, early, late, false},
+		{Options{BuildTime: build, FixedMtime: true}, build, build, true},
+		{Options{BuildTime: build, ClampMtime: true}, early, build, false},
+		{Options{BuildTime: build, FixedMtime: true, ExtendedInodes: true}, build, build, false},
+	} {
+		var img memWriterAt
+		b, err := NewBuilder(&img, tc.opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range []Entry{
+			{Path: "early", Mode: S_IFREG | 0o644, Mtime: early},
+			{Path: "late", Mode: S_IFREG | 0o644, Mtime: late},
+		} {
+			if err := b.Add(e, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := b.Finish(); err != nil {
+			t.Fatal(err)
+		}
+		im := openBytes(t, img.b)
+		for name, want := range map[string]time.Time{"early": tc.early, "late": tc.late} {
+			fi, err := im.Lstat(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !fi.Mtime.Equal(want) {
+				t.Errorf("%+v: %s mtime %v, want %v", tc.opt, name, fi.Mtime, want)
+			}
+			if tc.compact != fi.Compact && (tc.compact || tc.opt.ExtendedInodes) {
+				t.Errorf("%+v: %s compact %v, want %v", tc.opt, name, fi.Compact, tc.compact)
+			}
+		}
+		if root := im.Root(); tc.compact != root.Compact && (tc.compact || tc.opt.ExtendedInodes) {
+			t.Errorf("%+v: root compact %v, want %v", tc.opt, root.Compact, tc.compact)
+		}
 	}
 }

@@ -110,7 +110,7 @@ func (b *Builder) finish() error {
 	for i, ino := range order {
 		m := &ino.meta
 		m.ino32 = uint32(i + 1)
-		m.compact = ino.mtime == epochSec && ino.nsec == epochNsec &&
+		m.compact = !b.opt.ExtendedInodes && ino.mtime == epochSec && ino.nsec == epochNsec &&
 			ino.size <= 0xFFFFFFFF && ino.uid <= 0xFFFF && ino.gid <= 0xFFFF && ino.nlink <= 0xFFFF
 		xsize, icount := shared.area(ino)
 		if m.icount = icount; m.xsize() != xsize {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime/pprof"
 	"runtime/trace"
 
@@ -17,6 +18,9 @@ import (
 func main() {
 	if os.Getenv("GOGC") == "" {
 		tuneGC(bigHeap, bigHeapGCPercent)
+	}
+	if filepath.Base(os.Args[0]) == mkfsErofsName {
+		os.Exit(mkfsErofs(mkfsErofsName, os.Args[1:]))
 	}
 	app := &cli.App{
 		Name:  "ocierofs",
@@ -31,6 +35,7 @@ func main() {
 			serveCommand,
 			syncCommand,
 			mkfsCommand,
+			mkfsErofsCommand,
 			mergeCommand,
 			inspectCommand,
 			lsCommand,

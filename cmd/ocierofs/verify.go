@@ -42,6 +42,7 @@ var verifyCommand = &cli.Command{
 			if err != nil {
 				return err
 			}
+			want.MarkWhiteoutDirs() // as mkfs made the image
 		} else {
 			r, err := os.Open(src)
 			if err != nil {

@@ -16,6 +16,7 @@
 package fstree
 
 import (
+	"path"
 	"sort"
 	"strings"
 	"time"
@@ -97,6 +98,29 @@ func (t *Tree) Paths() []string {
 	}
 	sortPaths(ps)
 	return ps
+}
+
+// MarkWhiteoutDirs gives every directory that holds an overlayfs whiteout
+// (a character device 0:0) and no trusted.overlay.origin an empty one, as
+// convert.BuildDir and mkfs.erofs do when they take such a directory (an
+// overlay's upper directory) into an image. It returns how many it marked.
+func (t *Tree) MarkWhiteoutDirs() int {
+	n := 0
+	for p, c := range t.nodes {
+		if p == "." || c.Type() != S_IFCHR || c.Devmajor != 0 || c.Devminor != 0 {
+			continue
+		}
+		d := t.nodes[path.Dir(p)]
+		if _, ok := d.Xattrs[xattrOrigin]; ok {
+			continue
+		}
+		if d.Xattrs == nil {
+			d.Xattrs = map[string]string{}
+		}
+		d.Xattrs[xattrOrigin] = ""
+		n++
+	}
+	return n
 }
 
 // LinkGroups returns the sets of paths that are one inode, each with at
