@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -27,9 +28,15 @@ func bin(t *testing.T) string {
 
 func run(t *testing.T, b string, args ...string) (string, string, int) {
 	t.Helper()
+	return runStdin(t, nil, b, args...)
+}
+
+// runStdin is run with stdin.
+func runStdin(t *testing.T, stdin io.Reader, b string, args ...string) (string, string, int) {
+	t.Helper()
 	var out, errb bytes.Buffer
 	cmd := exec.Command(b, args...)
-	cmd.Stdout, cmd.Stderr = &out, &errb
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, &out, &errb
 	err := cmd.Run()
 	code := 0
 	if ee, ok := err.(*exec.ExitError); ok {

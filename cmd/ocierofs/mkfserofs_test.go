@@ -4,7 +4,6 @@ import (
 	"archive/tar"
 	"bytes"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -69,17 +68,7 @@ func TestMkfsErofs(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer in.Close()
-		var out, errb bytes.Buffer
-		cmd := exec.Command(mkfs, args...)
-		cmd.Stdin, cmd.Stdout, cmd.Stderr = in, &out, &errb
-		err = cmd.Run()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return out.String(), errb.String(), code
+		return runStdin(t, in, mkfs, args...)
 	}
 
 	if out, _, code := runMkfs("--help"); code != 0 || !strings.Contains(out, "--tar=") || !strings.Contains(out, "Usage: mkfs.erofs") {
