@@ -89,13 +89,13 @@ func TestMkfsErofs(t *testing.T) {
 		ours     []string // ocierofs mkfs flags for the same image
 	}{
 		{"containerd", []string{"--tar=f", "--aufs", "--quiet", "-Enoinline_data", "-b4096", "-T0", "--mkfs-time", "--sort=none", "-U", uuid}, true,
-			[]string{"--no-inline-data", "-b", "4096", "-T", "0", "-U", uuid}},
+			[]string{"--no-inline-data", "--no-file-dedupe", "-b", "4096", "-T", "0", "-U", uuid}},
 		{"lz4hc", []string{"--tar=f", "--aufs", "--quiet", "-Enoinline_data", "-zlz4hc,12", "-C65536", "-Eztailpacking", "-T0", "--mkfs-time", "-U", uuid}, false,
-			[]string{"--no-inline-data", "-z", "lz4hc,level=12", "--pcluster-size", "64K", "-T", "0", "-U", uuid}},
+			[]string{"--no-inline-data", "--no-file-dedupe", "-z", "lz4hc,level=12", "--pcluster-size", "64K", "-T", "0", "-U", uuid}},
 		{"deflate", []string{"--tar=f", "--aufs", "--quiet", "-zdeflate,9", "-T", "0", "--mkfs-time", "--max-extent-bytes=65536", "-Efragments,dedupe", "-U", uuid}, false,
-			[]string{"-z", "deflate,level=9", "--pcluster-size", "4K", "--max-extent", "64K", "--tail-packing=false", "--fragments", "--dedupe", "-T", "0", "-U", uuid}},
+			[]string{"--no-file-dedupe", "-z", "deflate,level=9", "--pcluster-size", "4K", "--max-extent", "64K", "--tail-packing=false", "--fragments", "--dedupe", "-T", "0", "-U", uuid}},
 		{"no aufs", []string{"--tar=f", "--quiet", "-T0", "--mkfs-time", "-U", uuid}, true,
-			[]string{"--whiteouts", "keep", "-T", "0", "-U", uuid}},
+			[]string{"--no-file-dedupe", "--whiteouts", "keep", "-T", "0", "-U", uuid}},
 	} {
 		a, o := filepath.Join(dir, tc.name+".mkfs"), filepath.Join(dir, tc.name+".ours")
 		args := append(append([]string{}, tc.mkfsArgs...), a)

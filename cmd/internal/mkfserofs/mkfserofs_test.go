@@ -34,7 +34,7 @@ func TestParseKnownCallers(t *testing.T) {
 	if c.Output != "/s/1/layer.erofs" || c.Input != "-" || !c.Tar || !c.Quiet {
 		t.Errorf("containerd full: %+v", c)
 	}
-	if !e.NoInlineData || e.BlockSize != 4096 || o.Whiteouts != whiteout.Overlay || e.Compression != nil || o.TarIndex {
+	if !e.NoInlineData || !e.NoDedupe || e.BlockSize != 4096 || o.Whiteouts != whiteout.Overlay || e.Compression != nil || o.TarIndex {
 		t.Errorf("containerd full: options %+v", o)
 	}
 	if !e.BuildTime.Equal(time.Unix(0, 0)) || e.FixedMtime || e.ClampMtime {
