@@ -132,7 +132,7 @@ func Merge(out string, layers []string, opt MergeOptions) (res *MergeResult, err
 		return nil, err
 	}
 	if m.opt.Erofs.TempDir == "" {
-		m.opt.Erofs.TempDir = filepath.Dir(out)
+		m.opt.Erofs.TempDir = filepath.Dir(tmp.Name())
 	}
 	if m.b, err = erofs.NewBuilder(tmp, m.opt.Erofs); err != nil {
 		return nil, fmt.Errorf("merge: %w", err)

@@ -14,9 +14,11 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/ocierofs/ocierofs/erofs"
 	"github.com/ocierofs/ocierofs/whiteout"
@@ -267,7 +269,7 @@ func Mkfs(output, input string, opt Options) (res *Result, err error) {
 		return nil, err
 	}
 	if opt.Erofs.TempDir == "" {
-		opt.Erofs.TempDir = filepath.Dir(output)
+		opt.Erofs.TempDir = filepath.Dir(tmp.Name())
 	}
 	if dir != "" {
 		res, err = BuildDir(tmp, dir, opt)
@@ -351,38 +353,136 @@ func canonicalPath(p string) string {
 }
 
 // outputs are files that appear under their names only when all of them
-// are complete: each is written as a temporary file beside its name.
+// are complete: each is written as a temporary file beside its name (or
+// beside the file a symbolic link names) and renamed over it, keeping an
+// existing file's permissions and owner. A name that is a device or a FIFO
+// is written in place, at the end, from a temporary file in the system's
+// temporary directory: a failed build leaves no half-written device either.
 type outputs struct {
-	files []*os.File
-	names []string
+	files   []*os.File
+	names   []string // where each goes, symbolic links followed
+	special []bool   // a device or FIFO, written in place
+	old     []os.FileInfo
 }
 
 // create makes the temporary file that becomes name on commit.
 func (o *outputs) create(name string) (*os.File, error) {
-	f, err := os.CreateTemp(filepath.Dir(name), "."+filepath.Base(name)+".tmp-*")
+	target, fi, err := resolveOutput(name)
 	if err != nil {
 		return nil, err
 	}
-	o.files, o.names = append(o.files, f), append(o.names, name)
+	dir, special := filepath.Dir(target), false
+	switch {
+	case fi == nil || fi.Mode().IsRegular():
+	case fi.IsDir():
+		return nil, fmt.Errorf("%s is a directory", name)
+	default:
+		dir, special = os.TempDir(), true
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(target)+".tmp-*")
+	if err != nil {
+		return nil, err
+	}
+	o.files, o.names = append(o.files, f), append(o.names, target)
+	o.special, o.old = append(o.special, special), append(o.old, fi)
 	return f, nil
+}
+
+// resolveOutput follows the symbolic links of name (a dangling one to the
+// file it would create) and returns the path and what is there, if
+// anything.
+func resolveOutput(name string) (string, os.FileInfo, error) {
+	for range 40 {
+		fi, err := os.Lstat(name)
+		if errors.Is(err, fs.ErrNotExist) {
+			return name, nil, nil
+		}
+		if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+			return name, fi, err
+		}
+		to, err := os.Readlink(name)
+		if err != nil {
+			return "", nil, err
+		}
+		if !filepath.IsAbs(to) {
+			to = filepath.Join(filepath.Dir(name), to)
+		}
+		name = to
+	}
+	return "", nil, fmt.Errorf("%s: too many levels of symbolic links", name)
 }
 
 // commit gives every file its name, in the order they were created (a
 // blob before the image that needs it).
 func (o *outputs) commit() error {
 	for i, f := range o.files {
-		if err := f.Chmod(0o644); err != nil {
-			return err
+		var err error
+		if o.special[i] {
+			err = o.copyInto(f, o.names[i])
+		} else {
+			err = o.rename(f, o.names[i], o.old[i])
 		}
-		if err := f.Close(); err != nil {
+		if err != nil {
 			return err
-		}
-		if err := os.Rename(f.Name(), o.names[i]); err != nil {
-			return fmt.Errorf("rename to %s: %w", o.names[i], err)
 		}
 	}
 	o.files = nil
 	return nil
+}
+
+// rename puts f in place of name, with the permissions and owner of the
+// file it replaces (0644 and the caller's for a new one).
+func (o *outputs) rename(f *os.File, name string, old os.FileInfo) error {
+	mode := fs.FileMode(0o644)
+	if old != nil {
+		mode = old.Mode().Perm()
+		if st, ok := old.Sys().(*syscall.Stat_t); ok {
+			f.Chown(int(st.Uid), int(st.Gid)) // best effort: not ours to give away
+		}
+	}
+	if err := f.Chmod(mode); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(f.Name(), name); err != nil {
+		return fmt.Errorf("rename to %s: %w", name, err)
+	}
+	return nil
+}
+
+// copyInto writes the finished f into the device or FIFO at name, and
+// removes f.
+func (o *outputs) copyInto(f *os.File, name string) error {
+	defer os.Remove(f.Name())
+	defer f.Close()
+	dev, err := os.OpenFile(name, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	size, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
+		return err
+	}
+	// A block device has a size to respect and is written from its
+	// start; a character device or a FIFO takes the bytes as they come.
+	if end, err := dev.Seek(0, io.SeekEnd); err == nil && end > 0 {
+		if size > end {
+			return fmt.Errorf("%s: the image takes %d bytes, the device has %d", name, size, end)
+		}
+		if _, err := dev.Seek(0, io.SeekStart); err != nil {
+			return err
+		}
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	if _, err := io.Copy(dev, f); err != nil {
+		return fmt.Errorf("writing %s: %w", name, err)
+	}
+	return dev.Close()
 }
 
 // abort removes what is not yet committed.

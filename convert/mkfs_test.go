@@ -2,7 +2,10 @@ package convert_test
 
 import (
 	"bytes"
+	"fmt"
+	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,6 +15,7 @@ import (
 	"github.com/ocierofs/ocierofs/convert"
 	"github.com/ocierofs/ocierofs/convert/fstree"
 	"github.com/ocierofs/ocierofs/convert/internal/roundtrip"
+	"github.com/ocierofs/ocierofs/erofs"
 )
 
 // TestMkfsSameFile: a build that would write over a file it reads (or
@@ -131,6 +135,113 @@ func TestBuildDirWhiteouts(t *testing.T) {
 		}
 		if v != origin {
 			t.Errorf("%s: trusted.overlay.origin %q, want %q", dir, v, origin)
+		}
+	}
+}
+
+// Where the image goes: through a symbolic link, into a device or a FIFO
+// in place, over a file keeping its permissions and owner; never over a
+// directory. mkfs.erofs writes its FILE in place; a mkfs.erofs link to
+// ocierofs must not turn a device node into a regular file.
+func TestMkfsOutputs(t *testing.T) {
+	dir := t.TempDir()
+	p := func(name string) string { return filepath.Join(dir, name) }
+	must(t, os.WriteFile(p("t.tar"), tarOf(t, cFile("f", string(content("f", 20000)), 0o644, t0)), 0o644))
+	build := func(out string) error {
+		_, err := convert.Mkfs(out, p("t.tar"), convert.Options{Erofs: erofs.Options{BuildTime: t0}})
+		return err
+	}
+	must(t, build(p("ref.img")))
+	want, err := os.ReadFile(p("ref.img"))
+	must(t, err)
+	same := func(what, path string) {
+		t.Helper()
+		got, err := os.ReadFile(path)
+		if err != nil || !bytes.Equal(got[:min(len(got), len(want))], want) {
+			t.Errorf("%s: %s does not hold the image (%v)", what, path, err)
+		}
+	}
+
+	// Symbolic links, one of them dangling: the file they name gets it.
+	must(t, os.Symlink("sub/target.img", p("link.img")))
+	must(t, os.Mkdir(p("sub"), 0o755))
+	must(t, build(p("link.img")))
+	if fi, err := os.Lstat(p("link.img")); err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+		t.Errorf("the link was replaced: %v %v", fi.Mode(), err)
+	}
+	same("through a dangling link", p("sub/target.img"))
+	must(t, build(p("link.img")))
+	same("through a link", p("sub/target.img"))
+
+	// An existing file keeps its permissions and owner.
+	must(t, os.WriteFile(p("kept.img"), nil, 0o600))
+	must(t, os.Chown(p("kept.img"), 1234, 5678))
+	must(t, build(p("kept.img")))
+	var st unix.Stat_t
+	must(t, unix.Stat(p("kept.img"), &st))
+	if st.Mode&0o7777 != 0o600 || st.Uid != 1234 || st.Gid != 5678 {
+		t.Errorf("an existing file became mode %o, %d:%d; want 600, 1234:5678", st.Mode&0o7777, st.Uid, st.Gid)
+	}
+	same("over a file", p("kept.img"))
+
+	// A directory: refused before anything is built.
+	must(t, os.Mkdir(p("d.img"), 0o755))
+	if err := build(p("d.img")); err == nil || !strings.Contains(err.Error(), "is a directory") {
+		t.Errorf("a directory as the output: %v", err)
+	}
+
+	// A character device (as /dev/null) stays one.
+	must(t, unix.Mknod(p("null"), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))))
+	must(t, build(p("null")))
+	if fi, err := os.Lstat(p("null")); err != nil || fi.Mode()&fs.ModeCharDevice == 0 {
+		t.Errorf("the character device was replaced: %v %v", fi.Mode(), err)
+	}
+
+	// A FIFO gets the image as a stream.
+	must(t, unix.Mkfifo(p("fifo"), 0o644))
+	got := make(chan []byte)
+	go func() {
+		b, _ := os.ReadFile(p("fifo"))
+		got <- b
+	}()
+	must(t, build(p("fifo")))
+	if b := <-got; !bytes.Equal(b, want) {
+		t.Errorf("the FIFO gave %d bytes, not the image's %d", len(b), len(want))
+	}
+
+	// A block device (a loop device) is written from its start, if the
+	// image fits.
+	roundtrip.RequireMount(t)
+	for _, size := range []int{len(want) + 8192, 4096} {
+		backing := p(fmt.Sprintf("backing-%d", size))
+		must(t, os.WriteFile(backing, bytes.Repeat([]byte{0xAA}, size), 0o644))
+		out, err := exec.Command("losetup", "--find", "--show", backing).Output()
+		if err != nil {
+			t.Skipf("no loop device: losetup: %v", err)
+		}
+		loop := strings.TrimSpace(string(out))
+		t.Cleanup(func() { exec.Command("losetup", "-d", loop).Run() })
+		err = build(loop)
+		if size < len(want) {
+			if err == nil || !strings.Contains(err.Error(), "the device has 4096") {
+				t.Errorf("an image larger than the device: %v", err)
+			}
+			continue
+		}
+		must(t, err)
+		if fi, err := os.Lstat(loop); err != nil || fi.Mode()&fs.ModeDevice == 0 {
+			t.Errorf("%s was replaced: %v %v", loop, fi.Mode(), err)
+		}
+		same("into a block device", backing)
+		// The kernel mounts the device itself.
+		mnt := t.TempDir()
+		if out, err := exec.Command("mount", "-t", "erofs", "-o", "ro", loop, mnt).CombinedOutput(); err != nil {
+			t.Fatalf("mount %s: %v: %s", loop, err, out)
+		}
+		f, err := os.ReadFile(filepath.Join(mnt, "f"))
+		roundtrip.Unmount(t, mnt)
+		if err != nil || !bytes.Equal(f, content("f", 20000)) {
+			t.Errorf("f on the mounted device: %d bytes, %v", len(f), err)
 		}
 	}
 }

@@ -51,8 +51,8 @@ type Options struct {
 	// has the same content (by default it shares that file's blocks).
 	// Dedupe needs an output that can be truncated (an *os.File).
 	NoDedupe bool
-	// Workers is the number of goroutines that compress (0: GOMAXPROCS).
-	// The image does not depend on it.
+	// Workers is the number of goroutines that compress (0: GOMAXPROCS;
+	// at most MaxWorkers). The image does not depend on it.
 	Workers int
 	// ChunkSize, if set, stores every regular file of at least ChunkSize
 	// bytes CHUNK_BASED in chunks of that size (a power of two, at least the
@@ -75,10 +75,17 @@ type Options struct {
 	MinKernel Kernel
 }
 
+// MaxWorkers bounds Options.Workers: each worker holds buffers, and far
+// more workers than CPUs only cost memory.
+const MaxWorkers = 1024
+
 // Validate reports options no image can be built with.
 func (o *Options) Validate() error {
 	if bs := o.BlockSize; bs != 0 && (bs < 512 || bs > 65536 || bs&(bs-1) != 0) {
 		return fmt.Errorf("erofs: block size %d: want a power of two from 512 to 65536", bs)
+	}
+	if o.Workers < 0 || o.Workers > MaxWorkers {
+		return fmt.Errorf("erofs: %d workers: want 0 (one per CPU) to %d", o.Workers, MaxWorkers)
 	}
 	if (o.FixedMtime || o.ClampMtime) && o.BuildTime.IsZero() {
 		return errors.New("erofs: a fixed or clamped mtime needs a build time")

@@ -116,6 +116,7 @@ func TestCLI(t *testing.T) {
 		{[]string{"--min-kernel", "5.4", "-b", "1024"}, []string{"block size 1024", "6.4"}},
 		{[]string{"-z", "lz5"}, []string{"--compress", "lz5"}},
 		{[]string{"--pcluster-size", "6K"}, []string{"pcluster size 6144"}},
+		{[]string{"--workers", "2147483647"}, []string{"2147483647 workers", "1024"}},
 	} {
 		out := filepath.Join(dir, "refused.erofs")
 		args := append([]string{"mkfs", "-z", "lz4"}, tc.args...)

@@ -64,7 +64,9 @@ func main() {
 		if errors.As(err, &ee) && ee.ExitCode() != 0 {
 			code = ee.ExitCode()
 		}
-		fmt.Fprintf(os.Stderr, "ocierofs: %v\n", err)
+		if msg := err.Error(); msg != "" { // mkfs.erofs has said it
+			fmt.Fprintf(os.Stderr, "ocierofs: %s\n", msg)
+		}
 		pprof.StopCPUProfile()
 		trace.Stop()
 		os.Exit(code)

@@ -19,7 +19,9 @@ var mkfsCommand = &cli.Command{
 	ArgsUsage: "OUTPUT INPUT",
 	Description: "INPUT is a tar file (compression detected from its first bytes), - for stdin,\n" +
 		"or a directory. Whiteouts (.wh.NAME, .wh..wh..opq) become their overlayfs form,\n" +
-		"as mkfs.erofs --tar=f --aufs does. The output appears only when complete.",
+		"as mkfs.erofs --tar=f --aufs does. The output appears only when complete: a file\n" +
+		"(or a symbolic link's target) is replaced then, keeping its permissions and owner;\n" +
+		"a block device or FIFO is written then.",
 	Flags: append(options.ErofsFlags(),
 		&cli.StringFlag{Name: "blobdev", Usage: "write all file data, chunk-deduplicated, to this blob file: the image holds metadata only (mount with -o device=BLOB, or cat IMAGE BLOB)"},
 		&cli.StringSliceFlag{Name: "chunk-dict", Usage: "with --blobdev: an image of a lower layer built with --blobdev (repeatable); chunks it holds are referred to in its blob, not stored again"},

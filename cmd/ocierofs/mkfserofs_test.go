@@ -81,6 +81,9 @@ func TestMkfsErofs(t *testing.T) {
 	if out, _, code := run(t, b, "mkfs.erofs", "--help"); code != 0 || !strings.Contains(out, "--tar=") {
 		t.Errorf("ocierofs mkfs.erofs --help: exit %d:\n%s", code, out)
 	}
+	if _, e, code := run(t, b, "mkfs.erofs", "--bogus"); code != 1 || e != "mkfs.erofs: unrecognized option '--bogus'\nTry 'mkfs.erofs --help' for more information.\n" {
+		t.Errorf("ocierofs mkfs.erofs --bogus: exit %d, stderr %q", code, e)
+	}
 
 	for _, tc := range []struct {
 		name     string

@@ -145,18 +145,16 @@ var longOpts = map[string]longOpt{
 	"tar": {optionalArg, func(p *parser, v string, given bool) error {
 		p.cmd.Tar = true
 		mode, mapfile, _ := strings.Cut(v, ",")
+		// Index mode, once asked for, stays (a later --tar=f does not
+		// undo it in mkfs.erofs); any mode but i, 0 and headerball is a
+		// full image.
 		switch {
 		case mapfile != "":
 			return fmt.Errorf("--tar=%s: a map file is not supported by ocierofs", v)
-		case !given || mode == "f":
-			p.tarIndex = false
 		case mode == "i" || mode == "0":
 			p.tarIndex = true
 		case mode == "headerball":
 			return errors.New("--tar=headerball is not supported by ocierofs")
-		default:
-			// mkfs.erofs reads any other mode as a full image.
-			p.tarIndex = false
 		}
 		return nil
 	}},
@@ -171,20 +169,17 @@ var longOpts = map[string]longOpt{
 		p.mkfsTime = &f
 		return nil
 	}},
-	"sort": {requiredArg, func(p *parser, v string, _ bool) error {
-		// ocierofs lays data out in input order whatever is asked: the
-		// order only places blocks, what the kernel shows is the same.
-		if v != "path" && v != "none" {
-			return fmt.Errorf("--sort=%s: want path or none", v)
-		}
-		return nil
-	}},
+	// ocierofs lays data out in input order whatever --sort asks (as
+	// mkfs.erofs, it takes any value): the order only places blocks, what
+	// the kernel shows is the same.
+	"sort": {requiredArg, func(*parser, string, bool) error { return nil }},
+	// 0: the default (one per CPU; 1 MiB).
 	"workers": {requiredArg, func(p *parser, v string, _ bool) (err error) {
-		p.workers, err = number("--workers", v, 1)
+		p.workers, err = number("--workers", v, 0)
 		return err
 	}},
 	"max-extent-bytes": {requiredArg, func(p *parser, v string, _ bool) (err error) {
-		p.maxExtent, err = number("--max-extent-bytes", v, 1)
+		p.maxExtent, err = number("--max-extent-bytes", v, 0)
 		return err
 	}},
 	"chunksize": {requiredArg, func(p *parser, v string, _ bool) (err error) {
@@ -207,8 +202,8 @@ var longOpts = map[string]longOpt{
 		return errors.New("--zD: compressed directories are not supported by ocierofs")
 	}},
 	"ovlfs-strip": {optionalArg, func(_ *parser, v string, given bool) error {
-		if given && v == "0" {
-			return nil
+		if given && v != "1" {
+			return nil // only "1" (or no value) strips
 		}
 		return errors.New("--ovlfs-strip: not supported by ocierofs")
 	}},
@@ -226,8 +221,8 @@ var longOpts = map[string]longOpt{
 	"root-xattr-isize": {requiredArg, nil}, "hard-dereference": {noArg, nil},
 	"dsunit": {requiredArg, nil}, "async-queue-limit": {requiredArg, nil},
 	"fsalignblks": {requiredArg, nil}, "vmdk-desc": {requiredArg, nil},
-	"s3": {requiredArg, nil}, "oci": {optionalArg, nil}, "MZ": {optionalArg, nil},
-	"xattr-prefix": {requiredArg, nil}, "xattr-inode-digest": {optionalArg, nil},
+	"MZ": {optionalArg, nil}, "xattr-prefix": {requiredArg, nil},
+	"xattr-inode-digest": {optionalArg, nil},
 }
 
 // long handles "--name[=value]".
@@ -299,7 +294,10 @@ func (p *parser) short(s string, next func() (string, bool)) error {
 func (p *parser) shortValue(c byte, v string) (err error) {
 	switch c {
 	case 'b':
-		p.bs, err = number("-b", v, 512)
+		// erofs-utils caps it at EROFS_MAX_BLOCK_SIZE, 4096.
+		if p.bs, err = number("-b", v, 512); err == nil && p.bs > 4096 {
+			return fmt.Errorf("invalid block size %s: mkfs.erofs takes 512 to 4096", v)
+		}
 	case 'd':
 		// Verbosity: ocierofs prints a line, or nothing with --quiet.
 		if n, err := strconv.Atoi(v); err != nil || n < 0 || n > 9 {
@@ -308,13 +306,18 @@ func (p *parser) shortValue(c byte, v string) (err error) {
 	case 'x':
 		// How many xattrs may stay inline rather than shared places them
 		// only; below 0 drops them all, which ocierofs does not.
-		if n, err := strconv.Atoi(v); err != nil || n < 0 {
+		n, err := cNumber(v)
+		switch {
+		case err != nil:
+			return fmt.Errorf("invalid xattr tolerance %s", v)
+		case n < 0:
 			return fmt.Errorf("-x %s: disabling xattrs is not supported by ocierofs", v)
 		}
 	case 'm':
 		return fmt.Errorf("-m %s: metadata compression is not supported by ocierofs", v)
 	case 'z':
-		if strings.Contains(v, ":") {
+		if strings.Contains(v, ":") || p.compress != "" {
+			// A second -z adds an alternative in mkfs.erofs.
 			return fmt.Errorf("-z %s: alternative compressors are not supported by ocierofs", v)
 		}
 		p.compress = v
@@ -328,7 +331,7 @@ func (p *parser) shortValue(c byte, v string) (err error) {
 		}
 		p.label = v
 	case 'T':
-		t, err := strconv.ParseInt(v, 0, 64)
+		t, err := cNumber(v)
 		if err != nil || t < 0 {
 			return fmt.Errorf("invalid UNIX timestamp %s", v)
 		}
@@ -339,9 +342,10 @@ func (p *parser) shortValue(c byte, v string) (err error) {
 	return err
 }
 
-// extended handles -E's comma-separated list; ^NAME clears NAME.
+// extended handles -E's comma-separated list; ^NAME clears NAME. As in
+// mkfs.erofs, the list may end with a comma.
 func (p *parser) extended(list string) error {
-	for _, tok := range strings.Split(list, ",") {
+	for _, tok := range strings.Split(strings.TrimSuffix(list, ","), ",") {
 		name, v, hasValue := strings.Cut(tok, "=")
 		clear := strings.HasPrefix(name, "^")
 		name = strings.TrimPrefix(name, "^")
@@ -378,18 +382,31 @@ func (p *parser) extended(list string) error {
 // number reads a count as strtol does (decimal, 0x hex, 0 octal), or with
 // a K or M suffix.
 func number(opt, v string, least int) (int, error) {
-	n, err := strconv.ParseInt(v, 0, 32)
-	if err != nil {
+	n, err := cNumber(v)
+	if errors.Is(err, strconv.ErrSyntax) {
 		m, serr := options.ParseSize(v)
 		if serr != nil {
 			return 0, fmt.Errorf("%s %s: want a number", opt, v)
 		}
-		n = int64(m)
+		n, err = int64(m), nil
 	}
-	if n < int64(least) {
+	switch {
+	case err != nil || n > 1<<31-1:
+		return 0, fmt.Errorf("%s %s: out of range", opt, v)
+	case n < int64(least):
 		return 0, fmt.Errorf("%s %s: want at least %d", opt, v, least)
 	}
 	return int(n), nil
+}
+
+// cNumber reads an integer in C's forms: decimal, 0x hex, 0 octal (not
+// Go's 0b, 0o and digit separators).
+func cNumber(v string) (int64, error) {
+	digits := strings.TrimPrefix(strings.TrimPrefix(v, "-"), "+")
+	if strings.ContainsRune(v, '_') || len(digits) > 1 && digits[0] == '0' && strings.ContainsAny(digits[1:2], "bBoO") {
+		return 0, &strconv.NumError{Func: "cNumber", Num: v, Err: strconv.ErrSyntax}
+	}
+	return strconv.ParseInt(v, 0, 64)
 }
 
 // finish puts the options together as mkfs.erofs would.
@@ -412,15 +429,19 @@ func (p *parser) finish(getenv func(string) string) error {
 	if p.aufs {
 		o.Whiteouts = whiteout.Overlay
 	}
+	if p.pcluster != 0 && (p.pcluster < p.bs || p.pcluster%p.bs != 0) {
+		return fmt.Errorf("invalid physical clustersize %d: a multiple of the block size %d", p.pcluster, p.bs)
+	}
 	if p.tarIndex {
 		// An index of 512-byte blocks whatever -b says, its files' data
-		// left in the tar whatever -z, -C and -E say, as mkfs.erofs makes
-		// it (containerd passes the same options to both modes).
-		if p.chunkSize != 0 || p.blobdev != "" {
-			return errors.New("--tar=i: the data stays in the tar: no --chunksize or --blobdev")
+		// left in the tar whatever -z, -C, -E and --chunksize say, as
+		// mkfs.erofs makes it (containerd passes the same options to
+		// both modes).
+		if p.blobdev != "" {
+			return errors.New("--tar=i: the data stays in the tar: no --blobdev")
 		}
 		o.TarIndex = true
-		e.BlockSize = 0
+		e.BlockSize, e.ChunkSize = 0, 0
 		p.compress = ""
 	}
 
@@ -463,7 +484,7 @@ func (p *parser) finish(getenv func(string) string) error {
 	}
 
 	if p.compress != "" {
-		z, err := options.ParseCompress(p.compress)
+		z, err := options.ParseCompress(zeroLevel(p.compress))
 		if err != nil {
 			return fmt.Errorf("-z: %w", err)
 		}
@@ -499,7 +520,7 @@ General options:
  -V, --version          print the version number and exit
  -h, --help             display this help and exit
 
- -b#                    set block size to # (default 4096)
+ -b#                    set block size to # (512 to 4096; default 4096)
  -d<0-9>                accepted; ocierofs prints one line, or nothing with --quiet
  -x#                    accepted for # >= 0 (where xattrs are placed is ocierofs's choice)
  -zX[,level=Y]          X=compressor: lz4, lz4hc, lzma, deflate, zstd
@@ -516,14 +537,30 @@ General options:
  --blobdev=X            specify an extra device X to store chunked data
  --chunksize=#          generate chunk-based files with #-byte chunks
  --max-extent-bytes=#   set maximum decompressed extent size # in bytes
- --workers=#            set the number of compressing goroutines
+ --workers=#            set the number of compressing goroutines (0: one per CPU)
  --quiet                quiet execution
  --aufs                 replace aufs special files with overlayfs metadata
- --sort=<path,none>     accepted; data is laid out in the tar's order
+ --sort=X               accepted; data is laid out in the tar's order
  --tar=X                generate a full or index-only image from a tarball source
                         (X = f|i; f=full mode, i=index mode: 512-byte blocks, the
                         tar to be appended to the image or given as -o device=)
  --ungzip, --gzip       accepted; a gzip or zstd tar is detected from its first bytes
  $SOURCE_DATE_EPOCH     the build time, and no file's mtime is later
 `, prog)
+}
+
+// zeroLevel drops a level of 0 from -z lz4hc and zstd, which mkfs.erofs
+// reads as their default level. (lzma's 0 is a level of its own.)
+func zeroLevel(spec string) string {
+	alg, rest, _ := strings.Cut(spec, ",")
+	if alg != "lz4hc" && alg != "zstd" {
+		return spec
+	}
+	var keep []string
+	for _, a := range strings.Split(rest, ",") {
+		if a != "0" && a != "level=0" && a != "" {
+			keep = append(keep, a)
+		}
+	}
+	return strings.Join(append([]string{alg}, keep...), ",")
 }
