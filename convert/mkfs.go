@@ -316,7 +316,13 @@ func checkDistinct(writes, reads []namedFile, dir string) error {
 				return fmt.Errorf("%s %s and %s %s are the same file", w.role, w.path, o.role, o.path)
 			}
 		}
-		if inside != "" && strings.HasPrefix(canonicalPath(w.path), inside) {
+		// Through a symbolic link too: the temporary file is made
+		// beside the file the link names.
+		target, _, err := resolveOutput(w.path)
+		if err != nil {
+			return err
+		}
+		if inside != "" && strings.HasPrefix(canonicalPath(target), inside) {
 			return fmt.Errorf("%s %s is inside the input directory %s", w.role, w.path, dir)
 		}
 	}

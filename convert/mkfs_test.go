@@ -33,6 +33,7 @@ func TestMkfsSameFile(t *testing.T) {
 	must(t, os.Symlink("sub", p("sublink")))
 	must(t, os.Mkdir(p("tree"), 0o755))
 	must(t, os.WriteFile(p("tree/a"), []byte("a"), 0o644))
+	must(t, os.Symlink("tree/new.img", p("into-tree.img")))
 	// A chunk dictionary: an image whose data is in d1.blob.
 	if _, err := convert.Mkfs(p("d1.img"), p("t.tar"), convert.Options{Blob: p("d1.blob")}); err != nil {
 		t.Fatal(err)
@@ -53,6 +54,7 @@ func TestMkfsSameFile(t *testing.T) {
 		{"blob-is-dictionary-blob", p("d2.img"), p("t.tar"), dict, []string{"the blob", "chunk dictionary"}},
 		{"output-is-dictionary", p("d1.img"), p("t.tar"), convert.Options{Blob: p("d2.blob"), ChunkDicts: []string{p("d1.img")}}, []string{"the output", "chunk dictionary"}},
 		{"output-inside-input-dir", p("tree/out.img"), p("tree"), convert.Options{}, []string{"inside the input directory"}},
+		{"output-inside-input-dir-by-symlink", p("into-tree.img"), p("tree"), convert.Options{}, []string{"inside the input directory"}},
 	}
 	snapshot := func() map[string][]byte {
 		m := map[string][]byte{}
