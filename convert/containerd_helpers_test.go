@@ -186,6 +186,7 @@ type ctrd struct {
 	config    string
 	logPath   string
 	mkfsCalls string // the stand-in mkfs.erofs appends its arguments here
+	ctrPath   string // PATH of ctr (default: nothing on it)
 	cmd       *exec.Cmd
 	done      chan struct{}
 	// namespaces ctr was asked to use: the runc shim keeps its state in
@@ -276,6 +277,16 @@ disabled_plugins = [
   default = %s
 `
 
+// ocierofsAsMkfs puts in dir a mkfs.erofs that records its arguments in
+// calls and runs the ocierofs binary bin by the name mkfs.erofs.
+func ocierofsAsMkfs(t testing.TB, dir, bin, calls string) {
+	t.Helper()
+	named := filepath.Join(dir, "ocierofs-as", "mkfs.erofs")
+	must(t, os.MkdirAll(filepath.Dir(named), 0o755))
+	must(t, os.Symlink(bin, named))
+	must(t, os.WriteFile(filepath.Join(dir, "mkfs.erofs"), fmt.Appendf(nil, ocierofsMkfs, strconv.Quote(calls), strconv.Quote(named)), 0o755))
+}
+
 // tomlStrings is a TOML array of strings.
 func tomlStrings(ss []string) string {
 	q := make([]string, len(ss))
@@ -313,15 +324,11 @@ func startContainerd(t testing.TB, opt ctrdOptions) *ctrd {
 	must(t, os.MkdirAll(pathDir, 0o755))
 	must(t, os.Symlink(filepath.Join(bin, "containerd-shim-runc-v2"), filepath.Join(pathDir, "containerd-shim-runc-v2")))
 	must(t, os.Symlink(runc, filepath.Join(pathDir, "runc")))
-	mkfs := fmt.Appendf(nil, standInMkfs, strconv.Quote(c.mkfsCalls))
 	if opt.mkfs != "" {
-		// ocierofs is mkfs.erofs when called by that name.
-		named := filepath.Join(dir, "ocierofs-as", "mkfs.erofs")
-		must(t, os.MkdirAll(filepath.Dir(named), 0o755))
-		must(t, os.Symlink(opt.mkfs, named))
-		mkfs = fmt.Appendf(nil, ocierofsMkfs, strconv.Quote(c.mkfsCalls), strconv.Quote(named))
+		ocierofsAsMkfs(t, pathDir, opt.mkfs, c.mkfsCalls)
+	} else {
+		must(t, os.WriteFile(filepath.Join(pathDir, "mkfs.erofs"), fmt.Appendf(nil, standInMkfs, strconv.Quote(c.mkfsCalls)), 0o755))
 	}
-	must(t, os.WriteFile(filepath.Join(pathDir, "mkfs.erofs"), mkfs, 0o755))
 	differs := opt.differs
 	if differs == nil {
 		differs = []string{"erofs", "walking"}
@@ -510,7 +517,11 @@ func (c *ctrd) ctrStreams(ns string, args ...string) (stdout, stderr string, err
 	}
 	full = append(full, args...)
 	cmd := exec.CommandContext(ctx, filepath.Join(c.bin, "ctr"), full...)
-	cmd.Env = []string{"PATH=/nonexistent", "HOME=" + c.sockDir}
+	path := "/nonexistent"
+	if c.ctrPath != "" {
+		path = c.ctrPath
+	}
+	cmd.Env = []string{"PATH=" + path, "HOME=" + c.sockDir}
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err = cmd.Run()

@@ -457,6 +457,29 @@ func TestContainerdMkfsErofs(t *testing.T) {
 			t.Logf("%s: %.2fs", tc.name, time.Since(start).Seconds())
 		})
 	}
+
+	// containerd's own converter, on the client: ctr runs mkfs.erofs
+	// (--tar=f … -zlz4hc -C 65536 …) for each layer of an image it has
+	// pulled, and containerd then runs the converted image with no
+	// mkfs.erofs of its own (the stand-in would fail).
+	t.Run("ctr convert", func(t *testing.T) {
+		c := startContainerd(t, ctrdOptions{})
+		c.ctrPath = t.TempDir()
+		calls := filepath.Join(c.ctrPath, "calls")
+		ocierofsAsMkfs(t, c.ctrPath, bin, calls)
+		// Pulled with the default snapshotter, overlayfs: no mkfs.erofs.
+		c.ctr(t, "conv", "image", "pull", "--plain-http", srcRef.String())
+		dst := srcRef.Context().Tag("ctr-erofs").String()
+		c.ctr(t, "conv", "image", "convert", "--oci", "--erofs", "raw", "--erofs-compressors", "lz4hc", srcRef.String(), dst)
+		got, err := os.ReadFile(calls)
+		must(t, err)
+		if n := strings.Count(string(got), "--tar=f --aufs --quiet -Enoinline_data"); n != len(layers) || !strings.Contains(string(got), "-zlz4hc") {
+			t.Errorf("ctr ran mkfs.erofs %d times for %d layers, with lz4hc:\n%s", n, len(layers), got)
+		}
+		c.runContainer(t, "conv", dst)
+		c.inspectRunning(t, "conv", dst, src)
+		c.requireNoMkfs(t)
+	})
 }
 
 // listParents rewrites layers as docker build and BuildKit write them:
