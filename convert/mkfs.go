@@ -185,7 +185,10 @@ func Mkfs(output, input string, opt Options) (res *Result, err error) {
 			return nil, err
 		}
 		if fi.IsDir() {
-			dir = input
+			// Reached through a symbolic link, it is read where it is.
+			if dir, err = filepath.EvalSymlinks(input); err != nil {
+				return nil, err
+			}
 		} else {
 			f, err := os.Open(input)
 			if err != nil {

@@ -130,6 +130,16 @@ func TestBuildDirWhiteouts(t *testing.T) {
 	}
 	got := treeFromDir(t, roundtrip.Mount(t, img))
 	reportDiff(t, "the directory vs its image, mounted", fstree.Diff(want, got, fstree.DiffOptions{}))
+	// The directory named through a symbolic link: the same image.
+	link := filepath.Join(t.TempDir(), "link")
+	must(t, os.Symlink(src, link))
+	img2 := filepath.Join(t.TempDir(), "link.erofs")
+	if _, err := convert.Mkfs(img2, link, convert.Options{}); err != nil {
+		t.Fatalf("a directory through a symbolic link: %v", err)
+	}
+	if a, b := readFile(t, img), readFile(t, img2); !bytes.Equal(a, b) {
+		t.Errorf("the directory through a symbolic link gave another image")
+	}
 	for dir, origin := range map[string]string{"a": "", "c": "", "d": "kept", "b": "none"} {
 		v, ok := got.Node(dir).Xattrs["trusted.overlay.origin"]
 		if !ok {

@@ -1070,7 +1070,8 @@ func TestBadInput(t *testing.T) {
 		{"gzip-half-trailer", gz[:len(gz)-4], []string{"gzip", "ends early"}},
 		{"zstd-cut-at-header", cutCompressed(t, "zstd", ten, 5*1024), []string{"zstd", "ends early", "5120 bytes"}},
 		{"zstd-cut-in-last-block", zs[:len(zs)-1], []string{"zstd"}},
-		{"random-bytes", content("random", 64<<10), []string{"offset"}},
+		{"random-bytes", content("random", 64<<10), []string{"offset 0:"}},
+		{"bad-checksum-after-an-entry", concat(ustarBlock("ok", '0', 0), badChecksum(ustarBlock("bad", '0', 0)), endBlocks), []string{"the entry at offset 512:"}},
 		{"text-file", bytes.Repeat([]byte("this is not a tar archive, just text\n"), 200), []string{"offset"}},
 		{"short-text", []byte("hello\n"), nil},
 		{"xz", append([]byte{0xfd, '7', 'z', 'X', 'Z', 0}, content("xz", 100)...), []string{"xz"}},
@@ -1365,4 +1366,11 @@ func TestHugeSparseFile(t *testing.T) {
 			}
 		})
 	}
+}
+
+// badChecksum spoils a header block's checksum.
+func badChecksum(b []byte) []byte {
+	b = bytes.Clone(b)
+	b[148] ^= 1
+	return b
 }

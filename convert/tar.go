@@ -86,7 +86,7 @@ func (l *tarLayer) addTar(r io.Reader, h hash.Hash, compressed bool) error {
 			if errors.Is(err, io.ErrUnexpectedEOF) {
 				return fmt.Errorf("tar: truncated at offset %d", src.offset())
 			}
-			return fmt.Errorf("tar: at offset %d: %w", src.offset(), err)
+			return fmt.Errorf("tar: the entry at offset %d: %w", tr.start, err)
 		}
 		// The header is the last 512-byte block read so far.
 		off := src.offset() - 512

@@ -37,6 +37,9 @@ type tarReader struct {
 	remain int64 // data of the current entry not read yet
 	pad    int64 // and the padding after it
 	err    error // sticky, as archive/tar's
+	// start is where the headers of the entry being read begin, if r
+	// keeps count (an offsetReader): errors name it.
+	start int64
 
 	// meta holds the raw blocks (header, data, padding) of the latest PAX
 	// header, GNU long name and GNU long link name of the entry being
@@ -70,6 +73,9 @@ func (tr *tarReader) Next() (*tar.Header, error) {
 func (tr *tarReader) next() (*tar.Header, error) {
 	if err := tr.skip(); err != nil {
 		return nil, err
+	}
+	if o, ok := tr.r.(offsetReader); ok {
+		tr.start = o.offset()
 	}
 	for i, m := range tr.meta {
 		if cap(m) > 64<<10 {

@@ -73,22 +73,29 @@ func Parse(args []string, getenv func(string) string) (*Command, error) {
 		default:
 			operands = append(operands, a)
 		}
+		if p.cmd.Help || p.cmd.Version {
+			// mkfs.erofs answers at once, whatever follows.
+			return p.cmd, nil
+		}
 	}
 	c := p.cmd
-	if c.Help || c.Version {
-		return c, nil
-	}
 	switch {
 	case len(operands) == 0:
 		return nil, errors.New("missing argument: FILE")
 	case len(operands) == 1 && !c.Tar:
 		return nil, errors.New("missing argument: SOURCE(s)")
+	case len(operands) > 2 && c.Tar:
+		return nil, fmt.Errorf("%d SOURCEs: --tar takes one tar", len(operands)-1)
 	case len(operands) > 2:
 		return nil, fmt.Errorf("%d SOURCEs: several EROFS images to rebuild from are not supported by ocierofs (ocierofs merge stacks layer images)", len(operands)-1)
 	}
 	c.Output, c.Input = operands[0], "-"
 	if len(operands) == 2 {
-		c.Input = operands[1]
+		// A SOURCE named "-" is a file of that name to mkfs.erofs, not
+		// stdin.
+		if c.Input = operands[1]; c.Input == "-" {
+			c.Input = "./-"
+		}
 	}
 	if err := p.finish(getenv); err != nil {
 		return nil, err
@@ -271,10 +278,10 @@ func (p *parser) short(s string, next func() (string, bool)) error {
 		switch c {
 		case 'h':
 			p.cmd.Help = true
-			continue
+			return nil
 		case 'V':
 			p.cmd.Version = true
-			continue
+			return nil
 		case 'b', 'd', 'x', 'z', 'C', 'E', 'L', 'T', 'U', 'm':
 		default:
 			return fmt.Errorf("invalid option -- '%c'", c)

@@ -92,13 +92,16 @@ func TestParseSpellings(t *testing.T) {
 	if c := parse(t, "--qui --wo 3 --tar out", nil); !c.Quiet || c.Options.Erofs.Workers != 3 || !c.Tar {
 		t.Errorf("abbreviated long options: %+v", c)
 	}
-	for _, line := range []string{"-h", "--help", "-Vh", "--he"} {
-		if c := parse(t, line, nil); !c.Help {
-			t.Errorf("%s: no help", line)
+	// -h and -V answer at once, as in mkfs.erofs: what follows is not read.
+	for _, line := range []string{"-h", "--help", "-hV", "--he", "-b1024 -h --bogus -x -1"} {
+		if c := parse(t, line, nil); !c.Help || c.Version {
+			t.Errorf("%s: %+v, want the help only", line, c)
 		}
 	}
-	if c := parse(t, "-V", nil); !c.Version {
-		t.Errorf("-V: no version")
+	for _, line := range []string{"-V", "-Vh", "--version --all-root", "-zlz4 -V -E nosuch"} {
+		if c := parse(t, line, nil); !c.Version || c.Help {
+			t.Errorf("%s: %+v, want the version only", line, c)
+		}
 	}
 	var b bytes.Buffer
 	Usage(&b, "mkfs.erofs")
@@ -157,6 +160,7 @@ func TestParseRefused(t *testing.T) {
 		{"", "missing argument: FILE"},
 		{"out", "missing argument: SOURCE"},
 		{"out a.erofs b.erofs", "several EROFS images"},
+		{"--tar out a.tar b.tar", "--tar takes one tar"},
 		{"-Efoo out in", "unknown extended option foo"},
 		{"-Enoinline_data=1 out in", "values are not supported"},
 		{"-Eforce-inode-compact out in", "force-inode-compact is not supported"},
@@ -226,6 +230,9 @@ func TestParseLenient(t *testing.T) {
 	}
 	if c := parse(t, "--workers=0 --max-extent-bytes=0 -zlz4 o i", nil); c.Options.Erofs.Workers != 0 || c.Options.Erofs.Compression.MaxExtent != 0 {
 		t.Errorf("0 for the defaults: %+v", c.Options.Erofs)
+	}
+	if c := parse(t, "--tar o -", nil); c.Input != "./-" {
+		t.Errorf("a SOURCE named -: %q, want the file ./-, not stdin", c.Input)
 	}
 	if c := parse(t, "-T 0x10 o i", nil); c.Options.Erofs.BuildTime.Unix() != 16 {
 		t.Errorf("-T 0x10: %v", c.Options.Erofs.BuildTime)
