@@ -66,6 +66,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecompress$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./erofs/compress/deflate
 	$(GO) test -run '^$$' -fuzz '^FuzzZstd$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./erofs/compress/zstd
 	$(GO) test -run '^$$' -fuzz '^FuzzLZMA$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./erofs/compress/lzma
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./cmd/internal/mkfserofs
 
 # The main job on data shipped in testdata: a layer tar (with whiteouts, an
 # opaque directory, a hard link, xattrs) into an image, then a look inside.

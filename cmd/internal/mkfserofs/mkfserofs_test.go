@@ -238,3 +238,28 @@ func TestParseLenient(t *testing.T) {
 		t.Errorf("-T 0x10: %v", c.Options.Erofs.BuildTime)
 	}
 }
+
+// FuzzParse: no command line makes Parse panic, and what it accepts the
+// image options accept.
+func FuzzParse(f *testing.F) {
+	for _, seed := range []string{
+		"--tar=f --aufs --quiet -Enoinline_data -b4096 -T0 --mkfs-time --sort=none -U " + uuid + " out",
+		"--tar=i --aufs --quiet -b4096 -zlz4hc -C65536 -U " + uuid + " out",
+		"-zlz4hc,12 -C 65536 -E^ztailpacking,fragments, -x 0x2 out in",
+		"--qui --wo=3 -T 0x10 --all-time -L label -U random --chunksize=64K out in",
+		"-Vh --bogus", "-- -out -in", "-b", "--tar=i,map out",
+	} {
+		f.Add(seed, "")
+	}
+	f.Add("-T 5 o i", "1000")
+	f.Fuzz(func(t *testing.T, line, epoch string) {
+		args := strings.Split(line, " ")
+		c, err := Parse(args, func(string) string { return epoch })
+		if err != nil || c.Help || c.Version || c.Options.TarIndex {
+			return
+		}
+		if err := c.Options.Erofs.Validate(); err != nil {
+			t.Errorf("%q: accepted, but the image options are not: %v", line, err)
+		}
+	})
+}
