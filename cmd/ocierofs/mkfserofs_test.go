@@ -60,15 +60,10 @@ func TestMkfsErofs(t *testing.T) {
 	compatTar(t, layer)
 	const uuid = "6b1ff4b0-4a6e-4c45-bc3b-1d1f0cf9d3c2"
 
-	// run runs mkfs.erofs ARGS with the layer on stdin.
+	// runMkfs runs mkfs.erofs ARGS with the layer on stdin.
 	runMkfs := func(args ...string) (string, string, int) {
 		t.Helper()
-		in, err := os.Open(layer)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer in.Close()
-		return runStdin(t, in, mkfs, args...)
+		return runMkfsOf(t, layer, mkfs, args...)
 	}
 
 	if out, _, code := runMkfs("--help"); code != 0 || !strings.Contains(out, "--tar=") || !strings.Contains(out, "Usage: mkfs.erofs") {
@@ -122,6 +117,44 @@ func TestMkfsErofs(t *testing.T) {
 		}
 	}
 
+	// ocierofs mkfs --tar-index takes the tar on stdin too: the device
+	// table then takes its size at the end, and has no name for it.
+	idxIn, idxFile := filepath.Join(dir, "in.idx"), filepath.Join(dir, "file.idx")
+	if _, e, code := runMkfsOf(t, layer, b, "mkfs", "-q", "--tar-index", "-U", uuid, idxIn, "-"); code != 0 {
+		t.Fatalf("mkfs --tar-index from stdin: exit %d: %s", code, e)
+	}
+	if _, e, code := run(t, b, "mkfs", "-q", "--tar-index", "-U", uuid, idxFile, layer); code != 0 {
+		t.Fatalf("mkfs --tar-index: exit %d: %s", code, e)
+	}
+	fi, err := os.Stat(layer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, tag := range map[string]string{idxIn: "", idxFile: "layer.tar"} {
+		img, c, err := openImage(name)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		d := img.Devices()
+		c.Close()
+		if len(d) != 1 || d[0].Blocks != uint64((fi.Size()+511)/512) || d[0].Tag != tag {
+			t.Errorf("%s: devices %+v, want one of %d blocks named %q", name, d, (fi.Size()+511)/512, tag)
+		}
+	}
+	// With the tar after it, the stdin index reads as the tar.
+	raw, _ := os.ReadFile(idxIn)
+	tb, _ := os.ReadFile(layer)
+	flat := idxIn + ".flat"
+	if err := os.WriteFile(flat, append(raw, tb...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, e, code := run(t, b, "verify", "-q", flat, layer); code != 0 {
+		t.Errorf("verify of [index][tar] made from stdin: exit %d: %s%s", code, out, e)
+	}
+	if _, e, code := runMkfsOf(t, layer, b, "mkfs", "-q", "--tar-index", "--append-tar", idxIn, "-"); code != 1 || !strings.Contains(e, "must be a file") {
+		t.Errorf("mkfs --append-tar of stdin: exit %d: %s", code, e)
+	}
+
 	// -Eforce-inode-extended, which ocierofs mkfs does not offer.
 	ext := filepath.Join(dir, "ext.img")
 	if _, e, code := runMkfs("--tar=f", "--quiet", "-Eforce-inode-extended", "-T0", "--mkfs-time", ext); code != 0 {
@@ -161,7 +194,7 @@ func TestMkfsErofs(t *testing.T) {
 	}
 	// A tar cut in the middle of big's data: an error naming the entry,
 	// no image.
-	raw, _ := os.ReadFile(layer)
+	raw, _ = os.ReadFile(layer)
 	cut := filepath.Join(dir, "cut.tar")
 	os.WriteFile(cut, raw[:len(raw)/2], 0o644)
 	bad := filepath.Join(dir, "bad.img")
@@ -171,4 +204,15 @@ func TestMkfsErofs(t *testing.T) {
 	if _, err := os.Stat(bad); err == nil {
 		t.Errorf("a cut tar left %s", bad)
 	}
+}
+
+// runMkfsOf runs b ARGS with the file in on stdin.
+func runMkfsOf(t *testing.T, in, b string, args ...string) (string, string, int) {
+	t.Helper()
+	f, err := os.Open(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	return runStdin(t, f, b, args...)
 }
