@@ -38,7 +38,8 @@ type tarReader struct {
 	pad    int64 // and the padding after it
 	err    error // sticky, as archive/tar's
 	// start is where the headers of the entry being read begin, if r
-	// keeps count (an offsetReader): errors name it.
+	// keeps count (off, r as an offsetReader): errors name it.
+	off   offsetReader
 	start int64
 
 	// meta holds the raw blocks (header, data, padding) of the latest PAX
@@ -52,7 +53,11 @@ type tarReader struct {
 	fbRead *countingReader
 }
 
-func newTarReader(r io.Reader) *tarReader { return &tarReader{r: r} }
+func newTarReader(r io.Reader) *tarReader {
+	tr := &tarReader{r: r}
+	tr.off, _ = r.(offsetReader)
+	return tr
+}
 
 // errFallback says that the entry is for archive/tar.
 var errFallback = errors.New("tar entry for archive/tar")
@@ -74,8 +79,8 @@ func (tr *tarReader) next() (*tar.Header, error) {
 	if err := tr.skip(); err != nil {
 		return nil, err
 	}
-	if o, ok := tr.r.(offsetReader); ok {
-		tr.start = o.offset()
+	if tr.off != nil {
+		tr.start = tr.off.offset()
 	}
 	for i, m := range tr.meta {
 		if cap(m) > 64<<10 {

@@ -140,7 +140,7 @@ type Builder struct {
 	lastDir     string // the directory mkdirAll returned last, and its node
 	lastDirNode *node
 	dirents     map[*inode][]*node // of each directory, made by Finish
-	devEnd      []uint64           // of each extra device, the end of its last chunk (AddChunks)
+	devEnd      []uint64           // of each extra device of unknown size, where its chunks end (AddChunks)
 	err         error              // sticky: after a failed Add the image is unusable
 
 	// Whole-file dedupe (dedupe.go).

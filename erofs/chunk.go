@@ -289,13 +289,17 @@ func (b *Builder) AddChunks(e Entry, chunkBits uint8, refs []ChunkRef) error {
 			d := b.opt.Devices[c.Device-1]
 			// The last chunk ends with the file, not with the chunk.
 			n := min(blks, (uint64(e.Size)-uint64(i)<<cbits+uint64(b.bs)-1)>>b.blkbits)
-			if d.Blocks != 0 && uint64(c.Block)+n > d.Blocks {
+			switch end := uint64(c.Block) + n; {
+			case d.Blocks != 0 && end > d.Blocks:
 				return fmt.Errorf("erofs: entry %q: chunk %d at block %d+%d beyond device %d (%d blocks)", e.Path, i, c.Block, n, c.Device, d.Blocks)
+			case d.Blocks == 0:
+				// Its size comes later (SetDeviceBlocks), and must
+				// reach this far.
+				if b.devEnd == nil {
+					b.devEnd = make([]uint64, len(b.opt.Devices))
+				}
+				b.devEnd[c.Device-1] = max(b.devEnd[c.Device-1], end)
 			}
-			if b.devEnd == nil {
-				b.devEnd = make([]uint64, len(b.opt.Devices))
-			}
-			b.devEnd[c.Device-1] = max(b.devEnd[c.Device-1], uint64(c.Block)+n)
 		} else if c.Block == NullAddr {
 			return fmt.Errorf("erofs: entry %q: chunk %d at the null block", e.Path, i)
 		}

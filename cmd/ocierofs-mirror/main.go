@@ -5,12 +5,12 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ocierofs/ocierofs/cmd/internal/options"
 	"github.com/ocierofs/ocierofs/cmd/internal/version"
 )
 
@@ -21,20 +21,11 @@ func main() {
 		Version:         version.String(),
 		HideHelpCommand: true,
 		Commands:        []*cli.Command{serveCommand, syncCommand, version.Command},
-		CommandNotFound: func(c *cli.Context, cmd string) {
-			// urfave/cli would exit 3; a bad argument is 1 here.
-			fmt.Fprintf(os.Stderr, "%s: no command %q (%s --help lists them)\n", c.App.Name, cmd, c.App.Name)
-			os.Exit(1)
-		},
-		ExitErrHandler: func(*cli.Context, error) {},
+		CommandNotFound: options.CommandNotFound,
+		ExitErrHandler:  func(*cli.Context, error) {},
 	}
 	if err := app.Run(os.Args); err != nil {
-		var ee cli.ExitCoder
-		code := 1
-		if errors.As(err, &ee) && ee.ExitCode() != 0 {
-			code = ee.ExitCode()
-		}
 		fmt.Fprintf(os.Stderr, "ocierofs-mirror: %v\n", err)
-		os.Exit(code)
+		os.Exit(options.ExitCode(err))
 	}
 }

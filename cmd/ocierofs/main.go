@@ -3,7 +3,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/ocierofs/ocierofs/cmd/internal/options"
 	"github.com/ocierofs/ocierofs/cmd/internal/version"
 )
 
@@ -49,27 +49,18 @@ func main() {
 			&cli.StringFlag{Name: "memprofile", Usage: "write a heap profile (go tool pprof -sample_index=alloc_space) to `FILE` at the end"},
 			&cli.StringFlag{Name: "trace", Usage: "write an execution trace (go tool trace: where goroutines wait, how busy the workers are) to `FILE`"},
 		},
-		Before: startProfile,
-		After:  stopProfile,
-		CommandNotFound: func(c *cli.Context, cmd string) {
-			// urfave/cli would exit 3; a bad argument is 1 here.
-			fmt.Fprintf(os.Stderr, "%s: no command %q (%s --help lists them)\n", c.App.Name, cmd, c.App.Name)
-			os.Exit(1)
-		},
-		ExitErrHandler: func(*cli.Context, error) {},
+		Before:          startProfile,
+		After:           stopProfile,
+		CommandNotFound: options.CommandNotFound,
+		ExitErrHandler:  func(*cli.Context, error) {},
 	}
 	if err := app.Run(os.Args); err != nil {
-		var ee cli.ExitCoder
-		code := 1
-		if errors.As(err, &ee) && ee.ExitCode() != 0 {
-			code = ee.ExitCode()
-		}
 		if msg := err.Error(); msg != "" { // mkfs.erofs has said it
 			fmt.Fprintf(os.Stderr, "ocierofs: %s\n", msg)
 		}
 		pprof.StopCPUProfile()
 		trace.Stop()
-		os.Exit(code)
+		os.Exit(options.ExitCode(err))
 	}
 }
 

@@ -16,7 +16,6 @@
 package fstree
 
 import (
-	"path"
 	"sort"
 	"strings"
 	"time"
@@ -110,7 +109,7 @@ func (t *Tree) MarkWhiteoutDirs() int {
 		if p == "." || c.Type() != S_IFCHR || c.Devmajor != 0 || c.Devminor != 0 {
 			continue
 		}
-		d := t.nodes[path.Dir(p)]
+		d := t.nodes[parentOf(p)]
 		if _, ok := d.Xattrs[xattrOrigin]; ok {
 			continue
 		}
