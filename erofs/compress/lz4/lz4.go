@@ -26,12 +26,12 @@
 //     step grows by one byte every 32 probes, so incompressible input is
 //     crossed quickly; WithAcceleration starts the step higher.
 //   - Levels 1–9: hash chains of 4-byte sequences searched to a depth that
-//     grows with the level (level 1: 2 candidates, level 3: 4 … level 9:
-//     256, as in C's LZ4HC), ending early at a match of 32–256 bytes.
-//     Levels 1 and 2 parse greedily; from level 3, as in LZ4HC, the
-//     candidates near the end of each match are searched for a longer one
-//     that starts inside it, which then cuts it short or replaces it.
-//     Levels 1–9 also speed up through long runs without matches.
+//     grows with the level (levels 1 and 2: 2 candidates, level 3: 4 …
+//     level 9: 256, as in C's LZ4HC), ending early at a match of 32–256
+//     bytes. As in LZ4HC, the candidates near the end of each match are
+//     searched for a longer one that starts inside it, which then cuts it
+//     short or replaces it. Levels 1–9 also speed up through long runs
+//     without matches.
 //   - Levels 10–12: price-based optimal parsing over the same hash chains
 //     (every position searched, every match length considered), with search
 //     depths 64, 256 and 4096 and parse windows of 512, 1024 and 4096 bytes.
