@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -267,11 +266,13 @@ func (c *Converter) flattenLayers(ctx context.Context, j *layerJob, srcs []layer
 // buildFlat writes the merged image of srcs, reading the top layer first.
 func (c *Converter) buildFlat(ctx context.Context, srcs []layerSource) (_ *fileLayer, err error) {
 	top := srcs[len(srcs)-1].desc.Digest
-	raw := filepath.Join(c.tmp, fmt.Sprintf("flat-%s-%d.erofs", top.Hex, len(srcs)))
-	f, err := os.Create(raw)
+	// Images with the same top layer over different lower ones flatten
+	// at once: each its own file.
+	f, err := os.CreateTemp(c.tmp, fmt.Sprintf("flat-%.12s-*.erofs", top.Hex))
 	if err != nil {
 		return nil, err
 	}
+	raw := f.Name()
 	defer func() {
 		if cerr := f.Close(); err == nil {
 			err = cerr

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -509,15 +508,21 @@ func (c *Converter) buildLayer(ctx context.Context, j *layerJob, src layerSource
 			c.progress(Progress{Source: d.Digest.String(), Stage: StageConverting, Read: n, Total: d.Size})
 		}
 	}
-	raw := filepath.Join(c.tmp, d.Digest.Hex+"-"+fmt.Sprint(len(lower))+".erofs")
+	var raw string
 	var f interface {
 		io.WriterAt
 		Close() error
 	} = discard{}
 	if !src.scan {
-		if f, err = os.Create(raw); err != nil {
+		// A layer over different lower layers (the platforms of an index
+		// sharing an upper layer) converts in jobs of its own, at once,
+		// and the images may differ (directories it only implies): each
+		// gets its own file.
+		tf, err := os.CreateTemp(c.tmp, fmt.Sprintf("%.12s-*.erofs", d.Digest.Hex))
+		if err != nil {
 			return nil, err
 		}
+		f, raw = tf, tf.Name()
 	}
 	opt := c.opt.Layer
 	opt.Erofs.TempDir = c.tmp

@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -446,6 +447,117 @@ func TestE2EIndex(t *testing.T) {
 		}
 		requireAbsent(t, srcRef.Context().Tag("v1-s390x"))
 	})
+}
+
+// TestE2ESharedUpperLayer converts an index whose platforms share their
+// upper layer over lower layers of their own, as a multi-arch build that
+// copies the same files onto each base does. The shared layer converts once
+// per lower chain, in jobs that run at once, and the images differ: the
+// directory it only implies takes each lower layer's metadata. Once, those
+// jobs wrote one temp file, and the registry refused the blobs (or a
+// layout target kept a blob that was not its digest).
+func TestE2ESharedUpperLayer(t *testing.T) {
+	reg := sharedRegistry(t)
+	big := make([]byte, 8<<20)
+	for i := range big {
+		big[i] = byte(i*7 + i>>13)
+	}
+	upper := e2eLayer(t, eFile("app/data.bin", 0o644, big), eFile("app/README", 0o644, []byte("shared\n")))
+	platforms := []struct {
+		arch, variant string
+		mode          int64
+	}{{"amd64", "", 0o755}, {"arm64", "v8", 0o750}, {"arm", "v7", 0o700}, {"ppc64le", "", 0o711}}
+	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
+	for _, p := range platforms {
+		lower := e2eLayer(t, eDir(".", 0o755), eDir("app", p.mode), eFile("base-"+p.arch, 0o644, []byte(p.arch+"\n")))
+		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: e2eImage(t, p.arch, lower, upper),
+			Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: p.arch, Variant: p.variant}}})
+	}
+	srcRef := ref(t, reg.host, uniq("e2e/shared")+":v1")
+	pushIndex(t, srcRef, idx)
+
+	// check reads the converted index at r: every platform converted, its
+	// layers' blobs and diff_ids right (rawLayers), the stack equal to
+	// umoci's unpack, and the shared layer's images all different.
+	check := func(t *testing.T, ii v1.ImageIndex) string {
+		im, err := ii.IndexManifest()
+		must(t, err)
+		if len(im.Manifests) != len(platforms) {
+			t.Fatalf("%d manifests, want %d", len(im.Manifests), len(platforms))
+		}
+		uppers := map[v1.Hash]string{}
+		for i, m := range im.Manifests {
+			img, err := ii.Image(m.Digest)
+			must(t, err)
+			srcImg, err := idx.Image(mustIndexManifest(t, idx).Manifests[i].Digest)
+			must(t, err)
+			layers := rawLayers(t, img, t.TempDir())
+			compareWithUmoci(t, srcImg, layers)
+			gm, err := img.Manifest()
+			must(t, err)
+			if prev, ok := uppers[gm.Layers[1].Digest]; ok {
+				t.Errorf("%s and %s got the same upper layer %s over different lower layers", prev, m.Platform, gm.Layers[1].Digest)
+			}
+			uppers[gm.Layers[1].Digest] = m.Platform.String()
+		}
+		d, err := ii.Digest()
+		must(t, err)
+		return d.String()
+	}
+	opt := convert.ImageOptions{Jobs: 4}
+	res := mustConvert(t, srcRef.String(), "", opt, oci.Remote{})
+	d, err := remote.Get(res.target.Name, direct()...)
+	must(t, err)
+	ii, err := d.ImageIndex()
+	must(t, err)
+	first := check(t, ii)
+
+	// Into a layout: every blob is its digest, and the index the same.
+	dir := t.TempDir()
+	lres := mustConvert(t, srcRef.String(), "oci:"+dir+":v1", opt, oci.Remote{})
+	if lres.digest != first {
+		t.Errorf("layout target: index %s, the registry's %s", lres.digest, first)
+	}
+	blobs, err := filepath.Glob(filepath.Join(dir, "blobs", "sha256", "*"))
+	must(t, err)
+	for _, b := range blobs {
+		data, err := os.ReadFile(b)
+		must(t, err)
+		if got := sha256Of(data).Hex; got != filepath.Base(b) {
+			t.Errorf("layout blob %s holds sha256:%s", filepath.Base(b), got)
+		}
+	}
+	p, err := layout.FromPath(dir)
+	must(t, err)
+	lii, err := p.ImageIndex()
+	must(t, err)
+	lim, err := lii.IndexManifest()
+	must(t, err)
+	nested, err := lii.ImageIndex(lim.Manifests[0].Digest)
+	must(t, err)
+	check(t, nested)
+
+	// Flattened, the images share their top layer and their number of
+	// layers: each still gets its own merged layer.
+	fres := mustConvert(t, srcRef.String(), srcRef.Context().Tag("v1-flat").String(), convert.ImageOptions{Jobs: 4, Flatten: true}, oci.Remote{})
+	d, err = remote.Get(fres.target.Name, direct()...)
+	must(t, err)
+	fii, err := d.ImageIndex()
+	must(t, err)
+	for i, m := range mustIndexManifest(t, fii).Manifests {
+		img, err := fii.Image(m.Digest)
+		must(t, err)
+		srcImg, err := idx.Image(mustIndexManifest(t, idx).Manifests[i].Digest)
+		must(t, err)
+		compareWithUmoci(t, srcImg, rawLayers(t, img, t.TempDir()))
+	}
+}
+
+func mustIndexManifest(t testing.TB, ii v1.ImageIndex) *v1.IndexManifest {
+	t.Helper()
+	im, err := ii.IndexManifest()
+	must(t, err)
+	return im
 }
 
 func TestE2ELayout(t *testing.T) {
