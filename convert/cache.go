@@ -138,7 +138,8 @@ func (c *Converter) CacheImage(ctx context.Context, src v1.Image, srcDesc v1.Des
 	return out, nil
 }
 
-// CacheIndex runs CacheImage for the selected platforms of an index.
+// CacheIndex runs CacheImage for the selected platforms of an index (and
+// of the indexes nested in it).
 func (c *Converter) CacheIndex(ctx context.Context, src v1.ImageIndex, srcDesc v1.Descriptor, dir string) ([]CacheLayer, error) {
 	sel, err := c.platformManifests(src, srcDesc)
 	if err != nil {
@@ -147,27 +148,33 @@ func (c *Converter) CacheIndex(ctx context.Context, src v1.ImageIndex, srcDesc v
 	results := make([][]CacheLayer, len(sel))
 	errs := make([]error, len(sel))
 	var wg sync.WaitGroup
-	for i, d := range sel {
-		img, err := src.Image(d.Digest)
-		if err != nil {
-			return nil, fmt.Errorf("manifest %s: %w", d.Digest, err)
+	for i, e := range sel {
+		if e.nested != nil {
+			wg.Go(func() { results[i], errs[i] = c.CacheIndex(ctx, e.nested, e.desc, dir) })
+			continue
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			results[i], errs[i] = c.CacheImage(ctx, img, d, dir)
-		}()
+		img, err := src.Image(e.desc.Digest)
+		if err != nil {
+			wg.Wait()
+			return nil, fmt.Errorf("manifest %s: %w", e.desc.Digest, err)
+		}
+		wg.Go(func() {
+			results[i], errs[i] = c.CacheImage(ctx, img, e.desc, dir)
+			for j := range results[i] {
+				results[i][j].Platform = platformString(e.platform)
+			}
+		})
 	}
 	wg.Wait()
 	var all []CacheLayer
-	for i, d := range sel {
+	for i, e := range sel {
 		if errs[i] != nil {
-			return nil, fmt.Errorf("%s: %w", platformString(d.Platform), errs[i])
+			if e.nested != nil {
+				return nil, errs[i]
+			}
+			return nil, fmt.Errorf("%s: %w", platformString(e.platform), errs[i])
 		}
-		for _, l := range results[i] {
-			l.Platform = platformString(d.Platform)
-			all = append(all, l)
-		}
+		all = append(all, results[i]...)
 	}
 	return all, nil
 }

@@ -42,7 +42,8 @@ func compressedMagic(head []byte) bool {
 // Decompress detects gzip or zstd by magic bytes (never by file name or
 // media type, which lie) and returns the uncompressed stream.
 func Decompress(r io.Reader) (io.ReadCloser, Compression, error) {
-	br := bufio.NewReaderSize(r, 64<<10)
+	src := &sourceReader{r: r}
+	br := bufio.NewReaderSize(src, 64<<10)
 	head, err := br.Peek(6)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, "", err
@@ -56,13 +57,13 @@ func Decompress(r io.Reader) (io.ReadCloser, Compression, error) {
 		if err != nil {
 			return nil, Gzip, fmt.Errorf("gzip: %w", err)
 		}
-		return &decoder{ReadCloser: zr, name: "gzip"}, Gzip, nil
+		return &decoder{ReadCloser: zr, name: "gzip", src: src}, Gzip, nil
 	case bytes.HasPrefix(head, magicZstd):
 		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(1<<27), zstd.WithDecoderMaxMemory(1<<32))
 		if err != nil {
 			return nil, Zstd, fmt.Errorf("zstd: %w", err)
 		}
-		return &decoder{ReadCloser: zstdCloser{zr}, name: "zstd"}, Zstd, nil
+		return &decoder{ReadCloser: zstdCloser{zr}, name: "zstd", src: src}, Zstd, nil
 	case bytes.HasPrefix(head, magicXz):
 		return nil, "", errors.New("xz-compressed input is not supported (gzip, zstd or plain tar)")
 	default: // bzip2, the last compressedMagic knows
@@ -79,10 +80,27 @@ func (z zstdCloser) Close() error { z.Decoder.Close(); return nil }
 // io.ErrUnexpectedEOF that readers of the tar inside take for the end of
 // a last, short read: a gzip layer cut after a tar header must fail, not
 // give an image of the entries before the cut.
+// An error of the compressed stream itself (a blob that fails its digest,
+// a broken download) is passed on as it is, not named after the codec.
 type decoder struct {
 	io.ReadCloser
 	name string
 	n    int64 // bytes decompressed so far
+	src  *sourceReader
+}
+
+// sourceReader remembers the error of the stream it reads.
+type sourceReader struct {
+	r   io.Reader
+	err error
+}
+
+func (s *sourceReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if err != nil && err != io.EOF {
+		s.err = err
+	}
+	return n, err
 }
 
 func (d *decoder) Read(p []byte) (int, error) {
@@ -91,6 +109,8 @@ func (d *decoder) Read(p []byte) (int, error) {
 	switch {
 	case err == nil || err == io.EOF:
 		return n, err
+	case d.src.err != nil && !errors.Is(d.src.err, io.ErrUnexpectedEOF) && errors.Is(err, d.src.err):
+		return n, fmt.Errorf("%w (after %d bytes decompressed)", err, d.n)
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return n, fmt.Errorf("%s: the stream ends early, after %d bytes decompressed", d.name, d.n)
 	case strings.HasPrefix(err.Error(), d.name+":"):

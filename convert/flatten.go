@@ -35,6 +35,11 @@ import (
 // therefore kept in a spool (a temp file, only for the layer being read)
 // until the layer ends, and a link to one becomes a regular file with the
 // hidden content.
+//
+// A hard link may also name a file of a lower layer (docker and containerd
+// apply a layer's links in the tree of the layers below). Read from the
+// top, such a link comes before its target: it waits (pending) until a
+// lower layer gives the target, visible or hidden.
 
 // flatNode is a path as the layers read so far (all above the current one,
 // plus the current one) leave it.
@@ -59,6 +64,9 @@ type flattener struct {
 	// hidden are the current layer's non-directories that upper layers
 	// hide, by path, for hard links to them.
 	hidden map[string]*hiddenEntry
+	// pending are the hard links of upper layers to files of lower
+	// ones, by target.
+	pending map[string][]erofs.Entry
 }
 
 type hiddenEntry struct {
@@ -73,13 +81,13 @@ func newFlattener(tmp string) (*flattener, error) {
 		return nil, err
 	}
 	os.Remove(f.Name()) // unnamed: gone when closed
-	return &flattener{root: newFlatNode(0), spool: f}, nil
+	return &flattener{root: newFlatNode(0), spool: f, pending: map[string][]erofs.Entry{}}, nil
 }
 
 func (f *flattener) close() { f.spool.Close() }
 
-// startLayer forgets the hidden entries of the previous layer: hard links
-// never reach into another layer.
+// startLayer forgets the hidden entries of the previous layer: a link of
+// an upper layer to one was made pending when it was read.
 func (f *flattener) startLayer() {
 	f.hidden = map[string]*hiddenEntry{}
 	f.off = 0
@@ -135,6 +143,33 @@ func (f *flattener) claim(p string, rank int, isDir, gone bool) bool {
 	return true
 }
 
+// listed is the rank of the layer that lists p itself; -1 for none so far.
+func (f *flattener) listed(p string) int {
+	n := f.root
+	for _, c := range strings.Split(p, "/") {
+		if n = n.children[c]; n == nil {
+			return -1
+		}
+	}
+	return n.explicit
+}
+
+// unresolved is the error of hard links whose target no layer has.
+func (f *flattener) unresolved() error {
+	var first *erofs.Entry
+	for _, links := range f.pending {
+		for i := range links {
+			if first == nil || links[i].Path < first.Path {
+				first = &links[i]
+			}
+		}
+	}
+	if first == nil {
+		return nil
+	}
+	return fmt.Errorf("entry %q: hard link to %q, which no layer has", first.Path, first.HardLink)
+}
+
 // markOpaque records the opaque marker of the layer of rank on dir; it
 // reports false when dir is hidden from that layer.
 func (f *flattener) markOpaque(dir string, rank int) bool {
@@ -184,8 +219,13 @@ func (l *tarLayer) addFlat(hdr *tar.Header, p string, kind whiteout.Kind, target
 	}
 	l.entries++
 	if !f.claim(p, l.rank, e.IsDir(), false) {
-		if e.IsDir() || e.HardLink != "" {
+		if e.IsDir() {
 			return nil
+		}
+		if e.HardLink != "" {
+			// Hidden, but what links to it from above links to
+			// its target.
+			return l.linkPending(p, e.HardLink)
 		}
 		h := &hiddenEntry{entry: e, off: f.off}
 		if e.Mode&erofs.S_IFMT == erofs.S_IFREG && e.Size > 0 {
@@ -199,22 +239,61 @@ func (l *tarLayer) addFlat(hdr *tar.Header, p string, kind whiteout.Kind, target
 			f.off += n
 		}
 		f.hidden[p] = h
-		return nil
+		return l.linkPending(p, p)
 	}
 	if e.HardLink != "" {
-		if h := f.hidden[e.HardLink]; h != nil {
-			if h.linkedAs != "" {
-				e.HardLink = h.linkedAs
-				return l.b.Add(e, nil)
-			}
-			// The first link to a hidden file takes its content.
-			he := h.entry
-			he.Path = p
-			h.linkedAs = p
-			return l.b.Add(he, io.NewSectionReader(f.spool, h.off, h.size))
+		// What links to p from above links to p's target.
+		if err := l.addLink(e); err != nil {
+			return err
+		}
+		return l.linkPending(p, e.HardLink)
+	}
+	if err := l.b.Add(e, data); err != nil {
+		return err
+	}
+	if e.IsDir() {
+		return nil
+	}
+	return l.linkPending(p, p)
+}
+
+// addLink adds the hard link e of the layer being read, or makes it
+// pending when its target is in a lower layer.
+func (l *tarLayer) addLink(e erofs.Entry) error {
+	f := l.flat
+	if h := f.hidden[e.HardLink]; h != nil {
+		if h.linkedAs != "" {
+			e.HardLink = h.linkedAs
+			return l.b.Add(e, nil)
+		}
+		// The first link to a hidden file takes its content.
+		he := h.entry
+		he.Path = e.Path
+		h.linkedAs = e.Path
+		return l.b.Add(he, io.NewSectionReader(f.spool, h.off, h.size))
+	}
+	if f.listed(e.HardLink) != l.rank {
+		f.pending[e.HardLink] = append(f.pending[e.HardLink], e)
+		return nil
+	}
+	return l.b.Add(e, nil)
+}
+
+// linkPending adds the links of upper layers waiting for p, which the layer
+// being read has just given: as links to target (p, or what p links to).
+func (l *tarLayer) linkPending(p, target string) error {
+	links := l.flat.pending[p]
+	if links == nil {
+		return nil
+	}
+	delete(l.flat.pending, p)
+	for _, e := range links {
+		e.HardLink = target
+		if err := l.addLink(e); err != nil {
+			return err
 		}
 	}
-	return l.b.Add(e, data)
+	return nil
 }
 
 // flatUUID is the UUID of a flattened image: derived, like a layer's, from
@@ -324,6 +403,9 @@ func (c *Converter) buildFlat(ctx context.Context, srcs []layerSource) (_ *fileL
 		read += s.desc.Size
 		entries += tl.entries
 		warnings = append(warnings, tl.warnings...)
+	}
+	if err := fla.unresolved(); err != nil {
+		return nil, err
 	}
 	if err := b.Finish(); err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package convert_test
 
 import (
+	"context"
 	"crypto/sha256"
 	"fmt"
 	"os"
@@ -159,6 +160,39 @@ func TestE2EFlatten(t *testing.T) {
 			t.Logf("stacked %s, flattened %s: %d paths", stacked.digest, res.digest, flat.Len())
 		})
 	}
+
+	// Hard links to files of lower layers, as docker and containerd apply
+	// them (into the tree below): flattened, they are links to the lower
+	// file, or copies of its content where an upper layer replaced or
+	// deleted it. A stacked conversion refuses them, as mkfs.erofs does:
+	// one layer's image cannot link into another's.
+	t.Run("links to lower layers", func(t *testing.T) {
+		src := e2eImage(t, "amd64",
+			e2eLayer(t, eDir(".", 0o755), eDir("bin", 0o755), eFile("bin/busybox", 0o755, []byte("#!busybox\n")),
+				eFile("t", 0o644, []byte("old t\n")), eFile("z", 0o600, []byte("z, deleted above\n"))),
+			e2eLayer(t, eLink("hl", "bin/busybox"), eLink("ht", "t"), eLink("hz", "z")),
+			e2eLayer(t, eFile("t", 0o644, []byte("new t\n")), eWhiteout("z"), eLink("hl2", "hl")),
+		)
+		repo := uniq("e2e/flatten-links")
+		srcRef := ref(t, reg.host, repo+":v1")
+		pushImage(t, srcRef, src)
+		res := mustConvert(t, srcRef.String(), "", convert.ImageOptions{Flatten: true}, oci.Remote{})
+		got, _ := remoteImage(t, ref(t, reg.host, repo+":v1-erofs"))
+		_, flat := compareWithUmoci(t, src, rawLayers(t, got, t.TempDir()))
+		t.Logf("flattened %s: %d paths", res.digest, flat.Len())
+		_, err := convertRef(context.Background(), t, srcRef.String(), reg.host+"/"+repo+":stacked", convert.ImageOptions{}, oci.Remote{})
+		if err == nil || !strings.Contains(err.Error(), `hard link to missing "bin/busybox"`) {
+			t.Errorf("stacked conversion: err = %v, want a refusal of hl", err)
+		}
+		bad := e2eImage(t, "amd64", e2eLayer(t, eDir(".", 0o755), eFile("a", 0o644, nil)), e2eLayer(t, eLink("l", "nowhere")))
+		badRef := ref(t, reg.host, repo+":bad")
+		pushImage(t, badRef, bad)
+		_, err = convertRef(context.Background(), t, badRef.String(), reg.host+"/"+repo+":bad-flat", convert.ImageOptions{Flatten: true}, oci.Remote{})
+		if err == nil || !strings.Contains(err.Error(), `entry "l": hard link to "nowhere", which no layer has`) {
+			t.Errorf("flattening a link to nothing: err = %v", err)
+		}
+		requireAbsent(t, ref(t, reg.host, repo+":bad-flat"))
+	})
 
 	// Content repeated across layers is stored once: whole files by
 	// default, chunks of a file that only partly repeats with a chunk size.

@@ -189,10 +189,13 @@ func (c *Converter) Image(ctx context.Context, src v1.Image, srcDesc v1.Descript
 	}
 	rep := &ImageReport{Source: srcDesc.Digest.String()}
 	out := &outImage{layers: map[v1.Hash]partial.CompressedLayer{}}
-	var diffIDs []string
+	// Empty, not nil: an image without layers has "layers": [] and
+	// "diff_ids": [], as the image spec's schema wants.
+	diffIDs := []string{}
 	mf := v1.Manifest{
 		SchemaVersion: 2,
 		MediaType:     types.OCIManifestSchema1,
+		Layers:        []v1.Descriptor{},
 		Annotations:   map[string]string{},
 	}
 	for k, v := range m.Annotations {
@@ -642,7 +645,8 @@ type IndexReport struct {
 	Images []*ImageReport `json:"images"`
 }
 
-// Index converts the selected platforms of an index into a new index.
+// Index converts the selected platforms of an index into a new index. A
+// nested index becomes a nested index of what it holds of those platforms.
 func (c *Converter) Index(ctx context.Context, src v1.ImageIndex, srcDesc v1.Descriptor) (v1.ImageIndex, *IndexReport, error) {
 	im, err := src.IndexManifest()
 	if err != nil {
@@ -650,7 +654,8 @@ func (c *Converter) Index(ctx context.Context, src v1.ImageIndex, srcDesc v1.Des
 	}
 	type result struct {
 		img v1.Image
-		rep *ImageReport
+		idx v1.ImageIndex
+		rep *IndexReport
 		err error
 	}
 	sel, err := c.platformManifests(src, srcDesc)
@@ -659,42 +664,55 @@ func (c *Converter) Index(ctx context.Context, src v1.ImageIndex, srcDesc v1.Des
 	}
 	results := make([]result, len(sel))
 	var wg sync.WaitGroup
-	for i, d := range sel {
-		img, err := src.Image(d.Digest)
-		if err != nil {
-			return nil, nil, fmt.Errorf("manifest %s: %w", d.Digest, err)
+	for i, e := range sel {
+		r := &results[i]
+		if e.nested != nil {
+			wg.Go(func() { r.idx, r.rep, r.err = c.Index(ctx, e.nested, e.desc) })
+			continue
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := &results[i]
-			r.img, r.rep, r.err = c.Image(ctx, img, d)
-			if r.rep != nil {
-				r.rep.Platform = platformString(d.Platform)
+		img, err := src.Image(e.desc.Digest)
+		if err != nil {
+			wg.Wait()
+			return nil, nil, fmt.Errorf("manifest %s: %w", e.desc.Digest, err)
+		}
+		wg.Go(func() {
+			var ir *ImageReport
+			r.img, ir, r.err = c.Image(ctx, img, e.desc)
+			if ir != nil {
+				ir.Platform = platformString(e.platform)
+				r.rep = &IndexReport{Images: []*ImageReport{ir}}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
 	rep := &IndexReport{}
-	for i, d := range sel {
+	for i, e := range sel {
+		d := e.desc
 		if results[i].err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", platformString(d.Platform), results[i].err)
+			if e.nested != nil {
+				return nil, nil, results[i].err
+			}
+			return nil, nil, fmt.Errorf("%s: %w", platformString(e.platform), results[i].err)
 		}
-		p := *d.Platform
-		if !c.opt.NoIndexOSFeatures && !contains(p.OSFeatures, "erofs") {
-			p.OSFeatures = append(append([]string(nil), p.OSFeatures...), "erofs")
+		out := v1.Descriptor{Annotations: map[string]string{}}
+		if d.Platform != nil {
+			p := *d.Platform
+			if e.nested == nil && !c.opt.NoIndexOSFeatures && !contains(p.OSFeatures, "erofs") {
+				p.OSFeatures = append(append([]string(nil), p.OSFeatures...), "erofs")
+			}
+			out.Platform = &p
 		}
-		ann := map[string]string{}
 		for k, v := range d.Annotations {
-			ann[k] = v
+			out.Annotations[k] = v
 		}
-		ann[AnnotationSourceManifest] = d.Digest.String()
-		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{
-			Add:        results[i].img,
-			Descriptor: v1.Descriptor{Platform: &p, Annotations: ann},
-		})
-		rep.Images = append(rep.Images, results[i].rep)
+		out.Annotations[AnnotationSourceManifest] = d.Digest.String()
+		add := mutate.IndexAddendum{Add: results[i].img, Descriptor: out}
+		if e.nested != nil {
+			add.Add = results[i].idx
+		}
+		idx = mutate.AppendManifests(idx, add)
+		rep.Images = append(rep.Images, results[i].rep.Images...)
 	}
 	idxAnn := map[string]string{AnnotationSourceManifest: srcDesc.Digest.String()}
 	for k, v := range im.Annotations {
@@ -711,40 +729,113 @@ func (c *Converter) Index(ctx context.Context, src v1.ImageIndex, srcDesc v1.Des
 	return idx, rep, nil
 }
 
-// platformManifests lists the image manifests of an index that the
-// selected platforms take; nested indexes and attestations
-// (platform unknown/unknown) are left out.
-func (c *Converter) platformManifests(src v1.ImageIndex, srcDesc v1.Descriptor) ([]v1.Descriptor, error) {
-	im, err := src.IndexManifest()
+// indexEntry is a manifest of an index that the selected platforms take:
+// an image, of the platform its descriptor names (or else its config), or
+// a nested index holding such images.
+type indexEntry struct {
+	desc     v1.Descriptor
+	platform *v1.Platform  // an image's
+	nested   v1.ImageIndex // a nested index
+}
+
+// maxIndexDepth bounds the nesting of indexes.
+const maxIndexDepth = 4
+
+// platformManifests lists the manifests of an index that the selected
+// platforms take. Attestations (platform unknown/unknown) and artifacts
+// that are no images are left out.
+func (c *Converter) platformManifests(src v1.ImageIndex, srcDesc v1.Descriptor) ([]indexEntry, error) {
+	var have []string
+	sel, err := c.selectManifests(src, srcDesc, 0, &have)
 	if err != nil {
-		return nil, fmt.Errorf("index %s: %w", srcDesc.Digest, err)
-	}
-	var sel []v1.Descriptor
-	for _, d := range im.Manifests {
-		if d.MediaType.IsIndex() || d.Platform == nil || d.Platform.OS == "unknown" {
-			c.logf("index %s: skipping %s (%s)", short(srcDesc.Digest), short(d.Digest), platformString(d.Platform))
-			continue
-		}
-		if c.selected(*d.Platform) {
-			sel = append(sel, d)
-		}
+		return nil, err
 	}
 	if len(sel) == 0 {
-		return nil, fmt.Errorf("index %s: no manifest matches the selected platforms", srcDesc.Digest)
+		if c.opt.Platforms == nil {
+			return nil, fmt.Errorf("index %s: no image in it", srcDesc.Digest)
+		}
+		return nil, noPlatform("index "+srcDesc.Digest.String(), c.opt.Platforms, have)
 	}
 	return sel, nil
 }
 
-func (c *Converter) selected(p v1.Platform) bool {
-	if c.opt.Platforms == nil {
-		return true
+// selectManifests is platformManifests at some depth of nesting; have
+// collects the platforms of the images seen.
+func (c *Converter) selectManifests(src v1.ImageIndex, srcDesc v1.Descriptor, depth int, have *[]string) ([]indexEntry, error) {
+	im, err := src.IndexManifest()
+	if err != nil {
+		return nil, fmt.Errorf("index %s: %w", srcDesc.Digest, err)
 	}
-	for _, want := range c.opt.Platforms {
-		if p.Satisfies(want) {
-			return true
+	skip := func(d v1.Descriptor, why string) {
+		c.logf("index %s: skipping %s (%s)", short(srcDesc.Digest), short(d.Digest), why)
+	}
+	var sel []indexEntry
+	for _, d := range im.Manifests {
+		switch {
+		case d.MediaType.IsIndex():
+			if depth == maxIndexDepth {
+				return nil, fmt.Errorf("index %s: indexes nested more than %d deep", srcDesc.Digest, maxIndexDepth)
+			}
+			sub, err := src.ImageIndex(d.Digest)
+			if err != nil {
+				return nil, fmt.Errorf("index %s: %w", d.Digest, err)
+			}
+			subSel, err := c.selectManifests(sub, d, depth+1, have)
+			if err != nil {
+				return nil, err
+			}
+			if len(subSel) == 0 {
+				skip(d, "a nested index without the selected platforms")
+				continue
+			}
+			sel = append(sel, indexEntry{desc: d, nested: sub})
+		case !d.MediaType.IsImage():
+			skip(d, string(d.MediaType))
+		case d.Platform != nil && d.Platform.OS == "unknown":
+			skip(d, "platform "+d.Platform.String()+": an attestation")
+		default:
+			p := d.Platform
+			if p == nil {
+				if p, err = c.configPlatform(src, d); err != nil {
+					return nil, err
+				}
+				if p == nil {
+					skip(d, "an artifact: no platform, no image config")
+					continue
+				}
+			}
+			*have = append(*have, p.String())
+			if PlatformSelected(c.opt.Platforms, *p) {
+				sel = append(sel, indexEntry{desc: d, platform: p})
+			}
 		}
 	}
-	return false
+	return sel, nil
+}
+
+// configPlatform is the platform of an index's image whose descriptor
+// names none: its config's; nil for a manifest whose config is not an
+// image's (an artifact).
+func (c *Converter) configPlatform(src v1.ImageIndex, d v1.Descriptor) (*v1.Platform, error) {
+	img, err := src.Image(d.Digest)
+	if err != nil {
+		return nil, fmt.Errorf("manifest %s: %w", d.Digest, err)
+	}
+	m, err := img.Manifest()
+	if err != nil {
+		return nil, fmt.Errorf("manifest %s: %w", d.Digest, err)
+	}
+	if !m.Config.MediaType.IsConfig() {
+		return nil, nil
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, fmt.Errorf("config of %s: %w", d.Digest, err)
+	}
+	if p := cf.Platform(); p != nil && p.OS != "" {
+		return p, nil
+	}
+	return &v1.Platform{OS: "unknown", Architecture: "unknown"}, nil
 }
 
 func platformString(p *v1.Platform) string {

@@ -560,6 +560,116 @@ func mustIndexManifest(t testing.TB, ii v1.ImageIndex) *v1.IndexManifest {
 	return im
 }
 
+// TestE2EIndexShapes converts indexes as BuildKit, docker and others write
+// them: a nested index, an image whose descriptor names no platform (its
+// config does), an attestation, an arm64 entry without a variant; and an
+// image without layers.
+func TestE2EIndexShapes(t *testing.T) {
+	reg := sharedRegistry(t)
+	layer := func(arch string) v1.Layer {
+		return e2eLayer(t, eDir(".", 0o755), eFile("arch", 0o644, []byte(arch+"\n")))
+	}
+	amd := e2eImage(t, "amd64", layer("amd64"))
+	arm := e2eImage(t, "arm64", layer("arm64"))
+	s390 := e2eImage(t, "s390x", layer("s390x"))
+	att := e2eImage(t, "unknown", layer("attestation"))
+	inner := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
+		mutate.IndexAddendum{Add: arm, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64"}}})
+	outer := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
+		mutate.IndexAddendum{Add: inner},
+		mutate.IndexAddendum{Add: amd, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
+		mutate.IndexAddendum{Add: s390},
+		mutate.IndexAddendum{Add: att, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "unknown", Architecture: "unknown"}}},
+	)
+	repo := uniq("e2e/shapes")
+	srcRef := ref(t, reg.host, repo+":v1")
+	pushIndex(t, srcRef, outer)
+
+	// read lists the converted index at tag: each image's architecture
+	// (read from its layer's one file, the image mounted and compared
+	// with umoci), nested ones under "nested/".
+	var read func(t *testing.T, ii v1.ImageIndex, prefix string) []string
+	read = func(t *testing.T, ii v1.ImageIndex, prefix string) []string {
+		var got []string
+		for _, d := range mustIndexManifest(t, ii).Manifests {
+			if d.MediaType.IsIndex() {
+				sub, err := ii.ImageIndex(d.Digest)
+				must(t, err)
+				got = append(got, read(t, sub, prefix+"nested/")...)
+				continue
+			}
+			img, err := ii.Image(d.Digest)
+			must(t, err)
+			cf, err := img.ConfigFile()
+			must(t, err)
+			src := map[string]v1.Image{"amd64": amd, "arm64": arm, "s390x": s390}[cf.Architecture]
+			if src == nil {
+				t.Fatalf("converted image of %s", cf.Architecture)
+			}
+			compareWithUmoci(t, src, rawLayers(t, img, t.TempDir()))
+			if d.Platform == nil && cf.Architecture != "s390x" {
+				t.Errorf("%s lost its descriptor's platform", cf.Architecture)
+			}
+			got = append(got, prefix+cf.Architecture)
+		}
+		return got
+	}
+	for _, tc := range []struct {
+		name, platforms string
+		want            []string
+	}{
+		{"all", "", []string{"nested/arm64", "amd64", "s390x"}},
+		{"arm64/v8 is arm64", "linux/arm64/v8", []string{"nested/arm64"}},
+		{"platform from the config", "linux/s390x", []string{"s390x"}},
+		{"aarch64 and x86_64", "linux/aarch64,linux/x86_64", []string{"nested/arm64", "amd64"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opt := convert.ImageOptions{}
+			if tc.platforms != "" {
+				for _, p := range strings.Split(tc.platforms, ",") {
+					pl, err := v1.ParsePlatform(p)
+					must(t, err)
+					opt.Platforms = append(opt.Platforms, *pl)
+				}
+			}
+			target := srcRef.Context().Tag(strings.ReplaceAll(strings.ReplaceAll(tc.name, " ", "-"), "/", "-")).String()
+			res := mustConvert(t, srcRef.String(), target, opt, oci.Remote{})
+			if len(res.images) != len(tc.want) {
+				t.Errorf("report of %d images, want %d", len(res.images), len(tc.want))
+			}
+			d, err := remote.Get(res.target.Name, direct()...)
+			must(t, err)
+			ii, err := d.ImageIndex()
+			must(t, err)
+			if got := read(t, ii, ""); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("converted %q, want %q", got, tc.want)
+			}
+		})
+	}
+	t.Run("none matches", func(t *testing.T) {
+		_, err := convertRef(context.Background(), t, srcRef.String(), srcRef.Context().Tag("riscv").String(),
+			convert.ImageOptions{Platforms: []v1.Platform{{OS: "linux", Architecture: "riscv64"}}}, oci.Remote{})
+		if err == nil || !strings.Contains(err.Error(), "no manifest matches the selected platforms (linux/riscv64): it has linux/arm64, linux/amd64, linux/s390x") {
+			t.Errorf("err = %v, want the platforms asked for and those the index has", err)
+		}
+		requireAbsent(t, srcRef.Context().Tag("riscv"))
+	})
+	t.Run("no layers", func(t *testing.T) {
+		empty := e2eImage(t, "amd64")
+		r := ref(t, reg.host, repo+":empty")
+		pushImage(t, r, empty)
+		res := mustConvert(t, r.String(), "", convert.ImageOptions{}, oci.Remote{})
+		got, _ := remoteImage(t, res.target.Name)
+		raw, err := got.RawManifest()
+		must(t, err)
+		cfg, err := got.RawConfigFile()
+		must(t, err)
+		if !bytes.Contains(raw, []byte(`"layers":[]`)) || !bytes.Contains(cfg, []byte(`"diff_ids":[]`)) {
+			t.Errorf("manifest %s\nconfig %s\nwant \"layers\": [] and \"diff_ids\": []", raw, cfg)
+		}
+	})
+}
+
 func TestE2ELayout(t *testing.T) {
 	t.Run("round trip", func(t *testing.T) {
 		dir := t.TempDir()

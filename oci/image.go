@@ -156,6 +156,10 @@ func getLayout(r Ref) (*Artifact, error) {
 	}
 	d := found[0]
 	a := &Artifact{Ref: r, Descriptor: d}
+	if r.Tag == "" {
+		// The layout's one image: its Ref names it by its tag.
+		a.Ref.Tag = d.Annotations[refNameAnnotation]
+	}
 	if d.MediaType.IsIndex() {
 		a.Index, err = idx.ImageIndex(d.Digest)
 	} else {

@@ -67,7 +67,7 @@ func runCache(ctx context.Context, c *cli.Context, source, dir string) error {
 	rep := cacheReport{Source: src.String(), Dir: dir}
 	if art.Index != nil {
 		rep.Layers, err = conv.CacheIndex(ctx, art.Index, art.Descriptor, dir)
-	} else {
+	} else if err = conv.CheckPlatform(art.Image, art.Descriptor); err == nil {
 		rep.Layers, err = conv.CacheImage(ctx, art.Image, art.Descriptor, dir)
 	}
 	if err != nil {

@@ -87,11 +87,26 @@ func runConvert(ctx context.Context, c *cli.Context, source, target string) erro
 	if err != nil {
 		return err
 	}
+	if why := convert.Converted(art); why != "" {
+		return fmt.Errorf("%s is %s: refusing to convert it again", src, why)
+	}
+	if target == "" && src.Kind == oci.Layout && src.Tag == "" {
+		// The layout's one image, named by its tag: the target is
+		// that tag plus the suffix.
+		if dst, err = oci.DefaultTarget(art.Ref, suffix); err != nil {
+			return err
+		}
+	}
 	conv, err := convert.NewConverter(opt)
 	if err != nil {
 		return err
 	}
 	defer conv.Close()
+	if art.Image != nil {
+		if err := conv.CheckPlatform(art.Image, art.Descriptor); err != nil {
+			return fmt.Errorf("%s: %w", src, err)
+		}
+	}
 	rep := convertReport{Source: src.String(), Target: dst.String(), Index: art.Index != nil}
 	if art.Index != nil {
 		idx, irep, err := conv.Index(ctx, art.Index, art.Descriptor)

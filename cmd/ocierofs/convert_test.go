@@ -19,6 +19,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/urfave/cli/v2"
@@ -151,9 +152,10 @@ func TestConvertCLIFlags(t *testing.T) {
 	if !errors.Is(err, oci.ErrLoop) {
 		t.Errorf("converting %s: err = %v, want oci.ErrLoop", rep.Target, err)
 	}
-	// --suffix changes what is refused.
-	if _, err := runConvertCLI(t, "-q", "--suffix", "-x", rep.Target, "oci:"+filepath.Join(t.TempDir(), "o")+":t"); err != nil {
-		t.Errorf("with --suffix -x, %s is a source like any other: %v", rep.Target, err)
+	// Whatever the suffix: its manifest names its source.
+	if _, err := runConvertCLI(t, "-q", "--suffix", "-x", rep.Target, "oci:"+filepath.Join(t.TempDir(), "o")+":t"); err == nil ||
+		!strings.Contains(err.Error(), "refusing to convert it again") {
+		t.Errorf("with --suffix -x, converting %s: err = %v, want a refusal", rep.Target, err)
 	}
 }
 
@@ -219,6 +221,57 @@ func TestConvertCLIRegistry(t *testing.T) {
 	if _, err := runConvertCLI(t, "-q", "--plain-http", rep.Target); !errors.Is(err, oci.ErrLoop) {
 		t.Errorf("converting %s: err = %v, want oci.ErrLoop", rep.Target, err)
 	}
+	// By digest, or under a tag without the suffix, the converted image is
+	// refused all the same: its manifest names its source.
+	byDigest := dst.Context().Digest(rep.Digest).String()
+	if _, err := runConvertCLI(t, "-q", "--plain-http", byDigest); err == nil || !strings.Contains(err.Error(), "refusing to convert it again") {
+		t.Errorf("converting %s: err = %v, want a refusal", byDigest, err)
+	}
+	// A single image of another platform than --platform asks for, as
+	// docker pull --platform refuses it.
+	if _, err := runConvertCLI(t, "-q", "--plain-http", "--platform", "linux/arm64", src.String(), host+"/e2e/bb:arm"); err == nil ||
+		!strings.Contains(err.Error(), "no manifest matches the selected platforms (linux/arm64): it has linux/amd64") {
+		t.Errorf("--platform linux/arm64 of a linux/amd64 image: err = %v", err)
+	}
+	if _, err := runConvertCLI(t, "-q", "--plain-http", "--platform", "linux/x86_64", src.String(), host+"/e2e/bb:amd"); err != nil {
+		t.Errorf("--platform linux/x86_64 of a linux/amd64 image: %v", err)
+	}
+}
+
+// TestConvertCLILayoutTag: the default target of a layout's only image,
+// given without a tag, is its tag plus the suffix.
+func TestConvertCLILayoutTag(t *testing.T) {
+	p, err := layout.FromPath(copyBusyboxLayout(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ii, err := p.ImageIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := ii.Image(mustManifests(t, ii)[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "l")
+	r, err := oci.ParseRef("oci:"+dir+":v1", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := oci.Write(context.Background(), r, img, nil, oci.Remote{}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runConvertCLI(t, "-q", "-o", "json", "oci:"+dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep convertReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if want := "oci:" + dir + ":v1-erofs"; rep.Target != want {
+		t.Errorf("target %s, want %s", rep.Target, want)
+	}
 }
 
 // pushBusybox starts a registry (go-containerregistry's, in memory) and
@@ -251,4 +304,13 @@ func pushBusybox(t *testing.T) (host string, src name.Reference) {
 		t.Fatal(err)
 	}
 	return host, src
+}
+
+func mustManifests(t *testing.T, ii v1.ImageIndex) []v1.Descriptor {
+	t.Helper()
+	im, err := ii.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return im.Manifests
 }

@@ -431,7 +431,7 @@ func (j *twinJob) index(a *oci.Artifact) (v1.ImageIndex, error) {
 	}
 	si := &substIndex{orig: a.Index, images: map[v1.Hash]v1.Image{}}
 	for _, d := range im.Manifests {
-		if d.MediaType.IsIndex() || d.Platform == nil || d.Platform.OS == "unknown" || !selected(j.opt.Platforms, *d.Platform) {
+		if d.MediaType.IsIndex() || d.Platform == nil || d.Platform.OS == "unknown" || !convert.PlatformSelected(j.opt.Platforms, *d.Platform) {
 			continue
 		}
 		img, err := a.Index.Image(d.Digest)
@@ -445,18 +445,6 @@ func (j *twinJob) index(a *oci.Artifact) (v1.ImageIndex, error) {
 		si.images[d.Digest] = p
 	}
 	return si, nil
-}
-
-func selected(want []v1.Platform, p v1.Platform) bool {
-	if want == nil {
-		return true
-	}
-	for _, w := range want {
-		if p.Satisfies(w) {
-			return true
-		}
-	}
-	return false
 }
 
 type substIndex struct {

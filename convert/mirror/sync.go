@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	"github.com/ocierofs/ocierofs/convert"
 	"github.com/ocierofs/ocierofs/oci"
 )
 
@@ -165,7 +166,7 @@ func (s *Syncer) Plan(ctx context.Context, items []SyncItem) []SyncItem {
 		}
 		it.Digest = d.Digest.String()
 		it.Action = "convert"
-		if td, err := remote.Get(dst.Name, ropts...); err == nil && sourceAnnotation(td.Manifest) == it.Digest {
+		if td, err := remote.Get(dst.Name, ropts...); err == nil && convert.SourceAnnotation(td.Manifest) == it.Digest {
 			it.Action, it.Twin = "up-to-date", td.Digest.String()
 		}
 	}

@@ -2,7 +2,6 @@ package mirror
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -110,12 +109,12 @@ func (t *Twins) Convert(ctx context.Context, task Task, owner string) (*Outcome,
 		}
 		return nil, err
 	}
-	if why := madeByUs(art); why != "" {
+	if why := convert.Converted(art); why != "" {
 		out.Skipped, out.Reason = true, why
 		return out, nil
 	}
 	if d, err := remote.Get(dst.Name, ropts...); err == nil {
-		if sourceAnnotation(d.Manifest) == art.Descriptor.Digest.String() {
+		if convert.SourceAnnotation(d.Manifest) == art.Descriptor.Digest.String() {
 			out.Skipped, out.Reason, out.Digest = true, "up to date: the twin's source is this digest", d.Digest.String()
 			return out, nil
 		}
@@ -215,44 +214,6 @@ func (t *Twins) tagMoved(ctx context.Context, tag oci.Ref, digest string) (strin
 		}
 	}
 	return now, true
-}
-
-// madeByUs is the second loop guard: an image whose manifest or layers
-// say ocierofs made it is never a source, whatever its tag.
-func madeByUs(a *oci.Artifact) string {
-	var raw []byte
-	var err error
-	if a.Index != nil {
-		raw, err = a.Index.RawManifest()
-	} else {
-		raw, err = a.Image.RawManifest()
-	}
-	if err != nil {
-		return ""
-	}
-	if s := sourceAnnotation(raw); s != "" {
-		return "a converted image (its " + convert.AnnotationSourceManifest + " is " + s + ")"
-	}
-	if a.Image != nil {
-		if m, err := a.Image.Manifest(); err == nil {
-			for _, l := range m.Layers {
-				if convert.IsEROFS(l.MediaType) {
-					return "has EROFS layers already"
-				}
-			}
-		}
-	}
-	return ""
-}
-
-func sourceAnnotation(rawManifest []byte) string {
-	var m struct {
-		Annotations map[string]string `json:"annotations"`
-	}
-	if json.Unmarshal(rawManifest, &m) != nil {
-		return ""
-	}
-	return m.Annotations[convert.AnnotationSourceManifest]
 }
 
 func isNotFound(err error) bool {

@@ -1,0 +1,48 @@
+package convert
+
+import (
+	"encoding/json"
+
+	"github.com/ocierofs/ocierofs/oci"
+)
+
+// Converted says why a is a converted image already ("" if it is not): its
+// manifest (or index) names the source it was converted from, or its
+// layers are EROFS. Converting it again would only rename its source.
+func Converted(a *oci.Artifact) string {
+	var raw []byte
+	var err error
+	if a.Index != nil {
+		raw, err = a.Index.RawManifest()
+	} else {
+		raw, err = a.Image.RawManifest()
+	}
+	if err != nil {
+		return ""
+	}
+	if s := SourceAnnotation(raw); s != "" {
+		return "a converted image (its " + AnnotationSourceManifest + " is " + s + ")"
+	}
+	if a.Image != nil {
+		if m, err := a.Image.Manifest(); err == nil {
+			for _, l := range m.Layers {
+				if IsEROFS(l.MediaType) {
+					return "an image with EROFS layers already"
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// SourceAnnotation is the source manifest digest a converted manifest or
+// index records (AnnotationSourceManifest); "" if there is none.
+func SourceAnnotation(rawManifest []byte) string {
+	var m struct {
+		Annotations map[string]string `json:"annotations"`
+	}
+	if json.Unmarshal(rawManifest, &m) != nil {
+		return ""
+	}
+	return m.Annotations[AnnotationSourceManifest]
+}
