@@ -2,6 +2,10 @@ package convert
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +15,10 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ocierofs/ocierofs/erofs"
 )
 
 // containerd's EROFS snapshotter, preparing the snapshot of a tar layer,
@@ -23,7 +31,14 @@ import (
 // directories it implies (see lower.go). The cache is keyed by the layer's
 // own diffID, so the entry made for the first image a layer is seen in is
 // the one every image with that layer gets — the same trade containerd
-// makes, which converts each layer without looking at the others.
+// makes, which converts each layer without looking at the others. An entry
+// of a layer that implies directories has a record beside it
+// (<entry>.lower.json) of the layers it was made over; an image with other
+// layers below gets a warning naming those directories.
+//
+// An existing entry is trusted only if it is a whole EROFS image (its
+// superblock's checksum and size): containerd mounts it as it is, so a
+// truncated file would fail every container of the layer.
 
 // CachePath is where the EROFS image of the tar layer diffID lives in a
 // layer content cache.
@@ -44,9 +59,67 @@ type CacheLayer struct {
 	// Cached is true when the entry was there already (nothing converted).
 	Cached bool `json:"cached,omitempty"`
 	// Skipped gives the reason a layer has no cache entry (not a tar).
-	Skipped        string  `json:"skipped,omitempty"`
-	Size           int64   `json:"size,omitempty"`
-	ConvertSeconds float64 `json:"convertSeconds,omitempty"`
+	Skipped        string   `json:"skipped,omitempty"`
+	Size           int64    `json:"size,omitempty"`
+	ConvertSeconds float64  `json:"convertSeconds,omitempty"`
+	Warnings       []string `json:"warnings,omitempty"`
+}
+
+// lowerRecord is what <entry>.lower.json holds: the chain ID of the
+// layers an entry was made over, and the directories it implies.
+type lowerRecord struct {
+	LowerChainID string   `json:"lowerChainID"`
+	Implied      []string `json:"implied"`
+}
+
+// chainIDs are the OCI chain IDs of the layers of diffIDs: of layer i,
+// the stack of layers 0…i.
+func chainIDs(diffIDs []v1.Hash) []string {
+	ids := make([]string, len(diffIDs))
+	for i, d := range diffIDs {
+		if i == 0 {
+			ids[i] = d.String()
+			continue
+		}
+		sum := sha256.Sum256([]byte(ids[i-1] + " " + d.String()))
+		ids[i] = "sha256:" + hex.EncodeToString(sum[:])
+	}
+	return ids
+}
+
+// lowerWarning is the warning for an entry of path made over other layers
+// than those below it in this image (lower: their chain ID); "" if none.
+func lowerWarning(path, lower string) string {
+	raw, err := os.ReadFile(path + ".lower.json")
+	if err != nil {
+		return ""
+	}
+	var r lowerRecord
+	if json.Unmarshal(raw, &r) != nil || r.LowerChainID == lower || len(r.Implied) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("the cache entry was made over other lower layers (%s): the directories it implies (%s) have their metadata, not this image's",
+		r.LowerChainID, strings.Join(r.Implied, ", "))
+}
+
+// cacheEntryOK reports whether the entry at p is a whole EROFS image, and
+// its size.
+func cacheEntryOK(p string) (int64, bool) {
+	f, err := os.Open(p)
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() {
+		return 0, false
+	}
+	img, err := erofs.Open(f, st.Size())
+	if err != nil {
+		return 0, false
+	}
+	sb := img.Super()
+	return st.Size(), sb.ChecksumOK && sb.Blocks*uint64(sb.BlockSize) == uint64(st.Size())
 }
 
 // CacheImage converts the layers of src that dir does not hold yet into
@@ -70,6 +143,13 @@ func (c *Converter) CacheImage(ctx context.Context, src v1.Image, srcDesc v1.Des
 		return nil, fmt.Errorf("image %s: %d layers but %d diff_ids", srcDesc.Digest, len(m.Layers), len(cfg.RootFS.DiffIDs))
 	}
 	out := make([]CacheLayer, len(m.Layers))
+	chains := chainIDs(cfg.RootFS.DiffIDs)
+	lowerChain := func(i int) string {
+		if i == 0 {
+			return ""
+		}
+		return chains[i-1]
+	}
 	top := -1 // the highest layer to convert
 	for i, d := range m.Layers {
 		out[i] = CacheLayer{Source: d.Digest.String(), DiffID: cfg.RootFS.DiffIDs[i].String()}
@@ -81,8 +161,11 @@ func (c *Converter) CacheImage(ctx context.Context, src v1.Image, srcDesc v1.Des
 		default:
 			p := CachePath(dir, cfg.RootFS.DiffIDs[i])
 			out[i].Path = p
-			if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
-				out[i].Cached, out[i].Size = true, st.Size()
+			if size, ok := cacheEntryOK(p); ok {
+				out[i].Cached, out[i].Size = true, size
+				if w := lowerWarning(p, lowerChain(i)); w != "" {
+					out[i].Warnings = append(out[i].Warnings, w)
+				}
 			} else {
 				top = i
 			}
@@ -128,8 +211,21 @@ func (c *Converter) CacheImage(ctx context.Context, src v1.Image, srcDesc v1.Des
 		}
 		fl := j.layer.(*fileLayer)
 		t := time.Now()
-		if err := placeFile(fl.raw, out[i].Path); err != nil {
+		var rec *lowerRecord
+		if len(fl.implied) > 0 {
+			rec = &lowerRecord{LowerChainID: lowerChain(i), Implied: fl.implied}
+		}
+		placed, err := placeEntry(fl.raw, out[i].Path, rec)
+		if err != nil {
 			return nil, fmt.Errorf("layer %s: cache entry %s: %w", m.Layers[i].Digest, out[i].Path, err)
+		}
+		if !placed {
+			// Placed meanwhile, for another platform or by another run.
+			out[i].Cached = true
+			if w := lowerWarning(out[i].Path, lowerChain(i)); w != "" {
+				out[i].Warnings = append(out[i].Warnings, w)
+			}
+			continue
 		}
 		out[i].Size = fl.rawSize
 		out[i].ConvertSeconds = fl.convertSeconds
@@ -179,37 +275,122 @@ func (c *Converter) CacheIndex(ctx context.Context, src v1.ImageIndex, srcDesc v
 	return all, nil
 }
 
-// placeFile puts a copy of src at dst atomically. Two platforms sharing a
-// layer may place it at once; either result is the same bytes.
-func placeFile(src, dst string) error {
+// placeEntry puts the image at src into the cache at dst, then its lower
+// record, unless a whole entry is there already (placed meanwhile by
+// another platform's job or another run): placed is false then. An entry
+// appears at once and whole: src (complete, in the converter's temp
+// directory, which cache keeps in the cache directory) is linked into
+// place; across filesystems it is copied into a temp file beside dst
+// first. A damaged entry (cacheEntryOK) is replaced.
+func placeEntry(src, dst string, rec *lowerRecord) (placed bool, err error) {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return err
+		return false, err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(dst), ".tmp-"+filepath.Base(dst)+"-")
+	if _, err := os.Lstat(dst); err == nil {
+		if _, ok := cacheEntryOK(dst); ok {
+			return false, nil
+		}
+		if err := os.Remove(dst); err != nil {
+			return false, err
+		}
+	}
+	if err := os.Chmod(src, 0o644); err != nil {
+		return false, err
+	}
+	err = os.Link(src, dst)
+	if errors.Is(err, unix.EXDEV) {
+		var tmp string
+		if tmp, err = copyTemp(src, filepath.Dir(dst), ".tmp-"+filepath.Base(dst)+"-"); err != nil {
+			return false, err
+		}
+		err = os.Link(tmp, dst)
+		os.Remove(tmp)
+	}
+	switch {
+	case errors.Is(err, os.ErrExist):
+		return false, nil // another placed it just now
+	case err != nil:
+		return false, err
+	}
+	if rec == nil {
+		os.Remove(dst + ".lower.json")
+		return true, nil
+	}
+	raw, err := json.Marshal(rec)
+	if err == nil {
+		err = os.WriteFile(dst+".lower.json.new", raw, 0o644)
+	}
+	if err == nil {
+		err = os.Rename(dst+".lower.json.new", dst+".lower.json")
+	}
+	return true, err
+}
+
+// copyTemp copies src into a new temp file in dir, synced, and returns its
+// name.
+func copyTemp(src, dir, pattern string) (string, error) {
+	tmp, err := os.CreateTemp(dir, pattern)
 	if err != nil {
-		return err
+		return "", err
 	}
-	defer os.Remove(tmp.Name()) // after a successful rename: nothing there
 	in, err := os.Open(src)
+	if err == nil {
+		_, err = io.Copy(tmp, in)
+		in.Close()
+	}
+	if err == nil {
+		err = tmp.Chmod(0o644)
+	}
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
-		tmp.Close()
-		return err
+		os.Remove(tmp.Name())
+		return "", err
 	}
-	defer in.Close()
-	if _, err := io.Copy(tmp, in); err != nil {
-		tmp.Close()
-		return err
+	return tmp.Name(), nil
+}
+
+// LockCache takes the lock of the cache directory dir (made if missing),
+// so that runs filling it one after another convert each layer once, and
+// removes what a run killed while placing an entry left behind. wait is
+// called once if another run holds the lock. unlock lets go of it.
+func LockCache(ctx context.Context, dir string, wait func()) (unlock func(), err error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
 	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return err
+	f, err := os.OpenFile(filepath.Join(dir, ".ocierofs-cache.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
 	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
+	for first := true; ; first = false {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			break
+		}
+		if first && wait != nil {
+			wait()
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
-	if err := tmp.Close(); err != nil {
-		return err
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
 	}
-	return os.Rename(tmp.Name(), dst)
+	// Copies into place across filesystems, and lower records, that a
+	// killed run left half written.
+	left, _ := filepath.Glob(filepath.Join(dir, "*", "*", ".tmp-*"))
+	more, _ := filepath.Glob(filepath.Join(dir, "*", "*", "*.lower.json.new"))
+	for _, p := range append(left, more...) {
+		os.Remove(p)
+	}
+	return func() { f.Close() }, nil
 }

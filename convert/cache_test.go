@@ -4,7 +4,12 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/ocierofs/ocierofs/convert"
 )
@@ -86,5 +91,89 @@ func TestCacheImage(t *testing.T) {
 	matches, _ := filepath.Glob(filepath.Join(dir, "sha256", "*", ".tmp-*"))
 	if len(matches) != 0 {
 		t.Errorf("temp files left: %v", matches)
+	}
+
+	// Damaged entries (truncated, empty) are made again, not trusted.
+	must(t, os.Truncate(first[1].Path, 4096))
+	must(t, os.WriteFile(first[2].Path, nil, 0o644))
+	fourth := run()
+	for i, l := range fourth {
+		if l.Cached != (i != 1 && i != 2) {
+			t.Errorf("after damaging layers 1 and 2: layer %d cached=%v", i, l.Cached)
+		}
+	}
+	check(fourth)
+}
+
+// TestCacheLowerLayers: a layer that implies a directory is cached with
+// the metadata the layers below give it; an image with other layers below
+// gets the entry made first and a warning naming the directory. Two runs
+// on one directory convert each layer once; what a killed run left is
+// removed.
+func TestCacheLowerLayers(t *testing.T) {
+	ctx := context.Background()
+	top := e2eLayer(t, eFile("opt/f", 0o644, []byte("shared\n")))
+	a := e2eImage(t, "amd64", e2eLayer(t, eDir(".", 0o755), eDir("opt", 0o700).own(1000, 1000), eFile("opt/a", 0o644, nil)), top)
+	b := e2eImage(t, "amd64", e2eLayer(t, eDir(".", 0o755), eDir("opt", 0o755), eFile("opt/b", 0o644, nil)), top)
+	dir := t.TempDir()
+	// Left by a killed run: its temp directory (unlocked) and a copy.
+	dead := filepath.Join(dir, "ocierofs-123")
+	must(t, os.MkdirAll(dead, 0o755))
+	must(t, os.WriteFile(filepath.Join(dead, ".ocierofs-lock"), nil, 0o600))
+	must(t, os.MkdirAll(filepath.Join(dir, "sha256", "ab"), 0o755))
+	must(t, os.WriteFile(filepath.Join(dir, "sha256", "ab", ".tmp-x.erofs-1"), []byte("half"), 0o644))
+
+	cache := func(img v1.Image) []convert.CacheLayer {
+		t.Helper()
+		unlock, err := convert.LockCache(ctx, dir, nil)
+		must(t, err)
+		defer unlock()
+		c, err := convert.NewConverter(convert.ImageOptions{TempDir: dir})
+		must(t, err)
+		defer c.Close()
+		ls, err := c.CacheImage(ctx, img, srcDescriptor(t, img), dir)
+		must(t, err)
+		return ls
+	}
+	// Both at once: one waits for the other, and the top layer is
+	// converted once.
+	var la, lb []convert.CacheLayer
+	var wg sync.WaitGroup
+	wg.Go(func() { la = cache(a) })
+	time.Sleep(50 * time.Millisecond)
+	wg.Go(func() { lb = cache(b) })
+	wg.Wait()
+	if la[1].Cached || !lb[1].Cached {
+		t.Fatalf("the shared layer: cached %v for a, %v for b; want converted for a, found for b", la[1].Cached, lb[1].Cached)
+	}
+	if len(la[1].Warnings) != 0 {
+		t.Errorf("a: warnings %q", la[1].Warnings)
+	}
+	if len(lb[1].Warnings) != 1 || !strings.Contains(lb[1].Warnings[0], "(/, /opt)") {
+		t.Errorf("b: warnings %q, want one naming opt", lb[1].Warnings)
+	}
+	// The entry is the one convert publishes for a, and its opt/ is a's.
+	conv, err := convert.NewConverter(convert.ImageOptions{TempDir: t.TempDir()})
+	must(t, err)
+	defer conv.Close()
+	out, _, err := conv.Image(ctx, a, srcDescriptor(t, a))
+	must(t, err)
+	cf, err := out.ConfigFile()
+	must(t, err)
+	got, err := os.ReadFile(la[1].Path)
+	must(t, err)
+	if sha256Of(got) != cf.RootFS.DiffIDs[1] {
+		t.Errorf("entry %s, convert made %s for a", sha256Of(got), cf.RootFS.DiffIDs[1])
+	}
+	if m := modeOf(t, treeFromDir(t, mountStack(t, []string{la[0].Path, la[1].Path})), "opt"); m != 0o700 {
+		t.Errorf("a's stack: opt mode %#o, want 0700", m)
+	}
+	for _, p := range []string{dead, filepath.Join(dir, "sha256", "ab", ".tmp-x.erofs-1")} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("%s left", p)
+		}
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "ocierofs-*")); len(left) != 0 {
+		t.Errorf("temp directories left: %v", left)
 	}
 }

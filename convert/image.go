@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/partial"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"github.com/ocierofs/ocierofs/erofs"
 	"github.com/ocierofs/ocierofs/oci"
 )
 
@@ -102,6 +103,7 @@ type ImageReport struct {
 type Converter struct {
 	opt  ImageOptions
 	tmp  string
+	lock *os.File // holds the flock on tmp (tempdir.go)
 	sem  chan struct{}
 	mu   sync.Mutex
 	jobs map[string]*layerJob // by the chain of source digests up to the layer
@@ -120,15 +122,19 @@ func NewConverter(opt ImageOptions) (*Converter, error) {
 	if opt.Jobs < 1 {
 		opt.Jobs = 1
 	}
-	tmp, err := os.MkdirTemp(opt.TempDir, "ocierofs-")
+	tmp, lock, err := makeTemp(opt.TempDir)
 	if err != nil {
 		return nil, err
 	}
-	return &Converter{opt: opt, tmp: tmp, sem: make(chan struct{}, opt.Jobs), jobs: map[string]*layerJob{}}, nil
+	return &Converter{opt: opt, tmp: tmp, lock: lock, sem: make(chan struct{}, opt.Jobs), jobs: map[string]*layerJob{}}, nil
 }
 
 // Close removes the converted layers kept for publishing.
-func (c *Converter) Close() error { return os.RemoveAll(c.tmp) }
+func (c *Converter) Close() error {
+	err := os.RemoveAll(c.tmp)
+	c.lock.Close()
+	return err
+}
 
 func (c *Converter) progress(p Progress) {
 	if c.opt.Progress != nil {
@@ -530,7 +536,13 @@ func (c *Converter) buildLayer(ctx context.Context, j *layerJob, src layerSource
 	opt := c.opt.Layer
 	opt.Erofs.TempDir = c.tmp
 	ld := &lowerDirs{ctx: ctx, layers: lower, states: map[int]*dirTree{}}
-	opt.Erofs.ImpliedDir = ld.impliedFor(len(lower))
+	var implied []string // the directories the layer implies, for the cache
+	if hook := ld.impliedFor(len(lower)); hook != nil {
+		opt.Erofs.ImpliedDir = func(p string) (erofs.Entry, bool) {
+			implied = append(implied, "/"+p)
+			return hook(p)
+		}
+	}
 	res, err := buildTar(f, in, opt, j.ops)
 	if err == nil {
 		err = checkSource(in, res, src)
@@ -548,7 +560,11 @@ func (c *Converter) buildLayer(ctx context.Context, j *layerJob, src layerSource
 	if src.scan {
 		return &fileLayer{}, nil
 	}
-	return c.fileLayer(raw, d.Digest, res.Entries, res.Warnings)
+	fl, err := c.fileLayer(raw, d.Digest, res.Entries, res.Warnings)
+	if fl != nil {
+		fl.implied = implied
+	}
+	return fl, err
 }
 
 // fileLayer makes the layer to publish of the EROFS image in raw: hashed,

@@ -56,6 +56,9 @@ type fileLayer struct {
 	compressSeconds  float64
 	uploadSeconds    float64
 	alreadyPublished bool
+	// implied are the directories the layer implies, whose metadata came
+	// from the layers below (the cache records them).
+	implied []string
 }
 
 func (l *fileLayer) Digest() (v1.Hash, error)             { return l.digest, nil }

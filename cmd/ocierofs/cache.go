@@ -55,6 +55,22 @@ func runCache(ctx context.Context, c *cli.Context, source, dir string) error {
 	if err != nil {
 		return err
 	}
+	// One run at a time per directory (the next finds the entries made);
+	// an unwritable directory fails here, before any conversion.
+	unlock, err := convert.LockCache(ctx, dir, func() {
+		if !c.Bool("quiet") {
+			fmt.Fprintf(os.Stderr, "waiting for another ocierofs cache run on %s\n", dir)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if opt.TempDir == "" {
+		// Converted layers wait in the cache directory, on its
+		// filesystem, and are linked into place, not copied.
+		opt.TempDir = dir
+	}
 	art, err := oci.Get(ctx, src, rem)
 	if err != nil {
 		return err
@@ -81,16 +97,25 @@ func runCache(ctx context.Context, c *cli.Context, source, dir string) error {
 		return enc.Encode(rep)
 	}
 	if !c.Bool("quiet") {
-		var made, had int
+		var made, had, skipped int
 		for _, l := range rep.Layers {
 			switch {
 			case l.Cached:
 				had++
-			case l.Skipped == "":
+			case l.Skipped != "":
+				skipped++
+			default:
 				made++
 			}
+			for _, w := range l.Warnings {
+				fmt.Fprintf(os.Stderr, "warning: layer %s: %s\n", l.Source, w)
+			}
 		}
-		fmt.Fprintf(os.Stderr, "%s: %d layers converted into %s, %d were there, in %.2fs\n", rep.Source, made, dir, had, rep.Seconds)
+		sk := ""
+		if skipped > 0 {
+			sk = fmt.Sprintf(", %d skipped (not tar layers)", skipped)
+		}
+		fmt.Fprintf(os.Stderr, "%s: %d layers converted into %s, %d were there%s, in %.2fs\n", rep.Source, made, dir, had, sk, rep.Seconds)
 	}
 	return nil
 }
