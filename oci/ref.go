@@ -146,6 +146,11 @@ func DefaultTarget(src Ref, suffix string) (Ref, error) {
 		if strings.HasSuffix(n.TagStr(), suffix) {
 			return Ref{}, fmt.Errorf("%s: %w %q", src, ErrLoop, suffix)
 		}
+		// Repository.Tag does not check the tag; a registry refuses one
+		// over 128 characters only at the upload, as a 404.
+		if _, err := name.NewTag("x:" + n.TagStr() + suffix); err != nil {
+			return Ref{}, fmt.Errorf("%s: the target tag %q: %w", src, n.TagStr()+suffix, err)
+		}
 		return Ref{Kind: Registry, Name: n.Context().Tag(n.TagStr() + suffix)}, nil
 	case name.Digest:
 		hex := strings.ReplaceAll(n.DigestStr(), ":", "-")

@@ -139,6 +139,10 @@ func TestDefaultTarget(t *testing.T) {
 		// A docker-archive cannot be written: a target must be given.
 		{in: "docker-archive:FILE", suffix: "-erofs", fails: true},
 		{in: "host:5000/repo:tag", suffix: "", fails: true},
+		// A twin tag over 128 characters: refused here, not as a 404 at
+		// the upload.
+		{in: "host:5000/repo:" + strings.Repeat("v", 122), suffix: "-erofs", want: "host:5000/repo:" + strings.Repeat("v", 122) + "-erofs"},
+		{in: "host:5000/repo:" + strings.Repeat("v", 123), suffix: "-erofs", fails: true},
 	} {
 		t.Run(tc.in+" "+tc.suffix, func(t *testing.T) {
 			src, err := oci.ParseRef(tc.in, false)

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ocierofs/ocierofs/convert/fstree"
 )
 
 // TestCLIChunks drives --chunk-size, --blobdev, --tar-index and merge
@@ -62,6 +64,48 @@ func TestCLIChunks(t *testing.T) {
 	_, e, code := run(t, b, "merge", out("m.erofs"), out("meta.erofs"), out("c.erofs"))
 	if code != 0 || !strings.Contains(e, out("l.blob")+" "+out("c.erofs")) {
 		t.Errorf("merge: exit %d, want the devices l.blob c.erofs listed: %s", code, e)
+	}
+	// The mount command it prints mounts it: the same tree as extract's.
+	if os.Geteuid() == 0 {
+		_, cmdline, ok := strings.Cut(e, "mount it with: ")
+		cmdline, _, _ = strings.Cut(cmdline, "\n")
+		mnt := out("mnt")
+		if err := os.Mkdir(mnt, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if !ok || !strings.HasSuffix(cmdline, " DIR") {
+			t.Fatalf("merge printed no mount command: %s", e)
+		}
+		if o, err := exec.Command("sh", "-c", strings.TrimSuffix(cmdline, "DIR")+mnt).CombinedOutput(); err != nil {
+			t.Errorf("%s: %v\n%s", cmdline, err, o)
+		} else {
+			defer func() {
+				exec.Command("umount", mnt).Run()
+				for _, dev := range []string{out("l.blob"), out("c.erofs")} {
+					loops, _ := exec.Command("losetup", "-j", dev, "-O", "NAME", "-n").Output()
+					for _, l := range strings.Fields(string(loops)) {
+						exec.Command("losetup", "-d", l).Run()
+					}
+				}
+			}()
+			if _, e, code := run(t, b, "extract", out("m.erofs"), out("x")); code != 0 {
+				t.Fatalf("extract of the merged image: exit %d: %s", code, e)
+			}
+			got, err := fstree.FromDir(mnt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := fstree.FromDir(out("x"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range fstree.Diff(want, got, fstree.DiffOptions{IgnoreRootMeta: true}) {
+				t.Errorf("mounted merge vs extract: %s", d)
+			}
+			if got.Len() < 3 {
+				t.Errorf("mounted merge holds %d paths", got.Len())
+			}
+		}
 	}
 
 	for _, bad := range [][]string{

@@ -341,6 +341,27 @@ func TestServe(t *testing.T) {
 		t.Errorf("sync into the queue: %v", results)
 	}
 	h.reg.waitTwin(t, "private/secret:1", must2(remote.Head(h.reg.ref(t, "private/secret:1"))).Digest, time.Minute)
+
+	// A twin deleted after its task was done: sync queues it again (the
+	// queue took it for a duplicate of the finished task).
+	twinRef := h.reg.ref(t, "apps/first:v1-erofs")
+	deleted := must2(remote.Head(twinRef)).Digest
+	must(t, remote.Delete(twinRef.Context().Digest(deleted.String())))
+	items, err = s.Sources(ctx)
+	must(t, err)
+	for _, it := range s.Run(ctx, s.Plan(ctx, items)) {
+		if it.Repository+":"+it.Tag == "apps/first:v1" && it.Action+"/"+it.Result != "convert/queued" {
+			t.Errorf("sync after deleting apps/first:v1-erofs: %s/%s (%s)", it.Action, it.Result, it.Detail)
+		}
+	}
+	h.reg.waitTwin(t, "apps/first:v1", must2(remote.Head(h.reg.ref(t, "apps/first:v1"))).Digest, time.Minute)
+
+	// A repository listed without a tag (pushed by digest only) is skipped.
+	img := image(t, baseLayer(t, 3, 100))
+	must(t, remote.Write(h.reg.ref(t, "apps/untagged@"+must2(img.Digest()).String()), img))
+	if _, err := s.Sources(ctx); err != nil {
+		t.Errorf("sync with an untagged repository: %v", err)
+	}
 	if code := getStatus(t, h.url+"/readyz"); code != 200 {
 		t.Errorf("/readyz: %d", code)
 	}

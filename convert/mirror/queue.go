@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sys/unix"
 )
 
 // Queue is the work-queue stream of tasks, its consumer, and the two
@@ -32,6 +34,7 @@ type Queue struct {
 	skeletons jetstream.ObjectStore
 	subject   string // prefix of task subjects
 	adv       *nats.Subscription
+	storeLock *os.File // the flock on the embedded server's store
 }
 
 // names used on the NATS side, from the configured prefix.
@@ -103,6 +106,20 @@ func (q *Queue) startServer() error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
+	// One server per store: a second one on the same directory would
+	// keep a task list of its own. The lock goes with the process.
+	lock, err := os.OpenFile(filepath.Join(dir, ".ocierofs-store.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return err
+	}
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		lock.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return fmt.Errorf("the JetStream store %s is in use by another ocierofs-mirror serve", dir)
+		}
+		return fmt.Errorf("lock %s: %w", lock.Name(), err)
+	}
+	q.storeLock = lock
 	srv, err := server.NewServer(&server.Options{
 		ServerName: "ocierofs-" + hostname(),
 		Host:       host,
@@ -199,6 +216,9 @@ func (q *Queue) Close() {
 		q.srv.Shutdown()
 		q.srv.WaitForShutdown()
 	}
+	if q.storeLock != nil {
+		q.storeLock.Close()
+	}
 }
 
 // ClientURL is the embedded server's address ("" with an external one).
@@ -259,7 +279,7 @@ func (q *Queue) Enqueue(ctx context.Context, t Task) (rec *Record, dup bool, err
 			rec = &old
 		case old.State.pending():
 			return &old, true, nil
-		case (old.State == StateDone || old.State == StateSkipped) && q.tagDigest(ctx, t.Repository, t.Tag) == t.Digest:
+		case (old.State == StateDone || old.State == StateSkipped) && !t.Stale && q.tagDigest(ctx, t.Repository, t.Tag) == t.Digest:
 			// Finished, and the tag's twin is still this digest's.
 			return &old, true, nil
 		default:

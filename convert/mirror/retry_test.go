@@ -207,6 +207,13 @@ func TestRestart(t *testing.T) {
 	img := image(t, baseLayer(t, 70, 1000), appLayer(t, "restart"))
 	d := h.reg.push(t, "restart/me:1", img)
 	h.waitRecord(t, "restart/me", "1", d, 30*time.Second, func(r *mirror.Record) bool { return r.State == mirror.StateQueued })
+	// A second server on the same store is refused while the first runs.
+	if q2, err := mirror.OpenQueue(withTimeout(t, 30*time.Second), h.cfg, h.logf); err == nil || !strings.Contains(err.Error(), "in use") {
+		if q2 != nil {
+			q2.Close()
+		}
+		t.Errorf("a second queue on the store: err = %v, want it refused", err)
+	}
 	h.q.Close()
 	q, err := mirror.OpenQueue(withTimeout(t, 30*time.Second), h.cfg, h.logf)
 	must(t, err)

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -127,12 +129,26 @@ func (s *Server) triage(e Event) string {
 		return "loop"
 	case e.Tag == "":
 		return "untagged"
-	case e.Repository == "" || e.Digest == "":
+	case !validEvent(e, s.cfg.Suffix):
 		return "invalid"
 	case !s.cfg.Rules.Match(e.Repository, e.Tag):
 		return "filtered"
 	}
 	return ""
+}
+
+// validEvent reports whether e names a repository, a digest and a tag
+// that a twin tag (tag + suffix) can be made of: an event that does not
+// would only make a task that fails.
+func validEvent(e Event, suffix string) bool {
+	if _, err := name.NewRepository(e.Repository); err != nil || strings.Contains(e.Repository, "..") {
+		return false
+	}
+	if _, err := v1.NewHash(e.Digest); err != nil {
+		return false
+	}
+	_, err := name.NewTag("x:" + e.Tag + suffix)
+	return err == nil
 }
 
 func (s *Server) count(result string, n int) {

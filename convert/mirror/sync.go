@@ -79,6 +79,12 @@ func (s *Syncer) Sources(ctx context.Context) ([]SyncItem, error) {
 				return nil, err
 			}
 			tags, err := remote.List(r, ropts...)
+			if isNotFound(err) {
+				// Listed, but without a tag (all deleted, or pushed by
+				// digest only): distribution answers NAME_UNKNOWN.
+				s.logf("sync: %s has no tags, skipped", repo)
+				continue
+			}
 			if err != nil {
 				return nil, fmt.Errorf("tags of %s: %w", repo, err)
 			}
@@ -183,7 +189,7 @@ func (s *Syncer) Run(ctx context.Context, items []SyncItem) []SyncItem {
 		if it.Action != "convert" {
 			continue
 		}
-		t := Task{ID: TaskID(it.Repository, it.Tag, it.Digest), Repository: it.Repository, Tag: it.Tag, Digest: it.Digest, Origin: "sync"}
+		t := Task{ID: TaskID(it.Repository, it.Tag, it.Digest), Repository: it.Repository, Tag: it.Tag, Digest: it.Digest, Origin: "sync", Stale: true}
 		if s.Queue != nil {
 			rec, dup, err := s.Queue.Enqueue(ctx, t)
 			switch {

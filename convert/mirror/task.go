@@ -16,6 +16,10 @@ type Task struct {
 	Digest     string    `json:"digest"`
 	Origin     string    `json:"origin"` // distribution, harbor, sync
 	Queued     time.Time `json:"queued"`
+	// Stale: sync found the tag's twin missing or made from another
+	// digest, so a finished record of this task is no reason to skip it
+	// (the twin may have been deleted since). Not stored.
+	Stale bool `json:"-"`
 }
 
 // TaskID is the same for every event about one digest under one tag, so

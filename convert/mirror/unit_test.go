@@ -319,3 +319,27 @@ func (r *rawLayer) Compressed() (io.ReadCloser, error) {
 func (r *rawLayer) Uncompressed() (io.ReadCloser, error) {
 	return io.NopCloser(bytes.NewReader(r.b)), nil
 }
+
+// TestValidEvent: an event that could only make a failing task is triaged
+// "invalid" (no task): a repository or digest that does not parse, a tag
+// whose twin tag would not be one.
+func TestValidEvent(t *testing.T) {
+	d := "sha256:" + strings.Repeat("ab", 32)
+	for _, tc := range []struct {
+		e    Event
+		want bool
+	}{
+		{Event{Repository: "lib/app", Tag: "1.0", Digest: d}, true},
+		{Event{Repository: "../../x", Tag: "v1", Digest: d}, false},
+		{Event{Repository: "lib/App", Tag: "v1", Digest: d}, false},
+		{Event{Repository: "lib/app", Tag: "v1", Digest: "nodigest"}, false},
+		{Event{Repository: "lib/app", Tag: "v1", Digest: "sha256:aa"}, false},
+		{Event{Repository: "lib/app", Tag: strings.Repeat("v", 122), Digest: d}, true},
+		{Event{Repository: "lib/app", Tag: strings.Repeat("v", 123), Digest: d}, false},
+		{Event{Repository: "lib/app", Tag: "bad tag", Digest: d}, false},
+	} {
+		if got := validEvent(tc.e, "-erofs"); got != tc.want {
+			t.Errorf("validEvent(%+v) = %v, want %v", tc.e, got, tc.want)
+		}
+	}
+}
