@@ -23,10 +23,13 @@ var syncCommand = &cli.Command{
 		"keeps those --include/--exclude select, and converts each image whose twin (tag\n" +
 		"plus --suffix) is missing or was made from another digest. Running it again\n" +
 		"converts nothing new. --dry-run only prints the plan. With --nats the tasks go\n" +
-		"to the queue of a serve cluster instead.",
+		"to the queue of a serve cluster instead. --prune also deletes the twins whose\n" +
+		"source image (or tag) was deleted, so that what was taken down is not pulled\n" +
+		"as its twin.",
 	Flags: slices.Concat(mirrorFlags(), []cli.Flag{
 		&cli.StringFlag{Name: "list-file", Usage: "REPO:TAG lines to consider instead of the registry's catalog"},
-		&cli.BoolFlag{Name: "dry-run", Usage: "print what would be converted and convert nothing"},
+		&cli.BoolFlag{Name: "dry-run", Usage: "print what would be converted (and pruned) and change nothing"},
+		&cli.BoolFlag{Name: "prune", Usage: "delete the twins whose source image or tag is gone from the registry"},
 		&cli.IntFlag{Name: "images", Value: 1, Usage: "images converted at once"},
 	}, options.ErofsFlags(), options.SourceFlags(), options.ConvertFlags()),
 	Action: func(c *cli.Context) error {
@@ -50,6 +53,9 @@ func runSync(ctx context.Context, c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	if c.Bool("prune") && cfg.ListFile != "" {
+		return fmt.Errorf("sync: --prune walks the registry's catalog; it does not go with --list-file")
+	}
 	logger := log.New(os.Stderr, "", log.LstdFlags)
 	s := &mirror.Syncer{Config: cfg, Jobs: c.Int("images")}
 	if !c.Bool("quiet") {
@@ -72,6 +78,16 @@ func runSync(ctx context.Context, c *cli.Context) error {
 	items = s.Plan(ctx, items)
 	if !c.Bool("dry-run") {
 		items = s.Run(ctx, items)
+	}
+	if c.Bool("prune") {
+		orphans, err := s.Orphans(ctx)
+		if err != nil {
+			return err
+		}
+		if !c.Bool("dry-run") {
+			orphans = s.Prune(ctx, orphans)
+		}
+		items = append(items, orphans...)
 	}
 	rep := syncReport{Registry: cfg.Registry, DryRun: c.Bool("dry-run"), Items: items}
 	failed := 0

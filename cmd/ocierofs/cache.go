@@ -22,11 +22,12 @@ var cacheCommand = &cli.Command{
 	Usage:     "prepare a node: convert an image's layers into containerd's layer content cache",
 	ArgsUsage: "SOURCE DIR",
 	Description: "Writes DIR/sha256/<xx>/<diffID>.erofs for every tar layer of SOURCE (the\n" +
-		"selected platforms of an index), with the same bytes convert publishes. Point\n" +
+		"platforms of an index --platform selects: by default this node's, as containerd\n" +
+		"pulls), with the same bytes convert publishes. Point\n" +
 		"containerd's EROFS snapshotter at DIR (layer_content_caches) and it unpacks the\n" +
 		"original tar image without running mkfs.erofs. Layers already in DIR are not\n" +
 		"converted again; entries appear atomically.",
-	Flags: slices.Concat(options.ErofsFlags(), options.SourceFlags()),
+	Flags: slices.Concat(options.ErofsFlags(), options.NodePlatform(options.SourceFlags())),
 	Action: func(c *cli.Context) error {
 		if c.NArg() != 2 {
 			return fmt.Errorf("cache: want SOURCE DIR")

@@ -14,14 +14,19 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/urfave/cli/v2"
 
 	"github.com/ocierofs/ocierofs/convert"
@@ -313,4 +318,61 @@ func mustManifests(t *testing.T, ii v1.ImageIndex) []v1.Descriptor {
 		t.Fatal(err)
 	}
 	return im.Manifests
+}
+
+// TestCacheCLIPlatform: cache takes this node's platform of an index by
+// default, as containerd pulls it; --platform all takes every one.
+func TestCacheCLIPlatform(t *testing.T) {
+	host, src := pushBusybox(t)
+	img, err := remote.Image(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := "arm64"
+	if runtime.GOARCH == "arm64" {
+		other = "amd64"
+	}
+	extra, err := random.Layer(4096, types.OCILayer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oimg, err := mutate.AppendLayers(img, extra)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := oimg.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf = cf.DeepCopy()
+	cf.Architecture = other
+	if oimg, err = mutate.ConfigFile(oimg, cf); err != nil {
+		t.Fatal(err)
+	}
+	idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
+		mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: runtime.GOARCH}}},
+		mutate.IndexAddendum{Add: oimg, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: other}}})
+	ref, err := name.ParseReference(host + "/e2e/multi:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.WriteIndex(ref, idx); err != nil {
+		t.Fatal(err)
+	}
+	app := &cli.App{Name: "ocierofs", Commands: []*cli.Command{cacheCommand}, Writer: io.Discard, ErrWriter: io.Discard, ExitErrHandler: func(*cli.Context, error) {}}
+	entries := func(args ...string) int {
+		t.Helper()
+		dir := t.TempDir()
+		if err := app.RunContext(context.Background(), append(append([]string{"ocierofs", "cache", "-q", "--plain-http"}, args...), ref.String(), dir)); err != nil {
+			t.Fatalf("cache %q: %v", args, err)
+		}
+		m, _ := filepath.Glob(filepath.Join(dir, "sha256", "*", "*.erofs"))
+		return len(m)
+	}
+	if n := entries(); n != 3 {
+		t.Errorf("by default: %d entries, want this platform's 3", n)
+	}
+	if n := entries("--platform", "all"); n != 4 {
+		t.Errorf("--platform all: %d entries, want 4", n)
+	}
 }

@@ -218,7 +218,14 @@ func TestRestart(t *testing.T) {
 	q, err := mirror.OpenQueue(withTimeout(t, 30*time.Second), h.cfg, h.logf)
 	must(t, err)
 	t.Cleanup(q.Close)
-	if w, _, err := q.Depth(context.Background()); err != nil || w != 1 {
+	// The restarted server recovers its stream from the store in the
+	// background: under load that took a moment.
+	w, _, err := q.Depth(context.Background())
+	for deadline := time.Now().Add(10 * time.Second); (err != nil || w != 1) && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		w, _, err = q.Depth(context.Background())
+	}
+	if err != nil || w != 1 {
 		t.Fatalf("after the restart: %d tasks waiting (%v), want 1", w, err)
 	}
 	h.q = q

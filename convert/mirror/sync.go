@@ -61,19 +61,12 @@ func (s *Syncer) Sources(ctx context.Context) ([]SyncItem, error) {
 		}
 		names = lines
 	} else {
-		reg, err := name.NewRegistry(cfg.Registry, s.nameOpts()...)
+		repos, err := s.repositories(ctx)
 		if err != nil {
 			return nil, err
 		}
 		ropts := cfg.Remote().Options(ctx)
-		repos, err := remote.Catalog(ctx, reg, ropts...)
-		if err != nil {
-			return nil, fmt.Errorf("catalog of %s: %w", cfg.Registry, err)
-		}
 		for _, repo := range repos {
-			if !s.repoMayMatch(repo) {
-				continue
-			}
 			r, err := name.NewRepository(cfg.Registry+"/"+repo, s.nameOpts()...)
 			if err != nil {
 				return nil, err
@@ -111,6 +104,26 @@ func (s *Syncer) Sources(ctx context.Context) ([]SyncItem, error) {
 		return out[i].Tag < out[j].Tag
 	})
 	return out, nil
+}
+
+// repositories lists the registry's repositories that the rules may
+// select (the catalog).
+func (s *Syncer) repositories(ctx context.Context) ([]string, error) {
+	reg, err := name.NewRegistry(s.Config.Registry, s.nameOpts()...)
+	if err != nil {
+		return nil, err
+	}
+	all, err := remote.Catalog(ctx, reg, s.Config.Remote().Options(ctx)...)
+	if err != nil {
+		return nil, fmt.Errorf("catalog of %s: %w", s.Config.Registry, err)
+	}
+	var repos []string
+	for _, repo := range all {
+		if s.repoMayMatch(repo) {
+			repos = append(repos, repo)
+		}
+	}
+	return repos, nil
 }
 
 // repoMayMatch skips listing the tags of repositories no rule can select.

@@ -183,7 +183,11 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 		msg.Nak()
 	case attempt >= cfg.Queue.MaxDeliver || Permanent(err):
 		rec.State, rec.Error, rec.Finished = StateFailed, err.Error(), time.Now().UTC()
-		w.logf("task %s %s:%s failed (attempt %d of %d): %v", t.ID, t.Repository, t.Tag, attempt, cfg.Queue.MaxDeliver, err)
+		why := fmt.Sprintf("attempt %d of %d", attempt, cfg.Queue.MaxDeliver)
+		if Permanent(err) {
+			why = "no retry can mend it"
+		}
+		w.logf("task %s %s:%s failed (%s): %v", t.ID, t.Repository, t.Tag, why, err)
 		w.Queue.putRecord(fctx, rec)
 		msg.TermWithReason(truncate(err.Error(), 200))
 		w.Metrics.observe("failed", secs, out)

@@ -24,6 +24,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
 	"github.com/ocierofs/ocierofs/convert"
 	"github.com/ocierofs/ocierofs/convert/mirror"
 )
@@ -155,6 +157,41 @@ func TestSync(t *testing.T) {
 	want["lib/busy:1"] = "convert"
 	if got := plan(); !sameMap(got, want) {
 		t.Errorf("plan after a new push %v, want %v", got, want)
+	}
+
+	// Pruning: lib/busy:1's twin names a source manifest that is still
+	// there (the tag has moved on, sync makes it again): kept. A source
+	// deleted from the registry takes its twin with it; the others stay.
+	if orphans, err := s.Orphans(ctx); err != nil || len(orphans) != 0 {
+		t.Errorf("orphans before any delete: %+v, %v", orphans, err)
+	}
+	gone := reg.push(t, "lib/gone:1", image(t, base, appLayer(t, "gone")))
+	for _, it := range s.Run(ctx, s.Plan(ctx, []mirror.SyncItem{{Repository: "lib/gone", Tag: "1"}})) {
+		if it.Result != "done" {
+			t.Fatalf("lib/gone:1: %s (%s)", it.Result, it.Detail)
+		}
+	}
+	must(t, remote.Delete(reg.ref(t, "lib/gone@"+gone.String())))
+	orphans, err := s.Orphans(ctx)
+	must(t, err)
+	if len(orphans) != 1 || orphans[0].Repository != "lib/gone" || orphans[0].Tag != "1-erofs" || !strings.Contains(orphans[0].Detail, "is gone") {
+		t.Fatalf("orphans %+v, want lib/gone:1-erofs", orphans)
+	}
+	// The command, dry: it lists the orphan, deletes nothing.
+	dry, err := exec.Command(mirrorBinary(t), "sync", "--registry", reg.host, "--plain-http", "--include", "lib/gone", "--prune", "--dry-run", "-q").Output()
+	if err != nil || !strings.Contains(string(dry), "prune       lib/gone:1-erofs (its source "+gone.String()+" is gone)") {
+		t.Errorf("ocierofs sync --prune --dry-run: %v\n%s", err, dry)
+	}
+	for _, it := range s.Prune(ctx, orphans) {
+		if it.Result != "deleted" {
+			t.Errorf("prune %s:%s: %s (%s)", it.Repository, it.Tag, it.Result, it.Detail)
+		}
+	}
+	if _, err := remote.Head(reg.ref(t, "lib/gone:1-erofs")); err == nil {
+		t.Error("lib/gone:1-erofs is still there")
+	}
+	if _, err := remote.Head(reg.ref(t, "lib/alpine:3.19-erofs")); err != nil {
+		t.Errorf("lib/alpine:3.19-erofs: %v", err)
 	}
 
 	// The command: flags instead of a config, a list file, JSON out.

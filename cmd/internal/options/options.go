@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -34,6 +35,25 @@ func ConvertFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "no-index-os-features", Usage: "leave platform.os.features out of index entries"},
 		&cli.BoolFlag{Name: "referrer", Usage: "set each converted manifest's subject to its source manifest"},
 	}
+}
+
+// HostPlatform is the platform this program runs on, as --platform takes
+// it: what containerd pulls on this node by default.
+func HostPlatform() string { return runtime.GOOS + "/" + runtime.GOARCH }
+
+// NodePlatform makes --platform of flags (SourceFlags) default to
+// HostPlatform: for commands that prepare this node.
+func NodePlatform(flags []cli.Flag) []cli.Flag {
+	out := slices.Clone(flags)
+	for i, f := range out {
+		if sf, ok := f.(*cli.StringFlag); ok && sf.Name == "platform" {
+			c := *sf
+			c.Value = HostPlatform()
+			c.Usage = "platforms of an index to take: this node's (as containerd pulls), all, or a list like linux/amd64,linux/arm64/v8"
+			out[i] = &c
+		}
+	}
+	return out
 }
 
 // SourceFlags are the flags of every command that reads images.

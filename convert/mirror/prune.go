@@ -1,0 +1,108 @@
+package mirror
+
+import (
+	"context"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/ocierofs/ocierofs/convert"
+)
+
+// Pruning deletes the twins whose source is gone: an image deleted from
+// the registry (often because it must not be pulled any more: a leaked
+// secret, a vulnerability) would otherwise stay pullable as its twin. A
+// twin is an orphan when the source manifest it names
+// (org.ocierofs.source.digest) is gone from its repository, or its source
+// tag (the twin's tag less the suffix) is. Only images made by ocierofs
+// are ever deleted.
+
+// digestTag is the tag a twin of a source named by digest has, less the
+// suffix: the source has no tag to look for.
+var digestTag = regexp.MustCompile(`^sha256-[0-9a-f]{64}$`)
+
+// Orphans lists the twins of the selected repositories whose source is
+// gone (Action "prune"), with why in Detail.
+func (s *Syncer) Orphans(ctx context.Context) ([]SyncItem, error) {
+	cfg := s.Config
+	repos, err := s.repositories(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ropts := cfg.Remote().Options(ctx)
+	var out []SyncItem
+	for _, repo := range repos {
+		r, err := name.NewRepository(cfg.Registry+"/"+repo, s.nameOpts()...)
+		if err != nil {
+			return nil, err
+		}
+		tags, err := remote.List(r, ropts...)
+		if isNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, tag := range tags {
+			srcTag, ok := strings.CutSuffix(tag, cfg.Suffix)
+			if !ok || srcTag == "" || !cfg.Rules.Match(repo, srcTag) {
+				continue
+			}
+			twin, err := remote.Get(r.Tag(tag), ropts...)
+			if err != nil {
+				continue // gone meanwhile, or not readable: not ours to judge
+			}
+			src := convert.SourceAnnotation(twin.Manifest)
+			if src == "" {
+				continue // not made by ocierofs
+			}
+			it := SyncItem{Repository: repo, Tag: tag, Twin: twin.Digest.String(), Digest: src, Action: "prune"}
+			if _, err := remote.Head(r.Digest(src), ropts...); isNotFound(err) {
+				it.Detail = "its source " + src + " is gone"
+			} else if err != nil {
+				continue
+			} else if !digestTag.MatchString(srcTag) {
+				if _, err := remote.Head(r.Tag(srcTag), ropts...); isNotFound(err) {
+					it.Detail = "its source tag " + srcTag + " is gone"
+				}
+			}
+			if it.Detail != "" {
+				out = append(out, it)
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Repository != out[j].Repository {
+			return out[i].Repository < out[j].Repository
+		}
+		return out[i].Tag < out[j].Tag
+	})
+	return out, nil
+}
+
+// Prune deletes the twins Orphans found: their manifests, by digest (the
+// registry drops the tags that name them).
+func (s *Syncer) Prune(ctx context.Context, items []SyncItem) []SyncItem {
+	ropts := s.Config.Remote().Options(ctx)
+	for i := range items {
+		it := &items[i]
+		if it.Action != "prune" {
+			continue
+		}
+		r, err := name.NewRepository(s.Config.Registry+"/"+it.Repository, s.nameOpts()...)
+		if err == nil {
+			err = remote.Delete(r.Digest(it.Twin), ropts...)
+		}
+		if err != nil {
+			it.Result, it.Detail = "failed", err.Error()
+			s.logf("prune %s:%s: %v", it.Repository, it.Tag, err)
+			continue
+		}
+		it.Result = "deleted"
+		s.logf("pruned %s:%s (%s)", it.Repository, it.Tag, it.Detail)
+	}
+	return items
+}
