@@ -208,24 +208,26 @@ func openLayer(p string) (_ *mergeLayer, err error) {
 		return l, nil
 	}
 	var opts []erofs.OpenOption
-	missing := ""
-	for i, d := range devs {
+	for _, d := range devs {
 		name := filepath.Join(filepath.Dir(p), d.Tag)
 		if d.Tag == "" || strings.Contains(d.Tag, "/") {
-			missing = fmt.Sprintf("device %d has no file name for a tag", i+1)
 			break
 		}
 		df, dsize, err := open(name)
 		if err != nil {
-			missing = fmt.Sprintf("device %d, %s: %v", i+1, d.Tag, err)
 			break
 		}
 		opts = append(opts, erofs.WithDevice(df, dsize))
 		l.devFiles = append(l.devFiles, name)
 	}
 	if sb := img.Super(); len(opts) != len(devs) && size <= int64(sb.Blocks)*int64(sb.BlockSize) {
-		// Neither beside it nor appended to it.
-		return nil, fmt.Errorf("%s: its extra devices are not beside it (%s) nor appended to it", p, missing)
+		// Neither beside it nor appended to it: its metadata is all
+		// there is, and reading data on a device fails naming it.
+		for _, df := range l.files[1:] {
+			df.Close()
+		}
+		l.files, l.devFiles, l.img = l.files[:1], nil, img
+		return l, nil
 	}
 	if len(opts) != len(devs) {
 		// Not beside the image by their tags: appended to it (flat).

@@ -286,7 +286,7 @@ func (img *Image) mapDevice(dev uint16, off, n int64) (int, int64, error) {
 	}
 	dv := &img.devs[d]
 	if dv.r == nil {
-		return 0, 0, fmt.Errorf("needs extra device %d (tag %q): pass it with WithDevice", d, dv.Tag)
+		return 0, 0, fmt.Errorf("needs extra device %d (tag %q), which was not given", d, dv.Tag)
 	}
 	if off < 0 || off > dv.size || n > dv.size-off {
 		return 0, 0, fmt.Errorf("range %d+%d beyond the end of device %d (%d bytes)", off, n, d, dv.size)

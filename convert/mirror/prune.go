@@ -28,25 +28,15 @@ var digestTag = regexp.MustCompile(`^sha256-[0-9a-f]{64}$`)
 // gone (Action "prune"), with why in Detail.
 func (s *Syncer) Orphans(ctx context.Context) ([]SyncItem, error) {
 	cfg := s.Config
-	repos, err := s.repositories(ctx)
+	repos, err := s.tagLists(ctx)
 	if err != nil {
 		return nil, err
 	}
 	ropts := cfg.Remote().Options(ctx)
 	var out []SyncItem
-	for _, repo := range repos {
-		r, err := name.NewRepository(cfg.Registry+"/"+repo, s.nameOpts()...)
-		if err != nil {
-			return nil, err
-		}
-		tags, err := remote.List(r, ropts...)
-		if isNotFound(err) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		for _, tag := range tags {
+	for _, rt := range repos {
+		repo, r := rt.name, rt.repo
+		for _, tag := range rt.tags {
 			srcTag, ok := strings.CutSuffix(tag, cfg.Suffix)
 			if !ok || srcTag == "" || !cfg.Rules.Match(repo, srcTag) {
 				continue

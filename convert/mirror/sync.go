@@ -61,28 +61,13 @@ func (s *Syncer) Sources(ctx context.Context) ([]SyncItem, error) {
 		}
 		names = lines
 	} else {
-		repos, err := s.repositories(ctx)
+		repos, err := s.tagLists(ctx)
 		if err != nil {
 			return nil, err
 		}
-		ropts := cfg.Remote().Options(ctx)
-		for _, repo := range repos {
-			r, err := name.NewRepository(cfg.Registry+"/"+repo, s.nameOpts()...)
-			if err != nil {
-				return nil, err
-			}
-			tags, err := remote.List(r, ropts...)
-			if isNotFound(err) {
-				// Listed, but without a tag (all deleted, or pushed by
-				// digest only): distribution answers NAME_UNKNOWN.
-				s.logf("sync: %s has no tags, skipped", repo)
-				continue
-			}
-			if err != nil {
-				return nil, fmt.Errorf("tags of %s: %w", repo, err)
-			}
-			for _, t := range tags {
-				names = append(names, repo+":"+t)
+		for _, rt := range repos {
+			for _, t := range rt.tags {
+				names = append(names, rt.name+":"+t)
 			}
 		}
 	}
@@ -106,24 +91,47 @@ func (s *Syncer) Sources(ctx context.Context) ([]SyncItem, error) {
 	return out, nil
 }
 
-// repositories lists the registry's repositories that the rules may
-// select (the catalog).
-func (s *Syncer) repositories(ctx context.Context) ([]string, error) {
+// repoTags is a repository of the registry and its tags.
+type repoTags struct {
+	name string
+	repo name.Repository
+	tags []string
+}
+
+// tagLists lists the registry's repositories that the rules may select
+// (the catalog), with their tags.
+func (s *Syncer) tagLists(ctx context.Context) ([]repoTags, error) {
 	reg, err := name.NewRegistry(s.Config.Registry, s.nameOpts()...)
 	if err != nil {
 		return nil, err
 	}
-	all, err := remote.Catalog(ctx, reg, s.Config.Remote().Options(ctx)...)
+	ropts := s.Config.Remote().Options(ctx)
+	all, err := remote.Catalog(ctx, reg, ropts...)
 	if err != nil {
 		return nil, fmt.Errorf("catalog of %s: %w", s.Config.Registry, err)
 	}
-	var repos []string
+	var out []repoTags
 	for _, repo := range all {
-		if s.repoMayMatch(repo) {
-			repos = append(repos, repo)
+		if !s.repoMayMatch(repo) {
+			continue
 		}
+		r, err := name.NewRepository(s.Config.Registry+"/"+repo, s.nameOpts()...)
+		if err != nil {
+			return nil, err
+		}
+		tags, err := remote.List(r, ropts...)
+		if isNotFound(err) {
+			// Listed, but without a tag (all deleted, or pushed by
+			// digest only): distribution answers NAME_UNKNOWN.
+			s.logf("sync: %s has no tags, skipped", repo)
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("tags of %s: %w", repo, err)
+		}
+		out = append(out, repoTags{name: repo, repo: r, tags: tags})
 	}
-	return repos, nil
+	return out, nil
 }
 
 // repoMayMatch skips listing the tags of repositories no rule can select.
