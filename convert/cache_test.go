@@ -120,6 +120,8 @@ func TestCacheLowerLayers(t *testing.T) {
 	dead := filepath.Join(dir, "ocierofs-123")
 	must(t, os.MkdirAll(dead, 0o755))
 	must(t, os.WriteFile(filepath.Join(dead, ".ocierofs-lock"), nil, 0o600))
+	old := time.Now().Add(-time.Hour)
+	must(t, os.Chtimes(filepath.Join(dead, ".ocierofs-lock"), old, old))
 	must(t, os.MkdirAll(filepath.Join(dir, "sha256", "ab"), 0o755))
 	must(t, os.WriteFile(filepath.Join(dir, "sha256", "ab", ".tmp-x.erofs-1"), []byte("half"), 0o644))
 

@@ -64,6 +64,9 @@ type flattener struct {
 	// hidden are the current layer's non-directories that upper layers
 	// hide, by path, for hard links to them.
 	hidden map[string]*hiddenEntry
+	// hiddenLinks are the current layer's hard links that upper layers
+	// hide: their targets, by path, for links to them.
+	hiddenLinks map[string]string
 	// pending are the hard links of upper layers to files of lower
 	// ones, by target.
 	pending map[string][]erofs.Entry
@@ -90,6 +93,7 @@ func (f *flattener) close() { f.spool.Close() }
 // an upper layer to one was made pending when it was read.
 func (f *flattener) startLayer() {
 	f.hidden = map[string]*hiddenEntry{}
+	f.hiddenLinks = map[string]string{}
 	f.off = 0
 }
 
@@ -223,8 +227,8 @@ func (l *tarLayer) addFlat(hdr *tar.Header, p string, kind whiteout.Kind, target
 			return nil
 		}
 		if e.HardLink != "" {
-			// Hidden, but what links to it from above links to
-			// its target.
+			// Hidden, but what links to it links to its target.
+			f.hiddenLinks[p] = e.HardLink
 			return l.linkPending(p, e.HardLink)
 		}
 		h := &hiddenEntry{entry: e, off: f.off}
@@ -261,6 +265,9 @@ func (l *tarLayer) addFlat(hdr *tar.Header, p string, kind whiteout.Kind, target
 // pending when its target is in a lower layer.
 func (l *tarLayer) addLink(e erofs.Entry) error {
 	f := l.flat
+	if t, ok := f.hiddenLinks[e.HardLink]; ok {
+		e.HardLink = t
+	}
 	if h := f.hidden[e.HardLink]; h != nil {
 		if h.linkedAs != "" {
 			e.HardLink = h.linkedAs

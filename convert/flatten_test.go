@@ -171,7 +171,10 @@ func TestE2EFlatten(t *testing.T) {
 			e2eLayer(t, eDir(".", 0o755), eDir("bin", 0o755), eFile("bin/busybox", 0o755, []byte("#!busybox\n")),
 				eFile("t", 0o644, []byte("old t\n")), eFile("z", 0o600, []byte("z, deleted above\n"))),
 			e2eLayer(t, eLink("hl", "bin/busybox"), eLink("ht", "t"), eLink("hz", "z")),
-			e2eLayer(t, eFile("t", 0o644, []byte("new t\n")), eWhiteout("z"), eLink("hl2", "hl")),
+			e2eLayer(t, eFile("t", 0o644, []byte("new t\n")), eWhiteout("z"), eLink("hl2", "hl"),
+				// A link to a link that the layer above replaces.
+				eFile("q", 0o644, []byte("q\n")), eLink("qh", "q"), eLink("qk", "qh")),
+			e2eLayer(t, eFile("qh", 0o644, []byte("qh replaced\n"))),
 		)
 		repo := uniq("e2e/flatten-links")
 		srcRef := ref(t, reg.host, repo+":v1")

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -13,7 +14,8 @@ import (
 // lock when the process ends, however it ends. A run killed with SIGKILL
 // leaves its directory behind (gigabytes, for big layers); the next
 // Converter made in the same parent directory removes every such
-// directory whose lock nobody holds.
+// directory whose lock nobody holds (made over a minute ago: one just made
+// may not be locked yet).
 
 // tempPrefix names the temp directories of Converters; tempLock is the
 // file in each that carries the lock.
@@ -60,6 +62,10 @@ func sweepTemp(parent string) {
 			continue
 		}
 		dir := filepath.Join(parent, e.Name())
+		// A directory just made may not be locked yet by its maker.
+		if fi, err := os.Stat(filepath.Join(dir, tempLock)); err != nil || time.Since(fi.ModTime()) < time.Minute {
+			continue
+		}
 		f, err := os.OpenFile(filepath.Join(dir, tempLock), os.O_RDWR, 0)
 		if err != nil {
 			continue
