@@ -161,7 +161,11 @@ func (c *Converter) CacheImage(ctx context.Context, src v1.Image, srcDesc v1.Des
 		default:
 			p := CachePath(dir, cfg.RootFS.DiffIDs[i])
 			out[i].Path = p
-			if size, ok := cacheEntryOK(p); ok {
+			size, ok := cacheEntryOK(p)
+			if c.opt.CachePresent != nil {
+				ok = c.opt.CachePresent(p)
+			}
+			if ok {
 				out[i].Cached, out[i].Size = true, size
 				if w := lowerWarning(p, lowerChain(i)); w != "" {
 					out[i].Warnings = append(out[i].Warnings, w)
@@ -290,7 +294,9 @@ func placeEntry(src, dst string, rec *lowerRecord) (placed bool, err error) {
 		if _, ok := cacheEntryOK(dst); ok {
 			return false, nil
 		}
-		if err := os.Remove(dst); err != nil {
+		// Another job may have replaced it meanwhile: then Link below
+		// finds it.
+		if err := os.Remove(dst); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return false, err
 		}
 	}

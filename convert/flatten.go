@@ -228,7 +228,11 @@ func (l *tarLayer) addFlat(hdr *tar.Header, p string, kind whiteout.Kind, target
 		}
 		if e.HardLink != "" {
 			// Hidden, but what links to it links to its target.
-			f.hiddenLinks[p] = e.HardLink
+			t := e.HardLink
+			if r, ok := f.hiddenLinks[t]; ok {
+				t = r // a link to a hidden link: its target
+			}
+			f.hiddenLinks[p] = t
 			return l.linkPending(p, e.HardLink)
 		}
 		h := &hiddenEntry{entry: e, off: f.off}

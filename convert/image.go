@@ -52,6 +52,11 @@ type ImageOptions struct {
 	// Progress, if set, receives the state of each layer as it changes
 	// (often: every read of the source); it must be cheap.
 	Progress func(Progress)
+	// CachePresent, if set, tells CacheImage whether the entry at path is
+	// there already; by default an entry is there if it is a whole EROFS
+	// image. (The mirror marks the layers it has elsewhere with empty
+	// files.)
+	CachePresent func(path string) bool
 }
 
 // Stage is where a layer is.
@@ -132,7 +137,9 @@ func NewConverter(opt ImageOptions) (*Converter, error) {
 // Close removes the converted layers kept for publishing.
 func (c *Converter) Close() error {
 	err := os.RemoveAll(c.tmp)
-	c.lock.Close()
+	if c.lock != nil {
+		c.lock.Close()
+	}
 	return err
 }
 

@@ -372,7 +372,7 @@ func (m *merger) planDevices(root *mnode) error {
 			if d > 0 {
 				slot = erofs.DeviceSlot{Tag: slots[d-1].Tag, Blocks: slots[d-1].Blocks}
 				if l.devFiles == nil {
-					return fmt.Errorf("%s: its device %d is appended to it; pass it as a file (%q beside the image) to merge by reference", l.path, d, slots[d-1].Tag)
+					return fmt.Errorf("%s: its device %d is not a file beside it (%q): appended to it or missing; merging by reference needs it as that file", l.path, d, slots[d-1].Tag)
 				}
 				file = l.devFiles[d-1]
 			}

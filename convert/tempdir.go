@@ -1,6 +1,7 @@
 package convert
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,8 +25,26 @@ const (
 	tempLock   = ".ocierofs-lock"
 )
 
+// TempDir makes a temp directory in parent (default $TMPDIR) as a
+// Converter does: locked while the process lives, and removed by a later
+// one if the process is killed. release removes it.
+func TempDir(parent string) (dir string, release func(), err error) {
+	dir, lock, err := makeTemp(parent)
+	if err != nil {
+		return "", nil, err
+	}
+	return dir, func() {
+		os.RemoveAll(dir)
+		if lock != nil {
+			lock.Close()
+		}
+	}, nil
+}
+
 // makeTemp makes and locks a temp directory in parent, after removing the
-// abandoned ones there. The returned file holds the lock until closed.
+// abandoned ones there. The returned file holds the lock until closed; it
+// is nil where the filesystem has no flock (the directory is then never
+// swept).
 func makeTemp(parent string) (string, *os.File, error) {
 	if parent == "" {
 		parent = os.TempDir()
@@ -36,12 +55,17 @@ func makeTemp(parent string) (string, *os.File, error) {
 		return "", nil, err
 	}
 	f, err := os.OpenFile(filepath.Join(dir, tempLock), os.O_CREATE|os.O_RDWR, 0o600)
-	if err == nil {
-		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-	}
 	if err != nil {
-		if f != nil {
-			f.Close()
+		os.RemoveAll(dir)
+		return "", nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if noFlock(err) {
+			// A filesystem without locks: without the lock file, no
+			// sweep takes the directory for abandoned.
+			os.Remove(filepath.Join(dir, tempLock))
+			return dir, nil, nil
 		}
 		os.RemoveAll(dir)
 		return "", nil, err
@@ -75,4 +99,10 @@ func sweepTemp(parent string) {
 		}
 		f.Close()
 	}
+}
+
+// noFlock reports an flock error that means the filesystem has no locks
+// (some network and FUSE filesystems).
+func noFlock(err error) bool {
+	return errors.Is(err, unix.ENOLCK) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EINVAL)
 }

@@ -215,6 +215,9 @@ func TestServe(t *testing.T) {
 
 	// Ten images on one base, pushed at once: the base is converted once.
 	convertedBefore := h.metric(t, `ocierofs_mirror_layers_total{result="converted"}`)
+	mc.mu.Lock()
+	mc.uploaded = nil // from here on, the fleet's twins only
+	mc.mu.Unlock()
 	base := baseLayer(t, 2, 2_000_000)
 	imgs := make([]v1.Image, 10)
 	digests := make([]v1.Hash, 10)
@@ -260,6 +263,25 @@ func TestServe(t *testing.T) {
 	if len(workers) != 2 {
 		t.Errorf("tasks per worker %v: want both workers to take some", workers)
 	}
+	// Every blob uploaded is a layer or config of a twin: a layer taken
+	// from the cache is not converted again (from its skeleton, that made
+	// a blob of no use).
+	used := map[string]bool{}
+	for _, tw := range twins {
+		m, err := tw.Manifest()
+		must(t, err)
+		used[m.Config.Digest.String()] = true
+		for _, l := range m.Layers {
+			used[l.Digest.String()] = true
+		}
+	}
+	mc.mu.Lock()
+	for _, d := range mc.uploaded {
+		if !used[d] && strings.HasPrefix(d, "sha256:") {
+			t.Errorf("uploaded blob %s is in no twin", d)
+		}
+	}
+	mc.mu.Unlock()
 	// A twin assembled from the cache is still exactly convert's.
 	checkTwin(t, imgs[7], twins[7])
 	tw7, err := twins[7].Digest()

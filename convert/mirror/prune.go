@@ -2,6 +2,7 @@ package mirror
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 	"sort"
 	"strings"
@@ -36,6 +37,10 @@ func (s *Syncer) Orphans(ctx context.Context) ([]SyncItem, error) {
 	var out []SyncItem
 	for _, rt := range repos {
 		repo, r := rt.name, rt.repo
+		// The same source gives the same twin: several twin tags may
+		// name one manifest, which a delete by digest takes with it.
+		live := map[string]bool{} // twin digests some live twin tag names
+		var orphans []SyncItem
 		for _, tag := range rt.tags {
 			srcTag, ok := strings.CutSuffix(tag, cfg.Suffix)
 			if !ok || srcTag == "" || !cfg.Rules.Match(repo, srcTag) {
@@ -53,6 +58,7 @@ func (s *Syncer) Orphans(ctx context.Context) ([]SyncItem, error) {
 			if _, err := remote.Head(r.Digest(src), ropts...); isNotFound(err) {
 				it.Detail = "its source " + src + " is gone"
 			} else if err != nil {
+				live[it.Twin] = true // not ours to judge: keep its manifest
 				continue
 			} else if !digestTag.MatchString(srcTag) {
 				if _, err := remote.Head(r.Tag(srcTag), ropts...); isNotFound(err) {
@@ -60,8 +66,14 @@ func (s *Syncer) Orphans(ctx context.Context) ([]SyncItem, error) {
 				}
 			}
 			if it.Detail != "" {
-				out = append(out, it)
+				orphans = append(orphans, it)
+			} else {
+				live[it.Twin] = true
 			}
+		}
+		for _, it := range orphans {
+			it.byTag = live[it.Twin]
+			out = append(out, it)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -74,7 +86,8 @@ func (s *Syncer) Orphans(ctx context.Context) ([]SyncItem, error) {
 }
 
 // Prune deletes the twins Orphans found: their manifests, by digest (the
-// registry drops the tags that name them).
+// registry drops the tags that name them), or only their tags where another
+// twin tag names the same manifest.
 func (s *Syncer) Prune(ctx context.Context, items []SyncItem) []SyncItem {
 	ropts := s.Config.Remote().Options(ctx)
 	for i := range items {
@@ -83,7 +96,16 @@ func (s *Syncer) Prune(ctx context.Context, items []SyncItem) []SyncItem {
 			continue
 		}
 		r, err := name.NewRepository(s.Config.Registry+"/"+it.Repository, s.nameOpts()...)
-		if err == nil {
+		switch {
+		case err != nil:
+		case it.byTag:
+			// Another twin tag still needs the manifest: only the tag
+			// goes, where the registry deletes tags (Harbor does;
+			// distribution deletes manifests only).
+			if err = remote.Delete(r.Tag(it.Tag), ropts...); err != nil {
+				err = fmt.Errorf("another twin tag names the same manifest, and deleting the tag alone failed: %w", err)
+			}
+		default:
 			err = remote.Delete(r.Digest(it.Twin), ropts...)
 		}
 		if err != nil {

@@ -120,6 +120,12 @@ func (q *Queue) startServer() error {
 		return fmt.Errorf("lock %s: %w", lock.Name(), err)
 	}
 	q.storeLock = lock
+	defer func() {
+		if q.srv == nil { // not started: let go of the store
+			lock.Close()
+			q.storeLock = nil
+		}
+	}()
 	srv, err := server.NewServer(&server.Options{
 		ServerName: "ocierofs-" + hostname(),
 		Host:       host,
@@ -279,7 +285,7 @@ func (q *Queue) Enqueue(ctx context.Context, t Task) (rec *Record, dup bool, err
 			rec = &old
 		case old.State.pending():
 			return &old, true, nil
-		case (old.State == StateDone || old.State == StateSkipped) && !t.Stale && q.tagDigest(ctx, t.Repository, t.Tag) == t.Digest:
+		case (old.State == StateDone && !t.Stale || old.State == StateSkipped) && q.tagDigest(ctx, t.Repository, t.Tag) == t.Digest:
 			// Finished, and the tag's twin is still this digest's.
 			return &old, true, nil
 		default:

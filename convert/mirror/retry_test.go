@@ -7,6 +7,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -180,6 +181,9 @@ func TestLongConversion(t *testing.T) {
 type mountCounter struct {
 	host   string
 	mounts atomic.Int32
+	// uploaded are the digests of the blobs uploads completed.
+	mu       sync.Mutex
+	uploaded []string
 }
 
 func newMountCounter(t testing.TB, upstream string) *mountCounter {
@@ -191,6 +195,11 @@ func newMountCounter(t testing.TB, upstream string) *mountCounter {
 		q := resp.Request.URL.Query()
 		if resp.Request.Method == http.MethodPost && q.Get("mount") != "" && q.Get("from") != "" && resp.StatusCode == http.StatusCreated {
 			mc.mounts.Add(1)
+		}
+		if d := q.Get("digest"); resp.Request.Method == http.MethodPut && d != "" && resp.StatusCode == http.StatusCreated {
+			mc.mu.Lock()
+			mc.uploaded = append(mc.uploaded, d)
+			mc.mu.Unlock()
 		}
 		return nil
 	}

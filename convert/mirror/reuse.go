@@ -201,11 +201,11 @@ func (j *twinJob) nameOpts() []name.Option {
 // cached: CacheImage reads them, or their skeletons, only for their
 // directories; diffIDs are src's) and records them.
 func (j *twinJob) convertMissing(src v1.Image, desc v1.Descriptor, s *sourceImage, diffIDs []v1.Hash, keys []string, entries []*LayerEntry, misses []int) error {
-	dir, err := os.MkdirTemp(j.opt.TempDir, "ocierofs-mirror-")
+	dir, release, err := convert.TempDir(j.opt.TempDir)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	defer release()
 	for i, e := range entries {
 		if e != nil { // an empty file marks it done for CacheImage
 			p := convert.CachePath(dir, diffIDs[i])
@@ -217,7 +217,9 @@ func (j *twinJob) convertMissing(src v1.Image, desc v1.Descriptor, s *sourceImag
 			}
 		}
 	}
-	conv, err := convert.NewConverter(j.opt)
+	opt := j.opt
+	opt.CachePresent = func(p string) bool { _, err := os.Stat(p); return err == nil }
+	conv, err := convert.NewConverter(opt)
 	if err != nil {
 		return err
 	}

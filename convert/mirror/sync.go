@@ -28,6 +28,9 @@ type SyncItem struct {
 	Detail  string  `json:"detail,omitempty"`
 	Twin    string  `json:"twin,omitempty"`
 	Seconds float64 `json:"seconds,omitempty"`
+	// byTag: prune deletes the twin tag only (its manifest is another
+	// live twin tag's too).
+	byTag bool
 }
 
 // Syncer converts what a registry holds already.

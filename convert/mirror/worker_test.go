@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/ocierofs/ocierofs/convert"
@@ -190,6 +191,25 @@ func TestSync(t *testing.T) {
 	if _, err := remote.Head(reg.ref(t, "lib/gone:1-erofs")); err == nil {
 		t.Error("lib/gone:1-erofs is still there")
 	}
+	// An orphan twin tag whose manifest a live twin tag names too (one
+	// source, two tags): only the tag may go, which this registry cannot
+	// do; the manifest stays.
+	reg.push(t, "lib/two:a", image(t, base, appLayer(t, "two")))
+	s.Run(ctx, s.Plan(ctx, []mirror.SyncItem{{Repository: "lib/two", Tag: "a"}}))
+	twinA, err := remote.Get(reg.ref(t, "lib/two:a-erofs"))
+	must(t, err)
+	must(t, remote.Tag(reg.ref(t, "lib/two:c-erofs").(name.Tag), twinA))
+	orphans, err = s.Orphans(ctx)
+	must(t, err)
+	if len(orphans) != 1 || orphans[0].Tag != "c-erofs" {
+		t.Fatalf("orphans %+v, want lib/two:c-erofs", orphans)
+	}
+	if res := s.Prune(ctx, orphans); res[0].Result != "failed" || !strings.Contains(res[0].Detail, "another twin tag") {
+		t.Errorf("prune of lib/two:c-erofs: %s (%s)", res[0].Result, res[0].Detail)
+	}
+	if _, err := remote.Head(reg.ref(t, "lib/two:a-erofs")); err != nil {
+		t.Errorf("lib/two:a-erofs: %v", err)
+	}
 	if _, err := remote.Head(reg.ref(t, "lib/alpine:3.19-erofs")); err != nil {
 		t.Errorf("lib/alpine:3.19-erofs: %v", err)
 	}
@@ -217,7 +237,7 @@ func TestSync(t *testing.T) {
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("ocierofs sync --dry-run: %v\n%s", err, errb.String())
 	}
-	const wantOut = "up-to-date  lib/alpine:3.19\nup-to-date  lib/alpine:3.20\nconvert     lib/busy:1\nconvert     other/x:1\n"
+	const wantOut = "up-to-date  lib/alpine:3.19\nup-to-date  lib/alpine:3.20\nconvert     lib/busy:1\nup-to-date  lib/two:a\nconvert     other/x:1\n"
 	if out.String() != wantOut {
 		t.Errorf("ocierofs sync --dry-run printed\n%s\nwant\n%s", out.String(), wantOut)
 	}
