@@ -161,9 +161,12 @@ func (c *Converter) CacheImage(ctx context.Context, src v1.Image, srcDesc v1.Des
 		default:
 			p := CachePath(dir, cfg.RootFS.DiffIDs[i])
 			out[i].Path = p
-			size, ok := cacheEntryOK(p)
+			var size int64
+			var ok bool
 			if c.opt.CachePresent != nil {
-				ok = c.opt.CachePresent(p)
+				ok = c.opt.CachePresent(p) // the caller's markers: nothing to open
+			} else {
+				size, ok = cacheEntryOK(p)
 			}
 			if ok {
 				out[i].Cached, out[i].Size = true, size
