@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ocierofs/ocierofs/convert/dmverity"
 	"github.com/ocierofs/ocierofs/erofs"
 )
 
@@ -39,6 +41,11 @@ import (
 // An existing entry is trusted only if it is a whole EROFS image (its
 // superblock's checksum and size): containerd mounts it as it is, so a
 // truncated file would fail every container of the layer.
+//
+// With CacheDMVerity, each entry made has a dm-verity hash tree after the
+// image and a sidecar (<entry>.dmverity) with its root hash, which
+// containerd's snapshotter (dmverity_mode "auto" or "on") opens the entry
+// with, so that the kernel checks every block read against the root hash.
 
 // CachePath is where the EROFS image of the tar layer diffID lives in a
 // layer content cache.
@@ -59,10 +66,12 @@ type CacheLayer struct {
 	// Cached is true when the entry was there already (nothing converted).
 	Cached bool `json:"cached,omitempty"`
 	// Skipped gives the reason a layer has no cache entry (not a tar).
-	Skipped        string   `json:"skipped,omitempty"`
-	Size           int64    `json:"size,omitempty"`
-	ConvertSeconds float64  `json:"convertSeconds,omitempty"`
-	Warnings       []string `json:"warnings,omitempty"`
+	Skipped        string  `json:"skipped,omitempty"`
+	Size           int64   `json:"size,omitempty"`
+	ConvertSeconds float64 `json:"convertSeconds,omitempty"`
+	// DMVerityRootHash is the root hash in the entry's .dmverity sidecar.
+	DMVerityRootHash string   `json:"dmverityRootHash,omitempty"`
+	Warnings         []string `json:"warnings,omitempty"`
 }
 
 // lowerRecord is what <entry>.lower.json holds: the chain ID of the
@@ -103,23 +112,32 @@ func lowerWarning(path, lower string) string {
 }
 
 // cacheEntryOK reports whether the entry at p is a whole EROFS image, and
-// its size.
-func cacheEntryOK(p string) (int64, bool) {
+// its size and dm-verity root hash. An entry with a sidecar must have the
+// tree it describes after the image (containerd opens it as that), and
+// one without is not enough when needVerity.
+func cacheEntryOK(p string, needVerity bool) (size int64, rootHash string, ok bool) {
 	f, err := os.Open(p)
 	if err != nil {
-		return 0, false
+		return 0, "", false
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil || !st.Mode().IsRegular() {
-		return 0, false
+		return 0, "", false
 	}
 	img, err := erofs.Open(f, st.Size())
-	if err != nil {
-		return 0, false
+	if err != nil || !img.Super().ChecksumOK {
+		return 0, "", false
 	}
-	sb := img.Super()
-	return st.Size(), sb.ChecksumOK && sb.Blocks*uint64(sb.BlockSize) == uint64(st.Size())
+	data := int64(img.Super().Blocks) * int64(img.Super().BlockSize)
+	m, err := dmverity.ReadSidecar(p)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return st.Size(), "", !needVerity && data == st.Size()
+	case err != nil:
+		return 0, "", false
+	}
+	return st.Size(), m.RootHash, dmverity.CheckLayout(f, st.Size(), data, m) == nil
 }
 
 // CacheImage converts the layers of src that dir does not hold yet into
@@ -162,14 +180,15 @@ func (c *Converter) CacheImage(ctx context.Context, src v1.Image, srcDesc v1.Des
 			p := CachePath(dir, cfg.RootFS.DiffIDs[i])
 			out[i].Path = p
 			var size int64
+			var root string
 			var ok bool
 			if c.opt.CachePresent != nil {
 				ok = c.opt.CachePresent(p) // the caller's markers: nothing to open
 			} else {
-				size, ok = cacheEntryOK(p)
+				size, root, ok = cacheEntryOK(p, c.opt.CacheDMVerity)
 			}
 			if ok {
-				out[i].Cached, out[i].Size = true, size
+				out[i].Cached, out[i].Size, out[i].DMVerityRootHash = true, size, root
 				if w := lowerWarning(p, lowerChain(i)); w != "" {
 					out[i].Warnings = append(out[i].Warnings, w)
 				}
@@ -222,19 +241,33 @@ func (c *Converter) CacheImage(ctx context.Context, src v1.Image, srcDesc v1.Des
 		if len(fl.implied) > 0 {
 			rec = &lowerRecord{LowerChainID: lowerChain(i), Implied: fl.implied}
 		}
-		placed, err := placeEntry(fl.raw, out[i].Path, rec)
+		var verity *dmverity.Metadata
+		size := fl.rawSize
+		if c.opt.CacheDMVerity {
+			if verity, err = j.appendVerity(fl); err != nil {
+				return nil, fmt.Errorf("layer %s: %w", m.Layers[i].Digest, err)
+			}
+			size = int64(verity.HashOffset) + dmverity.TreeSize(fl.rawSize)
+		}
+		c.place.Lock()
+		placed, err := placeEntry(fl.raw, out[i].Path, rec, verity, c.opt.CacheDMVerity)
+		c.place.Unlock()
 		if err != nil {
 			return nil, fmt.Errorf("layer %s: cache entry %s: %w", m.Layers[i].Digest, out[i].Path, err)
 		}
 		if !placed {
 			// Placed meanwhile, for another platform or by another run.
 			out[i].Cached = true
+			out[i].Size, out[i].DMVerityRootHash, _ = cacheEntryOK(out[i].Path, c.opt.CacheDMVerity)
 			if w := lowerWarning(out[i].Path, lowerChain(i)); w != "" {
 				out[i].Warnings = append(out[i].Warnings, w)
 			}
 			continue
 		}
-		out[i].Size = fl.rawSize
+		out[i].Size = size
+		if verity != nil {
+			out[i].DMVerityRootHash = verity.RootHash
+		}
 		out[i].ConvertSeconds = fl.convertSeconds
 		c.logf("layer %s: cached as %s (%.2fs)", short(m.Layers[i].Digest), out[i].Path, time.Since(t).Seconds())
 	}
@@ -282,26 +315,35 @@ func (c *Converter) CacheIndex(ctx context.Context, src v1.ImageIndex, srcDesc v
 	return all, nil
 }
 
-// placeEntry puts the image at src into the cache at dst, then its lower
-// record, unless a whole entry is there already (placed meanwhile by
-// another platform's job or another run): placed is false then. An entry
-// appears at once and whole: src (complete, in the converter's temp
-// directory, which cache keeps in the cache directory) is linked into
-// place; across filesystems it is copied into a temp file beside dst
-// first. A damaged entry (cacheEntryOK) is replaced.
-func placeEntry(src, dst string, rec *lowerRecord) (placed bool, err error) {
+// placeEntry puts the image at src into the cache at dst, its dm-verity
+// sidecar (verity; none if nil) before it and its lower record after it,
+// unless a whole entry is there already (placed by another run, or by
+// another platform's job in the cache's lock and the Converter's):
+// placed is false then. An entry appears at once and whole: src (complete,
+// in the converter's temp directory, which cache keeps in the cache
+// directory) is linked into place; across filesystems it is copied into a
+// temp file beside dst first. A damaged entry (cacheEntryOK) is replaced.
+func placeEntry(src, dst string, rec *lowerRecord, verity *dmverity.Metadata, needVerity bool) (placed bool, err error) {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return false, err
 	}
 	if _, err := os.Lstat(dst); err == nil {
-		if _, ok := cacheEntryOK(dst); ok {
+		if _, _, ok := cacheEntryOK(dst, needVerity); ok {
 			return false, nil
 		}
-		// Another job may have replaced it meanwhile: then Link below
-		// finds it.
 		if err := os.Remove(dst); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return false, err
 		}
+	}
+	// containerd reads the sidecar of an entry it finds: it goes first,
+	// and a stale one goes.
+	if verity != nil {
+		err = dmverity.WriteSidecar(dst, *verity)
+	} else if err = os.Remove(dmverity.SidecarPath(dst)); errors.Is(err, os.ErrNotExist) {
+		err = nil
+	}
+	if err != nil {
+		return false, err
 	}
 	if err := os.Chmod(src, 0o644); err != nil {
 		return false, err
@@ -402,4 +444,22 @@ func LockCache(ctx context.Context, dir string, wait func()) (unlock func(), err
 		os.Remove(p)
 	}
 	return func() { f.Close() }, nil
+}
+
+// appendVerity appends the dm-verity tree to the job's converted layer,
+// once for every platform sharing the job.
+func (j *layerJob) appendVerity(fl *fileLayer) (*dmverity.Metadata, error) {
+	j.verityOnce.Do(func() {
+		f, err := os.OpenFile(fl.raw, os.O_RDWR, 0)
+		if err != nil {
+			j.verityErr = err
+			return
+		}
+		m, err := dmverity.Format(f, fl.rawSize)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		j.verity, j.verityErr = &m, err
+	})
+	return j.verity, j.verityErr
 }

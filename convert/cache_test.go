@@ -1,8 +1,11 @@
 package convert_test
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -10,8 +13,12 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/ocierofs/ocierofs/convert"
+	"github.com/ocierofs/ocierofs/convert/dmverity"
 )
 
 // The layer content cache holds, for each tar layer, the bytes convert
@@ -178,4 +185,151 @@ func TestCacheLowerLayers(t *testing.T) {
 	if left, _ := filepath.Glob(filepath.Join(dir, "ocierofs-*")); len(left) != 0 {
 		t.Errorf("temp directories left: %v", left)
 	}
+}
+
+// TestCacheDMVerity: with CacheDMVerity every entry is the image convert
+// publishes followed by the dm-verity tree its sidecar describes
+// (veritysetup verify accepts it), and the kernel mounts the entries as
+// they are, the stack being the image's; two platforms sharing the layers
+// append each tree once. An entry without a sidecar is made again for
+// CacheDMVerity, and a tree or sidecar that does not match is never
+// trusted, with it or without it (containerd would fail to mount it).
+func TestCacheDMVerity(t *testing.T) {
+	ctx := context.Background()
+	layers := testImageLayers(t)
+	amd := e2eImage(t, "amd64", layers...)
+	idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
+		mutate.IndexAddendum{Add: amd, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
+		mutate.IndexAddendum{Add: e2eImage(t, "arm64", layers...), Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64"}}},
+	)
+	idxDigest, err := idx.Digest()
+	must(t, err)
+	idxDesc := v1.Descriptor{MediaType: types.OCIImageIndex, Digest: idxDigest}
+	conv, err := convert.NewConverter(convert.ImageOptions{TempDir: t.TempDir()})
+	must(t, err)
+	defer conv.Close()
+	out, _, err := conv.Image(ctx, amd, srcDescriptor(t, amd))
+	must(t, err)
+	outCfg, err := out.ConfigFile()
+	must(t, err)
+	want := outCfg.RootFS.DiffIDs
+
+	dir := t.TempDir()
+	run := func(verity bool) []convert.CacheLayer {
+		t.Helper()
+		c, err := convert.NewConverter(convert.ImageOptions{TempDir: t.TempDir(), Jobs: 2, CacheDMVerity: verity})
+		must(t, err)
+		defer c.Close()
+		ls, err := c.CacheIndex(ctx, idx, idxDesc, dir)
+		must(t, err)
+		if len(ls) != 2*len(want) {
+			t.Fatalf("%d cache layers for 2 platforms of %d layers", len(ls), len(want))
+		}
+		// Both platforms have the same entries; one of them makes a
+		// missing entry, and the other finds it made.
+		n := len(want)
+		for i := range n {
+			a, b := ls[i], ls[n+i]
+			if a.Path != b.Path || a.DMVerityRootHash != b.DMVerityRootHash || a.Size != b.Size || (!a.Cached && !b.Cached) {
+				t.Errorf("layer %d: amd64 %+v, arm64 %+v", i, a, b)
+			}
+			if !b.Cached {
+				ls[i] = b
+			}
+		}
+		return ls[:n]
+	}
+	veritysetup, _ := exec.LookPath("veritysetup")
+	// check: layer i's entry is convert's image and a tree its sidecar
+	// describes; it returns the entry's bytes.
+	check := func(i int, l convert.CacheLayer) []byte {
+		t.Helper()
+		b, err := os.ReadFile(l.Path)
+		must(t, err)
+		m, err := dmverity.ReadSidecar(l.Path)
+		if err != nil {
+			t.Fatalf("layer %d: %v", i, err)
+		}
+		if m.RootHash != l.DMVerityRootHash || l.Size != int64(len(b)) {
+			t.Errorf("layer %d: reported root hash %s and size %d; the sidecar says %s, the entry is %d bytes", i, l.DMVerityRootHash, l.Size, m.RootHash, len(b))
+		}
+		if m.HashOffset > uint64(len(b)) || sha256Of(b[:m.HashOffset]) != want[i] {
+			t.Errorf("layer %d: the entry up to the hash offset %d is not the image convert made", i, m.HashOffset)
+		} else if err := dmverity.Verify(bytes.NewReader(b), m); err != nil {
+			t.Errorf("layer %d: %v", i, err)
+		}
+		if veritysetup != "" {
+			if out, err := exec.Command(veritysetup, "verify", fmt.Sprintf("--hash-offset=%d", m.HashOffset), l.Path, l.Path, m.RootHash).CombinedOutput(); err != nil {
+				t.Errorf("layer %d: veritysetup verify: %v\n%s", i, err, out)
+			}
+		}
+		return b
+	}
+	first := run(true)
+	var entries [][]byte
+	var paths []string
+	for i, l := range first {
+		if l.Cached {
+			t.Errorf("layer %d cached before the first run", i)
+		}
+		entries = append(entries, check(i, l))
+		paths = append(paths, l.Path)
+	}
+	if veritysetup == "" {
+		t.Log("no veritysetup (Debian package cryptsetup-bin): trees checked by dmverity.Verify alone")
+	}
+	for i, l := range run(true) {
+		if !l.Cached || l.DMVerityRootHash != first[i].DMVerityRootHash {
+			t.Errorf("rerun: layer %d cached=%v root hash %q, want cached with %s", i, l.Cached, l.DMVerityRootHash, first[i].DMVerityRootHash)
+		}
+	}
+	for i, l := range run(false) {
+		if !l.Cached {
+			t.Errorf("rerun without dm-verity: layer %d made again", i)
+		}
+	}
+
+	// Without dm-verity, what does not match is made again, and made
+	// without a tree: 0 has a tree but no sidecar (its size is no
+	// image's), 2 a sidecar with another hash offset, 3 a tree cut short;
+	// 1, its tree and sidecar removed, is a whole image.
+	m1, err := dmverity.ReadSidecar(paths[1])
+	must(t, err)
+	must(t, os.Truncate(paths[1], int64(m1.HashOffset)))
+	must(t, os.Remove(paths[0]+".dmverity"))
+	must(t, os.Remove(paths[1]+".dmverity"))
+	stale, err := dmverity.ReadSidecar(paths[2])
+	must(t, err)
+	stale.HashOffset += dmverity.BlockSize
+	must(t, dmverity.WriteSidecar(paths[2], stale))
+	must(t, os.Truncate(paths[3], int64(len(entries[3])-dmverity.BlockSize)))
+	for i, l := range run(false) {
+		if l.Cached != (i == 1) {
+			t.Errorf("without dm-verity, after damage: layer %d cached=%v", i, l.Cached)
+		}
+		b, err := os.ReadFile(paths[i])
+		must(t, err)
+		if sha256Of(b) != want[i] {
+			t.Errorf("layer %d without dm-verity: not convert's image", i)
+		}
+		if _, err := os.Stat(paths[i] + ".dmverity"); err == nil {
+			t.Errorf("layer %d: a sidecar beside an entry without a tree", i)
+		}
+	}
+	// With dm-verity, entries without a sidecar are made again, with the
+	// first run's bytes.
+	for i, l := range run(true) {
+		if l.Cached {
+			t.Errorf("with dm-verity again: layer %d, which has no sidecar, cached", i)
+		}
+		if b := check(i, l); !bytes.Equal(b, entries[i]) {
+			t.Errorf("layer %d: made again, %d bytes, not the first run's %d", i, len(b), len(entries[i]))
+		}
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "sha256", "*", ".tmp-*")); len(left) != 0 {
+		t.Errorf("temp files left: %v", left)
+	}
+	// The kernel mounts each entry, tree and all, and the stack is the
+	// image's.
+	compareWithUmoci(t, amd, paths)
 }

@@ -198,6 +198,8 @@ type ctrd struct {
 type ctrdOptions struct {
 	// layerContentCaches are the EROFS snapshotter's layer_content_caches.
 	layerContentCaches []string
+	// dmverityMode is the EROFS snapshotter's dmverity_mode ("": auto, its default).
+	dmverityMode string
 	// mkfs, if set, is the ocierofs binary that containerd runs as its
 	// mkfs.erofs (recording each call), instead of the failing stand-in.
 	mkfs string
@@ -266,6 +268,7 @@ disabled_plugins = [
 # The layer content cache is the EROFS snapshotter's (not the differ's).
 [plugins.'io.containerd.snapshotter.v1.erofs']
   layer_content_caches = %s
+  dmverity_mode = %q
 
 [plugins.'io.containerd.differ.v1.erofs']
   mkfs_options = %s
@@ -333,8 +336,12 @@ func startContainerd(t testing.TB, opt ctrdOptions) *ctrd {
 	if differs == nil {
 		differs = []string{"erofs", "walking"}
 	}
+	dmverity := opt.dmverityMode
+	if dmverity == "" {
+		dmverity = "auto"
+	}
 	must(t, os.WriteFile(c.config, fmt.Appendf(nil, ctrdConfig, containerdVersion, c.root, c.state,
-		c.addr, c.addr+".ttrpc", filepath.Join(dir, "opt"), tomlStrings(opt.layerContentCaches),
+		c.addr, c.addr+".ttrpc", filepath.Join(dir, "opt"), tomlStrings(opt.layerContentCaches), dmverity,
 		tomlStrings(opt.mkfsOptions), opt.tarIndex, tomlStrings(differs)), 0o644))
 
 	logf, err := os.Create(c.logPath)

@@ -46,6 +46,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/ocierofs/ocierofs/convert"
+	"github.com/ocierofs/ocierofs/convert/dmverity"
 )
 
 // erofsPlatform is how ctr is told to want the EROFS variant of an index
@@ -359,6 +360,46 @@ func TestContainerdLayerContentCache(t *testing.T) {
 	c.runContainer(t, "cache", srcRef.String())
 	c.inspectRunning(t, "cache", srcRef.String(), src)
 	c.requireNoMkfs(t)
+
+	// With --dmverity each entry has a tree and a sidecar. containerd
+	// copies the sidecar beside its snapshot and opens the entry through
+	// dm-verity with the root hash in it, where the kernel has dm-verity
+	// (dmverity_mode "on" requires it); elsewhere its default ("auto")
+	// refuses to mount an entry that has a sidecar.
+	vdir := filepath.Join(t.TempDir(), "layer-cache-dmverity")
+	out = runOcierofs(t, bin, "cache", "--plain-http", "--dmverity", "-o", "json", srcRef.String(), vdir)
+	rep = cacheReport{}
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatalf("ocierofs cache --dmverity -o json: %v\n%s", err, out)
+	}
+	for i, l := range rep.Layers {
+		m, err := dmverity.ReadSidecar(l.Path)
+		if err != nil || l.DMVerityRootHash != m.RootHash {
+			t.Errorf("layer %d: sidecar %+v (%v), reported root hash %q", i, m, err, l.DMVerityRootHash)
+		}
+	}
+	if _, err := os.Stat("/sys/module/dm_verity"); err == nil {
+		v := startContainerd(t, ctrdOptions{layerContentCaches: []string{vdir}, dmverityMode: "on"})
+		v.pull(t, "verity", srcRef.String())
+		v.runContainer(t, "verity", srcRef.String())
+		v.inspectRunning(t, "verity", srcRef.String(), src)
+		v.requireNoMkfs(t)
+	} else {
+		t.Log("no dm-verity in this kernel (/sys/module/dm_verity): containerd cannot open the entries through it here; checking that it reads the sidecars, and runs the entries without dm-verity")
+		v := startContainerd(t, ctrdOptions{layerContentCaches: []string{vdir}})
+		v.pull(t, "verity", srcRef.String())
+		outRun, err := v.ctrErr("verity", "run", "--rm", "--snapshotter", "erofs", srcRef.String(), "verity-refused", "/bb/sh", "-c", "true")
+		if err == nil || !strings.Contains(outRun, "requires dm-verity") {
+			t.Errorf("containerd (dmverity_mode auto), on a kernel without dm-verity, did not refuse to mount entries with sidecars: %v\n%s", err, outRun)
+		} else {
+			t.Logf("containerd, as it should: %s", outRun[max(0, strings.Index(outRun, "requires dm-verity")-40):])
+		}
+		off := startContainerd(t, ctrdOptions{layerContentCaches: []string{vdir}, dmverityMode: "off"})
+		off.pull(t, "verity", srcRef.String())
+		off.runContainer(t, "verity", srcRef.String())
+		off.inspectRunning(t, "verity", srcRef.String(), src)
+		off.requireNoMkfs(t)
+	}
 	t.Logf("TestContainerdLayerContentCache: %.2fs wall", time.Since(start).Seconds())
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/partial"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"github.com/ocierofs/ocierofs/convert/dmverity"
 	"github.com/ocierofs/ocierofs/erofs"
 	"github.com/ocierofs/ocierofs/oci"
 )
@@ -57,6 +58,11 @@ type ImageOptions struct {
 	// image. (The mirror marks the layers it has elsewhere with empty
 	// files.)
 	CachePresent func(path string) bool
+	// CacheDMVerity has CacheImage append a dm-verity hash tree to each
+	// entry it makes and write the entry's sidecar (<entry>.dmverity), as
+	// containerd's dmverity_mode wants; an entry without a sidecar is made
+	// again.
+	CacheDMVerity bool
 }
 
 // Stage is where a layer is.
@@ -112,6 +118,9 @@ type Converter struct {
 	sem  chan struct{}
 	mu   sync.Mutex
 	jobs map[string]*layerJob // by the chain of source digests up to the layer
+	// place serializes placing cache entries: an entry and its sidecar
+	// go into place together.
+	place sync.Mutex
 }
 
 type layerJob struct {
@@ -120,6 +129,12 @@ type layerJob struct {
 	layer  v1.Layer // converted (a *fileLayer) or the source layer
 	report LayerReport
 	err    error
+
+	// The converted layer's dm-verity tree, appended once for the jobs
+	// of every platform that share it (cache).
+	verityOnce sync.Once
+	verity     *dmverity.Metadata
+	verityErr  error
 }
 
 // NewConverter makes a Converter with its own temp directory.

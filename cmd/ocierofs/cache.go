@@ -26,8 +26,14 @@ var cacheCommand = &cli.Command{
 		"pulls), with the same bytes convert publishes. Point\n" +
 		"containerd's EROFS snapshotter at DIR (layer_content_caches) and it unpacks the\n" +
 		"original tar image without running mkfs.erofs. Layers already in DIR are not\n" +
-		"converted again; entries appear atomically.",
-	Flags: slices.Concat(options.ErofsFlags(), options.NodePlatform(options.SourceFlags())),
+		"converted again; entries appear atomically. With --dmverity each entry also has\n" +
+		"a dm-verity hash tree after the image and a sidecar, <entry>.dmverity, with its\n" +
+		"root hash, which containerd's snapshotter opens it with (dmverity_mode): only for\n" +
+		"nodes whose kernel has dm-verity: containerd fails to mount an entry with a\n" +
+		"sidecar where the kernel has none.",
+	Flags: slices.Concat(options.ErofsFlags(), options.NodePlatform(options.SourceFlags()), []cli.Flag{
+		&cli.BoolFlag{Name: "dmverity", Usage: "append a dm-verity hash tree to each entry and write its .dmverity sidecar, for containerd's dmverity_mode (entries without one are made again)"},
+	}),
 	Action: func(c *cli.Context) error {
 		if c.NArg() != 2 {
 			return fmt.Errorf("cache: want SOURCE DIR")
@@ -67,6 +73,7 @@ func runCache(ctx context.Context, c *cli.Context, source, dir string) error {
 		return err
 	}
 	defer unlock()
+	opt.CacheDMVerity = c.Bool("dmverity")
 	if opt.TempDir == "" {
 		// Converted layers wait in the cache directory, on its
 		// filesystem, and are linked into place, not copied.
