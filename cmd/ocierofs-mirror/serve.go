@@ -200,7 +200,8 @@ func runServe(ctx context.Context, c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
-	httpSrv := &http.Server{Handler: mirror.NewServer(cfg, srvQueue, metrics, logf).Handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := mirror.NewServer(cfg, srvQueue, metrics, logf)
+	httpSrv := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 2)
 	scheme := "http"
 	if cfg.TLSCert != "" {
@@ -242,6 +243,7 @@ func runServe(ctx context.Context, c *cli.Context) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	httpSrv.Shutdown(sctx)
+	srv.Close() // prunes under way stop
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}

@@ -4,7 +4,9 @@
 // and has workers, on one machine or many, push each image's EROFS twin
 // (the same repository, the tag plus a suffix). Layers converted once are
 // reused by every later image through a cache in a JetStream key-value
-// bucket. A Syncer does the same for what a registry holds already.
+// bucket. A delete notification prunes its repository's twins whose source
+// is gone. A Syncer does the same for what a registry holds already, and
+// prunes the whole registry.
 //
 //	cfg, _ := mirror.LoadConfig("mirror.conf") // registry, rules, nats, queue
 //	cfg.SetDefaults()

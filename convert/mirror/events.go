@@ -8,8 +8,11 @@ import (
 	"strings"
 )
 
-// Event is one pushed manifest, whatever sent it.
+// Event is one pushed or deleted manifest, whatever sent it.
 type Event struct {
+	// Action is "push", or "delete": a manifest or tag of Repository was
+	// deleted (Digest and Tag say which, where the sender tells).
+	Action     string `json:"action"`
 	Repository string `json:"repository"`
 	Tag        string `json:"tag,omitempty"`
 	Digest     string `json:"digest,omitempty"`
@@ -27,8 +30,8 @@ const (
 )
 
 // ParseNotification detects the payload type from its content and returns
-// the pushes it reports; other actions (pull, delete, mount, blob pushes)
-// are dropped. A body that is neither kind is an error.
+// the manifest pushes and the deletes it reports; other actions (pull,
+// mount, blob pushes) are dropped. A body that is neither kind is an error.
 func ParseNotification(body []byte) (kind string, events []Event, err error) {
 	var probe map[string]json.RawMessage
 	if err := json.Unmarshal(body, &probe); err != nil {
@@ -73,14 +76,20 @@ func parseDistribution(body []byte) ([]Event, error) {
 	}
 	var out []Event
 	for _, e := range env.Events {
-		if e.Action != "push" || !isManifestType(e.Target.MediaType) {
+		switch {
+		case e.Action == "push" && isManifestType(e.Target.MediaType):
+		case e.Action == "delete" && e.Target.Repository != "":
+			// A manifest (by digest) or a tag; distribution names no
+			// media type here, so blob deletes come too, and prune
+			// finds nothing for them.
+		default:
 			continue
 		}
 		host := e.Request.Host
 		if u, err := url.Parse(e.Target.URL); err == nil && u.Host != "" {
 			host = u.Host
 		}
-		out = append(out, Event{Repository: e.Target.Repository, Tag: e.Target.Tag, Digest: e.Target.Digest,
+		out = append(out, Event{Action: e.Action, Repository: e.Target.Repository, Tag: e.Target.Tag, Digest: e.Target.Digest,
 			MediaType: e.Target.MediaType, Host: host, UserAgent: e.Request.UserAgent})
 	}
 	return out, nil
@@ -111,10 +120,13 @@ func parseHarbor(body []byte) ([]Event, error) {
 	if err := json.Unmarshal(body, &p); err != nil {
 		return nil, fmt.Errorf("harbor webhook: %w", err)
 	}
-	if p.Type != "PUSH_ARTIFACT" && p.Type != "pushImage" {
-		return nil, nil
+	switch p.Type {
+	case "PUSH_ARTIFACT", "pushImage":
+		return harborEvents("push", p.EventData)
+	case "DELETE_ARTIFACT", "deleteImage":
+		return harborEvents("delete", p.EventData)
 	}
-	return harborEvents(p.EventData)
+	return nil, nil
 }
 
 func parseCloudEvent(body []byte) ([]Event, error) {
@@ -128,20 +140,23 @@ func parseCloudEvent(body []byte) ([]Event, error) {
 	if !strings.HasPrefix(p.Type, "harbor.") {
 		return nil, fmt.Errorf("CloudEvent of type %q: only Harbor's are understood", p.Type)
 	}
-	if p.Type != "harbor.artifact.pushed" {
-		return nil, nil
+	switch p.Type {
+	case "harbor.artifact.pushed":
+		return harborEvents("push", p.Data)
+	case "harbor.artifact.deleted":
+		return harborEvents("delete", p.Data)
 	}
-	return harborEvents(p.Data)
+	return nil, nil
 }
 
-func harborEvents(d harborData) ([]Event, error) {
+func harborEvents(action string, d harborData) ([]Event, error) {
 	repo := d.Repository.RepoFullName
 	if repo == "" && d.Repository.Name != "" {
 		repo = strings.Trim(d.Repository.Namespace+"/"+d.Repository.Name, "/")
 	}
 	var out []Event
 	for _, r := range d.Resources {
-		e := Event{Repository: repo, Tag: r.Tag, Digest: r.Digest}
+		e := Event{Action: action, Repository: repo, Tag: r.Tag, Digest: r.Digest}
 		if strings.Contains(e.Tag, ":") {
 			e.Tag = "" // Harbor names a push by digest alone with the digest as its "tag"
 		}

@@ -10,7 +10,8 @@ import (
 // Metrics are the mirror's Prometheus series (all prefixed ocierofs_mirror_).
 type Metrics struct {
 	Registry    *prometheus.Registry
-	Events      *prometheus.CounterVec   // notifications' pushes by result
+	Events      *prometheus.CounterVec   // notifications' pushes and deletes by result
+	Pruned      *prometheus.CounterVec   // twins pruned after deletes, by result
 	Conversions *prometheus.CounterVec   // task attempts by result
 	Duration    *prometheus.HistogramVec // seconds per attempt, by result
 	Layers      *prometheus.CounterVec   // layers converted here / reused from the cache
@@ -26,7 +27,11 @@ func NewMetrics(depth func(context.Context) (waiting, inProgress int, err error)
 		Registry: prometheus.NewRegistry(),
 		Events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ocierofs_mirror_events_total",
-			Help: "Pushed manifests reported by notifications, by what became of them (queued, duplicate, filtered, loop, untagged).",
+			Help: "Pushed and deleted manifests reported by notifications, by what became of them (queued, duplicate, filtered, loop, untagged, invalid; prune for a delete).",
+		}, []string{"result"}),
+		Pruned: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ocierofs_mirror_pruned_total",
+			Help: "Twins whose source was deleted, deleted after the delete's notification (deleted), or not (failed).",
 		}, []string{"result"}),
 		Conversions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ocierofs_mirror_conversions_total",
@@ -54,7 +59,7 @@ func NewMetrics(depth func(context.Context) (waiting, inProgress int, err error)
 			Help: "Bytes of converted layers pushed.",
 		}),
 	}
-	m.Registry.MustRegister(m.Events, m.Conversions, m.Duration, m.Layers, m.LowerReads, m.BytesIn, m.BytesOut)
+	m.Registry.MustRegister(m.Events, m.Pruned, m.Conversions, m.Duration, m.Layers, m.LowerReads, m.BytesIn, m.BytesOut)
 	if depth != nil {
 		gauge := func(name, help string, pick func(w, p int) int) prometheus.GaugeFunc {
 			return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 {

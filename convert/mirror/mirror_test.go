@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	"github.com/ocierofs/ocierofs/convert"
 	"github.com/ocierofs/ocierofs/convert/mirror"
@@ -386,6 +388,46 @@ func TestServe(t *testing.T) {
 	}
 	if code := getStatus(t, h.url+"/readyz"); code != 200 {
 		t.Errorf("/readyz: %d", code)
+	}
+
+	// A source deleted from the registry: its delete notification prunes
+	// its twin at once (no sync --prune needed), and nothing else. The
+	// twin's own delete comes back as a notification from ocierofs: loop.
+	gone := image(t, baseLayer(t, 6, 100), appLayer(t, "gone"))
+	goneDigest := h.reg.push(t, "apps/gone:v1", gone)
+	h.reg.waitTwin(t, "apps/gone:v1", goneDigest, time.Minute)
+	loopsBefore := h.metric(t, `ocierofs_mirror_events_total{result="loop"}`)
+	deletedAt := time.Now()
+	must(t, remote.Delete(h.reg.ref(t, "apps/gone@"+goneDigest.String())))
+	for {
+		_, err := remote.Head(h.reg.ref(t, "apps/gone:v1-erofs"))
+		var terr *transport.Error
+		if errors.As(err, &terr) && terr.StatusCode == http.StatusNotFound {
+			break
+		}
+		if time.Since(deletedAt) > 30*time.Second {
+			t.Fatalf("apps/gone:v1-erofs is still there 30s after its source was deleted (HEAD: %v)", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("source deleted → its twin deleted: %.2fs", time.Since(deletedAt).Seconds())
+	if n := h.metric(t, `ocierofs_mirror_pruned_total{result="deleted"}`); n != 1 {
+		t.Errorf("%v twins pruned, want 1", n)
+	}
+	if n := h.metric(t, `ocierofs_mirror_events_total{result="prune"}`); n < 1 {
+		t.Errorf("%v delete events pruned their repository", n)
+	}
+	for _, live := range []string{"apps/good:v1-erofs", "apps/first:v1-erofs", "fleet/app3:1.0-erofs"} {
+		if _, err := remote.Head(h.reg.ref(t, live)); err != nil {
+			t.Errorf("%s, whose source is there: %v", live, err)
+		}
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for h.metric(t, `ocierofs_mirror_events_total{result="loop"}`) == loopsBefore && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if h.metric(t, `ocierofs_mirror_events_total{result="loop"}`) == loopsBefore {
+		t.Error("the twin's delete did not come back as a loop event")
 	}
 }
 

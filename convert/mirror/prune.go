@@ -28,61 +28,88 @@ var digestTag = regexp.MustCompile(`^sha256-[0-9a-f]{64}$`)
 // Orphans lists the twins of the selected repositories whose source is
 // gone (Action "prune"), with why in Detail.
 func (s *Syncer) Orphans(ctx context.Context) ([]SyncItem, error) {
-	cfg := s.Config
 	repos, err := s.tagLists(ctx)
 	if err != nil {
 		return nil, err
 	}
-	ropts := cfg.Remote().Options(ctx)
 	var out []SyncItem
 	for _, rt := range repos {
-		repo, r := rt.name, rt.repo
-		// The same source gives the same twin: several twin tags may
-		// name one manifest, which a delete by digest takes with it.
-		live := map[string]bool{} // twin digests some live twin tag names
-		var orphans []SyncItem
-		for _, tag := range rt.tags {
-			srcTag, ok := strings.CutSuffix(tag, cfg.Suffix)
-			if !ok || srcTag == "" || !cfg.Rules.Match(repo, srcTag) {
-				continue
-			}
-			twin, err := remote.Get(r.Tag(tag), ropts...)
-			if err != nil {
-				continue // gone meanwhile, or not readable: not ours to judge
-			}
-			src := convert.SourceAnnotation(twin.Manifest)
-			if src == "" {
-				continue // not made by ocierofs
-			}
-			it := SyncItem{Repository: repo, Tag: tag, Twin: twin.Digest.String(), Digest: src, Action: "prune"}
-			if _, err := remote.Head(r.Digest(src), ropts...); isNotFound(err) {
-				it.Detail = "its source " + src + " is gone"
-			} else if err != nil {
-				live[it.Twin] = true // not ours to judge: keep its manifest
-				continue
-			} else if !digestTag.MatchString(srcTag) {
-				if _, err := remote.Head(r.Tag(srcTag), ropts...); isNotFound(err) {
-					it.Detail = "its source tag " + srcTag + " is gone"
-				}
-			}
-			if it.Detail != "" {
-				orphans = append(orphans, it)
-			} else {
-				live[it.Twin] = true
+		out = append(out, s.orphansOf(ctx, rt)...)
+	}
+	sortItems(out)
+	return out, nil
+}
+
+// RepoOrphans is Orphans for one repository (a delete notification's).
+func (s *Syncer) RepoOrphans(ctx context.Context, repo string) ([]SyncItem, error) {
+	r, err := name.NewRepository(s.Config.Registry+"/"+repo, s.nameOpts()...)
+	if err != nil {
+		return nil, err
+	}
+	tags, err := remote.List(r, s.Config.Remote().Options(ctx)...)
+	if isNotFound(err) {
+		return nil, nil // no tags left: no twin either
+	}
+	if err != nil {
+		return nil, fmt.Errorf("tags of %s: %w", repo, err)
+	}
+	out := s.orphansOf(ctx, repoTags{name: repo, repo: r, tags: tags})
+	sortItems(out)
+	return out, nil
+}
+
+// orphansOf lists the orphan twins among one repository's tags.
+func (s *Syncer) orphansOf(ctx context.Context, rt repoTags) []SyncItem {
+	cfg := s.Config
+	ropts := cfg.Remote().Options(ctx)
+	repo, r := rt.name, rt.repo
+	// The same source gives the same twin: several twin tags may name one
+	// manifest, which a delete by digest takes with it.
+	live := map[string]bool{} // twin digests some live twin tag names
+	var orphans []SyncItem
+	for _, tag := range rt.tags {
+		srcTag, ok := strings.CutSuffix(tag, cfg.Suffix)
+		if !ok || srcTag == "" || !cfg.Rules.Match(repo, srcTag) {
+			continue
+		}
+		twin, err := remote.Get(r.Tag(tag), ropts...)
+		if err != nil {
+			continue // gone meanwhile, or not readable: not ours to judge
+		}
+		src := convert.SourceAnnotation(twin.Manifest)
+		if src == "" {
+			continue // not made by ocierofs
+		}
+		it := SyncItem{Repository: repo, Tag: tag, Twin: twin.Digest.String(), Digest: src, Action: "prune"}
+		if _, err := remote.Head(r.Digest(src), ropts...); isNotFound(err) {
+			it.Detail = "its source " + src + " is gone"
+		} else if err != nil {
+			live[it.Twin] = true // not ours to judge: keep its manifest
+			continue
+		} else if !digestTag.MatchString(srcTag) {
+			if _, err := remote.Head(r.Tag(srcTag), ropts...); isNotFound(err) {
+				it.Detail = "its source tag " + srcTag + " is gone"
 			}
 		}
-		for _, it := range orphans {
-			it.byTag = live[it.Twin]
-			out = append(out, it)
+		if it.Detail != "" {
+			orphans = append(orphans, it)
+		} else {
+			live[it.Twin] = true
 		}
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Repository != out[j].Repository {
-			return out[i].Repository < out[j].Repository
+	for i := range orphans {
+		orphans[i].byTag = live[orphans[i].Twin]
+	}
+	return orphans
+}
+
+func sortItems(items []SyncItem) {
+	sort.Slice(items, func(i, j int) bool {
+		if items[i].Repository != items[j].Repository {
+			return items[i].Repository < items[j].Repository
 		}
-		return out[i].Tag < out[j].Tag
+		return items[i].Tag < items[j].Tag
 	})
-	return out, nil
 }
 
 // Prune deletes the twins Orphans found: their manifests, by digest (the

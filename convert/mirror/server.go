@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -21,6 +22,15 @@ type Server struct {
 	q       *Queue
 	metrics *Metrics
 	logf    func(string, ...any)
+
+	// Deletes prune the twins of their repository in the background, one
+	// pass per repository at a time; a delete during a pass asks for
+	// another (again).
+	ctx     context.Context
+	cancel  context.CancelFunc
+	mu      sync.Mutex
+	pruning map[string]bool // repository → again
+	wg      sync.WaitGroup
 }
 
 // NewServer makes the HTTP side of a mirror (q may be nil in a process
@@ -29,7 +39,14 @@ func NewServer(cfg *Config, q *Queue, m *Metrics, logf func(string, ...any)) *Se
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	return &Server{cfg: cfg, q: q, metrics: m, logf: logf}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Server{cfg: cfg, q: q, metrics: m, logf: logf, ctx: ctx, cancel: cancel, pruning: map[string]bool{}}
+}
+
+// Close stops the prunes under way and waits for them.
+func (s *Server) Close() {
+	s.cancel()
+	s.wg.Wait()
 }
 
 // Handler routes POST /notify, GET /healthz, /readyz, /metrics, /status
@@ -47,10 +64,12 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
-// EventResult is what became of one pushed manifest of a notification.
+// EventResult is what became of one event of a notification.
 type EventResult struct {
 	Event
-	Result string `json:"result"` // queued, duplicate, filtered, loop, untagged
+	// Result: queued, duplicate, filtered, loop, untagged, invalid; for a
+	// delete, prune (its repository's orphan twins are being deleted).
+	Result string `json:"result"`
 	Task   string `json:"task,omitempty"`
 	State  State  `json:"state,omitempty"`
 }
@@ -97,6 +116,16 @@ func (s *Server) notify(w http.ResponseWriter, r *http.Request) {
 		Results []EventResult `json:"results"`
 	}{Kind: kind, Results: []EventResult{}}
 	for _, e := range events {
+		if e.Action == "delete" {
+			res := EventResult{Event: e, Result: s.triageDelete(e)}
+			if res.Result == "" {
+				res.Result = "prune"
+				s.prune(e.Repository)
+			}
+			s.count(res.Result, 1)
+			resp.Results = append(resp.Results, res)
+			continue
+		}
 		res := EventResult{Event: e, Result: s.triage(e)}
 		if res.Result == "" {
 			rec, dup, err := s.q.Enqueue(r.Context(), Task{Repository: e.Repository, Tag: e.Tag, Digest: e.Digest, Origin: kind})
@@ -135,6 +164,70 @@ func (s *Server) triage(e Event) string {
 		return "filtered"
 	}
 	return ""
+}
+
+// triageDelete returns why a delete prunes nothing ("" if it prunes its
+// repository): the twins ocierofs deletes come back as deletes too.
+func (s *Server) triageDelete(e Event) string {
+	switch {
+	case strings.Contains(strings.ToLower(e.UserAgent), "ocierofs"):
+		return "loop"
+	case s.cfg.Suffix != "" && strings.HasSuffix(e.Tag, s.cfg.Suffix):
+		return "loop"
+	}
+	if _, err := name.NewRepository(e.Repository); err != nil || strings.Contains(e.Repository, "..") {
+		return "invalid"
+	}
+	if !(&Syncer{Config: s.cfg}).repoMayMatch(e.Repository) {
+		return "filtered"
+	}
+	return ""
+}
+
+// prune deletes the orphan twins of repo (Syncer.RepoOrphans), in the
+// background: an image deleted from the registry (a leaked secret) is not
+// pullable as its twin for longer than that takes. Twins a server down at
+// the time misses are left to sync --prune.
+func (s *Server) prune(repo string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, running := s.pruning[repo]; running {
+		s.pruning[repo] = true // the pass under way may have missed it
+		return
+	}
+	s.pruning[repo] = false
+	s.wg.Go(func() {
+		for {
+			s.prunePass(repo)
+			s.mu.Lock()
+			if !s.pruning[repo] || s.ctx.Err() != nil {
+				delete(s.pruning, repo)
+				s.mu.Unlock()
+				return
+			}
+			s.pruning[repo] = false
+			s.mu.Unlock()
+		}
+	})
+}
+
+func (s *Server) prunePass(repo string) {
+	sy := &Syncer{Config: s.cfg, Logf: s.logf}
+	items, err := sy.RepoOrphans(s.ctx, repo)
+	if err != nil {
+		s.logf("prune %s: %v", repo, err)
+		s.countPruned("failed", 1)
+		return
+	}
+	for _, it := range sy.Prune(s.ctx, items) {
+		s.countPruned(it.Result, 1)
+	}
+}
+
+func (s *Server) countPruned(result string, n int) {
+	if s.metrics != nil {
+		s.metrics.Pruned.WithLabelValues(result).Add(float64(n))
+	}
 }
 
 // validEvent reports whether e names a repository, a digest and a tag

@@ -69,14 +69,19 @@ func TestParseNotification(t *testing.T) {
 	 {"id":"1","action":"push","target":{"mediaType":"application/vnd.docker.distribution.manifest.v2+json","digest":"sha256:aa","repository":"lib/app","url":"http://reg.example:5000/v2/lib/app/manifests/sha256:aa","tag":"1.0"},"request":{"host":"internal:5000","useragent":"docker/27"}},
 	 {"id":"2","action":"push","target":{"mediaType":"application/octet-stream","digest":"sha256:bb","repository":"lib/app"}},
 	 {"id":"3","action":"pull","target":{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:cc","repository":"lib/app","tag":"1.0"}},
-	 {"id":"4","action":"push","target":{"mediaType":"application/vnd.oci.image.index.v1+json","digest":"sha256:dd","repository":"lib/multi"},"request":{"host":"h"}}]}`
+	 {"id":"4","action":"push","target":{"mediaType":"application/vnd.oci.image.index.v1+json","digest":"sha256:dd","repository":"lib/multi"},"request":{"host":"h"}},
+	 {"id":"5","action":"delete","target":{"digest":"sha256:ee","repository":"lib/app"},"request":{"useragent":"curl/8"}},
+	 {"id":"6","action":"delete","target":{"repository":"lib/app","tag":"old"}},
+	 {"id":"7","action":"delete","target":{"digest":"sha256:ff"}}]}`
 	kind, evs, err := ParseNotification([]byte(dist))
 	if err != nil || kind != KindDistribution {
 		t.Fatalf("distribution envelope: %q, %v", kind, err)
 	}
 	want := []Event{
-		{Repository: "lib/app", Tag: "1.0", Digest: "sha256:aa", MediaType: "application/vnd.docker.distribution.manifest.v2+json", Host: "reg.example:5000", UserAgent: "docker/27"},
-		{Repository: "lib/multi", Digest: "sha256:dd", MediaType: "application/vnd.oci.image.index.v1+json", Host: "h"},
+		{Action: "push", Repository: "lib/app", Tag: "1.0", Digest: "sha256:aa", MediaType: "application/vnd.docker.distribution.manifest.v2+json", Host: "reg.example:5000", UserAgent: "docker/27"},
+		{Action: "push", Repository: "lib/multi", Digest: "sha256:dd", MediaType: "application/vnd.oci.image.index.v1+json", Host: "h"},
+		{Action: "delete", Repository: "lib/app", Digest: "sha256:ee", UserAgent: "curl/8"},
+		{Action: "delete", Repository: "lib/app", Tag: "old"},
 	}
 	if len(evs) != len(want) {
 		t.Fatalf("events %+v, want %+v", evs, want)
@@ -91,7 +96,7 @@ func TestParseNotification(t *testing.T) {
 	if err != nil || kind != KindHarbor || len(evs) != 1 {
 		t.Fatalf("harbor: %q %+v %v", kind, evs, err)
 	}
-	if e := evs[0]; e.Repository != "library/app" || e.Tag != "v1" || e.Digest != "sha256:ee" || e.Host != "harbor.example.com" {
+	if e := evs[0]; e.Action != "push" || e.Repository != "library/app" || e.Tag != "v1" || e.Digest != "sha256:ee" || e.Host != "harbor.example.com" {
 		t.Errorf("harbor event %+v", e)
 	}
 	// Without repo_full_name the resource URL names the repository.
@@ -110,7 +115,15 @@ func TestParseNotification(t *testing.T) {
 		t.Error("a CloudEvent not from Harbor: no error")
 	}
 	if _, evs, err = ParseNotification([]byte(`{"type":"DELETE_ARTIFACT","event_data":{"resources":[]}}`)); err != nil || len(evs) != 0 {
+		t.Errorf("harbor delete of nothing: %+v %v", evs, err)
+	}
+	hdel := `{"type":"DELETE_ARTIFACT","event_data":{"resources":[{"digest":"sha256:ee","tag":"v1","resource_url":"h/library/app:v1"}],"repository":{"name":"app","namespace":"library","repo_full_name":"library/app"}}}`
+	if _, evs, err = ParseNotification([]byte(hdel)); err != nil || len(evs) != 1 || evs[0].Action != "delete" || evs[0].Repository != "library/app" || evs[0].Digest != "sha256:ee" {
 		t.Errorf("harbor delete: %+v %v", evs, err)
+	}
+	cdel := `{"specversion":"1.0","type":"harbor.artifact.deleted","data":{"resources":[{"digest":"sha256:ab","tag":"stable","resource_url":"h/team/app:stable"}],"repository":{"repo_full_name":"team/app"}}}`
+	if _, evs, err = ParseNotification([]byte(cdel)); err != nil || len(evs) != 1 || evs[0].Action != "delete" || evs[0].Tag != "stable" {
+		t.Errorf("Harbor CloudEvent delete: %+v %v", evs, err)
 	}
 	for _, bad := range []string{``, `[]`, `{"foo":1}`, `{"events":"x"}`, `{"type":"PUSH_ARTIFACT","event_data":{"resources":[{"tag":"x"}]}}`} {
 		if _, _, err := ParseNotification([]byte(bad)); err == nil {
