@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -152,7 +153,15 @@ func getLayout(r Ref) (*Artifact, error) {
 	case len(found) == 0:
 		return nil, fmt.Errorf("%s: the layout holds no image", r)
 	case len(found) > 1:
-		return nil, fmt.Errorf("%s: the layout holds %d images: name one with oci:DIR:TAG", r, len(found))
+		var names []string
+		for _, d := range found {
+			if t := d.Annotations[refNameAnnotation]; t != "" {
+				names = append(names, t)
+			} else {
+				names = append(names, d.Digest.String()+" (untagged)")
+			}
+		}
+		return nil, fmt.Errorf("%s: the layout holds %d images (%s): name one with oci:DIR:TAG", r, len(found), strings.Join(names, ", "))
 	}
 	d := found[0]
 	a := &Artifact{Ref: r, Descriptor: d}

@@ -277,6 +277,11 @@ func TestConvertCLILayoutTag(t *testing.T) {
 	if want := "oci:" + dir + ":v1-erofs"; rep.Target != want {
 		t.Errorf("target %s, want %s", rep.Target, want)
 	}
+	// The layout holds two images now: a source without a tag names them.
+	out, err = runConvertCLI(t, "-q", "oci:"+dir)
+	if err == nil || !strings.Contains(out+err.Error(), "the layout holds 2 images (v1, v1-erofs): name one with oci:DIR:TAG") {
+		t.Errorf("second convert of oci:DIR: %v\n%s", err, out)
+	}
 }
 
 // pushBusybox starts a registry (go-containerregistry's, in memory) and
