@@ -366,6 +366,23 @@ func TestServe(t *testing.T) {
 	}
 	h.reg.waitTwin(t, "private/secret:1", must2(remote.Head(h.reg.ref(t, "private/secret:1"))).Digest, time.Minute)
 
+	// An image ocierofs made, pushed under a plain tag: its task is
+	// skipped for good, and sync does not queue it again at every run.
+	copied := must2(remote.Image(h.reg.ref(t, "apps/first:v1-erofs")))
+	must(t, remote.Write(h.reg.ref(t, "apps/copy:v1"), copied))
+	h.waitRecord(t, "apps/copy", "v1", must2(copied.Digest()), time.Minute, func(r *mirror.Record) bool {
+		return r.State == mirror.StateSkipped && r.Final
+	})
+	for range 2 {
+		items, err := s.Sources(ctx)
+		must(t, err)
+		for _, it := range s.Run(ctx, s.Plan(ctx, items)) {
+			if it.Repository == "apps/copy" && it.Result != "duplicate" {
+				t.Errorf("sync of a converted image under a plain tag: %s/%s (%s), want a duplicate of the skipped task", it.Action, it.Result, it.Detail)
+			}
+		}
+	}
+
 	// A twin deleted after its task was done: sync queues it again (the
 	// queue took it for a duplicate of the finished task).
 	twinRef := h.reg.ref(t, "apps/first:v1-erofs")

@@ -285,6 +285,10 @@ func (q *Queue) Enqueue(ctx context.Context, t Task) (rec *Record, dup bool, err
 			rec = &old
 		case old.State.pending():
 			return &old, true, nil
+		case old.State == StateSkipped && old.Final:
+			// Skipped for good (an image ocierofs made): sync, finding
+			// no twin, would queue it at every run.
+			return &old, true, nil
 		case (old.State == StateDone && !t.Stale || old.State == StateSkipped) && q.tagDigest(ctx, t.Repository, t.Tag) == t.Digest:
 			// Finished, and the tag's twin is still this digest's.
 			return &old, true, nil

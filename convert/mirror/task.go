@@ -44,11 +44,14 @@ const (
 // Record is a task and what happened to it, as /status shows it.
 type Record struct {
 	Task
-	State    State     `json:"state"`
-	Attempts int       `json:"attempts"`
-	Worker   string    `json:"worker,omitempty"`
-	Error    string    `json:"error,omitempty"`
-	Reason   string    `json:"reason,omitempty"` // of a skip
+	State    State  `json:"state"`
+	Attempts int    `json:"attempts"`
+	Worker   string `json:"worker,omitempty"`
+	Error    string `json:"error,omitempty"`
+	Reason   string `json:"reason,omitempty"` // of a skip
+	// Final: skipped for good (Outcome.Final); the task is not queued
+	// again.
+	Final    bool      `json:"final,omitempty"`
 	Started  time.Time `json:"started,omitzero"`
 	Finished time.Time `json:"finished,omitzero"`
 	// RetryAt is when a retrying task is due again.

@@ -36,8 +36,12 @@ type Twins struct {
 
 // Outcome is what Convert did.
 type Outcome struct {
-	Skipped         bool
-	Reason          string // why it was skipped
+	Skipped bool
+	Reason  string // why it was skipped
+	// Final: skipped for good, whatever happens to the registry (a twin's
+	// tag, an image ocierofs made): a task of the same tag and digest is
+	// skipped again.
+	Final           bool
 	Target          string
 	Digest          string // the twin's
 	LayersConverted int
@@ -72,11 +76,11 @@ func Permanent(err error) bool { return errors.As(err, new(errPermanent)) }
 func (t *Twins) Convert(ctx context.Context, task Task, owner string) (*Outcome, error) {
 	out := &Outcome{}
 	if t.Suffix != "" && strings.HasSuffix(task.Tag, t.Suffix) {
-		out.Skipped, out.Reason = true, fmt.Sprintf("tag %q has the suffix %q (a twin)", task.Tag, t.Suffix)
+		out.Skipped, out.Final, out.Reason = true, true, fmt.Sprintf("tag %q has the suffix %q (a twin)", task.Tag, t.Suffix)
 		return out, nil
 	}
 	if task.Tag == "" {
-		out.Skipped, out.Reason = true, "pushed by digest only (part of an index, or untagged)"
+		out.Skipped, out.Final, out.Reason = true, true, "pushed by digest only (part of an index, or untagged)"
 		return out, nil
 	}
 	srcName := task.Repository + ":" + task.Tag
@@ -110,7 +114,7 @@ func (t *Twins) Convert(ctx context.Context, task Task, owner string) (*Outcome,
 		return nil, err
 	}
 	if why := convert.Converted(art); why != "" {
-		out.Skipped, out.Reason = true, why
+		out.Skipped, out.Final, out.Reason = true, true, why
 		return out, nil
 	}
 	if d, err := remote.Get(dst.Name, ropts...); err == nil {

@@ -162,7 +162,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 		rec.State, rec.Error, rec.Finished = StateDone, "", time.Now().UTC()
 		result := "done"
 		if out.Skipped {
-			rec.State, rec.Reason, result = StateSkipped, out.Reason, "skipped"
+			rec.State, rec.Reason, rec.Final, result = StateSkipped, out.Reason, out.Final, "skipped"
 			w.logf("task %s %s:%s skipped: %s", t.ID, t.Repository, t.Tag, out.Reason)
 		} else {
 			w.logf("task %s %s:%s → %s@%s in %.2fs (%d layers converted, %d reused)", t.ID, t.Repository, t.Tag,
