@@ -111,34 +111,55 @@ func lowerWarning(path, lower string) string {
 		r.LowerChainID, strings.Join(r.Implied, ", "))
 }
 
-// cacheEntryOK reports whether the entry at p is a whole EROFS image, and
-// its size and dm-verity root hash. An entry with a sidecar must have the
-// tree it describes after the image (containerd opens it as that), and
-// one without is not enough when needVerity.
-func cacheEntryOK(p string, needVerity bool) (size int64, rootHash string, ok bool) {
+// checkEntry returns the size and dm-verity root hash of the entry at p if
+// it is whole, or why not (fs.ErrNotExist if there is none): an EROFS image
+// with its superblock's checksum and size, and, if it has a sidecar, the
+// tree that describes after it (containerd opens it as that; CheckLayout
+// checks its root against the sidecar, not every block); one without a
+// sidecar is not enough when needVerity.
+func checkEntry(p string, needVerity bool) (size int64, rootHash string, err error) {
 	f, err := os.Open(p)
 	if err != nil {
-		return 0, "", false
+		return 0, "", err
 	}
 	defer f.Close()
 	st, err := f.Stat()
-	if err != nil || !st.Mode().IsRegular() {
-		return 0, "", false
+	if err != nil {
+		return 0, "", err
+	}
+	if !st.Mode().IsRegular() {
+		return 0, "", errors.New("not a regular file")
 	}
 	img, err := erofs.Open(f, st.Size())
-	if err != nil || !img.Super().ChecksumOK {
-		return 0, "", false
+	if err != nil {
+		return 0, "", err
 	}
-	data := int64(img.Super().Blocks) * int64(img.Super().BlockSize)
+	sb := img.Super()
+	if !sb.ChecksumOK {
+		return 0, "", errors.New("the superblock's checksum is wrong")
+	}
+	data := int64(sb.Blocks) * int64(sb.BlockSize)
 	m, err := dmverity.ReadSidecar(p)
 	switch {
+	case errors.Is(err, fs.ErrNotExist) && needVerity:
+		return 0, "", errors.New("no dm-verity sidecar")
+	case errors.Is(err, fs.ErrNotExist) && data != st.Size():
+		return 0, "", fmt.Errorf("%d bytes, but the image is %d", st.Size(), data)
 	case errors.Is(err, fs.ErrNotExist):
-		return st.Size(), "", !needVerity && data == st.Size()
+		return st.Size(), "", nil
 	case err != nil:
-		return 0, "", false
+		return 0, "", err
 	}
-	return st.Size(), m.RootHash, dmverity.CheckLayout(f, st.Size(), data, m) == nil
+	if err := dmverity.CheckLayout(f, st.Size(), data, verityBlockSize(int(sb.BlockSize)), m); err != nil {
+		return 0, "", err
+	}
+	return st.Size(), m.RootHash, nil
 }
+
+// verityBlockSize is the dm-verity data block size of an image of
+// blockSize: the same, up to 4 KiB (the device's logical block size must
+// not exceed the filesystem's).
+func verityBlockSize(blockSize int) int { return min(blockSize, dmverity.BlockSize) }
 
 // CacheImage converts the layers of src that dir does not hold yet into
 // dir's layer content cache layout. Entries appear atomically (temp file
@@ -181,11 +202,14 @@ func (c *Converter) CacheImage(ctx context.Context, src v1.Image, srcDesc v1.Des
 			out[i].Path = p
 			var size int64
 			var root string
-			var ok bool
+			ok := true
 			if c.opt.CachePresent != nil {
 				ok = c.opt.CachePresent(p) // the caller's markers: nothing to open
-			} else {
-				size, root, ok = cacheEntryOK(p, c.opt.CacheDMVerity)
+			} else if size, root, err = checkEntry(p, c.opt.CacheDMVerity); err != nil {
+				ok = false
+				if !errors.Is(err, fs.ErrNotExist) {
+					c.logf("layer %s: cache entry %s: %v: making it again", short(d.Digest), p, err)
+				}
 			}
 			if ok {
 				out[i].Cached, out[i].Size, out[i].DMVerityRootHash = true, size, root
@@ -241,16 +265,12 @@ func (c *Converter) CacheImage(ctx context.Context, src v1.Image, srcDesc v1.Des
 		if len(fl.implied) > 0 {
 			rec = &lowerRecord{LowerChainID: lowerChain(i), Implied: fl.implied}
 		}
-		var verity *dmverity.Metadata
-		size := fl.rawSize
-		if c.opt.CacheDMVerity {
-			if verity, err = j.appendVerity(fl); err != nil {
-				return nil, fmt.Errorf("layer %s: %w", m.Layers[i].Digest, err)
-			}
-			size = int64(verity.HashOffset) + dmverity.TreeSize(fl.rawSize)
+		entry, err := j.finishEntry(fl, c.opt.CacheDMVerity)
+		if err != nil {
+			return nil, fmt.Errorf("layer %s: %w", m.Layers[i].Digest, err)
 		}
 		c.place.Lock()
-		placed, err := placeEntry(fl.raw, out[i].Path, rec, verity, c.opt.CacheDMVerity)
+		placed, err := placeEntry(fl.raw, out[i].Path, rec, entry.verity)
 		c.place.Unlock()
 		if err != nil {
 			return nil, fmt.Errorf("layer %s: cache entry %s: %w", m.Layers[i].Digest, out[i].Path, err)
@@ -258,15 +278,15 @@ func (c *Converter) CacheImage(ctx context.Context, src v1.Image, srcDesc v1.Des
 		if !placed {
 			// Placed meanwhile, for another platform or by another run.
 			out[i].Cached = true
-			out[i].Size, out[i].DMVerityRootHash, _ = cacheEntryOK(out[i].Path, c.opt.CacheDMVerity)
+			out[i].Size, out[i].DMVerityRootHash, _ = checkEntry(out[i].Path, c.opt.CacheDMVerity)
 			if w := lowerWarning(out[i].Path, lowerChain(i)); w != "" {
 				out[i].Warnings = append(out[i].Warnings, w)
 			}
 			continue
 		}
-		out[i].Size = size
-		if verity != nil {
-			out[i].DMVerityRootHash = verity.RootHash
+		out[i].Size = entry.size
+		if entry.verity != nil {
+			out[i].DMVerityRootHash = entry.verity.RootHash
 		}
 		out[i].ConvertSeconds = fl.convertSeconds
 		c.logf("layer %s: cached as %s (%.2fs)", short(m.Layers[i].Digest), out[i].Path, time.Since(t).Seconds())
@@ -322,13 +342,15 @@ func (c *Converter) CacheIndex(ctx context.Context, src v1.ImageIndex, srcDesc v
 // placed is false then. An entry appears at once and whole: src (complete,
 // in the converter's temp directory, which cache keeps in the cache
 // directory) is linked into place; across filesystems it is copied into a
-// temp file beside dst first. A damaged entry (cacheEntryOK) is replaced.
-func placeEntry(src, dst string, rec *lowerRecord, verity *dmverity.Metadata, needVerity bool) (placed bool, err error) {
+// temp file beside dst first. A damaged entry (checkEntry) is replaced.
+// src is synced already (finishEntry); the directory is synced once the
+// entry is in it.
+func placeEntry(src, dst string, rec *lowerRecord, verity *dmverity.Metadata) (placed bool, err error) {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return false, err
 	}
 	if _, err := os.Lstat(dst); err == nil {
-		if _, _, ok := cacheEntryOK(dst, needVerity); ok {
+		if _, _, err := checkEntry(dst, verity != nil); err == nil {
 			return false, nil
 		}
 		if err := os.Remove(dst); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -365,7 +387,7 @@ func placeEntry(src, dst string, rec *lowerRecord, verity *dmverity.Metadata, ne
 	}
 	if rec == nil {
 		os.Remove(dst + ".lower.json")
-		return true, nil
+		return true, syncDir(filepath.Dir(dst))
 	}
 	raw, err := json.Marshal(rec)
 	if err == nil {
@@ -374,7 +396,24 @@ func placeEntry(src, dst string, rec *lowerRecord, verity *dmverity.Metadata, ne
 	if err == nil {
 		err = os.Rename(dst+".lower.json.new", dst+".lower.json")
 	}
+	if err == nil {
+		err = syncDir(filepath.Dir(dst))
+	}
 	return true, err
+}
+
+// syncDir makes the names in dir durable: containerd may mount an entry
+// soon after it appears, and a crash must not leave a name without data.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // copyTemp copies src into a new temp file in dir, synced, and returns its
@@ -443,23 +482,57 @@ func LockCache(ctx context.Context, dir string, wait func()) (unlock func(), err
 	for _, p := range append(left, more...) {
 		os.Remove(p)
 	}
+	// A sidecar goes into place before its entry: one without an entry
+	// is what a run killed in between left.
+	sidecars, _ := filepath.Glob(filepath.Join(dir, "*", "*", "*.erofs.dmverity"))
+	for _, p := range sidecars {
+		if _, err := os.Lstat(strings.TrimSuffix(p, ".dmverity")); errors.Is(err, fs.ErrNotExist) {
+			os.Remove(p)
+		}
+	}
 	return func() { f.Close() }, nil
 }
 
-// appendVerity appends the dm-verity tree to the job's converted layer,
-// once for every platform sharing the job.
-func (j *layerJob) appendVerity(fl *fileLayer) (*dmverity.Metadata, error) {
-	j.verityOnce.Do(func() {
-		f, err := os.OpenFile(fl.raw, os.O_RDWR, 0)
-		if err != nil {
-			j.verityErr = err
-			return
-		}
-		m, err := dmverity.Format(f, fl.rawSize)
+// finishedEntry is a converted layer made ready to be a cache entry.
+type finishedEntry struct {
+	size   int64
+	verity *dmverity.Metadata // nil without a tree
+}
+
+// finishEntry readies the job's converted layer to be placed, once for
+// every platform sharing the job: its dm-verity tree appended (verity),
+// and the file synced.
+func (j *layerJob) finishEntry(fl *fileLayer, verity bool) (finishedEntry, error) {
+	j.entryOnce.Do(func() {
+		j.entry, j.entryErr = finishFile(fl.raw, fl.rawSize, verity)
+	})
+	return j.entry, j.entryErr
+}
+
+func finishFile(p string, size int64, verity bool) (e finishedEntry, err error) {
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		return e, err
+	}
+	defer func() {
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
-		j.verity, j.verityErr = &m, err
-	})
-	return j.verity, j.verityErr
+	}()
+	e.size = size
+	if verity {
+		img, err := erofs.Open(f, size)
+		if err != nil {
+			return e, err
+		}
+		m, err := dmverity.Format(f, size, verityBlockSize(int(img.Super().BlockSize)))
+		if err != nil {
+			return e, err
+		}
+		e.verity = &m
+		if st, err := f.Stat(); err == nil {
+			e.size = st.Size()
+		}
+	}
+	return e, f.Sync()
 }

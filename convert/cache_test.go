@@ -3,6 +3,7 @@ package convert_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"os/exec"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/ocierofs/ocierofs/convert"
 	"github.com/ocierofs/ocierofs/convert/dmverity"
+	"github.com/ocierofs/ocierofs/erofs"
 )
 
 // The layer content cache holds, for each tar layer, the bytes convert
@@ -192,8 +194,10 @@ func TestCacheLowerLayers(t *testing.T) {
 // (veritysetup verify accepts it), and the kernel mounts the entries as
 // they are, the stack being the image's; two platforms sharing the layers
 // append each tree once. An entry without a sidecar is made again for
-// CacheDMVerity, and a tree or sidecar that does not match is never
-// trusted, with it or without it (containerd would fail to mount it).
+// CacheDMVerity, and a tree or sidecar that does not match (sizes, offsets,
+// superblock, the root hash against the top of the tree) is never trusted,
+// with it or without it (containerd would fail to mount it). Images of
+// 512-byte blocks get trees of 512-byte data blocks.
 func TestCacheDMVerity(t *testing.T) {
 	ctx := context.Background()
 	layers := testImageLayers(t)
@@ -326,10 +330,75 @@ func TestCacheDMVerity(t *testing.T) {
 			t.Errorf("layer %d: made again, %d bytes, not the first run's %d", i, len(b), len(entries[i]))
 		}
 	}
+	// With dm-verity: a sidecar whose root hash is not the tree's (0), a
+	// damaged top of the tree (1) are made again; a sidecar left without
+	// its entry by a killed run goes.
+	bad, err := dmverity.ReadSidecar(paths[0])
+	must(t, err)
+	bad.RootHash = strings.Repeat("ab", 32)
+	must(t, dmverity.WriteSidecar(paths[0], bad))
+	m1, err = dmverity.ReadSidecar(paths[1])
+	must(t, err)
+	top := int64(0) // one data block: no tree, the root is its digest
+	if m1.HashOffset > dmverity.BlockSize {
+		top = int64(m1.HashOffset) + dmverity.BlockSize
+	}
+	f, err := os.OpenFile(paths[1], os.O_RDWR, 0)
+	must(t, err)
+	_, err = f.WriteAt([]byte{0x5a}, top+9)
+	must(t, err)
+	must(t, f.Close())
+	orphan := filepath.Join(filepath.Dir(paths[2]), strings.Repeat("0", 64)+".erofs.dmverity")
+	must(t, os.WriteFile(orphan, []byte("{}"), 0o644))
+	unlock, err := convert.LockCache(ctx, dir, nil)
+	must(t, err)
+	for i, l := range run(true) {
+		if l.Cached != (i >= 2) {
+			t.Errorf("with dm-verity, after damage: layer %d cached=%v", i, l.Cached)
+		}
+		if b := check(i, l); !bytes.Equal(b, entries[i]) {
+			t.Errorf("layer %d: %d bytes, not the first run's %d", i, len(b), len(entries[i]))
+		}
+	}
+	unlock()
+	if _, err := os.Stat(orphan); err == nil {
+		t.Error("a sidecar without its entry is left")
+	}
 	if left, _ := filepath.Glob(filepath.Join(dir, "sha256", "*", ".tmp-*")); len(left) != 0 {
 		t.Errorf("temp files left: %v", left)
 	}
 	// The kernel mounts each entry, tree and all, and the stack is the
 	// image's.
 	compareWithUmoci(t, amd, paths)
+
+	// Images of 512-byte blocks have trees of 512-byte data blocks: a
+	// dm-verity device has its data blocks as its logical blocks, and
+	// EROFS mounts no image on a device of larger blocks than its own.
+	small := t.TempDir()
+	c, err := convert.NewConverter(convert.ImageOptions{TempDir: t.TempDir(), CacheDMVerity: true,
+		Layer: convert.Options{Erofs: erofs.Options{BlockSize: 512}}})
+	must(t, err)
+	defer c.Close()
+	ls, err := c.CacheImage(ctx, amd, srcDescriptor(t, amd), small)
+	must(t, err)
+	var smallPaths []string
+	for i, l := range ls {
+		b, err := os.ReadFile(l.Path)
+		must(t, err)
+		m, err := dmverity.ReadSidecar(l.Path)
+		must(t, err)
+		if got := binary.LittleEndian.Uint32(b[m.HashOffset+64:]); got != 512 {
+			t.Errorf("512-byte blocks, layer %d: the tree's data blocks are %d bytes", i, got)
+		}
+		if err := dmverity.Verify(bytes.NewReader(b), m); err != nil {
+			t.Errorf("512-byte blocks, layer %d: %v", i, err)
+		}
+		if veritysetup != "" {
+			if out, err := exec.Command(veritysetup, "verify", fmt.Sprintf("--hash-offset=%d", m.HashOffset), l.Path, l.Path, m.RootHash).CombinedOutput(); err != nil {
+				t.Errorf("512-byte blocks, layer %d: veritysetup verify: %v\n%s", i, err, out)
+			}
+		}
+		smallPaths = append(smallPaths, l.Path)
+	}
+	compareWithUmoci(t, amd, smallPaths)
 }

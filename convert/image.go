@@ -18,7 +18,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/partial"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
-	"github.com/ocierofs/ocierofs/convert/dmverity"
 	"github.com/ocierofs/ocierofs/erofs"
 	"github.com/ocierofs/ocierofs/oci"
 )
@@ -130,11 +129,11 @@ type layerJob struct {
 	report LayerReport
 	err    error
 
-	// The converted layer's dm-verity tree, appended once for the jobs
-	// of every platform that share it (cache).
-	verityOnce sync.Once
-	verity     *dmverity.Metadata
-	verityErr  error
+	// The converted layer made ready to be a cache entry, once for the
+	// jobs of every platform that share it (finishEntry).
+	entryOnce sync.Once
+	entry     finishedEntry
+	entryErr  error
 }
 
 // NewConverter makes a Converter with its own temp directory.

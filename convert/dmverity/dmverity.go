@@ -6,17 +6,21 @@
 // (<blob>.dmverity, JSON with the root hash and the superblock's offset) as
 // a dm-verity device over the blob itself, so that every block a container
 // reads is checked against the root hash; with dmverity_mode "on" it
-// refuses layers without one. The parameters are containerd's: SHA-256,
-// 4 KiB data and hash blocks, hash type 1, a zero salt of 32 bytes. The
-// superblock's UUID is derived from the root hash, so the same data gives
-// the same bytes.
+// refuses layers without one. The parameters are containerd's (SHA-256,
+// 4 KiB hash blocks, hash type 1, a zero salt of 32 bytes), but for the
+// data block size, which is the filesystem's up to 4 KiB: the device has
+// the data block size as its logical block size, and EROFS cannot mount
+// an image of 512-byte blocks on a device of 4 KiB ones. The superblock's
+// UUID is derived from the root hash, so the same data gives the same
+// bytes.
 //
 // The tree is a Merkle tree of SHA-256 digests, each of salt || block. Its
 // level 0 holds a digest per data block, 128 to a hash block; each level
 // above holds a digest per block of the level below, up to a level of one
 // block, whose digest is the root hash (one data block alone has no tree:
 // the root is its digest). The levels are stored top first, as the kernel
-// looks them up.
+// looks them up. The superblock goes at the data's size rounded up to a
+// hash block, and the tree after the superblock's block.
 package dmverity
 
 import (
@@ -33,8 +37,10 @@ import (
 )
 
 const (
-	// BlockSize is the size of data and hash blocks.
+	// BlockSize is the size of hash blocks, and the largest data block.
 	BlockSize = 4096
+	// MinDataBlockSize is the smallest data block.
+	MinDataBlockSize = 512
 	// hashesPerBlock digests of 32 bytes fill a hash block.
 	hashesPerBlock = BlockSize / sha256.Size
 	// superblockSize is what the superblock uses of its block.
@@ -51,7 +57,7 @@ type Metadata struct {
 	// RootHash is the tree's root, in hex.
 	RootHash string `json:"roothash"`
 	// HashOffset is where the superblock is: the data's size rounded up
-	// to a block.
+	// to a hash block.
 	HashOffset uint64 `json:"hashoffset"`
 }
 
@@ -88,88 +94,101 @@ func layout(ls []uint64) []uint64 {
 	return start
 }
 
-// TreeSize is the bytes Format appends after dataSize rounded up to a
+// TreeSize is the bytes Format appends after dataSize rounded up to a hash
 // block: the superblock's block and the tree.
-func TreeSize(dataSize int64) int64 {
+func TreeSize(dataSize int64, dataBlockSize int) int64 {
 	var n uint64
-	for _, b := range levels(dataBlocks(dataSize)) {
+	for _, b := range levels(dataBlocks(dataSize, dataBlockSize)) {
 		n += b
 	}
 	return int64(n+1) * BlockSize
 }
 
-func dataBlocks(size int64) uint64 { return uint64((size + BlockSize - 1) / BlockSize) }
+func dataBlocks(size int64, bs int) uint64 { return uint64((size + int64(bs) - 1) / int64(bs)) }
 
-// Format appends the superblock and hash tree of f's first dataSize bytes
-// (the last block padded with zeros) to f, and returns the sidecar's
-// metadata. f ends up HashOffset + TreeSize(dataSize) bytes long. Memory
-// does not grow with the data: each level is read back from f to hash the
-// next.
-func Format(f File, dataSize int64) (Metadata, error) {
+func hashOffset(size int64) int64 { return (size + BlockSize - 1) / BlockSize * BlockSize }
+
+func validDataBlockSize(bs int) bool {
+	return bs >= MinDataBlockSize && bs <= BlockSize && bs&(bs-1) == 0
+}
+
+// Format appends the superblock and hash tree of f's first dataSize bytes,
+// in data blocks of dataBlockSize bytes (512 to 4096, a power of two), to
+// f, and returns the sidecar's metadata. What f holds after dataSize is
+// replaced: the last data block is padded with zeros. f ends up HashOffset
+// + TreeSize bytes long. Memory does not grow with the data: each level is
+// read back from f to hash the next.
+func Format(f File, dataSize int64, dataBlockSize int) (Metadata, error) {
 	if dataSize <= 0 {
 		return Metadata{}, fmt.Errorf("dm-verity: no data to hash")
 	}
-	n := dataBlocks(dataSize)
-	hashOffset := int64(n) * BlockSize
+	if !validDataBlockSize(dataBlockSize) {
+		return Metadata{}, fmt.Errorf("dm-verity: data block size %d is not a power of two from %d to %d", dataBlockSize, MinDataBlockSize, BlockSize)
+	}
+	n := dataBlocks(dataSize, dataBlockSize)
+	hashOff := hashOffset(dataSize)
 	ls := levels(n)
 	start := layout(ls)
-	tree := hashOffset + BlockSize
-	if err := f.Truncate(hashOffset + TreeSize(dataSize)); err != nil {
+	tree := hashOff + BlockSize
+	if err := f.Truncate(dataSize); err != nil {
 		return Metadata{}, err
 	}
-	var root [sha256.Size]byte
-	if len(ls) == 0 {
-		b := make([]byte, BlockSize)
-		if _, err := f.ReadAt(b, 0); err != nil && err != io.EOF {
-			return Metadata{}, fmt.Errorf("dm-verity: read data: %w", err)
-		}
-		root = digest(b)
+	if err := f.Truncate(hashOff + TreeSize(dataSize, dataBlockSize)); err != nil {
+		return Metadata{}, err
 	}
 	// Level i hashes the blocks of level i-1 (the data for level 0).
-	inOff, inBlocks := int64(0), n
+	inOff, inBlocks, inSize := int64(0), n, dataBlockSize
 	for i, count := range ls {
 		outOff := tree + int64(start[i])*BlockSize
-		if err := hashLevel(f, inOff, inBlocks, func(hb []byte, k uint64) error {
+		if err := hashLevel(f, inOff, inBlocks, inSize, func(hb []byte, k uint64) error {
 			_, err := f.WriteAt(hb, outOff+int64(k)*BlockSize)
 			return err
 		}); err != nil {
 			return Metadata{}, fmt.Errorf("dm-verity: level %d: %w", i, err)
 		}
-		inOff, inBlocks = outOff, count
+		inOff, inBlocks, inSize = outOff, count, BlockSize
 	}
-	if len(ls) > 0 {
-		top := make([]byte, BlockSize)
-		if _, err := f.ReadAt(top, inOff); err != nil {
-			return Metadata{}, fmt.Errorf("dm-verity: read top level: %w", err)
-		}
-		root = digest(top)
-	}
-	if _, err := f.WriteAt(superblock(n, root), hashOffset); err != nil {
+	root, err := topDigest(f, inOff, inSize)
+	if err != nil {
 		return Metadata{}, err
 	}
-	return Metadata{RootHash: hex.EncodeToString(root[:]), HashOffset: uint64(hashOffset)}, nil
+	if _, err := f.WriteAt(superblock(n, dataBlockSize, root), hashOff); err != nil {
+		return Metadata{}, err
+	}
+	return Metadata{RootHash: hex.EncodeToString(root[:]), HashOffset: uint64(hashOff)}, nil
 }
 
-// hashLevel hashes blocks blocks of r from off, and hands each hash block
-// (k: its index in the level) to put as it fills, the last one padded.
-func hashLevel(r io.ReaderAt, off int64, blocks uint64, put func(hb []byte, k uint64) error) error {
-	in := make([]byte, min(batch, blocks)*BlockSize)
+// topDigest is the root hash: the digest of the top level's one block, or
+// of the one data block where there is no tree.
+func topDigest(r io.ReaderAt, off int64, size int) ([sha256.Size]byte, error) {
+	b := make([]byte, size)
+	if _, err := r.ReadAt(b, off); err != nil {
+		return [sha256.Size]byte{}, fmt.Errorf("dm-verity: read the block at offset %d: %w", off, err)
+	}
+	return digest(b), nil
+}
+
+// hashLevel hashes blocks blocks of size bytes of r from off, and hands
+// each hash block (k: its index in the level) to put as it fills, the last
+// one padded with zeros.
+func hashLevel(r io.ReaderAt, off int64, blocks uint64, size int, put func(hb []byte, k uint64) error) error {
+	per := uint64(batch * BlockSize / size) // blocks per read
+	in := make([]byte, min(per, blocks)*uint64(size))
 	hb := make([]byte, BlockSize)
 	h := sha256.New()
 	var k uint64
 	fill := 0
 	for done := uint64(0); done < blocks; {
-		m := min(uint64(batch), blocks-done)
-		b := in[:m*BlockSize]
-		got, err := r.ReadAt(b, off+int64(done)*BlockSize)
-		if err != nil && !(err == io.EOF && got > 0) {
-			return fmt.Errorf("read block %d: %w", done+uint64(got)/BlockSize, err)
+		m := min(per, blocks-done)
+		b := in[:m*uint64(size)]
+		at := off + int64(done)*int64(size)
+		if _, err := r.ReadAt(b, at); err != nil {
+			return fmt.Errorf("read %d bytes at offset %d: %w", len(b), at, err)
 		}
-		clear(b[got:]) // the last data block's tail
 		for j := uint64(0); j < m; j++ {
 			h.Reset()
 			h.Write(salt)
-			h.Write(b[j*BlockSize : (j+1)*BlockSize])
+			h.Write(b[j*uint64(size) : (j+1)*uint64(size)])
 			h.Sum(hb[fill:fill])
 			fill += sha256.Size
 			if fill == BlockSize {
@@ -198,8 +217,8 @@ func digest(block []byte) [sha256.Size]byte {
 }
 
 // superblock is veritysetup's superblock (version 1, little-endian) for n
-// data blocks; its UUID is taken from the root hash.
-func superblock(n uint64, root [sha256.Size]byte) []byte {
+// data blocks of dbs bytes; its UUID is taken from the root hash.
+func superblock(n uint64, dbs int, root [sha256.Size]byte) []byte {
 	sb := make([]byte, superblockSize)
 	copy(sb[0:8], "verity")
 	binary.LittleEndian.PutUint32(sb[8:], 1)  // version
@@ -209,7 +228,7 @@ func superblock(n uint64, root [sha256.Size]byte) []byte {
 	id[8] = id[8]&0x3f | 0x80
 	copy(sb[16:32], id[:16])
 	copy(sb[32:64], "sha256")
-	binary.LittleEndian.PutUint32(sb[64:], BlockSize)
+	binary.LittleEndian.PutUint32(sb[64:], uint32(dbs))
 	binary.LittleEndian.PutUint32(sb[68:], BlockSize)
 	binary.LittleEndian.PutUint64(sb[72:], n)
 	binary.LittleEndian.PutUint16(sb[80:], uint16(len(salt)))
@@ -217,112 +236,131 @@ func superblock(n uint64, root [sha256.Size]byte) []byte {
 	return sb
 }
 
-// CheckLayout checks, without hashing, that a file of fileSize bytes is
-// its first dataSize bytes and a tree Format appended, as m describes: the
-// offsets, the sizes and the superblock. Verify checks the hashes too.
-func CheckLayout(r io.ReaderAt, fileSize, dataSize int64, m Metadata) error {
-	n, err := readSuperblock(r, m)
+// CheckLayout checks, reading two blocks, that a file of fileSize bytes is
+// its first dataSize bytes and a tree Format appended with data blocks of
+// dataBlockSize, as m describes: the offsets, the sizes, the superblock,
+// and the root hash against the top level. Verify checks every block.
+func CheckLayout(r io.ReaderAt, fileSize, dataSize int64, dataBlockSize int, m Metadata) error {
+	sb, err := readSuperblock(r, m)
 	if err != nil {
 		return err
 	}
+	n := dataBlocks(dataSize, dataBlockSize)
 	switch {
-	case int64(m.HashOffset) != int64(dataBlocks(dataSize))*BlockSize:
-		return fmt.Errorf("dm-verity: hash offset %d, want %d for %d bytes of data", m.HashOffset, int64(dataBlocks(dataSize))*BlockSize, dataSize)
-	case n != dataBlocks(dataSize):
-		return fmt.Errorf("dm-verity: superblock at offset %d: %d data blocks, want %d", m.HashOffset, n, dataBlocks(dataSize))
-	case fileSize != int64(m.HashOffset)+TreeSize(dataSize):
-		return fmt.Errorf("dm-verity: %d bytes, want %d (data, superblock and tree)", fileSize, int64(m.HashOffset)+TreeSize(dataSize))
+	case int64(m.HashOffset) != hashOffset(dataSize):
+		return fmt.Errorf("dm-verity: hash offset %d, want %d for %d bytes of data", m.HashOffset, hashOffset(dataSize), dataSize)
+	case sb.blocks != n || sb.blockSize != dataBlockSize:
+		return fmt.Errorf("dm-verity: superblock at offset %d: %d data blocks of %d bytes, want %d of %d", m.HashOffset, sb.blocks, sb.blockSize, n, dataBlockSize)
+	case fileSize != int64(m.HashOffset)+TreeSize(dataSize, dataBlockSize):
+		return fmt.Errorf("dm-verity: %d bytes, want %d (data, superblock and tree)", fileSize, int64(m.HashOffset)+TreeSize(dataSize, dataBlockSize))
+	}
+	ls := levels(n)
+	top, size := int64(0), dataBlockSize // no tree: the one data block
+	if len(ls) > 0 {
+		top, size = int64(m.HashOffset)+BlockSize, BlockSize // stored first
+	}
+	root, err := topDigest(r, top, size)
+	if err != nil {
+		return err
+	}
+	if hex.EncodeToString(root[:]) != m.RootHash {
+		return fmt.Errorf("dm-verity: the top of the tree hashes to %x, the sidecar says %s", root, m.RootHash)
 	}
 	return nil
 }
 
+// params are what a superblock says of the data.
+type params struct {
+	blocks    uint64
+	blockSize int
+}
+
 // readSuperblock checks m's root hash and offset, reads the superblock at
-// the offset and returns its data block count.
-func readSuperblock(r io.ReaderAt, m Metadata) (uint64, error) {
+// the offset and returns what it says of the data.
+func readSuperblock(r io.ReaderAt, m Metadata) (params, error) {
 	if d, err := hex.DecodeString(m.RootHash); err != nil || len(d) != sha256.Size {
-		return 0, fmt.Errorf("dm-verity: root hash %q is not a SHA-256 digest in hex", m.RootHash)
+		return params{}, fmt.Errorf("dm-verity: root hash %q is not a SHA-256 digest in hex", m.RootHash)
 	}
 	if m.HashOffset == 0 || m.HashOffset%BlockSize != 0 || m.HashOffset > 1<<62 {
-		return 0, fmt.Errorf("dm-verity: hash offset %d is not a whole number of %d-byte blocks", m.HashOffset, BlockSize)
+		return params{}, fmt.Errorf("dm-verity: hash offset %d is not a whole number of %d-byte blocks", m.HashOffset, BlockSize)
 	}
-	sb := make([]byte, superblockSize)
-	if _, err := r.ReadAt(sb, int64(m.HashOffset)); err != nil {
-		return 0, fmt.Errorf("dm-verity: superblock at offset %d: %w", m.HashOffset, err)
+	b := make([]byte, superblockSize)
+	if _, err := r.ReadAt(b, int64(m.HashOffset)); err != nil {
+		return params{}, fmt.Errorf("dm-verity: superblock at offset %d: %w", m.HashOffset, err)
 	}
-	n, err := checkSuperblock(sb)
+	sb, err := checkSuperblock(b)
 	if err != nil {
-		return 0, fmt.Errorf("dm-verity: superblock at offset %d: %w", m.HashOffset, err)
+		return params{}, fmt.Errorf("dm-verity: superblock at offset %d: %w", m.HashOffset, err)
 	}
-	if n > m.HashOffset/BlockSize {
-		return 0, fmt.Errorf("dm-verity: superblock at offset %d: %d data blocks run past it", m.HashOffset, n)
+	if sb.blocks > m.HashOffset/uint64(sb.blockSize) {
+		return params{}, fmt.Errorf("dm-verity: superblock at offset %d: %d data blocks run past it", m.HashOffset, sb.blocks)
 	}
-	return n, nil
+	return sb, nil
 }
 
 // Verify checks r against m: the superblock at m.HashOffset, every block
 // of the tree, and the root hash. The error names the first block found
 // wrong.
 func Verify(r io.ReaderAt, m Metadata) error {
-	n, err := readSuperblock(r, m)
+	sb, err := readSuperblock(r, m)
 	if err != nil {
 		return err
 	}
-	want, _ := hex.DecodeString(m.RootHash)
-	ls := levels(n)
+	ls := levels(sb.blocks)
 	start := layout(ls)
 	tree := int64(m.HashOffset) + BlockSize
 	stored := make([]byte, BlockSize)
-	inOff, inBlocks := int64(0), n
+	inOff, inBlocks, inSize := int64(0), sb.blocks, sb.blockSize
 	for i, count := range ls {
 		outOff := tree + int64(start[i])*BlockSize
-		if err := hashLevel(r, inOff, inBlocks, func(hb []byte, k uint64) error {
+		if err := hashLevel(r, inOff, inBlocks, inSize, func(hb []byte, k uint64) error {
 			at := outOff + int64(k)*BlockSize
 			if _, err := r.ReadAt(stored, at); err != nil {
-				return fmt.Errorf("read hash block at offset %d: %w", at, err)
+				return fmt.Errorf("read the hash block at offset %d: %w", at, err)
 			}
 			if !bytes.Equal(stored, hb) {
-				return fmt.Errorf("hash block %d at offset %d does not match the blocks it covers (from offset %d)", k, at, inOff+int64(k)*hashesPerBlock*BlockSize)
+				return fmt.Errorf("hash block %d at offset %d does not match the blocks it covers (from offset %d)", k, at, inOff+int64(k)*hashesPerBlock*int64(inSize))
 			}
 			return nil
 		}); err != nil {
 			return fmt.Errorf("dm-verity: level %d: %w", i, err)
 		}
-		inOff, inBlocks = outOff, count
+		inOff, inBlocks, inSize = outOff, count, BlockSize
 	}
-	top := make([]byte, BlockSize)
-	if _, err := r.ReadAt(top, inOff); err != nil && !(err == io.EOF && len(ls) == 0) {
-		return fmt.Errorf("dm-verity: read block at offset %d: %w", inOff, err)
+	root, err := topDigest(r, inOff, inSize)
+	if err != nil {
+		return err
 	}
-	root := digest(top)
-	if !bytes.Equal(root[:], want) {
+	if hex.EncodeToString(root[:]) != m.RootHash {
 		return fmt.Errorf("dm-verity: root hash %x, the sidecar says %s", root, m.RootHash)
 	}
 	return nil
 }
 
-// checkSuperblock returns the data block count of a superblock with the
-// parameters Format writes, or why it is not one.
-func checkSuperblock(sb []byte) (uint64, error) {
+// checkSuperblock returns what a superblock with the parameters Format
+// writes says of the data, or why it is not one.
+func checkSuperblock(sb []byte) (params, error) {
 	le := binary.LittleEndian
+	p := params{blocks: le.Uint64(sb[72:]), blockSize: int(le.Uint32(sb[64:]))}
 	switch {
 	case string(sb[0:8]) != "verity\x00\x00":
-		return 0, errors.New("no verity signature")
+		return p, errors.New("no verity signature")
 	case le.Uint32(sb[8:]) != 1:
-		return 0, fmt.Errorf("version %d, want 1", le.Uint32(sb[8:]))
+		return p, fmt.Errorf("version %d, want 1", le.Uint32(sb[8:]))
 	case le.Uint32(sb[12:]) != 1:
-		return 0, fmt.Errorf("hash type %d, want 1", le.Uint32(sb[12:]))
+		return p, fmt.Errorf("hash type %d, want 1", le.Uint32(sb[12:]))
+	case bytes.Equal(sb[16:32], make([]byte, 16)):
+		return p, errors.New("no UUID (containerd refuses it)")
 	case string(bytes.TrimRight(sb[32:64], "\x00")) != "sha256":
-		return 0, fmt.Errorf("hash algorithm %q, want sha256", bytes.TrimRight(sb[32:64], "\x00"))
-	case le.Uint32(sb[64:]) != BlockSize || le.Uint32(sb[68:]) != BlockSize:
-		return 0, fmt.Errorf("block sizes %d and %d, want %d", le.Uint32(sb[64:]), le.Uint32(sb[68:]), BlockSize)
+		return p, fmt.Errorf("hash algorithm %q, want sha256", bytes.TrimRight(sb[32:64], "\x00"))
+	case !validDataBlockSize(int(le.Uint32(sb[64:]))) || le.Uint32(sb[68:]) != BlockSize:
+		return p, fmt.Errorf("data and hash block sizes %d and %d, want %d to %d and %d", le.Uint32(sb[64:]), le.Uint32(sb[68:]), MinDataBlockSize, BlockSize, BlockSize)
 	case le.Uint16(sb[80:]) != uint16(len(salt)) || !bytes.Equal(sb[88:88+len(salt)], salt):
-		return 0, errors.New("not the zero salt of 32 bytes")
+		return p, errors.New("not the zero salt of 32 bytes")
+	case p.blocks == 0:
+		return p, errors.New("no data blocks")
 	}
-	n := le.Uint64(sb[72:])
-	if n == 0 {
-		return 0, errors.New("no data blocks")
-	}
-	return n, nil
+	return p, nil
 }
 
 // ReadSidecar reads the sidecar of the blob at p.
@@ -342,7 +380,8 @@ func ReadSidecar(p string) (Metadata, error) {
 }
 
 // WriteSidecar writes the sidecar of the blob at p, whole or not at all
-// (a temp file renamed into place).
+// (a temp file, synced, renamed into place; the caller syncs the
+// directory).
 func WriteSidecar(p string, m Metadata) error {
 	raw, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
@@ -356,6 +395,9 @@ func WriteSidecar(p string, m Metadata) error {
 	_, err = tmp.Write(append(raw, '\n'))
 	if err == nil {
 		err = tmp.Chmod(0o644)
+	}
+	if err == nil {
+		err = tmp.Sync()
 	}
 	if cerr := tmp.Close(); err == nil {
 		err = cerr

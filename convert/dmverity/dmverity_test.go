@@ -38,14 +38,14 @@ func writeData(t *testing.T, dir, name string, size int, seed uint64) string {
 	return p
 }
 
-func formatFile(t *testing.T, p string, size int64) Metadata {
+func formatFile(t *testing.T, p string, size int64, dbs int) Metadata {
 	t.Helper()
 	f, err := os.OpenFile(p, os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	m, err := Format(f, size)
+	m, err := Format(f, size, dbs)
 	if err != nil {
 		t.Fatalf("Format: %v", err)
 	}
@@ -55,31 +55,40 @@ func formatFile(t *testing.T, p string, size int64) Metadata {
 var rootLine = regexp.MustCompile(`(?m)^Root hash:\s*([0-9a-f]+)$`)
 
 // TestFormatVeritysetup: for sizes that make 0 to 3 levels, and a last
-// block cut short, Format writes the bytes veritysetup format writes with
-// the same salt, UUID and hash offset (superblock, tree, padding), the
-// same root hash, and veritysetup verify accepts the file; Verify agrees.
+// block cut short, with data blocks of 4096 and of 512 bytes, Format
+// writes the bytes veritysetup format writes with the same salt, UUID and
+// hash offset (superblock, tree, padding), the same root hash, and
+// veritysetup verify accepts the file; Verify and CheckLayout agree.
 func TestFormatVeritysetup(t *testing.T) {
 	bin := veritysetup(t)
 	dir := t.TempDir()
-	for _, size := range []int{
-		1, BlockSize, 2 * BlockSize, 5000,
-		hashesPerBlock * BlockSize, (hashesPerBlock + 1) * BlockSize,
-		hashesPerBlock * hashesPerBlock * BlockSize, (hashesPerBlock*hashesPerBlock + 3) * BlockSize,
-		(batch*3+7)*BlockSize + 100,
+	for _, c := range []struct{ size, dbs int }{
+		{1, 4096}, {BlockSize, 4096}, {2 * BlockSize, 4096}, {5000, 4096},
+		{hashesPerBlock * BlockSize, 4096}, {(hashesPerBlock + 1) * BlockSize, 4096},
+		{hashesPerBlock * hashesPerBlock * BlockSize, 4096}, {(hashesPerBlock*hashesPerBlock + 3) * BlockSize, 4096},
+		{(batch*3+7)*BlockSize + 100, 4096},
+		{512, 512}, {64512, 512}, {hashesPerBlock * 512, 512}, {(hashesPerBlock + 1) * 512, 512},
+		{(batch*9 + 5) * 1024, 1024}, {3 * 2048, 2048},
 	} {
-		t.Run(fmt.Sprint(size), func(t *testing.T) {
-			ours := writeData(t, dir, fmt.Sprintf("ours-%d", size), size, uint64(size))
-			theirs := writeData(t, dir, fmt.Sprintf("theirs-%d", size), size, uint64(size))
-			m := formatFile(t, ours, int64(size))
-			n := dataBlocks(int64(size))
-			if m.HashOffset != n*BlockSize {
+		size, dbs := c.size, c.dbs
+		t.Run(fmt.Sprintf("%d/%d", size, dbs), func(t *testing.T) {
+			ours := writeData(t, dir, fmt.Sprintf("ours-%d-%d", size, dbs), size, uint64(size))
+			theirs := writeData(t, dir, fmt.Sprintf("theirs-%d-%d", size, dbs), size, uint64(size))
+			// Bytes past the data are not hashed: Format drops them.
+			if f, err := os.OpenFile(ours, os.O_WRONLY|os.O_APPEND, 0); err == nil {
+				f.Write([]byte("not data"))
+				f.Close()
+			}
+			m := formatFile(t, ours, int64(size), dbs)
+			n := dataBlocks(int64(size), dbs)
+			if m.HashOffset != uint64(hashOffset(int64(size))) || m.HashOffset%BlockSize != 0 || m.HashOffset < n*uint64(dbs) {
 				t.Fatalf("hash offset %d for %d bytes", m.HashOffset, size)
 			}
 			got, err := os.ReadFile(ours)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if want := int64(m.HashOffset) + TreeSize(int64(size)); int64(len(got)) != want {
+			if want := int64(m.HashOffset) + TreeSize(int64(size), dbs); int64(len(got)) != want {
 				t.Fatalf("file is %d bytes after Format, TreeSize says %d", len(got), want)
 			}
 			sb := got[m.HashOffset:]
@@ -88,7 +97,7 @@ func TestFormatVeritysetup(t *testing.T) {
 			if err := os.Truncate(theirs, int64(m.HashOffset)); err != nil {
 				t.Fatal(err)
 			}
-			out, err := exec.Command(bin, "format", "--salt="+strings.Repeat("00", 32), "--uuid="+uuid,
+			out, err := exec.Command(bin, "format", "--salt="+strings.Repeat("00", 32), "--uuid="+uuid, fmt.Sprintf("--data-block-size=%d", dbs),
 				fmt.Sprintf("--hash-offset=%d", m.HashOffset), fmt.Sprintf("--data-blocks=%d", n), theirs, theirs).CombinedOutput()
 			if err != nil {
 				t.Fatalf("veritysetup format: %v\n%s", err, out)
@@ -113,6 +122,9 @@ func TestFormatVeritysetup(t *testing.T) {
 			if err := Verify(bytes.NewReader(got), m); err != nil {
 				t.Errorf("Verify: %v", err)
 			}
+			if err := CheckLayout(bytes.NewReader(got), int64(len(got)), int64(size), dbs, m); err != nil {
+				t.Errorf("CheckLayout: %v", err)
+			}
 		})
 	}
 }
@@ -134,7 +146,7 @@ func TestVerifyDamage(t *testing.T) {
 	dir := t.TempDir()
 	size := (hashesPerBlock*hashesPerBlock + 5) * BlockSize // three levels
 	p := writeData(t, dir, "data", size, 7)
-	m := formatFile(t, p, int64(size))
+	m := formatFile(t, p, int64(size), BlockSize)
 	good, err := os.ReadFile(p)
 	if err != nil {
 		t.Fatal(err)
@@ -142,7 +154,7 @@ func TestVerifyDamage(t *testing.T) {
 	if err := Verify(bytes.NewReader(good), m); err != nil {
 		t.Fatalf("Verify of the good file: %v", err)
 	}
-	ls := levels(dataBlocks(int64(size)))
+	ls := levels(dataBlocks(int64(size), BlockSize))
 	start := layout(ls)
 	tree := int(m.HashOffset) + BlockSize
 	for _, c := range []struct {
@@ -185,6 +197,46 @@ func TestVerifyDamage(t *testing.T) {
 	}
 }
 
+// TestCheckLayout: the cheap check refuses a sidecar whose root hash is
+// not the tree's, a damaged top level, another size or block size, and a
+// superblock without a UUID (containerd's reader refuses it).
+func TestCheckLayout(t *testing.T) {
+	dir := t.TempDir()
+	for _, size := range []int{BlockSize, 300 * BlockSize} { // no tree; two levels
+		p := writeData(t, dir, fmt.Sprint(size), size, 3)
+		m := formatFile(t, p, int64(size), BlockSize)
+		good, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check := func(b []byte, data int64, dbs int, m Metadata) error {
+			return CheckLayout(bytes.NewReader(b), int64(len(b)), data, dbs, m)
+		}
+		if err := check(good, int64(size), BlockSize, m); err != nil {
+			t.Fatalf("%d bytes: %v", size, err)
+		}
+		top := 0 // the data block, with no tree
+		if size > BlockSize {
+			top = int(m.HashOffset) + BlockSize
+		}
+		damaged := bytes.Clone(good)
+		damaged[top+9] ^= 1
+		noUUID := bytes.Clone(good)
+		copy(noUUID[m.HashOffset+16:m.HashOffset+32], make([]byte, 16))
+		for name, err := range map[string]error{
+			"wrong root hash":  check(good, int64(size), BlockSize, Metadata{RootHash: strings.Repeat("ab", 32), HashOffset: m.HashOffset}),
+			"damaged top":      check(damaged, int64(size), BlockSize, m),
+			"other data size":  check(good, int64(size)-BlockSize, BlockSize, m),
+			"other block size": check(good, int64(size), 512, m),
+			"no UUID":          check(noUUID, int64(size), BlockSize, m),
+		} {
+			if err == nil {
+				t.Errorf("%d bytes, %s: no error", size, name)
+			}
+		}
+	}
+}
+
 func TestSidecar(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "x.erofs")
 	m := Metadata{RootHash: strings.Repeat("0f", 32), HashOffset: 8192}
@@ -214,8 +266,8 @@ func TestSidecar(t *testing.T) {
 	}
 }
 
-// FuzzVerify: whatever the file and sidecar, Verify returns (no panic, no
-// allocation beyond its buffers), and accepts only what Format wrote.
+// FuzzVerify: whatever the file and sidecar, Verify and CheckLayout return
+// an error or nil, without panicking or reading without end.
 func FuzzVerify(f *testing.F) {
 	dir := f.TempDir()
 	for _, size := range []int{BlockSize, 3 * BlockSize} {
@@ -227,7 +279,7 @@ func FuzzVerify(f *testing.F) {
 		if err != nil {
 			f.Fatal(err)
 		}
-		m, err := Format(fh, int64(size))
+		m, err := Format(fh, int64(size), BlockSize)
 		fh.Close()
 		if err != nil {
 			f.Fatal(err)
@@ -239,7 +291,11 @@ func FuzzVerify(f *testing.F) {
 		if len(b) > 1<<20 {
 			return
 		}
-		_ = Verify(bytes.NewReader(b), Metadata{RootHash: root, HashOffset: off})
+		m := Metadata{RootHash: root, HashOffset: off}
+		_ = Verify(bytes.NewReader(b), m)
+		for _, dbs := range []int{512, BlockSize} {
+			_ = CheckLayout(bytes.NewReader(b), int64(len(b)), int64(off), dbs, m)
+		}
 	})
 }
 
@@ -261,7 +317,7 @@ func BenchmarkFormat(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		if _, err := Format(f, size); err != nil {
+		if _, err := Format(f, size, BlockSize); err != nil {
 			b.Fatal(err)
 		}
 		f.Close()
