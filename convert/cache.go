@@ -265,12 +265,12 @@ func (c *Converter) CacheImage(ctx context.Context, src v1.Image, srcDesc v1.Des
 		if len(fl.implied) > 0 {
 			rec = &lowerRecord{LowerChainID: lowerChain(i), Implied: fl.implied}
 		}
-		entry, err := j.finishEntry(fl, c.opt.CacheDMVerity)
+		entry, err := j.finishEntry(fl, c.opt.CacheDMVerity, !c.opt.CacheNoSync)
 		if err != nil {
 			return nil, fmt.Errorf("layer %s: %w", m.Layers[i].Digest, err)
 		}
 		c.place.Lock()
-		placed, err := placeEntry(fl.raw, out[i].Path, rec, entry.verity)
+		placed, err := placeEntry(fl.raw, out[i].Path, rec, entry.verity, !c.opt.CacheNoSync)
 		c.place.Unlock()
 		if err != nil {
 			return nil, fmt.Errorf("layer %s: cache entry %s: %w", m.Layers[i].Digest, out[i].Path, err)
@@ -343,9 +343,9 @@ func (c *Converter) CacheIndex(ctx context.Context, src v1.ImageIndex, srcDesc v
 // in the converter's temp directory, which cache keeps in the cache
 // directory) is linked into place; across filesystems it is copied into a
 // temp file beside dst first. A damaged entry (checkEntry) is replaced.
-// src is synced already (finishEntry); the directory is synced once the
-// entry is in it.
-func placeEntry(src, dst string, rec *lowerRecord, verity *dmverity.Metadata) (placed bool, err error) {
+// src is synced already (finishEntry); with durable, the directory is
+// synced once the entry is in it.
+func placeEntry(src, dst string, rec *lowerRecord, verity *dmverity.Metadata, durable bool) (placed bool, err error) {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return false, err
 	}
@@ -385,9 +385,15 @@ func placeEntry(src, dst string, rec *lowerRecord, verity *dmverity.Metadata) (p
 	case err != nil:
 		return false, err
 	}
+	sync := func() error {
+		if !durable {
+			return nil
+		}
+		return syncDir(filepath.Dir(dst))
+	}
 	if rec == nil {
 		os.Remove(dst + ".lower.json")
-		return true, syncDir(filepath.Dir(dst))
+		return true, sync()
 	}
 	raw, err := json.Marshal(rec)
 	if err == nil {
@@ -397,7 +403,7 @@ func placeEntry(src, dst string, rec *lowerRecord, verity *dmverity.Metadata) (p
 		err = os.Rename(dst+".lower.json.new", dst+".lower.json")
 	}
 	if err == nil {
-		err = syncDir(filepath.Dir(dst))
+		err = sync()
 	}
 	return true, err
 }
@@ -501,15 +507,15 @@ type finishedEntry struct {
 
 // finishEntry readies the job's converted layer to be placed, once for
 // every platform sharing the job: its dm-verity tree appended (verity),
-// and the file synced.
-func (j *layerJob) finishEntry(fl *fileLayer, verity bool) (finishedEntry, error) {
+// and the file synced (durable).
+func (j *layerJob) finishEntry(fl *fileLayer, verity, durable bool) (finishedEntry, error) {
 	j.entryOnce.Do(func() {
-		j.entry, j.entryErr = finishFile(fl.raw, fl.rawSize, verity)
+		j.entry, j.entryErr = finishFile(fl.raw, fl.rawSize, verity, durable)
 	})
 	return j.entry, j.entryErr
 }
 
-func finishFile(p string, size int64, verity bool) (e finishedEntry, err error) {
+func finishFile(p string, size int64, verity, durable bool) (e finishedEntry, err error) {
 	f, err := os.OpenFile(p, os.O_RDWR, 0)
 	if err != nil {
 		return e, err
@@ -534,5 +540,8 @@ func finishFile(p string, size int64, verity bool) (e finishedEntry, err error) 
 			e.size = st.Size()
 		}
 	}
-	return e, f.Sync()
+	if durable {
+		err = f.Sync()
+	}
+	return e, err
 }

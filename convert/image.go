@@ -62,6 +62,9 @@ type ImageOptions struct {
 	// containerd's dmverity_mode wants; an entry without a sidecar is made
 	// again.
 	CacheDMVerity bool
+	// CacheNoSync leaves CacheImage's entries unsynced: for a cache
+	// directory that is scratch space (the mirror's), not a node's.
+	CacheNoSync bool
 }
 
 // Stage is where a layer is.
