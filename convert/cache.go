@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ocierofs/ocierofs/convert/dmverity"
+	"github.com/ocierofs/ocierofs/convert/internal/atomicfile"
 	"github.com/ocierofs/ocierofs/erofs"
 )
 
@@ -373,7 +374,7 @@ func placeEntry(src, dst string, rec *lowerRecord, verity *dmverity.Metadata, du
 	err = os.Link(src, dst)
 	if errors.Is(err, unix.EXDEV) {
 		var tmp string
-		if tmp, err = copyTemp(src, filepath.Dir(dst), ".tmp-"+filepath.Base(dst)+"-"); err != nil {
+		if tmp, err = copyTemp(src, filepath.Dir(dst), filepath.Base(dst)); err != nil {
 			return false, err
 		}
 		err = os.Link(tmp, dst)
@@ -397,10 +398,7 @@ func placeEntry(src, dst string, rec *lowerRecord, verity *dmverity.Metadata, du
 	}
 	raw, err := json.Marshal(rec)
 	if err == nil {
-		err = os.WriteFile(dst+".lower.json.new", raw, 0o644)
-	}
-	if err == nil {
-		err = os.Rename(dst+".lower.json.new", dst+".lower.json")
+		err = atomicfile.WriteFile(dst+".lower.json", raw)
 	}
 	if err == nil {
 		err = sync()
@@ -422,32 +420,18 @@ func syncDir(dir string) error {
 	return err
 }
 
-// copyTemp copies src into a new temp file in dir, synced, and returns its
-// name.
-func copyTemp(src, dir, pattern string) (string, error) {
-	tmp, err := os.CreateTemp(dir, pattern)
-	if err != nil {
-		return "", err
-	}
-	in, err := os.Open(src)
-	if err == nil {
-		_, err = io.Copy(tmp, in)
-		in.Close()
-	}
-	if err == nil {
-		err = tmp.Chmod(0o644)
-	}
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
-		return "", err
-	}
-	return tmp.Name(), nil
+// copyTemp copies src into a new temp file in dir for the file named name,
+// synced, and returns its path.
+func copyTemp(src, dir, name string) (string, error) {
+	return atomicfile.WriteTemp(dir, name, func(f *os.File) error {
+		in, err := os.Open(src)
+		if err != nil {
+			return err
+		}
+		defer in.Close()
+		_, err = io.Copy(f, in)
+		return err
+	})
 }
 
 // LockCache takes the lock of the cache directory dir (made if missing),
@@ -481,8 +465,9 @@ func LockCache(ctx context.Context, dir string, wait func()) (unlock func(), err
 		f.Close()
 		return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
 	}
-	// Copies into place across filesystems, and lower records, that a
-	// killed run left half written.
+	// Copies into place across filesystems, lower records and sidecars
+	// that a killed run left half written (atomicfile's temp files; lower
+	// records of earlier versions were written as *.new).
 	left, _ := filepath.Glob(filepath.Join(dir, "*", "*", ".tmp-*"))
 	more, _ := filepath.Glob(filepath.Join(dir, "*", "*", "*.lower.json.new"))
 	for _, p := range append(left, more...) {

@@ -33,7 +33,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
+
+	"github.com/ocierofs/ocierofs/convert/internal/atomicfile"
 )
 
 const (
@@ -380,33 +381,11 @@ func ReadSidecar(p string) (Metadata, error) {
 }
 
 // WriteSidecar writes the sidecar of the blob at p, whole or not at all
-// (a temp file, synced, renamed into place; the caller syncs the
-// directory).
+// (synced; the caller syncs the directory).
 func WriteSidecar(p string, m Metadata) error {
 	raw, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return err
 	}
-	dst := SidecarPath(p)
-	tmp, err := os.CreateTemp(filepath.Dir(dst), ".tmp-"+filepath.Base(dst)+"-")
-	if err != nil {
-		return err
-	}
-	_, err = tmp.Write(append(raw, '\n'))
-	if err == nil {
-		err = tmp.Chmod(0o644)
-	}
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), dst)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
-	}
-	return err
+	return atomicfile.WriteFile(SidecarPath(p), append(raw, '\n'))
 }
