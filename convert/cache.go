@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -298,40 +297,23 @@ func (c *Converter) CacheImage(ctx context.Context, src v1.Image, srcDesc v1.Des
 // CacheIndex runs CacheImage for the selected platforms of an index (and
 // of the indexes nested in it).
 func (c *Converter) CacheIndex(ctx context.Context, src v1.ImageIndex, srcDesc v1.Descriptor, dir string) ([]CacheLayer, error) {
-	sel, err := c.platformManifests(src, srcDesc)
+	_, results, err := eachEntry(c, src, srcDesc,
+		func(img v1.Image, e indexEntry) ([]CacheLayer, error) {
+			ls, err := c.CacheImage(ctx, img, e.desc, dir)
+			for j := range ls {
+				ls[j].Platform = platformString(e.platform)
+			}
+			return ls, err
+		},
+		func(nested v1.ImageIndex, e indexEntry) ([]CacheLayer, error) {
+			return c.CacheIndex(ctx, nested, e.desc, dir)
+		})
 	if err != nil {
 		return nil, err
 	}
-	results := make([][]CacheLayer, len(sel))
-	errs := make([]error, len(sel))
-	var wg sync.WaitGroup
-	for i, e := range sel {
-		if e.nested != nil {
-			wg.Go(func() { results[i], errs[i] = c.CacheIndex(ctx, e.nested, e.desc, dir) })
-			continue
-		}
-		img, err := src.Image(e.desc.Digest)
-		if err != nil {
-			wg.Wait()
-			return nil, fmt.Errorf("manifest %s: %w", e.desc.Digest, err)
-		}
-		wg.Go(func() {
-			results[i], errs[i] = c.CacheImage(ctx, img, e.desc, dir)
-			for j := range results[i] {
-				results[i][j].Platform = platformString(e.platform)
-			}
-		})
-	}
-	wg.Wait()
 	var all []CacheLayer
-	for i, e := range sel {
-		if errs[i] != nil {
-			if e.nested != nil {
-				return nil, errs[i]
-			}
-			return nil, fmt.Errorf("%s: %w", platformString(e.platform), errs[i])
-		}
-		all = append(all, results[i]...)
+	for _, ls := range results {
+		all = append(all, ls...)
 	}
 	return all, nil
 }

@@ -696,45 +696,28 @@ func (c *Converter) Index(ctx context.Context, src v1.ImageIndex, srcDesc v1.Des
 		img v1.Image
 		idx v1.ImageIndex
 		rep *IndexReport
-		err error
 	}
-	sel, err := c.platformManifests(src, srcDesc)
-	if err != nil {
-		return nil, nil, err
-	}
-	results := make([]result, len(sel))
-	var wg sync.WaitGroup
-	for i, e := range sel {
-		r := &results[i]
-		if e.nested != nil {
-			wg.Go(func() { r.idx, r.rep, r.err = c.Index(ctx, e.nested, e.desc) })
-			continue
-		}
-		img, err := src.Image(e.desc.Digest)
-		if err != nil {
-			wg.Wait()
-			return nil, nil, fmt.Errorf("manifest %s: %w", e.desc.Digest, err)
-		}
-		wg.Go(func() {
+	sel, results, err := eachEntry(c, src, srcDesc,
+		func(img v1.Image, e indexEntry) (r result, err error) {
 			var ir *ImageReport
-			r.img, ir, r.err = c.Image(ctx, img, e.desc)
+			r.img, ir, err = c.Image(ctx, img, e.desc)
 			if ir != nil {
 				ir.Platform = platformString(e.platform)
 				r.rep = &IndexReport{Images: []*ImageReport{ir}}
 			}
+			return r, err
+		},
+		func(nested v1.ImageIndex, e indexEntry) (r result, err error) {
+			r.idx, r.rep, err = c.Index(ctx, nested, e.desc)
+			return r, err
 		})
+	if err != nil {
+		return nil, nil, err
 	}
-	wg.Wait()
 	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
 	rep := &IndexReport{}
 	for i, e := range sel {
 		d := e.desc
-		if results[i].err != nil {
-			if e.nested != nil {
-				return nil, nil, results[i].err
-			}
-			return nil, nil, fmt.Errorf("%s: %w", platformString(e.platform), results[i].err)
-		}
 		out := v1.Descriptor{Annotations: map[string]string{}}
 		if d.Platform != nil {
 			p := *d.Platform
@@ -767,6 +750,44 @@ func (c *Converter) Index(ctx context.Context, src v1.ImageIndex, srcDesc v1.Des
 	}
 	rep.Digest = dg.String()
 	return idx, rep, nil
+}
+
+// eachEntry runs image on each image of src that the selected platforms
+// take, and nested on each nested index holding such images, all at once,
+// and returns their results in the index's order; the first error (in
+// that order) is returned, naming the platform of an image's.
+func eachEntry[R any](c *Converter, src v1.ImageIndex, srcDesc v1.Descriptor,
+	image func(v1.Image, indexEntry) (R, error), nested func(v1.ImageIndex, indexEntry) (R, error)) ([]indexEntry, []R, error) {
+	sel, err := c.platformManifests(src, srcDesc)
+	if err != nil {
+		return nil, nil, err
+	}
+	results := make([]R, len(sel))
+	errs := make([]error, len(sel))
+	var wg sync.WaitGroup
+	for i, e := range sel {
+		if e.nested != nil {
+			wg.Go(func() { results[i], errs[i] = nested(e.nested, e) })
+			continue
+		}
+		img, err := src.Image(e.desc.Digest)
+		if err != nil {
+			wg.Wait()
+			return nil, nil, fmt.Errorf("manifest %s: %w", e.desc.Digest, err)
+		}
+		wg.Go(func() { results[i], errs[i] = image(img, e) })
+	}
+	wg.Wait()
+	for i, e := range sel {
+		switch {
+		case errs[i] == nil:
+		case e.nested != nil:
+			return nil, nil, errs[i]
+		default:
+			return nil, nil, fmt.Errorf("%s: %w", platformString(e.platform), errs[i])
+		}
+	}
+	return sel, results, nil
 }
 
 // indexEntry is a manifest of an index that the selected platforms take:
