@@ -153,7 +153,9 @@ func (l *tarLayer) addEntry(hdr *tar.Header, data io.Reader) error {
 		}
 		l.entries++
 		l.ops.add(opWhiteout, target, nil)
-		e.Mode = erofs.S_IFCHR | e.Mode&0o7777
+		// No permission bits, as mkfs.erofs --aufs writes it and
+		// containerd's and docker's appliers make it (mknod(S_IFCHR, 0)).
+		e.Mode = erofs.S_IFCHR
 		// A whiteout is a marker: the .wh. entry's xattrs do not carry over.
 		e.Xattrs = nil
 		return l.b.Add(e, nil)

@@ -60,8 +60,11 @@ func FeatureNames(compat, incompat uint32) []string {
 }
 
 // MinKernel is the oldest Linux version that mounts an image with these
-// superblock fields: the newest of its features, 6.4 for blocks smaller
-// than 4 KiB, and 5.4 (EROFS out of staging) at least.
+// superblock fields: the newest of its incompatible features (a kernel
+// mounts an image whatever compatible features it does not know, the
+// superblock checksum among them), 6.4 for blocks other than 4 KiB, and
+// 5.4 (EROFS out of staging) at least. Blocks larger than 4 KiB also need
+// pages at least as large, which x86 has not; the result says so.
 func MinKernel(s SuperInfo) string {
 	k := [2]int{5, 4}
 	newer := func(v [2]int) {
@@ -70,15 +73,11 @@ func MinKernel(s SuperInfo) string {
 		}
 	}
 	for _, f := range features {
-		w := s.FeatureCompat
-		if f.incompat {
-			w = s.FeatureIncompat
-		}
-		if w&f.bit != 0 {
+		if f.incompat && s.FeatureIncompat&f.bit != 0 {
 			newer(f.kernel)
 		}
 	}
-	if s.BlockSize < 4096 {
+	if s.BlockSize != 4096 {
 		newer([2]int{6, 4})
 	}
 	if s.FeatureIncompat&FeatureIncompatComprCfgs != 0 {
@@ -88,6 +87,9 @@ func MinKernel(s SuperInfo) string {
 				newer(k.kernel)
 			}
 		}
+	}
+	if s.BlockSize > 4096 {
+		return fmt.Sprintf("%d.%d, with pages of %d KiB or more", k[0], k[1], s.BlockSize>>10)
 	}
 	return fmt.Sprintf("%d.%d", k[0], k[1])
 }

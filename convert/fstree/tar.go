@@ -54,8 +54,10 @@ type TarOptions struct {
 //   - Xattrs come from PAX records SCHILY.xattr.NAME (raw value) and
 //     LIBARCHIVE.xattr.NAME (URL-encoded name, base64 value); SCHILY wins.
 //   - With overlay whiteouts, DIR/.wh..wh..opq sets trusted.overlay.opaque=y
-//     on DIR; DIR/.wh.NAME becomes a char device 0:0 DIR/NAME with the
-//     entry's permission bits, uid, gid and mtime (no xattrs); other
+//     on DIR; DIR/.wh.NAME becomes a char device 0:0 DIR/NAME with no
+//     permission bits, as mkfs.erofs and containerd's and docker's appliers
+//     make it (mknod(S_IFCHR, 0)), and the entry's uid, gid and mtime (no
+//     xattrs); other
 //     .wh..wh.* names are dropped; and every directory that in the end holds
 //     such a whiteout device gets an empty trusted.overlay.origin. These
 //     xattrs are set after the whole stream is read, so entry order does
@@ -175,7 +177,7 @@ func (b *tarBuilder) entry(hdr *tar.Header, r io.Reader, overlay bool) error {
 			}
 			n := &Node{
 				Path:     joinPath(dir, name),
-				Mode:     S_IFCHR | uint32(hdr.Mode)&permMask,
+				Mode:     S_IFCHR,
 				Mtime:    hdr.ModTime,
 				whiteout: true,
 			}

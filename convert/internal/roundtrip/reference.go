@@ -42,7 +42,8 @@ func Shorten(b []byte) string {
 }
 
 // MapWhiteouts turns an extracted OCI layer at root into its overlayfs
-// form: .wh.NAME becomes a char device 0:0 NAME with the .wh. entry's mode,
+// form: .wh.NAME becomes a char device 0:0 NAME without permission bits
+// (as containerd's and docker's appliers mknod it), with the .wh. entry's
 // owner and mtime; .wh..wh..opq becomes trusted.overlay.opaque=y on its
 // directory; other .wh..wh.* names go; a directory holding a whiteout
 // device gets an empty trusted.overlay.origin. The mtimes of directories
@@ -85,9 +86,9 @@ func MapWhiteouts(t testing.TB, root string, want *fstree.Tree) {
 			if _, err := os.Lstat(dev); err == nil {
 				t.Fatalf("MapWhiteouts: %s and its whiteout were both extracted: the extraction is no reference for this tar", dev)
 			}
-			Must(t, unix.Mknod(dev, unix.S_IFCHR|0o600, 0))
+			Must(t, unix.Mknod(dev, unix.S_IFCHR, 0))
 			Must(t, unix.Lchown(dev, int(st.Uid), int(st.Gid)))
-			Must(t, unix.Chmod(dev, st.Mode&0o7777))
+			Must(t, unix.Chmod(dev, 0)) // mknod's mode is masked by the umask only
 			Must(t, unix.UtimesNanoAt(unix.AT_FDCWD, dev, []unix.Timespec{st.Mtim, st.Mtim}, unix.AT_SYMLINK_NOFOLLOW))
 			origin[dir] = true
 		}
