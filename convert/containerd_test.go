@@ -362,10 +362,10 @@ func TestContainerdLayerContentCache(t *testing.T) {
 	c.requireNoMkfs(t)
 
 	// With --dmverity each entry has a tree and a sidecar. containerd
-	// copies the sidecar beside its snapshot and opens the entry through
-	// dm-verity with the root hash in it, where the kernel has dm-verity
-	// (dmverity_mode "on" requires it); elsewhere its default ("auto")
-	// refuses to mount an entry that has a sidecar.
+	// opens the entry in the cache, at each mount, through dm-verity with
+	// the root hash of the sidecar beside it, where the kernel has
+	// dm-verity (dmverity_mode "on" requires it); elsewhere its default
+	// ("auto") refuses to mount an entry that has a sidecar.
 	vdir := filepath.Join(t.TempDir(), "layer-cache-dmverity")
 	out = runOcierofs(t, bin, "cache", "--plain-http", "--dmverity", "-o", "json", srcRef.String(), vdir)
 	rep = cacheReport{}

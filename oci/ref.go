@@ -3,8 +3,8 @@
 // layouts ("oci:DIR[:TAG]") and docker-archive tarballs
 // ("docker-archive:FILE"). It knows images and blobs, not filesystems.
 //
-//	src, err := oci.ParseRef("alpine")           // index.docker.io/library/alpine:latest
-//	desc, err := oci.Get(ctx, src, oci.Remote{})  // an index or a manifest
+//	src, err := oci.ParseRef("alpine", false)    // index.docker.io/library/alpine:latest (TLS)
+//	art, err := oci.Get(ctx, src, oci.Remote{})  // an index or a manifest
 package oci
 
 import (

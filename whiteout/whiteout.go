@@ -10,8 +10,9 @@
 // directory it does not merge.
 //
 //	t := whiteout.NewTranslator(whiteout.Overlay)
-//	switch k, target := t.Classify(name); k { … }
-//	for _, x := range t.DirXattrs() { b.SetXattr(x.Dir, x.Name, x.Value) }
+//	k, target, err := t.Classify(name) // Plain, Whiteout (of target), Opaque (target), Drop
+//	…
+//	for _, x := range t.DirXattrs(nil) { b.SetXattr(x.Dir, x.Name, x.Value) }
 package whiteout
 
 import (

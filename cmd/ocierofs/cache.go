@@ -31,7 +31,7 @@ var cacheCommand = &cli.Command{
 		"root hash, which containerd's snapshotter opens it with (dmverity_mode): only for\n" +
 		"nodes whose kernel has dm-verity: containerd fails to mount an entry with a\n" +
 		"sidecar where the kernel has none.",
-	Flags: slices.Concat(options.ErofsFlags(), options.NodePlatform(options.SourceFlags()), []cli.Flag{
+	Flags: slices.Concat(options.ErofsFlags(), options.CacheFlags(options.SourceFlags()), []cli.Flag{
 		&cli.BoolFlag{Name: "dmverity", Usage: "append a dm-verity hash tree to each entry and write its .dmverity sidecar, for containerd's dmverity_mode (entries without one are made again)"},
 	}),
 	Action: func(c *cli.Context) error {

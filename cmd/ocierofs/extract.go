@@ -222,10 +222,8 @@ func (x *extractor) file(p, dst string, ino *erofs.Inode) error {
 		if _, err := r.ReadAt(b, off); err != nil && !(err == io.EOF && off+int64(n) == ino.Size) {
 			return fmt.Errorf("%s: %w", p, err)
 		}
-		if !allZero(b) {
-			if _, err := w.WriteAt(b, off); err != nil {
-				return err
-			}
+		if err := writeData(w, b, off); err != nil {
+			return err
 		}
 		off += int64(n)
 	}
@@ -238,6 +236,35 @@ func (x *extractor) file(p, dst string, ino *erofs.Inode) error {
 var zeros = make([]byte, 128<<10)
 
 func allZero(b []byte) bool { return bytes.Equal(b, zeros[:len(b)]) }
+
+// holeGrain is the smallest run of zeros writeData leaves as a hole: a
+// filesystem's block.
+const holeGrain = 4096
+
+// writeData writes b at off, but for its runs of holeGrain zeros (counted
+// from off), which stay holes: the zeros a read finds at the start of a
+// hole, or between two pieces of data.
+func writeData(w io.WriterAt, b []byte, off int64) error {
+	start := -1 // of the data not written yet
+	flush := func(end int) error {
+		if start < 0 {
+			return nil
+		}
+		_, err := w.WriteAt(b[start:end], off+int64(start))
+		start = -1
+		return err
+	}
+	for i := 0; i < len(b); i += holeGrain {
+		if allZero(b[i:min(i+holeGrain, len(b))]) {
+			if err := flush(i); err != nil {
+				return err
+			}
+		} else if start < 0 {
+			start = i
+		}
+	}
+	return flush(len(b))
+}
 
 // restoreMeta sets owner and xattrs. chown comes before the chmod that
 // follows it because chown clears setuid and setgid.

@@ -11,7 +11,8 @@
 //	cfg, _ := mirror.LoadConfig("mirror.conf") // registry, rules, nats, queue
 //	cfg.SetDefaults()
 //	q, _ := mirror.OpenQueue(ctx, cfg, log.Printf) // embedded NATS unless cfg.NATS.URL
-//	twins := &mirror.Twins{Registry: cfg.Registry, Suffix: cfg.Suffix, Remote: cfg.Remote(), Cache: q.LayerCache()}
+//	twins := &mirror.Twins{Registry: cfg.Registry, PlainHTTP: cfg.PlainHTTP, Suffix: cfg.Suffix,
+//		Remote: cfg.Remote(), Options: opt /* convert.ImageOptions */, Cache: q.LayerCache()}
 //	go (&mirror.Worker{Queue: q, Twins: twins}).Run(ctx)
 //	http.ListenAndServe(cfg.Listen, mirror.NewServer(cfg, q, mirror.NewMetrics(q.Depth), log.Printf).Handler())
 package mirror

@@ -41,17 +41,29 @@ func ConvertFlags() []cli.Flag {
 // it: what containerd pulls on this node by default.
 func HostPlatform() string { return runtime.GOOS + "/" + runtime.GOARCH }
 
-// NodePlatform makes --platform of flags (SourceFlags) default to
-// HostPlatform: for commands that prepare this node.
-func NodePlatform(flags []cli.Flag) []cli.Flag {
+// CacheFlags adapts flags (SourceFlags) to cache, which prepares this
+// node: --platform defaults to HostPlatform, and --output and --tmpdir say
+// what they are there.
+func CacheFlags(flags []cli.Flag) []cli.Flag {
 	out := slices.Clone(flags)
 	for i, f := range out {
-		if sf, ok := f.(*cli.StringFlag); ok && sf.Name == "platform" {
-			c := *sf
+		sf, ok := f.(*cli.StringFlag)
+		if !ok {
+			continue
+		}
+		c := *sf
+		switch sf.Name {
+		case "platform":
 			c.Value = HostPlatform()
 			c.Usage = "platforms of an index to take: this node's (as containerd pulls), all, or a list like linux/amd64,linux/arm64/v8"
-			out[i] = &c
+		case "output":
+			c.Usage = "text or json (each layer's entry, size, dm-verity root hash, seconds on stdout)"
+		case "tmpdir":
+			c.Usage = "where layers are converted before they are linked into DIR (default: DIR itself, where linking copies nothing)"
+		default:
+			continue
 		}
+		out[i] = &c
 	}
 	return out
 }
@@ -136,7 +148,7 @@ func Conversion(c *cli.Context) (opt convert.ImageOptions, rem oci.Remote, done 
 // images.
 func ErofsFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.IntFlag{Name: "block-size", Aliases: []string{"b"}, Value: 4096, Usage: "block size: 512…65536, a power of two (kernels before 6.4 need the page size)"},
+		&cli.IntFlag{Name: "block-size", Aliases: []string{"b"}, Value: 4096, Usage: "block size: 512…65536, a power of two (kernels before 6.4 mount 4096 only, and none mounts blocks larger than its pages)"},
 		&cli.StringFlag{Name: "uuid", Aliases: []string{"U"}, Usage: "superblock UUID (default: derived from the diffID as containerd does; given, the diffID is not computed)"},
 		&cli.StringFlag{Name: "build-time", Aliases: []string{"T"}, EnvVars: []string{"SOURCE_DATE_EPOCH"}, Usage: "build time in Unix seconds: recorded in the superblock, and the mtime of implied directories"},
 		&cli.StringFlag{Name: "label", Aliases: []string{"L"}, Usage: "volume label (at most 15 bytes)"},
