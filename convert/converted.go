@@ -3,6 +3,8 @@ package convert
 import (
 	"encoding/json"
 
+	"github.com/google/go-containerregistry/pkg/v1/types"
+
 	"github.com/ocierofs/ocierofs/oci"
 )
 
@@ -20,16 +22,26 @@ func Converted(a *oci.Artifact) string {
 	if err != nil {
 		return ""
 	}
-	if s := SourceAnnotation(raw); s != "" {
+	return ConvertedManifest(raw)
+}
+
+// ConvertedManifest is Converted of a raw manifest or index.
+func ConvertedManifest(raw []byte) string {
+	var m struct {
+		Annotations map[string]string `json:"annotations"`
+		Layers      []struct {
+			MediaType types.MediaType `json:"mediaType"`
+		} `json:"layers"`
+	}
+	if json.Unmarshal(raw, &m) != nil {
+		return ""
+	}
+	if s := m.Annotations[AnnotationSourceManifest]; s != "" {
 		return "a converted image (its " + AnnotationSourceManifest + " is " + s + ")"
 	}
-	if a.Image != nil {
-		if m, err := a.Image.Manifest(); err == nil {
-			for _, l := range m.Layers {
-				if IsEROFS(l.MediaType) {
-					return "an image with EROFS layers already"
-				}
-			}
+	for _, l := range m.Layers {
+		if IsEROFS(l.MediaType) {
+			return "an image with EROFS layers already"
 		}
 	}
 	return ""

@@ -21,7 +21,8 @@ type SyncItem struct {
 	Tag        string `json:"tag"`
 	Digest     string `json:"digest,omitempty"`
 	Target     string `json:"target,omitempty"`
-	// Action: convert, up-to-date, or error.
+	// Action: convert, up-to-date, skip (a converted image: Detail says
+	// why), or error; prune for Orphans.
 	Action string `json:"action"`
 	// After a run: done, skipped, queued, duplicate or failed, and why.
 	Result  string  `json:"result,omitempty"`
@@ -172,8 +173,9 @@ func (s *Syncer) nameOpts() []name.Option {
 	return nil
 }
 
-// Plan resolves each item's digest and decides: convert, or up-to-date
-// (the twin's source annotation is the digest the tag has now).
+// Plan resolves each item's digest and decides: convert, up-to-date (the
+// twin's source annotation is the digest the tag has now), or skip (an
+// image ocierofs made, which a task would skip).
 func (s *Syncer) Plan(ctx context.Context, items []SyncItem) []SyncItem {
 	ropts := s.Config.Remote().Options(ctx)
 	for i := range items {
@@ -189,12 +191,16 @@ func (s *Syncer) Plan(ctx context.Context, items []SyncItem) []SyncItem {
 			continue
 		}
 		it.Target = dst.String()
-		d, err := remote.Head(src.Name, ropts...)
+		d, err := remote.Get(src.Name, ropts...)
 		if err != nil {
 			it.Action, it.Detail = "error", err.Error()
 			continue
 		}
 		it.Digest = d.Digest.String()
+		if why := convert.ConvertedManifest(d.Manifest); why != "" {
+			it.Action, it.Detail = "skip", why // as a task would be
+			continue
+		}
 		it.Action = "convert"
 		if td, err := remote.Get(dst.Name, ropts...); err == nil && convert.SourceAnnotation(td.Manifest) == it.Digest {
 			it.Action, it.Twin = "up-to-date", td.Digest.String()
