@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -57,6 +58,10 @@ func TestCLIChunks(t *testing.T) {
 	}
 	if fi, err := os.Stat(out("again.blob")); err != nil || fi.Size() != 0 {
 		t.Errorf("blob over a dictionary holding every chunk: %v bytes (%v), want 0", fi.Size(), err)
+	}
+	// inspect says where the data is: all on the dictionary's blob.
+	if o, _, _ := run(t, b, "inspect", out("again.erofs")); !regexp.MustCompile(`data on extra devices:\s+\d+ bytes \(device 2 [^:]*l\.blob: \d+\)`).MatchString(o) {
+		t.Errorf("inspect of a layer over a chunk dictionary does not say the data is on its blob:\n%s", o)
 	}
 
 	// One device per layer, in order: the blob of the first, the image

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
 	"io"
+	"maps"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -95,8 +98,21 @@ func inspect(out io.Writer, img *erofs.Image, name string) error {
 	if st.chunkRefs > 0 || st.holeBytes > 0 {
 		fmt.Fprintf(w, "chunks:\t%d references to %d distinct chunks (%d bytes shared, not stored again); %d bytes of holes\n", st.chunkRefs, st.chunks, st.chunkShared, st.holeBytes)
 	}
-	if st.extra > 0 {
-		fmt.Fprintf(w, "data on extra devices:\t%d bytes\n", st.extra)
+	if len(st.extra) > 0 {
+		// Per device: with a chunk dictionary, what the lower layers'
+		// blobs hold is not stored again in this layer's.
+		var total int64
+		var per []string
+		slots := img.Devices()
+		for _, d := range sortedKeys(st.extra) {
+			total += st.extra[d]
+			name := fmt.Sprintf("device %d", d)
+			if int(d) <= len(slots) && slots[d-1].Tag != "" {
+				name += " " + slots[d-1].Tag
+			}
+			per = append(per, fmt.Sprintf("%s: %d", name, st.extra[d]))
+		}
+		fmt.Fprintf(w, "data on extra devices:\t%d bytes (%s)\n", total, strings.Join(per, ", "))
 	}
 	if st.zShared > 0 {
 		fmt.Fprintf(w, "shared extents:\t%d extents use an earlier extent's pcluster (%d bytes not stored again)\n", st.zShared, st.zSharedBytes)
@@ -124,8 +140,9 @@ type stats struct {
 	// Chunk-based files: chunk references, the distinct chunks they point
 	// to, the bytes of the references to a chunk already counted (stored
 	// once, used again), holes; and the bytes on extra devices.
-	chunkRefs, chunks             int
-	chunkShared, holeBytes, extra int64
+	chunkRefs, chunks      int
+	chunkShared, holeBytes int64
+	extra                  map[uint16]int64 // by device
 	// Compressed extents that use a pcluster an earlier extent uses
 	// (extent dedupe), and their bytes.
 	zShared      int
@@ -162,7 +179,7 @@ func typeName(mode uint32) string {
 
 // imageStats walks the whole tree once, counting each inode once.
 func imageStats(img *erofs.Image) (*stats, error) {
-	st := &stats{byType: map[string]int{}, byLayout: map[string]int{}}
+	st := &stats{byType: map[string]int{}, byLayout: map[string]int{}, extra: map[uint16]int64{}}
 	seen := map[uint64]bool{}
 	type dataKey struct {
 		addr, size int64
@@ -269,7 +286,7 @@ func imageStats(img *erofs.Image) (*stats, error) {
 					case r.Device == 0:
 						st.dataBlockBytes += n
 					default:
-						st.extra += n
+						st.extra[r.Device] += n
 					}
 					st.chunkRefs++
 					if !chunks[k] {
@@ -292,13 +309,8 @@ func imageStats(img *erofs.Image) (*stats, error) {
 	return st, err
 }
 
-func sortedKeys(m map[string]int) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
+func sortedKeys[K cmp.Ordered, V any](m map[K]V) []K {
+	return slices.Sorted(maps.Keys(m))
 }
 
 var lsCommand = &cli.Command{
