@@ -372,7 +372,14 @@ func placeEntry(src, dst string, rec *lowerRecord, verity *dmverity.Metadata, du
 		if !durable {
 			return nil
 		}
-		return syncDir(filepath.Dir(dst))
+		// DIR/sha256/xx/entry: the entry's directory and those above it,
+		// which the first entry of its kind makes.
+		for d, i := filepath.Dir(dst), 0; i < 3; d, i = filepath.Dir(d), i+1 {
+			if err := syncDir(d); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	if rec == nil {
 		os.Remove(dst + ".lower.json")

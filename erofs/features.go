@@ -62,9 +62,11 @@ func FeatureNames(compat, incompat uint32) []string {
 // MinKernel is the oldest Linux version that mounts an image with these
 // superblock fields: the newest of its incompatible features (a kernel
 // mounts an image whatever compatible features it does not know, the
-// superblock checksum among them), 6.4 for blocks other than 4 KiB, and
-// 5.4 (EROFS out of staging) at least. Blocks larger than 4 KiB also need
-// pages at least as large, which x86 has not; the result says so.
+// superblock checksum among them), and 5.4 (EROFS out of staging) at
+// least. Kernels before 6.4 take blocks of their page size only, and none
+// takes blocks larger than its pages: for 4 KiB pages (x86, most arm64),
+// smaller blocks need 6.4; larger blocks need pages as large, which the
+// result says.
 func MinKernel(s SuperInfo) string {
 	k := [2]int{5, 4}
 	newer := func(v [2]int) {
@@ -77,7 +79,7 @@ func MinKernel(s SuperInfo) string {
 			newer(f.kernel)
 		}
 	}
-	if s.BlockSize != 4096 {
+	if s.BlockSize < 4096 {
 		newer([2]int{6, 4})
 	}
 	if s.FeatureIncompat&FeatureIncompatComprCfgs != 0 {
@@ -89,7 +91,7 @@ func MinKernel(s SuperInfo) string {
 		}
 	}
 	if s.BlockSize > 4096 {
-		return fmt.Sprintf("%d.%d, with pages of %d KiB or more", k[0], k[1], s.BlockSize>>10)
+		return fmt.Sprintf("%d.%d with pages of %d KiB (or larger, from 6.4)", k[0], k[1], s.BlockSize>>10)
 	}
 	return fmt.Sprintf("%d.%d", k[0], k[1])
 }

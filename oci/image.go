@@ -152,16 +152,26 @@ func getLayout(r Ref) (*Artifact, error) {
 		return nil, fmt.Errorf("%s: no image tagged %q in the layout", r, r.Tag)
 	case len(found) == 0:
 		return nil, fmt.Errorf("%s: the layout holds no image", r)
+	case len(found) > 1 && r.Tag != "":
+		return nil, fmt.Errorf("%s: the layout holds %d images tagged %q: oci:DIR:TAG cannot choose", r, len(found), r.Tag)
 	case len(found) > 1:
-		var names []string
+		var tags []string
+		untagged := 0
 		for _, d := range found {
 			if t := d.Annotations[refNameAnnotation]; t != "" {
-				names = append(names, t)
+				tags = append(tags, t)
 			} else {
-				names = append(names, d.Digest.String()+" (untagged)")
+				untagged++
 			}
 		}
-		return nil, fmt.Errorf("%s: the layout holds %d images (%s): name one with oci:DIR:TAG", r, len(found), strings.Join(names, ", "))
+		msg := fmt.Sprintf("%s: the layout holds %d images", r, len(found))
+		if len(tags) > 0 {
+			msg += fmt.Sprintf(" (tagged %s)", strings.Join(tags, ", "))
+		}
+		if untagged > 0 {
+			msg += fmt.Sprintf(", %d without a tag, which oci:DIR:TAG cannot name", untagged)
+		}
+		return nil, errors.New(msg + ": name one with oci:DIR:TAG")
 	}
 	d := found[0]
 	a := &Artifact{Ref: r, Descriptor: d}

@@ -279,7 +279,7 @@ func TestConvertCLILayoutTag(t *testing.T) {
 	}
 	// The layout holds two images now: a source without a tag names them.
 	out, err = runConvertCLI(t, "-q", "oci:"+dir)
-	if err == nil || !strings.Contains(out+err.Error(), "the layout holds 2 images (v1, v1-erofs): name one with oci:DIR:TAG") {
+	if err == nil || !strings.Contains(out+err.Error(), "the layout holds 2 images (tagged v1, v1-erofs): name one with oci:DIR:TAG") {
 		t.Errorf("second convert of oci:DIR: %v\n%s", err, out)
 	}
 }

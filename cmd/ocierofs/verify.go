@@ -36,7 +36,10 @@ var verifyCommand = &cli.Command{
 		}
 		src := c.Args().Get(1)
 		var want *fstree.Tree
-		opt := fstree.DiffOptions{IgnoreImpliedMtime: true}
+		// Whiteouts' permission bits mean nothing to overlayfs; images of
+		// mkfs.erofs have none, of other builders (and of ocierofs before
+		// it dropped them) the .wh. entry's.
+		opt := fstree.DiffOptions{IgnoreImpliedMtime: true, IgnoreWhiteoutPerm: true}
 		if fi, err := os.Stat(src); err == nil && fi.IsDir() {
 			want, err = fstree.FromDir(src)
 			if err != nil {

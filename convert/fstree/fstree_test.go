@@ -463,6 +463,17 @@ func TestDiffOptions(t *testing.T) {
 	if got := Diff(a, c, DiffOptions{IgnoreRootMeta: true}); len(got) != 3 || got[0] != ".: type dir != reg" {
 		t.Errorf("root type = %q", got)
 	}
+	// Whiteouts' permission bits, and only theirs.
+	wh := func(perm uint32) *Tree {
+		return testTree(&Node{Path: ".", Mode: S_IFDIR | 0o755},
+			&Node{Path: "gone", Mode: S_IFCHR | perm}, &Node{Path: "null", Mode: S_IFCHR | perm, Devmajor: 1, Devminor: 3})
+	}
+	if got := Diff(wh(0), wh(0o644), DiffOptions{IgnoreWhiteoutPerm: true}); len(got) != 1 || !strings.HasPrefix(got[0], "null: mode") {
+		t.Errorf("Diff with IgnoreWhiteoutPerm = %q, want null's mode alone", got)
+	}
+	if got := Diff(wh(0), wh(0o644), DiffOptions{}); len(got) != 2 {
+		t.Errorf("Diff of whiteout modes = %q", got)
+	}
 }
 
 func TestDiffLinks(t *testing.T) {

@@ -27,11 +27,11 @@ func NewMetrics(depth func(context.Context) (waiting, inProgress int, err error)
 		Registry: prometheus.NewRegistry(),
 		Events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ocierofs_mirror_events_total",
-			Help: "Pushed and deleted manifests reported by notifications, by what became of them (queued, duplicate, filtered, loop, untagged, invalid; prune for a delete).",
+			Help: "Pushed and deleted manifests reported by notifications, by what became of them (queued, duplicate, filtered, loop, untagged, invalid, unauthorized; prune for a delete).",
 		}, []string{"result"}),
 		Pruned: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ocierofs_mirror_pruned_total",
-			Help: "Twins whose source was deleted, deleted after the delete's notification (deleted), or not (failed).",
+			Help: "Twins whose source was deleted, after the delete's notification: deleted, kept (judged again just before: no orphan any more) or failed; unlisted counts repositories whose twins could not be listed.",
 		}, []string{"result"}),
 		Conversions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ocierofs_mirror_conversions_total",

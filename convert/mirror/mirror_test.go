@@ -79,7 +79,9 @@ func newHarness(t testing.TB, secret string, edit func(*mirror.Config)) *harness
 	h.q = q
 	must(t, q.WatchLostTasks(h.logf))
 	h.metrics = mirror.NewMetrics(q.Depth)
-	mh := mirror.NewServer(h.cfg, q, h.metrics, h.logf).Handler()
+	ms := mirror.NewServer(h.cfg, q, h.metrics, h.logf)
+	t.Cleanup(ms.Close) // before the queue's: a prune under way ends first
+	mh := ms.Handler()
 	handler.Store(&mh)
 	return h
 }

@@ -81,26 +81,34 @@ func (s *Syncer) orphansOf(ctx context.Context, rt repoTags) []SyncItem {
 			continue // not made by ocierofs
 		}
 		it := SyncItem{Repository: repo, Tag: tag, Twin: twin.Digest.String(), Digest: src, Action: "prune"}
-		if _, err := remote.Head(r.Digest(src), ropts...); isNotFound(err) {
-			it.Detail = "its source " + src + " is gone"
-		} else if err != nil {
-			live[it.Twin] = true // not ours to judge: keep its manifest
-			continue
-		} else if !digestTag.MatchString(srcTag) {
-			if _, err := remote.Head(r.Tag(srcTag), ropts...); isNotFound(err) {
-				it.Detail = "its source tag " + srcTag + " is gone"
-			}
-		}
-		if it.Detail != "" {
+		if it.Detail = sourceGone(r, srcTag, src, ropts); it.Detail != "" {
 			orphans = append(orphans, it)
 		} else {
-			live[it.Twin] = true
+			live[it.Twin] = true // its source is there, or not ours to judge
 		}
 	}
 	for i := range orphans {
 		orphans[i].byTag = live[orphans[i].Twin]
 	}
 	return orphans
+}
+
+// sourceGone says why the source of a twin tagged srcTag plus the suffix,
+// made from src, is gone: the manifest src, or the tag srcTag (a twin of a
+// source named by digest has no tag to look for); "" if it is there, or if
+// the registry does not answer plainly (not ours to judge).
+func sourceGone(r name.Repository, srcTag, src string, ropts []remote.Option) string {
+	_, err := remote.Head(r.Digest(src), ropts...)
+	switch {
+	case isNotFound(err):
+		return "its source " + src + " is gone"
+	case err != nil || digestTag.MatchString(srcTag):
+		return ""
+	}
+	if _, err := remote.Head(r.Tag(srcTag), ropts...); isNotFound(err) {
+		return "its source tag " + srcTag + " is gone"
+	}
+	return ""
 }
 
 func sortItems(items []SyncItem) {
@@ -110,6 +118,23 @@ func sortItems(items []SyncItem) {
 		}
 		return items[i].Tag < items[j].Tag
 	})
+}
+
+// stillOrphan says why it is no orphan any more ("" if it still is): its
+// tag names another twin now, or its source is back.
+func (s *Syncer) stillOrphan(r name.Repository, it *SyncItem, ropts []remote.Option) string {
+	d, err := remote.Head(r.Tag(it.Tag), ropts...)
+	switch {
+	case err != nil:
+		return "the twin tag cannot be read now: " + err.Error()
+	case d.Digest.String() != it.Twin:
+		return "the twin tag names " + d.Digest.String() + " now"
+	}
+	srcTag := strings.TrimSuffix(it.Tag, s.Config.Suffix)
+	if sourceGone(r, srcTag, it.Digest, ropts) == "" {
+		return "its source is back"
+	}
+	return ""
 }
 
 // Prune deletes the twins Orphans found: their manifests, by digest (the
@@ -123,6 +148,16 @@ func (s *Syncer) Prune(ctx context.Context, items []SyncItem) []SyncItem {
 			continue
 		}
 		r, err := name.NewRepository(s.Config.Registry+"/"+it.Repository, s.nameOpts()...)
+		if err == nil {
+			// Judged again just before the delete: the source may have
+			// been pushed again since Orphans looked, and its twin made
+			// again under the tag.
+			if why := s.stillOrphan(r, it, ropts); why != "" {
+				it.Result, it.Detail = "kept", why
+				s.logf("prune %s:%s: kept: %s", it.Repository, it.Tag, why)
+				continue
+			}
+		}
 		switch {
 		case err != nil:
 		case it.byTag:

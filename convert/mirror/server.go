@@ -23,15 +23,36 @@ type Server struct {
 	metrics *Metrics
 	logf    func(string, ...any)
 
-	// Deletes prune the twins of their repository in the background, one
-	// pass per repository at a time; a delete during a pass asks for
-	// another (again).
+	// Deletes prune the twins of their repository in the background, on
+	// at most maxPruners goroutines, one pass per repository at a time: a
+	// delete during a pass asks for another.
 	ctx     context.Context
 	cancel  context.CancelFunc
 	mu      sync.Mutex
-	pruning map[string]bool // repository → again
+	closed  bool
+	prunes  map[string]pruneState // by repository
+	waiting []string              // repositories whose pass is due, oldest first
+	pruners int                   // goroutines running passes
 	wg      sync.WaitGroup
 }
+
+// pruneState is where a repository's prune is.
+type pruneState int
+
+const (
+	pruneWaiting pruneState = iota + 1 // in waiting
+	pruneRunning                       // a pass is under way
+	pruneAgain                         // under way, and another is due after it
+)
+
+const (
+	// maxPruners bounds the passes at once: many deletes (a bulk delete
+	// in Harbor, forged events) must not flood the registry.
+	maxPruners = 2
+	// prunePassTimeout bounds a pass against a registry that does not
+	// answer.
+	prunePassTimeout = 5 * time.Minute
+)
 
 // NewServer makes the HTTP side of a mirror (q may be nil in a process
 // that only converts: it answers health and metrics only).
@@ -40,11 +61,15 @@ func NewServer(cfg *Config, q *Queue, m *Metrics, logf func(string, ...any)) *Se
 		logf = func(string, ...any) {}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{cfg: cfg, q: q, metrics: m, logf: logf, ctx: ctx, cancel: cancel, pruning: map[string]bool{}}
+	return &Server{cfg: cfg, q: q, metrics: m, logf: logf, ctx: ctx, cancel: cancel, prunes: map[string]pruneState{}}
 }
 
-// Close stops the prunes under way and waits for them.
+// Close stops the prunes under way and waits for them; deletes notified
+// later prune nothing.
 func (s *Server) Close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
 	s.cancel()
 	s.wg.Wait()
 }
@@ -191,35 +216,56 @@ func (s *Server) triageDelete(e Event) string {
 func (s *Server) prune(repo string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, running := s.pruning[repo]; running {
-		s.pruning[repo] = true // the pass under way may have missed it
+	switch s.prunes[repo] {
+	case pruneRunning:
+		s.prunes[repo] = pruneAgain // the pass under way may have missed it
+		return
+	case pruneWaiting, pruneAgain:
 		return
 	}
-	s.pruning[repo] = false
-	s.wg.Go(func() {
-		for {
-			s.prunePass(repo)
-			s.mu.Lock()
-			if !s.pruning[repo] || s.ctx.Err() != nil {
-				delete(s.pruning, repo)
-				s.mu.Unlock()
-				return
-			}
-			s.pruning[repo] = false
-			s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	s.prunes[repo] = pruneWaiting
+	s.waiting = append(s.waiting, repo)
+	if s.pruners < maxPruners {
+		s.pruners++
+		s.wg.Go(s.pruner)
+	}
+}
+
+// pruner runs the passes that are due until none is.
+func (s *Server) pruner() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for len(s.waiting) > 0 && !s.closed {
+		repo := s.waiting[0]
+		s.waiting = s.waiting[1:]
+		s.prunes[repo] = pruneRunning
+		s.mu.Unlock()
+		s.prunePass(repo)
+		s.mu.Lock()
+		if s.prunes[repo] == pruneAgain && !s.closed {
+			s.prunes[repo] = pruneWaiting
+			s.waiting = append(s.waiting, repo)
+		} else {
+			delete(s.prunes, repo)
 		}
-	})
+	}
+	s.pruners--
 }
 
 func (s *Server) prunePass(repo string) {
+	ctx, cancel := context.WithTimeout(s.ctx, prunePassTimeout)
+	defer cancel()
 	sy := &Syncer{Config: s.cfg, Logf: s.logf}
-	items, err := sy.RepoOrphans(s.ctx, repo)
+	items, err := sy.RepoOrphans(ctx, repo)
 	if err != nil {
 		s.logf("prune %s: %v", repo, err)
-		s.countPruned("failed", 1)
+		s.countPruned("unlisted", 1)
 		return
 	}
-	for _, it := range sy.Prune(s.ctx, items) {
+	for _, it := range sy.Prune(ctx, items) {
 		s.countPruned(it.Result, 1)
 	}
 }

@@ -24,7 +24,8 @@ type SyncItem struct {
 	// Action: convert, up-to-date, skip (a converted image: Detail says
 	// why), or error; prune for Orphans.
 	Action string `json:"action"`
-	// After a run: done, skipped, queued, duplicate or failed, and why.
+	// After a run: done, skipped, queued, duplicate or failed, and why;
+	// after Prune: deleted, kept (no orphan any more) or failed.
 	Result  string  `json:"result,omitempty"`
 	Detail  string  `json:"detail,omitempty"`
 	Twin    string  `json:"twin,omitempty"`
@@ -191,19 +192,26 @@ func (s *Syncer) Plan(ctx context.Context, items []SyncItem) []SyncItem {
 			continue
 		}
 		it.Target = dst.String()
-		d, err := remote.Get(src.Name, ropts...)
+		d, err := remote.Head(src.Name, ropts...)
 		if err != nil {
 			it.Action, it.Detail = "error", err.Error()
 			continue
 		}
 		it.Digest = d.Digest.String()
-		if why := convert.ConvertedManifest(d.Manifest); why != "" {
-			it.Action, it.Detail = "skip", why // as a task would be
+		if td, err := remote.Get(dst.Name, ropts...); err == nil && convert.SourceAnnotation(td.Manifest) == it.Digest {
+			it.Action, it.Twin = "up-to-date", td.Digest.String()
+			continue
+		}
+		// The manifest only of what would be converted: a GET counts as
+		// a pull (Harbor's pull time and retention rules), a HEAD not.
+		m, err := remote.Get(src.Name.Context().Digest(it.Digest), ropts...)
+		if err != nil {
+			it.Action, it.Detail = "error", err.Error()
 			continue
 		}
 		it.Action = "convert"
-		if td, err := remote.Get(dst.Name, ropts...); err == nil && convert.SourceAnnotation(td.Manifest) == it.Digest {
-			it.Action, it.Twin = "up-to-date", td.Digest.String()
+		if why := convert.ConvertedManifest(m.Manifest); why != "" {
+			it.Action, it.Detail = "skip", why // as a task would be
 		}
 	}
 	return items

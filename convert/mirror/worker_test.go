@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -183,6 +184,16 @@ func TestSync(t *testing.T) {
 	if err != nil || !strings.Contains(string(dry), "prune       lib/gone:1-erofs (its source "+gone.String()+" is gone)") {
 		t.Errorf("ocierofs sync --prune --dry-run: %v\n%s", err, dry)
 	}
+	// The source pushed again between the listing and the delete: the
+	// twin is judged again, and kept.
+	regone := reg.push(t, "lib/gone:1", image(t, base, appLayer(t, "gone")))
+	if regone != gone {
+		t.Fatalf("the same image pushed again has digest %s, first %s", regone, gone)
+	}
+	if res := s.Prune(ctx, slices.Clone(orphans)); res[0].Result != "kept" || !strings.Contains(res[0].Detail, "source is back") {
+		t.Errorf("prune of lib/gone:1-erofs after its source came back: %s (%s)", res[0].Result, res[0].Detail)
+	}
+	must(t, remote.Delete(reg.ref(t, "lib/gone@"+gone.String())))
 	for _, it := range s.Prune(ctx, orphans) {
 		if it.Result != "deleted" {
 			t.Errorf("prune %s:%s: %s (%s)", it.Repository, it.Tag, it.Result, it.Detail)
