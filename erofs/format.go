@@ -99,7 +99,7 @@ const (
 	xattrIndexLongPrefixFlag  = 0x80
 	maxSharedXattrsPerInode   = 255
 	maxInlineXattrAreaIcount  = 0xFFFF
-	maxXattrNameSuffixLen     = 255
+	maxXattrNameLen           = 255 // the whole name: Linux's XATTR_NAME_MAX
 	xattrPrefixUser           = "user."
 	xattrPrefixTrusted        = "trusted."
 	xattrPrefixSecurity       = "security."

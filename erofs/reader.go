@@ -419,11 +419,31 @@ var (
 	errLinkLoop = errors.New("too many levels of symbolic links")
 )
 
+// ValidPath reports whether name is a path that Image's methods take:
+// fs.ValidPath's rules ("." or slash-separated names, none empty, "." or
+// ".."), but for UTF-8. EROFS names are bytes, as Linux's are, and a tar
+// may carry names in any encoding.
+func ValidPath(name string) bool {
+	if name == "." {
+		return true
+	}
+	for {
+		elem, rest, more := strings.Cut(name, "/")
+		if elem == "" || elem == "." || elem == ".." {
+			return false
+		}
+		if !more {
+			return true
+		}
+		name = rest
+	}
+}
+
 // walk resolves name to an inode. Each step of the walk keeps the chain of
 // directories from the root, which gives ".." in link targets its meaning and
 // catches corrupt images whose directories contain an ancestor.
 func (img *Image) walk(op, name string, followLast bool) (*Inode, error) {
-	if !fs.ValidPath(name) {
+	if !ValidPath(name) {
 		return nil, &fs.PathError{Op: op, Path: name, Err: fs.ErrInvalid}
 	}
 	fail := func(err error) (*Inode, error) {

@@ -802,3 +802,43 @@ func TestCorruptBlockCountAlloc(t *testing.T) {
 		t.Errorf("reading %d files (%d failed) allocated %d MiB", files, failed, alloc>>20)
 	}
 }
+
+// TestNamesNotUTF8: names are bytes; the reader takes any but "", ".",
+// ".." and "/" inside them, as Linux does (fs.ValidPath wants UTF-8).
+func TestNamesNotUTF8(t *testing.T) {
+	name := "d\xff/f\xfe"
+	raw := buildFiles(t, Options{}, map[string][]byte{name: []byte("hello\n")})
+	img, err := Open(bytes.NewReader(raw), int64(len(raw)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := img.ReadFile(name); err != nil || string(b) != "hello\n" {
+		t.Errorf("ReadFile(%q) = %q, %v", name, b, err)
+	}
+	if es, err := img.ReadDir("d\xff"); err != nil || len(es) != 1 || es[0].Name() != "f\xfe" {
+		t.Errorf("ReadDir: %v, %v", es, err)
+	}
+	var walked []string
+	if err := img.Walk(".", func(p string, _ *Inode) error { walked = append(walked, p); return nil }); err != nil || len(walked) != 3 {
+		t.Errorf("Walk: %q, %v", walked, err)
+	}
+	for _, bad := range []string{"", "/d", "d/", "d//f", "./d", "d/..", "..", "d/./f"} {
+		if ValidPath(bad) {
+			t.Errorf("ValidPath(%q) = true", bad)
+		}
+	}
+}
+
+// TestCheckXattrName: the namespaces EROFS names, and Linux's limit of
+// 255 bytes on the whole name (a longer one is listed but not readable).
+func TestCheckXattrName(t *testing.T) {
+	for name, ok := range map[string]bool{
+		"user.a": true, "trusted.overlay.opaque": true, "security.capability": true,
+		"system.posix_acl_access": true, "system.other": false, "foo.bar": false, "user.": false,
+		"user." + strings.Repeat("n", 250): true, "user." + strings.Repeat("n", 251): false,
+	} {
+		if err := CheckXattrName(name); (err == nil) != ok {
+			t.Errorf("CheckXattrName(%.20q… %d bytes) = %v, want ok %v", name, len(name), err, ok)
+		}
+	}
+}

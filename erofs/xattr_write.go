@@ -26,8 +26,10 @@ func xattrPrefix(name string) (index uint8, suffix string, err error) {
 	if suffix == "" {
 		return 0, "", errors.New("empty name after the namespace")
 	}
-	if len(suffix) > maxXattrNameSuffixLen {
-		return 0, "", errors.New("name longer than 255 bytes after the namespace")
+	if len(name) > maxXattrNameLen {
+		// Linux's XATTR_NAME_MAX: a longer name is listed, but no
+		// getxattr can read it (ERANGE).
+		return 0, "", errors.New("name longer than 255 bytes")
 	}
 	return index, suffix, nil
 }

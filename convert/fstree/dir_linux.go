@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ocierofs/ocierofs/erofs"
 )
 
 // FromDir takes a snapshot of the tree at dir. Symbolic links are never
@@ -34,7 +36,7 @@ func (d dirFS) path(name string) string {
 }
 
 func (d dirFS) Open(name string) (fs.File, error) {
-	if !fs.ValidPath(name) {
+	if !erofs.ValidPath(name) { // fs.ValidPath refuses names that are not UTF-8
 		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrInvalid}
 	}
 	// O_NOFOLLOW: a file swapped for a symlink after Lstat is not read

@@ -11,6 +11,8 @@ import (
 	"path"
 	"strings"
 	"time"
+
+	"github.com/ocierofs/ocierofs/erofs"
 )
 
 // Whiteout modes of TarOptions.
@@ -53,6 +55,8 @@ type TarOptions struct {
 //     directory) and joins its inode: same metadata and content.
 //   - Xattrs come from PAX records SCHILY.xattr.NAME (raw value) and
 //     LIBARCHIVE.xattr.NAME (URL-encoded name, base64 value); SCHILY wins.
+//     Names EROFS cannot store (other namespaces, over 255 bytes) are
+//     left out, as converters leave them out.
 //   - With overlay whiteouts, DIR/.wh..wh..opq sets trusted.overlay.opaque=y
 //     on DIR; DIR/.wh.NAME becomes a char device 0:0 DIR/NAME with no
 //     permission bits, as mkfs.erofs and containerd's and docker's appliers
@@ -251,11 +255,15 @@ func owner(hdr *tar.Header) (uid, gid uint32, err error) {
 	return uint32(hdr.Uid), uint32(hdr.Gid), nil
 }
 
-// tarXattrs collects the xattrs of hdr's PAX records.
+// tarXattrs collects the xattrs of hdr's PAX records, but those EROFS
+// cannot store (erofs.CheckXattrName: a converter leaves them out).
 func tarXattrs(hdr *tar.Header) (map[string]string, error) {
 	const schily, libarchive = "SCHILY.xattr.", "LIBARCHIVE.xattr."
 	var xs map[string]string
 	set := func(k, v string) {
+		if erofs.CheckXattrName(k) != nil {
+			return
+		}
 		if xs == nil {
 			xs = make(map[string]string)
 		}
@@ -353,6 +361,10 @@ func (b *tarBuilder) hardLink(p, target string) error {
 	}
 	n := *t
 	n.Path = p
+	// A link to a whiteout is a char device 0:0 like it, but the whiteout
+	// is its target's: its directory gets no trusted.overlay.origin, as
+	// mkfs.erofs --aufs and mkfs make it.
+	n.whiteout = false
 	if t.Xattrs != nil {
 		n.Xattrs = make(map[string]string, len(t.Xattrs))
 		for k, v := range t.Xattrs {

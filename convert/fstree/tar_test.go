@@ -265,3 +265,42 @@ func TestFromTarLinkReplaced(t *testing.T) {
 		t.Errorf("contents: a %x b %x", tr.Node("a").Digest, tr.Node("b").Digest)
 	}
 }
+
+// TestFromTarLinkToWhiteout: a hard link to a whiteout is a char device
+// 0:0 too, but only the whiteout's directory gets trusted.overlay.origin
+// (mkfs.erofs --aufs and mkfs agree).
+func TestFromTarLinkToWhiteout(t *testing.T) {
+	raw := mkTar(t,
+		tarEntry{tar.Header{Name: "d1/", Typeflag: tar.TypeDir, Mode: 0o755}, ""},
+		tarEntry{tar.Header{Name: "d2/", Typeflag: tar.TypeDir, Mode: 0o755}, ""},
+		tarEntry{tar.Header{Name: "d1/.wh.x", Mode: 0o644}, ""},
+		tarEntry{tar.Header{Name: "d2/y", Typeflag: tar.TypeLink, Linkname: "d1/x"}, ""},
+	)
+	tr, err := FromTar(bytes.NewReader(raw), TarOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if y := tr.Node("d2/y"); y == nil || y.Mode != S_IFCHR || y.Devmajor != 0 {
+		t.Errorf("d2/y: %+v, want a whiteout device", y)
+	}
+	if _, ok := tr.Node("d1").Xattrs[xattrOrigin]; !ok {
+		t.Error("d1, which holds the whiteout, has no trusted.overlay.origin")
+	}
+	if _, ok := tr.Node("d2").Xattrs[xattrOrigin]; ok {
+		t.Error("d2, which holds a link to it, has trusted.overlay.origin")
+	}
+}
+
+// TestFromTarXattrsLeftOut: xattrs EROFS cannot store are not expected.
+func TestFromTarXattrsLeftOut(t *testing.T) {
+	long := "user." + strings.Repeat("n", 251)
+	raw := mkTar(t, tarEntry{tar.Header{Name: "f", PAXRecords: map[string]string{
+		"SCHILY.xattr.foo.bar": "x", "SCHILY.xattr." + long: "y", "SCHILY.xattr.user.ok": "z"}}, "hi"})
+	tr, err := FromTar(bytes.NewReader(raw), TarOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x := tr.Node("f").Xattrs; len(x) != 1 || x["user.ok"] != "z" {
+		t.Errorf("xattrs %v, want user.ok alone", x)
+	}
+}
