@@ -128,28 +128,16 @@ func Format(f File, dataSize int64, dataBlockSize int) (Metadata, error) {
 	}
 	n := dataBlocks(dataSize, dataBlockSize)
 	hashOff := hashOffset(dataSize)
-	ls := levels(n)
-	start := layout(ls)
-	tree := hashOff + BlockSize
 	if err := f.Truncate(dataSize); err != nil {
 		return Metadata{}, err
 	}
 	if err := f.Truncate(hashOff + TreeSize(dataSize, dataBlockSize)); err != nil {
 		return Metadata{}, err
 	}
-	// Level i hashes the blocks of level i-1 (the data for level 0).
-	inOff, inBlocks, inSize := int64(0), n, dataBlockSize
-	for i, count := range ls {
-		outOff := tree + int64(start[i])*BlockSize
-		if err := hashLevel(f, inOff, inBlocks, inSize, func(hb []byte, k uint64) error {
-			_, err := f.WriteAt(hb, outOff+int64(k)*BlockSize)
-			return err
-		}); err != nil {
-			return Metadata{}, fmt.Errorf("dm-verity: level %d: %w", i, err)
-		}
-		inOff, inBlocks, inSize = outOff, count, BlockSize
-	}
-	root, err := topDigest(f, inOff, inSize)
+	root, err := hashTree(f, hashOff, n, dataBlockSize, func(hb []byte, _ uint64, at, _ int64) error {
+		_, err := f.WriteAt(hb, at)
+		return err
+	})
 	if err != nil {
 		return Metadata{}, err
 	}
@@ -157,6 +145,29 @@ func Format(f File, dataSize int64, dataBlockSize int) (Metadata, error) {
 		return Metadata{}, err
 	}
 	return Metadata{RootHash: hex.EncodeToString(root[:]), HashOffset: uint64(hashOff)}, nil
+}
+
+// hashTree hashes the tree of n data blocks of dbs bytes of r whose
+// superblock is at hashOff, level by level from level 0, each from the
+// level below as r holds it, and hands put each hash block it makes, its
+// index k in its level, where it goes (at) and where the blocks it covers
+// start (from); it returns the root hash.
+func hashTree(r io.ReaderAt, hashOff int64, n uint64, dbs int, put func(hb []byte, k uint64, at, from int64) error) ([sha256.Size]byte, error) {
+	ls := levels(n)
+	start := layout(ls)
+	tree := hashOff + BlockSize
+	// Level i hashes the blocks of level i-1 (the data for level 0).
+	inOff, inBlocks, inSize := int64(0), n, dbs
+	for i, count := range ls {
+		outOff := tree + int64(start[i])*BlockSize
+		if err := hashLevel(r, inOff, inBlocks, inSize, func(hb []byte, k uint64) error {
+			return put(hb, k, outOff+int64(k)*BlockSize, inOff+int64(k)*hashesPerBlock*int64(inSize))
+		}); err != nil {
+			return [sha256.Size]byte{}, fmt.Errorf("dm-verity: level %d: %w", i, err)
+		}
+		inOff, inBlocks, inSize = outOff, count, BlockSize
+	}
+	return topDigest(r, inOff, inSize)
 }
 
 // topDigest is the root hash: the digest of the top level's one block, or
@@ -264,10 +275,7 @@ func CheckLayout(r io.ReaderAt, fileSize, dataSize int64, dataBlockSize int, m M
 	if err != nil {
 		return err
 	}
-	if hex.EncodeToString(root[:]) != m.RootHash {
-		return fmt.Errorf("dm-verity: the top of the tree hashes to %x, the sidecar says %s", root, m.RootHash)
-	}
-	return nil
+	return checkRoot(root, m)
 }
 
 // params are what a superblock says of the data.
@@ -307,33 +315,26 @@ func Verify(r io.ReaderAt, m Metadata) error {
 	if err != nil {
 		return err
 	}
-	ls := levels(sb.blocks)
-	start := layout(ls)
-	tree := int64(m.HashOffset) + BlockSize
 	stored := make([]byte, BlockSize)
-	inOff, inBlocks, inSize := int64(0), sb.blocks, sb.blockSize
-	for i, count := range ls {
-		outOff := tree + int64(start[i])*BlockSize
-		if err := hashLevel(r, inOff, inBlocks, inSize, func(hb []byte, k uint64) error {
-			at := outOff + int64(k)*BlockSize
-			if _, err := r.ReadAt(stored, at); err != nil {
-				return fmt.Errorf("read the hash block at offset %d: %w", at, err)
-			}
-			if !bytes.Equal(stored, hb) {
-				return fmt.Errorf("hash block %d at offset %d does not match the blocks it covers (from offset %d)", k, at, inOff+int64(k)*hashesPerBlock*int64(inSize))
-			}
-			return nil
-		}); err != nil {
-			return fmt.Errorf("dm-verity: level %d: %w", i, err)
+	root, err := hashTree(r, int64(m.HashOffset), sb.blocks, sb.blockSize, func(hb []byte, k uint64, at, from int64) error {
+		if _, err := r.ReadAt(stored, at); err != nil {
+			return fmt.Errorf("read hash block %d at offset %d: %w", k, at, err)
 		}
-		inOff, inBlocks, inSize = outOff, count, BlockSize
-	}
-	root, err := topDigest(r, inOff, inSize)
+		if !bytes.Equal(stored, hb) {
+			return fmt.Errorf("hash block %d at offset %d does not match the blocks it covers (from offset %d)", k, at, from)
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
+	return checkRoot(root, m)
+}
+
+// checkRoot compares a root hash with m's.
+func checkRoot(root [sha256.Size]byte, m Metadata) error {
 	if hex.EncodeToString(root[:]) != m.RootHash {
-		return fmt.Errorf("dm-verity: root hash %x, the sidecar says %s", root, m.RootHash)
+		return fmt.Errorf("dm-verity: the tree's root hash is %x, the sidecar says %s", root, m.RootHash)
 	}
 	return nil
 }
