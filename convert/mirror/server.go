@@ -210,9 +210,9 @@ func (s *Server) triageDelete(e Event) string {
 }
 
 // prune deletes the orphan twins of repo (Syncer.RepoOrphans), in the
-// background: an image deleted from the registry (a leaked secret) is not
-// pullable as its twin for longer than that takes. Twins a server down at
-// the time misses are left to sync --prune.
+// background: an image deleted from the registry (say, for a leaked
+// secret) is not pullable as its twin for longer than that takes. Twins a
+// server down at the time misses are left to sync --prune.
 func (s *Server) prune(repo string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
