@@ -70,7 +70,10 @@ var verifyCommand = &cli.Command{
 			return cli.Exit(fmt.Sprintf("verify: %d differences between %s and %s", len(diffs), c.Args().First(), src), 1)
 		}
 		if !c.Bool("quiet") {
-			fmt.Fprintf(c.App.Writer, "%s matches %s: %d entries\n", c.Args().First(), src, len(want.Paths()))
+			// Paths, not entries: the root and implied directories count,
+			// and each name of a hard link (mkfs counts entries, inspect
+			// inodes).
+			fmt.Fprintf(c.App.Writer, "%s matches %s: %d paths\n", c.Args().First(), src, len(want.Paths()))
 		}
 		return nil
 	},
