@@ -31,6 +31,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"os"
 
@@ -167,12 +168,18 @@ func hashTree(r io.ReaderAt, hashOff int64, n uint64, dbs int, put func(hb []byt
 		}
 		inOff, inBlocks, inSize = outOff, count, BlockSize
 	}
-	return topDigest(r, inOff, inSize)
+	return topDigest(r, hashOff, n, dbs)
 }
 
-// topDigest is the root hash: the digest of the top level's one block, or
-// of the one data block where there is no tree.
-func topDigest(r io.ReaderAt, off int64, size int) ([sha256.Size]byte, error) {
+// topDigest is the root hash of the tree of n data blocks of dbs bytes
+// whose superblock is at hashOff: the digest of the top level's one block
+// (stored first, after the superblock), or of the one data block where
+// there is no tree.
+func topDigest(r io.ReaderAt, hashOff int64, n uint64, dbs int) ([sha256.Size]byte, error) {
+	off, size := int64(0), dbs
+	if n > 1 {
+		off, size = hashOff+BlockSize, BlockSize
+	}
 	b := make([]byte, size)
 	if _, err := r.ReadAt(b, off); err != nil {
 		return [sha256.Size]byte{}, fmt.Errorf("dm-verity: read the block at offset %d: %w", off, err)
@@ -187,7 +194,7 @@ func hashLevel(r io.ReaderAt, off int64, blocks uint64, size int, put func(hb []
 	per := uint64(batch * BlockSize / size) // blocks per read
 	in := make([]byte, min(per, blocks)*uint64(size))
 	hb := make([]byte, BlockSize)
-	h := sha256.New()
+	h := sha256.New() // reused: a block's digest allocates nothing
 	var k uint64
 	fill := 0
 	for done := uint64(0); done < blocks; {
@@ -198,10 +205,7 @@ func hashLevel(r io.ReaderAt, off int64, blocks uint64, size int, put func(hb []
 			return fmt.Errorf("read %d bytes at offset %d: %w", len(b), at, err)
 		}
 		for j := uint64(0); j < m; j++ {
-			h.Reset()
-			h.Write(salt)
-			h.Write(b[j*uint64(size) : (j+1)*uint64(size)])
-			h.Sum(hb[fill:fill])
+			sum(h, hb[fill:fill], b[j*uint64(size):(j+1)*uint64(size)])
 			fill += sha256.Size
 			if fill == BlockSize {
 				if err := put(hb, k); err != nil {
@@ -219,12 +223,17 @@ func hashLevel(r io.ReaderAt, off int64, blocks uint64, size int, put func(hb []
 	return nil
 }
 
-func digest(block []byte) [sha256.Size]byte {
-	h := sha256.New()
+// sum appends to dst the digest of a block of the tree (hash type 1: the
+// salt first), with h.
+func sum(h hash.Hash, dst, block []byte) []byte {
+	h.Reset()
 	h.Write(salt)
 	h.Write(block)
-	var d [sha256.Size]byte
-	h.Sum(d[:0])
+	return h.Sum(dst)
+}
+
+func digest(block []byte) (d [sha256.Size]byte) {
+	sum(sha256.New(), d[:0], block)
 	return d
 }
 
@@ -264,14 +273,9 @@ func CheckLayout(r io.ReaderAt, fileSize, dataSize int64, dataBlockSize int, m M
 	case sb.blocks != n || sb.blockSize != dataBlockSize:
 		return fmt.Errorf("dm-verity: superblock at offset %d: %d data blocks of %d bytes, want %d of %d", m.HashOffset, sb.blocks, sb.blockSize, n, dataBlockSize)
 	case fileSize != int64(m.HashOffset)+TreeSize(dataSize, dataBlockSize):
-		return fmt.Errorf("dm-verity: %d bytes, want %d (data, superblock and tree)", fileSize, int64(m.HashOffset)+TreeSize(dataSize, dataBlockSize))
+		return fmt.Errorf("dm-verity: %d bytes, want the data, superblock and tree's %d", fileSize, int64(m.HashOffset)+TreeSize(dataSize, dataBlockSize))
 	}
-	ls := levels(n)
-	top, size := int64(0), dataBlockSize // no tree: the one data block
-	if len(ls) > 0 {
-		top, size = int64(m.HashOffset)+BlockSize, BlockSize // stored first
-	}
-	root, err := topDigest(r, top, size)
+	root, err := topDigest(r, int64(m.HashOffset), n, dataBlockSize)
 	if err != nil {
 		return err
 	}
