@@ -90,3 +90,23 @@ func glob(p, s string) bool {
 	}
 	return s == ""
 }
+
+// repoMayMatch reports whether some tag of repo may be selected: sync
+// skips listing the tags of the others, and a delete there prunes nothing.
+func (r Rules) repoMayMatch(repo string) bool {
+	for _, g := range r.Exclude {
+		if !strings.Contains(g, ":") && glob(g, repo) {
+			return false
+		}
+	}
+	if len(r.Include) == 0 {
+		return true
+	}
+	for _, g := range r.Include {
+		rp, _, _ := strings.Cut(g, ":")
+		if glob(rp, repo) {
+			return true
+		}
+	}
+	return false
+}

@@ -177,10 +177,8 @@ func (s *Server) notify(w http.ResponseWriter, r *http.Request) {
 // triage returns why an event is not queued ("" if it is).
 func (s *Server) triage(e Event) string {
 	switch {
-	case strings.Contains(strings.ToLower(e.UserAgent), "ocierofs"):
+	case s.isLoop(e):
 		return "loop" // a twin (or its blobs) pushed by a worker
-	case s.cfg.Suffix != "" && strings.HasSuffix(e.Tag, s.cfg.Suffix):
-		return "loop"
 	case e.Tag == "":
 		return "untagged"
 	case !validEvent(e, s.cfg.Suffix):
@@ -191,19 +189,22 @@ func (s *Server) triage(e Event) string {
 	return ""
 }
 
+// isLoop reports an event about a twin: sent for ocierofs's own requests,
+// or naming a tag with the suffix.
+func (s *Server) isLoop(e Event) bool {
+	return strings.Contains(strings.ToLower(e.UserAgent), "ocierofs") ||
+		s.cfg.Suffix != "" && strings.HasSuffix(e.Tag, s.cfg.Suffix)
+}
+
 // triageDelete returns why a delete prunes nothing ("" if it prunes its
 // repository): the twins ocierofs deletes come back as deletes too.
 func (s *Server) triageDelete(e Event) string {
 	switch {
-	case strings.Contains(strings.ToLower(e.UserAgent), "ocierofs"):
+	case s.isLoop(e):
 		return "loop"
-	case s.cfg.Suffix != "" && strings.HasSuffix(e.Tag, s.cfg.Suffix):
-		return "loop"
-	}
-	if _, err := name.NewRepository(e.Repository); err != nil || strings.Contains(e.Repository, "..") {
+	case !validRepository(e.Repository):
 		return "invalid"
-	}
-	if !(&Syncer{Config: s.cfg}).repoMayMatch(e.Repository) {
+	case !s.cfg.Rules.repoMayMatch(e.Repository):
 		return "filtered"
 	}
 	return ""
@@ -280,7 +281,7 @@ func (s *Server) countPruned(result string, n int) {
 // that a twin tag (tag + suffix) can be made of: an event that does not
 // would only make a task that fails.
 func validEvent(e Event, suffix string) bool {
-	if _, err := name.NewRepository(e.Repository); err != nil || strings.Contains(e.Repository, "..") {
+	if !validRepository(e.Repository) {
 		return false
 	}
 	if _, err := v1.NewHash(e.Digest); err != nil {
@@ -288,6 +289,13 @@ func validEvent(e Event, suffix string) bool {
 	}
 	_, err := name.NewTag("x:" + e.Tag + suffix)
 	return err == nil
+}
+
+// validRepository reports whether repo names a repository (and does not
+// climb out of the registry's paths).
+func validRepository(repo string) bool {
+	_, err := name.NewRepository(repo)
+	return err == nil && !strings.Contains(repo, "..")
 }
 
 func (s *Server) count(result string, n int) {

@@ -117,7 +117,7 @@ func (s *Syncer) tagLists(ctx context.Context) ([]repoTags, error) {
 	}
 	var out []repoTags
 	for _, repo := range all {
-		if !s.repoMayMatch(repo) {
+		if !s.Config.Rules.repoMayMatch(repo) {
 			continue
 		}
 		r, err := name.NewRepository(s.Config.Registry+"/"+repo, s.nameOpts()...)
@@ -137,26 +137,6 @@ func (s *Syncer) tagLists(ctx context.Context) ([]repoTags, error) {
 		out = append(out, repoTags{name: repo, repo: r, tags: tags})
 	}
 	return out, nil
-}
-
-// repoMayMatch skips listing the tags of repositories no rule can select.
-func (s *Syncer) repoMayMatch(repo string) bool {
-	r := s.Config.Rules
-	for _, g := range r.Exclude {
-		if !strings.Contains(g, ":") && glob(g, repo) {
-			return false
-		}
-	}
-	if len(r.Include) == 0 {
-		return true
-	}
-	for _, g := range r.Include {
-		rp, _, _ := strings.Cut(g, ":")
-		if glob(rp, repo) {
-			return true
-		}
-	}
-	return false
 }
 
 func splitRepoTag(s string) (repo, tag string, ok bool) {
