@@ -6,7 +6,9 @@ import (
 	"strings"
 )
 
-// feature is one on-disk feature, with the first kernel that mounts it.
+// feature is one on-disk feature, with the first kernel that mounts it
+// (for an incompatible one: a kernel mounts an image whatever compatible
+// features it does not know, so those have none).
 type feature struct {
 	incompat bool
 	bit      uint32
@@ -16,11 +18,11 @@ type feature struct {
 
 // features lists the superblock feature bits by name (erofs-format.md §2.1).
 var features = []feature{
-	{false, FeatureCompatSBChksum, "sb_csum", [2]int{5, 5}},
-	{false, FeatureCompatMtime, "mtime", [2]int{0, 0}},
-	{false, FeatureCompatXattrFilter, "xattr_filter", [2]int{0, 0}}, // older kernels ignore it
-	{false, 0x08, "shared_ea_in_metabox", [2]int{6, 17}},
-	{false, 0x10, "plain_xattr_pfx", [2]int{0, 0}},
+	{false, FeatureCompatSBChksum, "sb_csum", [2]int{}},
+	{false, FeatureCompatMtime, "mtime", [2]int{}},
+	{false, FeatureCompatXattrFilter, "xattr_filter", [2]int{}},
+	{false, 0x08, "shared_ea_in_metabox", [2]int{}},
+	{false, 0x10, "plain_xattr_pfx", [2]int{}},
 	{true, FeatureIncompatZeroPadding, "0padding", [2]int{5, 4}},
 	{true, FeatureIncompatComprCfgs, "compr_cfgs/big_pcluster", [2]int{5, 13}},
 	{true, FeatureIncompatChunkedFile, "chunked_file", [2]int{5, 15}},
