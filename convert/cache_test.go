@@ -30,13 +30,7 @@ func TestCacheImage(t *testing.T) {
 	ctx := context.Background()
 	src := e2eImage(t, "amd64", testImageLayers(t)...)
 	desc := srcDescriptor(t, src)
-	conv, err := convert.NewConverter(convert.ImageOptions{TempDir: t.TempDir(), Jobs: 2})
-	must(t, err)
-	defer conv.Close()
-	out, _, err := conv.Image(ctx, src, desc)
-	must(t, err)
-	outCfg, err := out.ConfigFile()
-	must(t, err)
+	published := publishedDiffIDs(t, src)
 	srcCfg, err := src.ConfigFile()
 	must(t, err)
 
@@ -64,8 +58,8 @@ func TestCacheImage(t *testing.T) {
 			if err != nil {
 				t.Fatalf("layer %d: %v", i, err)
 			}
-			if got := sha256Of(b); got != outCfg.RootFS.DiffIDs[i] {
-				t.Errorf("layer %d: cache entry %s, convert made %s", i, got, outCfg.RootFS.DiffIDs[i])
+			if got := sha256Of(b); got != published[i] {
+				t.Errorf("layer %d: cache entry %s, convert made %s", i, got, published[i])
 			}
 		}
 	}
@@ -164,17 +158,11 @@ func TestCacheLowerLayers(t *testing.T) {
 		t.Errorf("b: warnings %q, want one naming opt", lb[1].Warnings)
 	}
 	// The entry is the one convert publishes for a, and its opt/ is a's.
-	conv, err := convert.NewConverter(convert.ImageOptions{TempDir: t.TempDir()})
-	must(t, err)
-	defer conv.Close()
-	out, _, err := conv.Image(ctx, a, srcDescriptor(t, a))
-	must(t, err)
-	cf, err := out.ConfigFile()
-	must(t, err)
+	published := publishedDiffIDs(t, a)
 	got, err := os.ReadFile(la[1].Path)
 	must(t, err)
-	if sha256Of(got) != cf.RootFS.DiffIDs[1] {
-		t.Errorf("entry %s, convert made %s for a", sha256Of(got), cf.RootFS.DiffIDs[1])
+	if sha256Of(got) != published[1] {
+		t.Errorf("entry %s, convert made %s for a", sha256Of(got), published[1])
 	}
 	if m := modeOf(t, treeFromDir(t, mountStack(t, []string{la[0].Path, la[1].Path})), "opt"); m != 0o700 {
 		t.Errorf("a's stack: opt mode %#o, want 0700", m)
@@ -209,14 +197,7 @@ func TestCacheDMVerity(t *testing.T) {
 	idxDigest, err := idx.Digest()
 	must(t, err)
 	idxDesc := v1.Descriptor{MediaType: types.OCIImageIndex, Digest: idxDigest}
-	conv, err := convert.NewConverter(convert.ImageOptions{TempDir: t.TempDir()})
-	must(t, err)
-	defer conv.Close()
-	out, _, err := conv.Image(ctx, amd, srcDescriptor(t, amd))
-	must(t, err)
-	outCfg, err := out.ConfigFile()
-	must(t, err)
-	want := outCfg.RootFS.DiffIDs
+	want := publishedDiffIDs(t, amd)
 
 	dir := t.TempDir()
 	run := func(verity bool) []convert.CacheLayer {
@@ -401,4 +382,18 @@ func TestCacheDMVerity(t *testing.T) {
 		smallPaths = append(smallPaths, l.Path)
 	}
 	compareWithUmoci(t, amd, smallPaths)
+}
+
+// publishedDiffIDs are the diff IDs of the EROFS layers convert publishes
+// for img: what its cache entries must hold.
+func publishedDiffIDs(t *testing.T, img v1.Image) []v1.Hash {
+	t.Helper()
+	conv, err := convert.NewConverter(convert.ImageOptions{TempDir: t.TempDir()})
+	must(t, err)
+	defer conv.Close()
+	out, _, err := conv.Image(context.Background(), img, srcDescriptor(t, img))
+	must(t, err)
+	cf, err := out.ConfigFile()
+	must(t, err)
+	return cf.RootFS.DiffIDs
 }
