@@ -270,15 +270,15 @@ func (c *Converter) CacheImage(ctx context.Context, src v1.Image, srcDesc v1.Des
 			return nil, fmt.Errorf("layer %s: %w", m.Layers[i].Digest, err)
 		}
 		c.place.Lock()
-		placed, err := placeEntry(fl.raw, out[i].Path, rec, entry.verity, !c.opt.CacheNoSync)
+		there, err := placeEntry(fl.raw, out[i].Path, rec, entry.verity, !c.opt.CacheNoSync)
 		c.place.Unlock()
 		if err != nil {
 			return nil, fmt.Errorf("layer %s: cache entry %s: %w", m.Layers[i].Digest, out[i].Path, err)
 		}
-		if !placed {
+		if there != nil {
 			// Placed meanwhile, for another platform or by another run.
 			out[i].Cached = true
-			out[i].Size, out[i].DMVerityRootHash, _ = checkEntry(out[i].Path, c.opt.CacheDMVerity)
+			out[i].Size, out[i].DMVerityRootHash = there.size, there.rootHash
 			if w := lowerWarning(out[i].Path, lowerChain(i)); w != "" {
 				out[i].Warnings = append(out[i].Warnings, w)
 			}
@@ -321,23 +321,23 @@ func (c *Converter) CacheIndex(ctx context.Context, src v1.ImageIndex, srcDesc v
 // placeEntry puts the image at src into the cache at dst, its dm-verity
 // sidecar (verity; none if nil) before it and its lower record after it,
 // unless a whole entry is there already (placed by another run, or by
-// another platform's job in the cache's lock and the Converter's):
-// placed is false then. An entry appears at once and whole: src (complete,
+// another platform's job in the cache's lock and the Converter's): then it
+// returns that entry's size and root hash, and nil once it placed src. An entry appears at once and whole: src (complete,
 // in the converter's temp directory, which cache keeps in the cache
 // directory) is linked into place; across filesystems it is copied into a
 // temp file beside dst first. A damaged entry (checkEntry) is replaced.
 // src is synced already (finishEntry); with durable, the directory is
 // synced once the entry is in it.
-func placeEntry(src, dst string, rec *lowerRecord, verity *dmverity.Metadata, durable bool) (placed bool, err error) {
+func placeEntry(src, dst string, rec *lowerRecord, verity *dmverity.Metadata, durable bool) (there *entryThere, err error) {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return false, err
+		return nil, err
 	}
 	if _, err := os.Lstat(dst); err == nil {
-		if _, _, err := checkEntry(dst, verity != nil); err == nil {
-			return false, nil
+		if size, root, err := checkEntry(dst, verity != nil); err == nil {
+			return &entryThere{size, root}, nil
 		}
 		if err := os.Remove(dst); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return false, err
+			return nil, err
 		}
 	}
 	// containerd reads the sidecar of an entry it finds: it goes first,
@@ -348,25 +348,30 @@ func placeEntry(src, dst string, rec *lowerRecord, verity *dmverity.Metadata, du
 		err = nil
 	}
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	if err := os.Chmod(src, 0o644); err != nil {
-		return false, err
+		return nil, err
 	}
 	err = os.Link(src, dst)
 	if errors.Is(err, unix.EXDEV) {
 		var tmp string
 		if tmp, err = copyTemp(src, filepath.Dir(dst), filepath.Base(dst)); err != nil {
-			return false, err
+			return nil, err
 		}
 		err = os.Link(tmp, dst)
 		os.Remove(tmp)
 	}
 	switch {
 	case errors.Is(err, os.ErrExist):
-		return false, nil // another placed it just now
+		// Another run placed it just now.
+		size, root, err := checkEntry(dst, verity != nil)
+		if err != nil {
+			return nil, fmt.Errorf("placed meanwhile by another run: %w", err)
+		}
+		return &entryThere{size, root}, nil
 	case err != nil:
-		return false, err
+		return nil, err
 	}
 	sync := func() error {
 		if !durable {
@@ -383,7 +388,7 @@ func placeEntry(src, dst string, rec *lowerRecord, verity *dmverity.Metadata, du
 	}
 	if rec == nil {
 		os.Remove(dst + ".lower.json")
-		return true, sync()
+		return nil, sync()
 	}
 	raw, err := json.Marshal(rec)
 	if err == nil {
@@ -392,7 +397,13 @@ func placeEntry(src, dst string, rec *lowerRecord, verity *dmverity.Metadata, du
 	if err == nil {
 		err = sync()
 	}
-	return true, err
+	return nil, err
+}
+
+// entryThere is a whole cache entry that placeEntry found in place.
+type entryThere struct {
+	size     int64
+	rootHash string
 }
 
 // syncDir makes the names in dir durable: containerd may mount an entry
