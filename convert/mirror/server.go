@@ -54,6 +54,12 @@ const (
 	prunePassTimeout = 5 * time.Minute
 )
 
+// maxPruneWaiting bounds the repositories whose pass is due: deletes in
+// more repositories than that at once (forged, or a registry emptied) are
+// answered "unpruned" and left to sync --prune, so that the server's
+// memory does not grow with the names it is sent. (A variable for tests.)
+var maxPruneWaiting = 10000
+
 // NewServer makes the HTTP side of a mirror (q may be nil in a process
 // that only converts: it answers health and metrics only).
 func NewServer(cfg *Config, q *Queue, m *Metrics, logf func(string, ...any)) *Server {
@@ -93,7 +99,8 @@ func (s *Server) Handler() http.Handler {
 type EventResult struct {
 	Event
 	// Result: queued, duplicate, filtered, loop, untagged, invalid; for a
-	// delete, prune (its repository's orphan twins are being deleted).
+	// delete, prune (its repository's orphan twins are being deleted) or
+	// unpruned (too many repositories wait for a pass: sync --prune's).
 	Result string `json:"result"`
 	Task   string `json:"task,omitempty"`
 	State  State  `json:"state,omitempty"`
@@ -145,7 +152,9 @@ func (s *Server) notify(w http.ResponseWriter, r *http.Request) {
 			res := EventResult{Event: e, Result: s.triageDelete(e)}
 			if res.Result == "" {
 				res.Result = "prune"
-				s.prune(e.Repository)
+				if !s.prune(e.Repository) {
+					res.Result = "unpruned"
+				}
 			}
 			s.count(res.Result, 1)
 			resp.Results = append(resp.Results, res)
@@ -213,19 +222,25 @@ func (s *Server) triageDelete(e Event) string {
 // prune deletes the orphan twins of repo (Syncer.RepoOrphans), in the
 // background: an image deleted from the registry (say, for a leaked
 // secret) is not pullable as its twin for longer than that takes. Twins a
-// server down at the time misses are left to sync --prune.
-func (s *Server) prune(repo string) {
+// server down at the time misses are left to sync --prune. It returns
+// false if the repository is left to sync --prune: the server is closing,
+// or maxPruneWaiting repositories wait already.
+func (s *Server) prune(repo string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch s.prunes[repo] {
 	case pruneRunning:
 		s.prunes[repo] = pruneAgain // the pass under way may have missed it
-		return
+		return true
 	case pruneWaiting, pruneAgain:
-		return
+		return true
 	}
 	if s.closed {
-		return
+		return false
+	}
+	if len(s.waiting) >= maxPruneWaiting {
+		s.logf("prune %s: %d repositories wait for a pass already: left to sync --prune", repo, len(s.waiting))
+		return false
 	}
 	s.prunes[repo] = pruneWaiting
 	s.waiting = append(s.waiting, repo)
@@ -233,6 +248,7 @@ func (s *Server) prune(repo string) {
 		s.pruners++
 		s.wg.Go(s.pruner)
 	}
+	return true
 }
 
 // pruner runs the passes that are due until none is.

@@ -356,3 +356,39 @@ func TestValidEvent(t *testing.T) {
 		}
 	}
 }
+
+// TestPruneWaitingBound: deletes in more repositories than maxPruneWaiting
+// at once are left to sync --prune (prune reports false), so the server's
+// memory does not grow with the names it is sent; a repository waiting
+// already, or one after a pass made room, still counts.
+func TestPruneWaitingBound(t *testing.T) {
+	defer func(n int) { maxPruneWaiting = n }(maxPruneWaiting)
+	maxPruneWaiting = 2
+	var logged []string
+	s := NewServer(&Config{}, nil, nil, func(f string, a ...any) { logged = append(logged, fmt.Sprintf(f, a...)) })
+	s.pruners = maxPruners // both busy: nothing takes the waiting ones here
+	for _, c := range []struct {
+		repo string
+		want bool
+	}{{"a", true}, {"b", true}, {"c", false}, {"a", true}, {"b", true}} {
+		if got := s.prune(c.repo); got != c.want {
+			t.Errorf("prune(%q) with %d waiting: %v, want %v", c.repo, len(s.waiting), got, c.want)
+		}
+	}
+	if len(s.waiting) != 2 || len(s.prunes) != 2 {
+		t.Errorf("waiting %v, states %v; want a and b", s.waiting, s.prunes)
+	}
+	if len(logged) != 1 || !strings.Contains(logged[0], "prune c: 2 repositories wait") {
+		t.Errorf("logged %q", logged)
+	}
+	// A pass takes a: c fits now.
+	s.waiting = s.waiting[1:]
+	delete(s.prunes, "a")
+	if !s.prune("c") {
+		t.Error("prune(c) after a pass made room: false")
+	}
+	s.Close()
+	if s.prune("d") {
+		t.Error("prune after Close: true")
+	}
+}
