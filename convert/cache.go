@@ -297,15 +297,15 @@ func (c *Converter) CacheImage(ctx context.Context, src v1.Image, srcDesc v1.Des
 // CacheIndex runs CacheImage for the selected platforms of an index (and
 // of the indexes nested in it).
 func (c *Converter) CacheIndex(ctx context.Context, src v1.ImageIndex, srcDesc v1.Descriptor, dir string) ([]CacheLayer, error) {
-	_, results, err := eachEntry(c, src, srcDesc,
-		func(img v1.Image, e indexEntry) ([]CacheLayer, error) {
+	_, results, err := eachEntry(ctx, c, src, srcDesc,
+		func(ctx context.Context, img v1.Image, e indexEntry) ([]CacheLayer, error) {
 			ls, err := c.CacheImage(ctx, img, e.desc, dir)
 			for j := range ls {
 				ls[j].Platform = platformString(e.platform)
 			}
 			return ls, err
 		},
-		func(nested v1.ImageIndex, e indexEntry) ([]CacheLayer, error) {
+		func(ctx context.Context, nested v1.ImageIndex, e indexEntry) ([]CacheLayer, error) {
 			return c.CacheIndex(ctx, nested, e.desc, dir)
 		})
 	if err != nil {

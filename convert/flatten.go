@@ -408,7 +408,7 @@ func (c *Converter) buildFlat(ctx context.Context, srcs []layerSource) (_ *fileL
 		tl.progress = func(n int64) {
 			c.progress(Progress{Source: source, Stage: StageConverting, Read: n, Total: total})
 		}
-		if err := flatLayer(tl, s, read); err != nil {
+		if err := flatLayer(ctx, tl, s, read); err != nil {
 			return nil, fmt.Errorf("layer %s: %w", s.desc.Digest, err)
 		}
 		read += s.desc.Size
@@ -425,7 +425,7 @@ func (c *Converter) buildFlat(ctx context.Context, srcs []layerSource) (_ *fileL
 }
 
 // flatLayer reads one layer into a flattened image.
-func flatLayer(tl *tarLayer, s layerSource, base int64) error {
+func flatLayer(ctx context.Context, tl *tarLayer, s layerSource, base int64) error {
 	rc, err := s.layer.Compressed()
 	if err != nil {
 		if oci.Transient(err) {
@@ -434,8 +434,11 @@ func flatLayer(tl *tarLayer, s layerSource, base int64) error {
 		return fmt.Errorf("download: %w", err)
 	}
 	defer rc.Close()
-	in := &watchReader{r: rc, report: func(n int64) { tl.progress(base + n) }}
+	in := &watchReader{r: rc, ctx: ctx, report: func(n int64) { tl.progress(base + n) }}
 	broken := func(err error) error {
+		if in.err != nil && in.err == ctx.Err() {
+			return in.err
+		}
 		if in.err != nil && oci.Transient(in.err) {
 			return &downloadError{fmt.Errorf("%w (stream error: %v)", err, in.err)}
 		}

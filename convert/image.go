@@ -398,7 +398,17 @@ func (c *Converter) job(ctx context.Context, key string, waiting Progress, run f
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if j := c.jobs[key]; j != nil {
-		return j
+		select {
+		case <-j.done:
+			if j.err == nil {
+				return j
+			}
+			// Failed: run it again rather than hand an image of later
+			// its failure, which may have been its caller's context, a
+			// sibling platform's failure or the network.
+		default:
+			return j
+		}
 	}
 	j := &layerJob{done: make(chan struct{}), ops: newDirOps()}
 	c.jobs[key] = j
@@ -508,12 +518,19 @@ func (e *downloadError) Unwrap() error { return e.err }
 // reports how much of it was read.
 type watchReader struct {
 	r      io.Reader
+	ctx    context.Context // once done, Read fails with its error
 	err    error
 	n      int64
 	report func(read int64)
 }
 
 func (w *watchReader) Read(p []byte) (int, error) {
+	if err := w.ctx.Err(); err != nil {
+		// A layer stops converting at its next read once its image is
+		// given up (the caller's context, or a sibling platform failed).
+		w.err = err
+		return 0, err
+	}
 	n, err := w.r.Read(p)
 	if err != nil && err != io.EOF && w.err == nil {
 		w.err = err
@@ -535,7 +552,7 @@ func (c *Converter) buildLayer(ctx context.Context, j *layerJob, src layerSource
 		return nil, fmt.Errorf("download: %w", err)
 	}
 	defer rc.Close()
-	in := &watchReader{r: rc}
+	in := &watchReader{r: rc, ctx: ctx}
 	if !src.scan { // a layer read only for the layers above it is not shown
 		in.report = func(n int64) {
 			c.progress(Progress{Source: d.Digest.String(), Stage: StageConverting, Read: n, Total: d.Size})
@@ -576,6 +593,9 @@ func (c *Converter) buildLayer(ctx context.Context, j *layerJob, src layerSource
 	}
 	if err != nil {
 		os.Remove(raw)
+		if in.err != nil && in.err == ctx.Err() {
+			return nil, in.err
+		}
 		if in.err != nil && oci.Transient(in.err) {
 			return nil, &downloadError{fmt.Errorf("%w (stream error: %v)", err, in.err)}
 		}
@@ -697,8 +717,8 @@ func (c *Converter) Index(ctx context.Context, src v1.ImageIndex, srcDesc v1.Des
 		idx v1.ImageIndex
 		rep *IndexReport
 	}
-	sel, results, err := eachEntry(c, src, srcDesc,
-		func(img v1.Image, e indexEntry) (r result, err error) {
+	sel, results, err := eachEntry(ctx, c, src, srcDesc,
+		func(ctx context.Context, img v1.Image, e indexEntry) (r result, err error) {
 			var ir *ImageReport
 			r.img, ir, err = c.Image(ctx, img, e.desc)
 			if ir != nil {
@@ -707,7 +727,7 @@ func (c *Converter) Index(ctx context.Context, src v1.ImageIndex, srcDesc v1.Des
 			}
 			return r, err
 		},
-		func(nested v1.ImageIndex, e indexEntry) (r result, err error) {
+		func(ctx context.Context, nested v1.ImageIndex, e indexEntry) (r result, err error) {
 			r.idx, r.rep, err = c.Index(ctx, nested, e.desc)
 			return r, err
 		})
@@ -754,38 +774,56 @@ func (c *Converter) Index(ctx context.Context, src v1.ImageIndex, srcDesc v1.Des
 
 // eachEntry runs image on each image of src that the selected platforms
 // take, and nested on each nested index holding such images, all at once,
-// and returns their results in the index's order; the first error (in
-// that order) is returned, naming the platform of an image's.
-func eachEntry[R any](c *Converter, src v1.ImageIndex, srcDesc v1.Descriptor,
-	image func(v1.Image, indexEntry) (R, error), nested func(v1.ImageIndex, indexEntry) (R, error)) ([]indexEntry, []R, error) {
+// and returns their results in the index's order. The first to fail
+// cancels the others (their ctx): its error is returned, naming the
+// platform of an image's.
+func eachEntry[R any](ctx context.Context, c *Converter, src v1.ImageIndex, srcDesc v1.Descriptor,
+	image func(context.Context, v1.Image, indexEntry) (R, error), nested func(context.Context, v1.ImageIndex, indexEntry) (R, error)) ([]indexEntry, []R, error) {
 	sel, err := c.platformManifests(src, srcDesc)
 	if err != nil {
 		return nil, nil, err
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	results := make([]R, len(sel))
-	errs := make([]error, len(sel))
-	var wg sync.WaitGroup
+	var (
+		mu    sync.Mutex
+		first error
+		wg    sync.WaitGroup
+	)
+	fail := func(err error) {
+		mu.Lock()
+		if first == nil {
+			first = err
+			cancel()
+		}
+		mu.Unlock()
+	}
 	for i, e := range sel {
 		if e.nested != nil {
-			wg.Go(func() { results[i], errs[i] = nested(e.nested, e) })
+			wg.Go(func() {
+				var err error
+				if results[i], err = nested(ctx, e.nested, e); err != nil {
+					fail(err)
+				}
+			})
 			continue
 		}
 		img, err := src.Image(e.desc.Digest)
 		if err != nil {
-			wg.Wait()
-			return nil, nil, fmt.Errorf("manifest %s: %w", e.desc.Digest, err)
+			fail(fmt.Errorf("manifest %s: %w", e.desc.Digest, err))
+			break
 		}
-		wg.Go(func() { results[i], errs[i] = image(img, e) })
+		wg.Go(func() {
+			var err error
+			if results[i], err = image(ctx, img, e); err != nil {
+				fail(fmt.Errorf("%s: %w", platformString(e.platform), err))
+			}
+		})
 	}
 	wg.Wait()
-	for i, e := range sel {
-		switch {
-		case errs[i] == nil:
-		case e.nested != nil:
-			return nil, nil, errs[i]
-		default:
-			return nil, nil, fmt.Errorf("%s: %w", platformString(e.platform), errs[i])
-		}
+	if first != nil {
+		return nil, nil, first
 	}
 	return sel, results, nil
 }

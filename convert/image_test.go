@@ -16,12 +16,15 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1057,5 +1060,93 @@ func TestE2ERefusal(t *testing.T) {
 	requireAbsent(t, ref(t, reg.host, "e2e/loop:v1-erofs-erofs"))
 	if !oci.HasSuffix(r, "-erofs") {
 		t.Errorf("HasSuffix(%s, -erofs) = false", r)
+	}
+}
+
+// gatedLayer is a layer whose first download stalls until gate is closed,
+// as a slow registry would.
+type gatedLayer struct {
+	*blobLayer
+	gate  chan struct{}
+	calls atomic.Int32
+}
+
+func (l *gatedLayer) Compressed() (io.ReadCloser, error) {
+	rc, err := l.blobLayer.Compressed()
+	if l.calls.Add(1) == 1 {
+		<-l.gate
+	}
+	return rc, err
+}
+
+// TestIndexFirstFailureCancels: the first platform of an index to fail
+// gives the error and stops the others: Index does not wait for a layer
+// still downloading elsewhere (here, one that stalls until the test ends).
+// A Converter used again after that runs the layers that failed or were
+// stopped anew instead of handing out their old errors.
+func TestIndexFirstFailureCancels(t *testing.T) {
+	garbage := randomBytes(7, 5000)
+	bad := &blobLayer{blob: gzipBytes(t, garbage), diffID: sha256Of(garbage), mt: types.OCILayer}
+	raw := e2eTar(t, eDir(".", 0o755), eFile("slow", 0o644, randomBytes(9, 100000)))
+	slow := &gatedLayer{blobLayer: &blobLayer{blob: gzipBytes(t, raw), diffID: sha256Of(raw), mt: types.OCILayer}, gate: make(chan struct{})}
+	amd, arm := e2eImage(t, "amd64", bad), e2eImage(t, "arm64", slow)
+	idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
+		mutate.IndexAddendum{Add: amd, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
+		mutate.IndexAddendum{Add: arm, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64"}}},
+	)
+	idxDigest, err := idx.Digest()
+	must(t, err)
+	slowDigest, _ := slow.Digest()
+	badDigest, _ := bad.Digest()
+	stopped := make(chan struct{})
+	var once sync.Once
+	c, err := convert.NewConverter(convert.ImageOptions{TempDir: t.TempDir(), Jobs: 2, Progress: func(p convert.Progress) {
+		if p.Source == slowDigest.String() && p.Stage == convert.StageFailed {
+			once.Do(func() { close(stopped) })
+		}
+	}})
+	must(t, err)
+	defer c.Close()
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := c.Index(context.Background(), idx, v1.Descriptor{MediaType: types.OCIImageIndex, Digest: idxDigest})
+		done <- err
+	}()
+	select {
+	case err = <-done:
+	case <-time.After(30 * time.Second):
+		close(slow.gate)
+		t.Fatal("Index still waits for the stalled platform 30s after the other failed")
+	}
+	t.Logf("error: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "linux/amd64") || !strings.Contains(err.Error(), badDigest.String()) || errors.Is(err, context.Canceled) {
+		t.Errorf("err = %v; want the amd64 layer's own", err)
+	}
+	// The stalled download ends: its job stops at its next read.
+	close(slow.gate)
+	select {
+	case <-stopped:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the stalled layer's job went on converting after the index had failed")
+	}
+
+	// Used again, the Converter converts the stopped layer anew, as a
+	// new Converter does.
+	desc := srcDescriptor(t, arm)
+	got, _, err := c.Image(context.Background(), arm, desc)
+	if err != nil {
+		t.Fatalf("the stopped platform converted again: %v", err)
+	}
+	c2, err := convert.NewConverter(convert.ImageOptions{TempDir: t.TempDir()})
+	must(t, err)
+	defer c2.Close()
+	want, _, err := c2.Image(context.Background(), arm, desc)
+	must(t, err)
+	g, err := got.Digest()
+	must(t, err)
+	w, err := want.Digest()
+	must(t, err)
+	if g != w {
+		t.Errorf("converted again: %s; by a new Converter: %s", g, w)
 	}
 }
