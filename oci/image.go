@@ -16,9 +16,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
-	"github.com/google/go-containerregistry/pkg/v1/match"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -249,30 +247,6 @@ func Write(ctx context.Context, r Ref, img v1.Image, idx v1.ImageIndex, rem Remo
 		return writeLayout(r, img, idx)
 	}
 	return fmt.Errorf("%s: cannot write to a docker-archive", r)
-}
-
-func writeLayout(r Ref, img v1.Image, idx v1.ImageIndex) error {
-	p, err := layout.FromPath(r.Path)
-	if err != nil {
-		if p, err = layout.Write(r.Path, empty.Index); err != nil {
-			return fmt.Errorf("%s: %w", r, err)
-		}
-	}
-	var opts []layout.Option
-	if r.Tag != "" {
-		opts = append(opts, layout.WithAnnotations(map[string]string{refNameAnnotation: r.Tag}))
-	}
-	// A tag names one image: replace what had it.
-	matcher := func(d v1.Descriptor) bool { return r.Tag != "" && d.Annotations[refNameAnnotation] == r.Tag }
-	if img != nil {
-		err = p.ReplaceImage(img, match.Matcher(matcher), opts...)
-	} else {
-		err = p.ReplaceIndex(idx, match.Matcher(matcher), opts...)
-	}
-	if err != nil {
-		return fmt.Errorf("write %s: %w", r, err)
-	}
-	return nil
 }
 
 // IsIndex reports whether a media type is an index or manifest list.
