@@ -15,10 +15,13 @@ import (
 	"hash"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/ocierofs/ocierofs/erofs"
 	"github.com/ocierofs/ocierofs/whiteout"
@@ -368,6 +371,7 @@ type outputs struct {
 	files   []*os.File
 	names   []string // where each goes, symbolic links followed
 	special []bool   // a device or FIFO, written in place
+	unnamed []bool   // an O_TMPFILE file, linked in at commit
 	old     []os.FileInfo
 }
 
@@ -385,13 +389,43 @@ func (o *outputs) create(name string) (*os.File, error) {
 	default:
 		dir, special = os.TempDir(), true
 	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(target)+".tmp-*")
+	f, unnamed, err := createUnnamed(dir, "."+filepath.Base(target)+".tmp-")
 	if err != nil {
 		return nil, err
 	}
 	o.files, o.names = append(o.files, f), append(o.names, target)
 	o.special, o.old = append(o.special, special), append(o.old, fi)
+	o.unnamed = append(o.unnamed, unnamed)
 	return f, nil
+}
+
+// createUnnamed makes a file in dir that has no name until it is linked
+// in (O_TMPFILE): whatever ends the process, Ctrl-C or kill -9, it leaves
+// nothing behind, where a named temp file stayed beside the output, as
+// large as the image. Where the filesystem has no such files, it makes a
+// named temp file (prefix*) and reports named.
+func createUnnamed(dir, prefix string) (f *os.File, unnamed bool, err error) {
+	fd, err := unix.Open(dir, unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
+	if err == nil {
+		// The name is for errors and for the directory it is in.
+		return os.NewFile(uintptr(fd), filepath.Join(dir, prefix+"unnamed")), true, nil
+	}
+	f, err = os.CreateTemp(dir, prefix+"*")
+	return f, false, err
+}
+
+// linkUnnamed gives the unnamed file f the name name (which must not
+// exist) in its directory.
+func linkUnnamed(f *os.File, name string) error {
+	// Through /proc, as linkat with AT_EMPTY_PATH needs a capability.
+	err := unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", f.Fd()), unix.AT_FDCWD, name, unix.AT_SYMLINK_FOLLOW)
+	if errors.Is(err, unix.ENOENT) {
+		err = unix.Linkat(int(f.Fd()), "", unix.AT_FDCWD, name, unix.AT_EMPTY_PATH)
+	}
+	if err != nil {
+		return &os.LinkError{Op: "link", Old: f.Name(), New: name, Err: err}
+	}
+	return nil
 }
 
 // resolveOutput follows the symbolic links of name (a dangling one to the
@@ -424,9 +458,9 @@ func (o *outputs) commit() error {
 	for i, f := range o.files {
 		var err error
 		if o.special[i] {
-			err = o.copyInto(f, o.names[i])
+			err = o.copyInto(f, o.names[i], o.unnamed[i])
 		} else {
-			err = o.rename(f, o.names[i], o.old[i])
+			err = o.rename(f, o.names[i], o.old[i], o.unnamed[i])
 		}
 		if err != nil {
 			return err
@@ -438,7 +472,7 @@ func (o *outputs) commit() error {
 
 // rename puts f in place of name, with the permissions and owner of the
 // file it replaces (0644 and the caller's for a new one).
-func (o *outputs) rename(f *os.File, name string, old os.FileInfo) error {
+func (o *outputs) rename(f *os.File, name string, old os.FileInfo, unnamed bool) error {
 	mode := fs.FileMode(0o644)
 	if old != nil {
 		mode = old.Mode().Perm()
@@ -449,19 +483,42 @@ func (o *outputs) rename(f *os.File, name string, old os.FileInfo) error {
 	if err := f.Chmod(mode); err != nil {
 		return err
 	}
+	tmp := f.Name()
+	if unnamed {
+		// A name of its own first: a link cannot replace a file.
+		var err error
+		if tmp, err = linkTemp(f, filepath.Dir(name), "."+filepath.Base(name)+".tmp-"); err != nil {
+			return err
+		}
+	}
 	if err := f.Close(); err != nil {
 		return err
 	}
-	if err := os.Rename(f.Name(), name); err != nil {
+	if err := os.Rename(tmp, name); err != nil {
+		os.Remove(tmp)
 		return fmt.Errorf("rename to %s: %w", name, err)
 	}
 	return nil
 }
 
+// linkTemp links the unnamed file f into dir under a new name made of
+// prefix and a random number, and returns it.
+func linkTemp(f *os.File, dir, prefix string) (string, error) {
+	for {
+		name := filepath.Join(dir, fmt.Sprintf("%s%d", prefix, rand.Uint32()))
+		err := linkUnnamed(f, name)
+		if !errors.Is(err, fs.ErrExist) {
+			return name, err
+		}
+	}
+}
+
 // copyInto writes the finished f into the device or FIFO at name, and
 // removes f.
-func (o *outputs) copyInto(f *os.File, name string) error {
-	defer os.Remove(f.Name())
+func (o *outputs) copyInto(f *os.File, name string, unnamed bool) error {
+	if !unnamed {
+		defer os.Remove(f.Name())
+	}
 	defer f.Close()
 	dev, err := os.OpenFile(name, os.O_WRONLY, 0)
 	if err != nil {
@@ -493,9 +550,11 @@ func (o *outputs) copyInto(f *os.File, name string) error {
 
 // abort removes what is not yet committed.
 func (o *outputs) abort() {
-	for _, f := range o.files {
+	for i, f := range o.files {
 		f.Close()
-		os.Remove(f.Name())
+		if !o.unnamed[i] {
+			os.Remove(f.Name())
+		}
 	}
 	o.files = nil
 }

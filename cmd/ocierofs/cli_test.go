@@ -1,6 +1,7 @@
 package main
 
 import (
+	"archive/tar"
 	"bytes"
 	"fmt"
 	"io"
@@ -10,7 +11,9 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/ocierofs/ocierofs/convert"
 	"github.com/ocierofs/ocierofs/convert/fstree"
@@ -345,5 +348,81 @@ func TestVersion(t *testing.T) {
 	// A command that does not exist is a bad argument like any other.
 	if _, e, code := run(t, b, "bogus"); code != 1 || !strings.Contains(e, `no command "bogus"`) {
 		t.Errorf("bogus: exit %d: %s", code, e)
+	}
+}
+
+// TestKilledLeavesNothing: mkfs killed while it writes (SIGINT, SIGTERM,
+// SIGKILL), its output and blob unnamed files, leaves nothing beside them
+// (a named temp file as large as the image was left behind at each
+// Ctrl-C), and an output that was there stays as it was.
+func TestKilledLeavesNothing(t *testing.T) {
+	b := bin(t)
+	// The tar comes through a pipe the test holds open: mkfs is still
+	// writing when it is killed.
+	var tarHead bytes.Buffer
+	tw := tar.NewWriter(&tarHead)
+	data := bytes.Repeat([]byte("erofs "), 200000)
+	for i := range 20 {
+		tw.WriteHeader(&tar.Header{Name: fmt.Sprintf("f%d", i), Mode: 0o644, Size: int64(len(data)), Typeflag: tar.TypeReg})
+		tw.Write(data)
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGKILL} {
+		for _, existing := range []bool{false, true} {
+			dir := t.TempDir()
+			out := filepath.Join(dir, "out.erofs")
+			if existing {
+				os.WriteFile(out, []byte("old"), 0o600)
+			}
+			cmd := exec.Command(b, "mkfs", "-q", "--blobdev", filepath.Join(dir, "out.blob"), out, "-")
+			pw, err := cmd.StdinPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := pw.Write(tarHead.Bytes()); err != nil {
+				t.Fatal(err)
+			}
+			// Wait until both files are open (named or not).
+			fds := filepath.Join("/proc", fmt.Sprint(cmd.Process.Pid), "fd")
+			for deadline := time.Now().Add(30 * time.Second); ; {
+				n := 0
+				ents, _ := os.ReadDir(fds)
+				for _, e := range ents {
+					if to, err := os.Readlink(filepath.Join(fds, e.Name())); err == nil && strings.HasPrefix(to, dir+"/") {
+						n++
+					}
+				}
+				if n >= 2 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("mkfs has %d files open in its output directory after 30s", n)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			cmd.Process.Signal(sig)
+			err = cmd.Wait()
+			pw.Close()
+			if err == nil {
+				t.Errorf("%v: mkfs exited 0", sig)
+			}
+			ents, _ := os.ReadDir(dir)
+			var names []string
+			for _, e := range ents {
+				names = append(names, e.Name())
+			}
+			want := []string{}
+			if existing {
+				want = []string{"out.erofs"}
+				if got, _ := os.ReadFile(out); string(got) != "old" {
+					t.Errorf("%v: the existing output changed to %d bytes", sig, len(got))
+				}
+			}
+			if strings.Join(names, " ") != strings.Join(want, " ") {
+				t.Errorf("%v (output there before: %v): left %q", sig, existing, names)
+			}
+		}
 	}
 }
