@@ -116,8 +116,9 @@ type ImageReport struct {
 type Converter struct {
 	opt  ImageOptions
 	tmp  string
-	lock *os.File // holds the flock on tmp (tempdir.go)
-	sem  chan struct{}
+	lock *os.File      // holds the flock on tmp (tempdir.go)
+	sem  chan struct{} // a slot for each layer converting (Jobs)
+	up   chan struct{} // a slot for each layer uploading (Jobs)
 	mu   sync.Mutex
 	jobs map[string]*layerJob // by the chain of source digests up to the layer
 	// place serializes placing cache entries: an entry and its sidecar
@@ -131,6 +132,10 @@ type layerJob struct {
 	layer  v1.Layer // converted (a *fileLayer) or the source layer
 	report LayerReport
 	err    error
+	// freeSlot gives the job's slot back: once converted, a layer
+	// waits for an upload slot (Converter.up) instead, and the next
+	// layer converts meanwhile.
+	freeSlot func()
 
 	// The converted layer made ready to be a cache entry, once for the
 	// jobs of every platform that share it (finishEntry).
@@ -148,7 +153,7 @@ func NewConverter(opt ImageOptions) (*Converter, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Converter{opt: opt, tmp: tmp, lock: lock, sem: make(chan struct{}, opt.Jobs), jobs: map[string]*layerJob{}}, nil
+	return &Converter{opt: opt, tmp: tmp, lock: lock, sem: make(chan struct{}, opt.Jobs), up: make(chan struct{}, opt.Jobs), jobs: map[string]*layerJob{}}, nil
 }
 
 // Close removes the converted layers kept for publishing.
@@ -403,8 +408,8 @@ func (c *Converter) job(ctx context.Context, key string, waiting Progress, run f
 			if j.err == nil {
 				return j
 			}
-			// Failed: run it again rather than hand an image of later
-			// its failure, which may have been its caller's context, a
+			// Failed: run it again rather than hand its failure to a
+			// later image; it may have been its caller's context, a
 			// sibling platform's failure or the network.
 		default:
 			return j
@@ -426,8 +431,9 @@ func (c *Converter) job(ctx context.Context, key string, waiting Progress, run f
 		close(j.done)
 		return j
 	}
+	j.freeSlot = sync.OnceFunc(func() { <-c.sem })
 	go func() {
-		defer func() { <-c.sem }()
+		defer j.freeSlot()
 		defer close(j.done)
 		defer j.ops.finish(false)
 		j.err = run(j)
@@ -487,6 +493,17 @@ func (c *Converter) convertLayer(ctx context.Context, j *layerJob, src layerSour
 func (c *Converter) publish(ctx context.Context, j *layerJob, fl *fileLayer) error {
 	p := Progress{Source: j.report.Source, Stage: StageUploading, Read: j.report.SourceSize, Total: j.report.SourceSize}
 	if c.opt.Publish != nil {
+		// The upload need not hold up the next layer's conversion: with
+		// the slot kept, a four-layer image on two jobs converted its
+		// upper two only once the lower two were uploaded (review 19-b:
+		// 2.1 s of 10 s with the CPUs idle).
+		j.freeSlot()
+		select {
+		case c.up <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		defer func() { <-c.up }()
 		c.progress(p)
 		t := time.Now()
 		if err := c.opt.Publish(ctx, fl); err != nil {

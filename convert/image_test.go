@@ -1150,3 +1150,46 @@ func TestIndexFirstFailureCancels(t *testing.T) {
 		t.Errorf("converted again: %s; by a new Converter: %s", g, w)
 	}
 }
+
+// TestUploadFreesJobSlot: a converted layer waits for its upload without
+// its conversion slot, so the next layer converts meanwhile (with one
+// job, the upper layer used to start only once the lower one was
+// uploaded).
+func TestUploadFreesJobSlot(t *testing.T) {
+	lower := e2eLayer(t, eDir(".", 0o755), eFile("a", 0o644, randomBytes(1, 50000)))
+	upper := e2eLayer(t, eDir(".", 0o755), eFile("b", 0o644, randomBytes(2, 50000)))
+	img := e2eImage(t, "amd64", lower, upper)
+	upperDigest, _ := upper.Digest()
+	upperConverting := make(chan struct{})
+	var once sync.Once
+	var uploads atomic.Int32
+	c, err := convert.NewConverter(convert.ImageOptions{
+		TempDir: t.TempDir(),
+		Jobs:    1,
+		Progress: func(p convert.Progress) {
+			if p.Source == upperDigest.String() && p.Stage == convert.StageConverting {
+				once.Do(func() { close(upperConverting) })
+			}
+		},
+		Publish: func(ctx context.Context, l v1.Layer) error {
+			if uploads.Add(1) == 1 {
+				// The lower layer's upload lasts until the upper
+				// layer converts.
+				select {
+				case <-upperConverting:
+				case <-time.After(30 * time.Second):
+					return errors.New("the upper layer did not start converting during the lower one's upload")
+				}
+			}
+			return nil
+		},
+	})
+	must(t, err)
+	defer c.Close()
+	if _, _, err := c.Image(context.Background(), img, srcDescriptor(t, img)); err != nil {
+		t.Fatal(err)
+	}
+	if n := uploads.Load(); n != 2 {
+		t.Errorf("%d uploads, want 2", n)
+	}
+}
