@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/signal"
 	"slices"
-	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -38,7 +36,7 @@ var cacheCommand = &cli.Command{
 		if c.NArg() != 2 {
 			return fmt.Errorf("cache: want SOURCE DIR")
 		}
-		ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+		ctx, stop := interruptible(c.Context)
 		defer stop()
 		return runCache(ctx, c, c.Args().Get(0), c.Args().Get(1))
 	},

@@ -426,3 +426,63 @@ func TestKilledLeavesNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestExtractInterrupted: extract stopped by SIGINT or SIGTERM removes what
+// it extracted (a new DIR goes, an empty one stays empty), says so and
+// exits as a shell reports the signal (128 + its number).
+func TestExtractInterrupted(t *testing.T) {
+	b := bin(t)
+	dir := t.TempDir()
+	var tb bytes.Buffer
+	tw := tar.NewWriter(&tb)
+	for i := range 30000 {
+		tw.WriteHeader(&tar.Header{Name: fmt.Sprintf("d%d/f%d", i%100, i), Mode: 0o644, Size: 5, Typeflag: tar.TypeReg})
+		tw.Write([]byte("data\n"))
+	}
+	tw.Close()
+	img := filepath.Join(dir, "many.erofs")
+	if _, e, code := runStdin(t, &tb, b, "mkfs", "-q", img, "-"); code != 0 {
+		t.Fatalf("mkfs: %s", e)
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		for _, existing := range []bool{false, true} {
+			out := filepath.Join(t.TempDir(), "out")
+			if existing {
+				os.Mkdir(out, 0o755)
+			}
+			var errb bytes.Buffer
+			cmd := exec.Command(b, "extract", img, out)
+			cmd.Stderr = &errb
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+				if ents, _ := os.ReadDir(out); len(ents) > 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("extract made nothing in 30s")
+				}
+			}
+			cmd.Process.Signal(sig)
+			cmd.Wait()
+			code := cmd.ProcessState.ExitCode()
+			if code == 0 {
+				// 30,000 files take seconds; the signal came
+				// after the first.
+				t.Errorf("%v: extract went on to the end", sig)
+				continue
+			}
+			if code != 128+int(sig) || !strings.Contains(errb.String(), "interrupted by SIG") {
+				t.Errorf("%v: exit %d, %q", sig, code, errb.String())
+			}
+			ents, err := os.ReadDir(out)
+			switch {
+			case existing && (err != nil || len(ents) > 0):
+				t.Errorf("%v: the existing DIR holds %d entries (%v)", sig, len(ents), err)
+			case !existing && !os.IsNotExist(err):
+				t.Errorf("%v: the new DIR is left (%d entries, %v)", sig, len(ents), err)
+			}
+		}
+	}
+}

@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/signal"
 	"slices"
-	"syscall"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -34,7 +32,7 @@ var convertCommand = &cli.Command{
 		if c.NArg() < 1 || c.NArg() > 2 {
 			return fmt.Errorf("convert: want SOURCE [TARGET]")
 		}
-		ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+		ctx, stop := interruptible(c.Context)
 		defer stop()
 		return runConvert(ctx, c, c.Args().Get(0), c.Args().Get(1))
 	},

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -30,7 +31,9 @@ var extractCommand = &cli.Command{
 			return err
 		}
 		defer f.Close()
-		return extract(img, c.Args().Get(1), os.Geteuid() == 0)
+		ctx, stop := interruptible(c.Context)
+		defer stop()
+		return extract(ctx, img, c.Args().Get(1), os.Geteuid() == 0)
 	},
 }
 
@@ -41,9 +44,9 @@ var extractCommand = &cli.Command{
 // image, whatever its directory entry claims, can lead it through a
 // symbolic link out of dir. Directory modes and times are set last,
 // deepest first, so that filling a read-only directory works and
-// creating entries does not change the times. On an error, everything it
-// made goes.
-func extract(img *erofs.Image, dir string, root bool) (err error) {
+// creating entries does not change the times. On an error, or once ctx is
+// done (Ctrl-C), everything it made goes.
+func extract(ctx context.Context, img *erofs.Image, dir string, root bool) (err error) {
 	made, err := emptyDir(dir)
 	if err != nil {
 		return err
@@ -55,13 +58,16 @@ func extract(img *erofs.Image, dir string, root bool) (err error) {
 			}
 		}
 	}()
-	x := extractor{img: img, root: root, links: map[uint64]string{}, buf: make([]byte, 128<<10)}
+	x := extractor{ctx: ctx, img: img, root: root, links: map[uint64]string{}, buf: make([]byte, 128<<10)}
 	type dirMeta struct {
 		dst string
 		ino *erofs.Inode
 	}
 	var dirs []dirMeta
 	err = img.Walk(".", func(p string, ino *erofs.Inode) error {
+		if err := context.Cause(ctx); err != nil {
+			return err
+		}
 		dst := filepath.Join(dir, filepath.FromSlash(p))
 		if ino.IsDir() {
 			if p != "." {
@@ -140,6 +146,7 @@ func undoExtract(dir string, made bool) error {
 }
 
 type extractor struct {
+	ctx   context.Context
 	img   *erofs.Image
 	root  bool
 	links map[uint64]string // nid → first extracted path
@@ -216,6 +223,9 @@ func (x *extractor) file(p, dst string, ino *erofs.Inode) error {
 		}
 		if off = data; off == ino.Size {
 			break
+		}
+		if err := context.Cause(x.ctx); err != nil {
+			return err // in a big file too
 		}
 		n := int(min(int64(len(x.buf)), ino.Size-off))
 		b := x.buf[:n]

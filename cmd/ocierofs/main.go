@@ -55,12 +55,17 @@ func main() {
 		ExitErrHandler:  func(*cli.Context, error) {},
 	}
 	if err := app.Run(os.Args); err != nil {
+		code := options.ExitCode(err)
+		if sig, c, ok := interrupted(); ok {
+			// What was made is removed; the error says no more.
+			err, code = fmt.Errorf("interrupted by %s", sig), c
+		}
 		if msg := err.Error(); msg != "" { // mkfs.erofs has said it
 			fmt.Fprintf(os.Stderr, "ocierofs: %s\n", msg)
 		}
 		pprof.StopCPUProfile()
 		trace.Stop()
-		os.Exit(options.ExitCode(err))
+		os.Exit(code)
 	}
 }
 
