@@ -50,7 +50,7 @@ func BuildDir(w io.WriterAt, root string, opt Options) (*Result, error) {
 		rel = filepath.ToSlash(rel)
 		var st unix.Stat_t
 		if err := unix.Lstat(p, &st); err != nil {
-			return err
+			return &fs.PathError{Op: "lstat", Path: p, Err: err} // gone since it was listed
 		}
 		e := erofs.Entry{
 			Path:  rel,
