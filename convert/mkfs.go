@@ -403,7 +403,7 @@ func (o *outputs) create(name string) (*os.File, error) {
 // in (O_TMPFILE): whatever ends the process, Ctrl-C or kill -9, it leaves
 // nothing behind, where a named temp file stayed beside the output, as
 // large as the image. Where the filesystem has no such files, it makes a
-// named temp file (prefix*) and reports named.
+// named temp file (prefix*) instead, and unnamed is false.
 func createUnnamed(dir, prefix string) (f *os.File, unnamed bool, err error) {
 	fd, err := unix.Open(dir, unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
 	if err == nil {
@@ -492,6 +492,9 @@ func (o *outputs) rename(f *os.File, name string, old os.FileInfo, unnamed bool)
 		}
 	}
 	if err := f.Close(); err != nil {
+		if unnamed {
+			os.Remove(tmp)
+		}
 		return err
 	}
 	if err := os.Rename(tmp, name); err != nil {
