@@ -15,13 +15,17 @@ import (
 // lock when the process ends, however it ends. A run killed with SIGKILL
 // leaves its directory behind (gigabytes, for big layers); the next
 // Converter made in the same parent directory removes every such
-// directory whose lock nobody holds (made over a minute ago: one just made
-// may not be locked yet).
+// directory whose lock nobody holds. The lock file is made unnamed
+// (O_TMPFILE), locked, and only then linked in (tempHeld), so a lock file
+// that can be locked is abandoned at any age. Where that cannot be done,
+// the file is made, then locked (tempLock): one less than a minute old may
+// not be locked yet, and is left for a later sweep.
 
-// tempPrefix names the temp directories of Converters; tempLock is the
-// file in each that carries the lock.
+// tempPrefix names the temp directories of Converters; tempHeld and
+// tempLock are the files in each that carry the lock.
 const (
 	tempPrefix = "ocierofs-"
+	tempHeld   = ".ocierofs-held"
 	tempLock   = ".ocierofs-lock"
 )
 
@@ -54,6 +58,9 @@ func makeTemp(parent string) (string, *os.File, error) {
 	if err != nil {
 		return "", nil, err
 	}
+	if f := lockedUnnamed(dir); f != nil {
+		return dir, f, nil
+	}
 	f, err := os.OpenFile(filepath.Join(dir, tempLock), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		os.RemoveAll(dir)
@@ -73,9 +80,28 @@ func makeTemp(parent string) (string, *os.File, error) {
 	return dir, f, nil
 }
 
+// lockedUnnamed makes dir's lock file locked before it has a name
+// (tempHeld), or returns nil where the filesystem cannot.
+func lockedUnnamed(dir string) *os.File {
+	f, unnamed, err := createUnnamed(dir, tempHeld)
+	if err != nil {
+		return nil
+	}
+	if !unnamed {
+		f.Close()
+		os.Remove(f.Name())
+		return nil
+	}
+	if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil || linkUnnamed(f, filepath.Join(dir, tempHeld)) != nil {
+		f.Close()
+		return nil
+	}
+	return f
+}
+
 // sweepTemp removes the temp directories in parent that a Converter made
-// and no process holds any more. Directories without the lock file are
-// someone else's, and left alone.
+// and no process holds any more. Directories without a lock file are
+// someone else's (or one just being made), and left alone.
 func sweepTemp(parent string) {
 	ents, err := os.ReadDir(parent)
 	if err != nil {
@@ -86,11 +112,15 @@ func sweepTemp(parent string) {
 			continue
 		}
 		dir := filepath.Join(parent, e.Name())
-		// A directory just made may not be locked yet by its maker.
-		if fi, err := os.Stat(filepath.Join(dir, tempLock)); err != nil || time.Since(fi.ModTime()) < time.Minute {
-			continue
+		lock := filepath.Join(dir, tempHeld)
+		if _, err := os.Stat(lock); err != nil {
+			// Made, then locked: one just made may not be locked yet.
+			lock = filepath.Join(dir, tempLock)
+			if fi, err := os.Stat(lock); err != nil || time.Since(fi.ModTime()) < time.Minute {
+				continue
+			}
 		}
-		f, err := os.OpenFile(filepath.Join(dir, tempLock), os.O_RDWR, 0)
+		f, err := os.OpenFile(lock, os.O_RDWR, 0)
 		if err != nil {
 			continue
 		}

@@ -1,0 +1,56 @@
+package convert
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestSweepTemp: a temp directory whose lock nobody holds is removed by the
+// next makeTemp at once when its lock file was linked in locked
+// (.ocierofs-held), after a minute when it was made, then locked
+// (.ocierofs-lock: it may be one whose maker is about to lock it); one
+// locked, or without a lock file, is kept.
+func TestSweepTemp(t *testing.T) {
+	parent := t.TempDir()
+	live, liveLock, err := makeTemp(parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer liveLock.Close()
+	if _, err := os.Stat(filepath.Join(live, tempHeld)); err != nil {
+		t.Fatalf("the lock file is not linked in: %v", err)
+	}
+	dead, deadLock, err := makeTemp(parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadLock.Close() // its process is gone
+	mk := func(name, lock string, age time.Duration) string {
+		d := filepath.Join(parent, name)
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if lock != "" {
+			p := filepath.Join(d, lock)
+			os.WriteFile(p, nil, 0o600)
+			at := time.Now().Add(-age)
+			os.Chtimes(p, at, at)
+		}
+		return d
+	}
+	young := mk("ocierofs-young", tempLock, 0)
+	old := mk("ocierofs-old", tempLock, time.Hour)
+	foreign := mk("ocierofs-nolock", "", time.Hour)
+	_, next, err := makeTemp(parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next.Close()
+	for d, want := range map[string]bool{live: true, dead: false, young: true, old: false, foreign: true} {
+		if _, err := os.Stat(d); (err == nil) != want {
+			t.Errorf("%s: there %v, want %v", filepath.Base(d), err == nil, want)
+		}
+	}
+}
