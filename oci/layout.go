@@ -53,6 +53,7 @@ type layoutDir struct {
 
 // lockLayout makes the directory of a layout if missing and locks it.
 func lockLayout(path string) (*layoutDir, error) {
+	path = filepath.Clean(path) // "dir/" is dir, made here or not
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, err
 	}
