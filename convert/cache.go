@@ -244,7 +244,7 @@ func (c *Converter) CacheImage(ctx context.Context, src v1.Image, srcDesc v1.Des
 			key = "scan:" + key
 			waiting = Progress{} // not shown: nothing is made of it
 		}
-		jobs[i] = c.job(ctx, key, waiting, func(j *layerJob) error { return c.convertLayer(ctx, j, ls) })
+		jobs[i] = c.job(ctx, key, waiting, ls.lower, func(j *layerJob) error { return c.convertLayer(ctx, j, ls) })
 		lowerOps = append(lowerOps, jobs[i].ops)
 	}
 	for i, j := range jobs {

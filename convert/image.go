@@ -127,6 +127,8 @@ type Converter struct {
 }
 
 type layerJob struct {
+	ctx    context.Context // of the caller that started it
+	lower  []*dirOps       // of the layers below, which it waits for
 	done   chan struct{}
 	ops    *dirOps
 	layer  v1.Layer // converted (a *fileLayer) or the source layer
@@ -210,7 +212,7 @@ func (c *Converter) Image(ctx context.Context, src v1.Image, srcDesc v1.Descript
 		if c.opt.Flatten {
 			continue
 		}
-		j := c.job(ctx, strings.Join(chain, ","), Progress{Source: d.Digest.String(), Total: d.Size},
+		j := c.job(ctx, strings.Join(chain, ","), Progress{Source: d.Digest.String(), Total: d.Size}, ls.lower,
 			func(j *layerJob) error { return c.convertLayer(ctx, j, ls) })
 		jobs = append(jobs, j)
 		lowerOps = append(lowerOps, j.ops)
@@ -219,7 +221,7 @@ func (c *Converter) Image(ctx context.Context, src v1.Image, srcDesc v1.Descript
 		if len(srcs) == 0 {
 			return nil, nil, fmt.Errorf("image %s: no layers to flatten", srcDesc.Digest)
 		}
-		jobs = append(jobs, c.job(ctx, "flat:"+strings.Join(chain, ","), Progress{Source: strings.Join(chain, ",")},
+		jobs = append(jobs, c.job(ctx, "flat:"+strings.Join(chain, ","), Progress{Source: strings.Join(chain, ",")}, nil,
 			func(j *layerJob) error { return c.flattenLayers(ctx, j, srcs) }))
 	}
 	rep := &ImageReport{Source: srcDesc.Digest.String()}
@@ -399,7 +401,7 @@ type layerSource struct {
 
 // job returns the (possibly shared) conversion of one layer, starting it
 // with run unless a job of that key exists.
-func (c *Converter) job(ctx context.Context, key string, waiting Progress, run func(*layerJob) error) *layerJob {
+func (c *Converter) job(ctx context.Context, key string, waiting Progress, lower []*dirOps, run func(*layerJob) error) *layerJob {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if j := c.jobs[key]; j != nil {
@@ -412,10 +414,14 @@ func (c *Converter) job(ctx context.Context, key string, waiting Progress, run f
 			// later image; it may have been its caller's context, a
 			// sibling platform's failure or the network.
 		default:
-			return j
+			if j.ctx.Err() == nil && !anyFailed(j.lower) {
+				return j
+			}
+			// Running for a caller that gave up, or over a layer
+			// that failed: it will fail.
 		}
 	}
-	j := &layerJob{done: make(chan struct{}), ops: newDirOps()}
+	j := &layerJob{ctx: ctx, lower: lower, done: make(chan struct{}), ops: newDirOps()}
 	c.jobs[key] = j
 	if waiting.Source != "" {
 		waiting.Stage = StageWaiting
@@ -423,10 +429,16 @@ func (c *Converter) job(ctx context.Context, key string, waiting Progress, run f
 	}
 	// Layers take a job slot in the order they are asked for, so a layer
 	// waiting for the layers below it never holds a slot they need.
-	select {
-	case c.sem <- struct{}{}:
-	case <-ctx.Done():
-		j.err = ctx.Err()
+	err := ctx.Err()
+	if err == nil {
+		select {
+		case c.sem <- struct{}{}:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+	}
+	if err != nil {
+		j.err = err
 		j.ops.finish(false)
 		close(j.done)
 		return j
@@ -602,6 +614,9 @@ func (c *Converter) buildLayer(ctx context.Context, j *layerJob, src layerSource
 		}
 	}
 	res, err := buildTar(f, in, opt, j.ops)
+	if err == nil && ld.failed() {
+		err = errors.New("a layer below it did not convert: the directories it implies have no metadata")
+	}
 	if err == nil {
 		err = checkSource(in, res, src)
 	}
@@ -817,6 +832,9 @@ func eachEntry[R any](ctx context.Context, c *Converter, src v1.ImageIndex, srcD
 		mu.Unlock()
 	}
 	for i, e := range sel {
+		if ctx.Err() != nil {
+			break // one has failed: start no more
+		}
 		if e.nested != nil {
 			wg.Go(func() {
 				var err error
@@ -839,6 +857,9 @@ func eachEntry[R any](ctx context.Context, c *Converter, src v1.ImageIndex, srcD
 		})
 	}
 	wg.Wait()
+	if first == nil {
+		first = ctx.Err() // the caller's, before all had started
+	}
 	if first != nil {
 		return nil, nil, first
 	}

@@ -1063,18 +1063,27 @@ func TestE2ERefusal(t *testing.T) {
 	}
 }
 
-// gatedLayer is a layer whose first download stalls until gate is closed,
-// as a slow registry would.
+// gatedLayer is a layer whose first download waits for after (if not
+// nil) and then stalls until gate is closed, as a slow registry would;
+// started is closed when it begins.
 type gatedLayer struct {
 	*blobLayer
-	gate  chan struct{}
-	calls atomic.Int32
+	after   <-chan struct{}
+	gate    chan struct{}
+	started chan struct{}
+	calls   atomic.Int32
 }
 
 func (l *gatedLayer) Compressed() (io.ReadCloser, error) {
 	rc, err := l.blobLayer.Compressed()
 	if l.calls.Add(1) == 1 {
-		<-l.gate
+		close(l.started)
+		if l.after != nil {
+			<-l.after
+		}
+		if l.gate != nil {
+			<-l.gate
+		}
 	}
 	return rc, err
 }
@@ -1086,9 +1095,10 @@ func (l *gatedLayer) Compressed() (io.ReadCloser, error) {
 // stopped anew instead of handing out their old errors.
 func TestIndexFirstFailureCancels(t *testing.T) {
 	garbage := randomBytes(7, 5000)
-	bad := &blobLayer{blob: gzipBytes(t, garbage), diffID: sha256Of(garbage), mt: types.OCILayer}
 	raw := e2eTar(t, eDir(".", 0o755), eFile("slow", 0o644, randomBytes(9, 100000)))
-	slow := &gatedLayer{blobLayer: &blobLayer{blob: gzipBytes(t, raw), diffID: sha256Of(raw), mt: types.OCILayer}, gate: make(chan struct{})}
+	slow := &gatedLayer{blobLayer: &blobLayer{blob: gzipBytes(t, raw), diffID: sha256Of(raw), mt: types.OCILayer}, gate: make(chan struct{}), started: make(chan struct{})}
+	// The bad layer fails once the slow one is downloading.
+	bad := &gatedLayer{blobLayer: &blobLayer{blob: gzipBytes(t, garbage), diffID: sha256Of(garbage), mt: types.OCILayer}, after: slow.started, started: make(chan struct{})}
 	amd, arm := e2eImage(t, "amd64", bad), e2eImage(t, "arm64", slow)
 	idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
 		mutate.IndexAddendum{Add: amd, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
@@ -1191,5 +1201,65 @@ func TestUploadFreesJobSlot(t *testing.T) {
 	}
 	if n := uploads.Load(); n != 2 {
 		t.Errorf("%d uploads, want 2", n)
+	}
+}
+
+// failingOnce is a layer whose first download fails (a registry error).
+type failingOnce struct {
+	*blobLayer
+	calls atomic.Int32
+}
+
+func (l *failingOnce) Compressed() (io.ReadCloser, error) {
+	if l.calls.Add(1) == 1 {
+		return nil, errors.New("the registry said no")
+	}
+	return l.blobLayer.Compressed()
+}
+
+// TestConverterReusedAfterLowerFailed: a layer whose lower layer failed
+// fails too, rather than be kept with defaults for the directories it
+// implies; a Converter used again then makes the image a new one makes.
+func TestConverterReusedAfterLowerFailed(t *testing.T) {
+	rawLower := e2eTar(t, eDir(".", 0o755), eDir("opt", 0o700).own(1000, 1000), eFile("opt/a", 0o644, []byte("a\n")))
+	lower := &failingOnce{blobLayer: &blobLayer{blob: gzipBytes(t, rawLower), diffID: sha256Of(rawLower), mt: types.OCILayer}}
+	upper := e2eLayer(t, eFile("opt/f", 0o644, []byte("implies opt/\n")))
+	img := e2eImage(t, "amd64", lower, upper)
+	desc := srcDescriptor(t, img)
+	upperDigest, _ := upper.Digest()
+	upperEnded := make(chan struct{}, 2)
+	c, err := convert.NewConverter(convert.ImageOptions{TempDir: t.TempDir(), Jobs: 2, Progress: func(p convert.Progress) {
+		if p.Source == upperDigest.String() && (p.Stage == convert.StageDone || p.Stage == convert.StageFailed) {
+			upperEnded <- struct{}{}
+		}
+	}})
+	must(t, err)
+	defer c.Close()
+	if _, _, err := c.Image(context.Background(), img, desc); err == nil {
+		t.Fatal("converted with the lower layer's download failing")
+	}
+	// The upper layer's job ends (it went on after the image failed).
+	select {
+	case <-upperEnded:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the upper layer's job did not end")
+	}
+	got, _, err := c.Image(context.Background(), img, desc)
+	must(t, err)
+	c2, err := convert.NewConverter(convert.ImageOptions{TempDir: t.TempDir()})
+	must(t, err)
+	defer c2.Close()
+	want, _, err := c2.Image(context.Background(), img, desc)
+	must(t, err)
+	gl, err := got.Layers()
+	must(t, err)
+	wl, err := want.Layers()
+	must(t, err)
+	for i := range wl {
+		g, _ := gl[i].Digest()
+		w, _ := wl[i].Digest()
+		if g != w {
+			t.Errorf("layer %d converted again: %s; by a new Converter: %s", i+1, g, w)
+		}
 	}
 }

@@ -42,6 +42,20 @@ type dirOps struct {
 
 func newDirOps() *dirOps { return &dirOps{done: make(chan struct{})} }
 
+// anyFailed reports that one of ops is finished and failed.
+func anyFailed(ops []*dirOps) bool {
+	for _, d := range ops {
+		select {
+		case <-d.done:
+			if !d.ok {
+				return true
+			}
+		default:
+		}
+	}
+	return false
+}
+
 func (d *dirOps) add(kind dirOpKind, p string, meta *erofs.Entry) {
 	if d == nil {
 		return
@@ -144,6 +158,18 @@ type lowerDirs struct {
 	layers []*dirOps
 	mu     sync.Mutex
 	states map[int]*dirTree
+	// broken: a layer below was needed and did not convert (or the
+	// wait was given up), so implied directories got no metadata from
+	// below: the layer must fail, not be kept (a Converter runs failed
+	// jobs again and would reuse it).
+	broken bool
+}
+
+// failed reports that a layer below was needed and missing.
+func (l *lowerDirs) failed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.broken
 }
 
 // below returns the directory state under layer i (after layers 0..i-1),
@@ -153,9 +179,11 @@ func (l *lowerDirs) below(i int) *dirTree {
 		select {
 		case <-d.done:
 		case <-l.ctx.Done():
-			return nil
 		}
-		if !d.ok {
+		if l.ctx.Err() != nil || !d.ok {
+			l.mu.Lock()
+			l.broken = true
+			l.mu.Unlock()
 			return nil
 		}
 	}

@@ -6,8 +6,6 @@ import (
 	"os/signal"
 	"sync/atomic"
 	"syscall"
-
-	"golang.org/x/sys/unix"
 )
 
 // interruptedBy is the signal that interrupted the command, if any.
@@ -35,12 +33,8 @@ func interruptible(parent context.Context) (context.Context, context.CancelFunc)
 	}
 }
 
-// interrupted reports the signal that interrupted the command and the
-// exit code a shell gives a process it ends (128 + its number).
-func interrupted() (name string, code int, ok bool) {
+// interrupted reports the signal that interrupted the command, if one did.
+func interrupted() (syscall.Signal, bool) {
 	sig, ok := interruptedBy.Load().(syscall.Signal)
-	if !ok {
-		return "", 0, false
-	}
-	return unix.SignalName(sig), 128 + int(sig), true
+	return sig, ok
 }

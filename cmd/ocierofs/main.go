@@ -3,13 +3,18 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
 	"runtime/trace"
+	"time"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
 
 	"github.com/ocierofs/ocierofs/cmd/internal/options"
 	"github.com/ocierofs/ocierofs/cmd/internal/version"
@@ -55,17 +60,29 @@ func main() {
 		ExitErrHandler:  func(*cli.Context, error) {},
 	}
 	if err := app.Run(os.Args); err != nil {
-		code := options.ExitCode(err)
-		if sig, c, ok := interrupted(); ok {
-			// What was made is removed; the error says no more.
-			err, code = fmt.Errorf("interrupted by %s", sig), c
+		sig, interrupt := interrupted()
+		switch {
+		case interrupt && errors.Is(err, context.Canceled):
+			// The command stopped for the signal and removed what it
+			// made; "context canceled" says no more.
+			err = fmt.Errorf("interrupted by %s", unix.SignalName(sig))
+		case interrupt:
+			err = fmt.Errorf("%w (interrupted by %s)", err, unix.SignalName(sig))
 		}
 		if msg := err.Error(); msg != "" { // mkfs.erofs has said it
 			fmt.Fprintf(os.Stderr, "ocierofs: %s\n", msg)
 		}
 		pprof.StopCPUProfile()
 		trace.Stop()
-		os.Exit(code)
+		if interrupt {
+			// Die of the signal, so that a calling shell script stops
+			// too (bash goes on after a child that merely exits 130).
+			signal.Reset(sig)
+			unix.Kill(os.Getpid(), sig)
+			time.Sleep(time.Second) // for it to arrive; else exit as a shell reports it
+			os.Exit(128 + int(sig))
+		}
+		os.Exit(options.ExitCode(err))
 	}
 }
 
