@@ -19,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -405,14 +406,26 @@ func (o *outputs) create(name string) (*os.File, error) {
 // large as the image. Where the filesystem has no such files, it makes a
 // named temp file (prefix*) instead, and unnamed is false.
 func createUnnamed(dir, prefix string) (f *os.File, unnamed bool, err error) {
-	fd, err := unix.Open(dir, unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
-	if err == nil {
+	fd := -1
+	if canLinkUnnamed() {
+		fd, err = unix.Open(dir, unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
+	}
+	if fd >= 0 && err == nil {
 		// The name is for errors and for the directory it is in.
 		return os.NewFile(uintptr(fd), filepath.Join(dir, prefix+"unnamed")), true, nil
 	}
 	f, err = os.CreateTemp(dir, prefix+"*")
 	return f, false, err
 }
+
+// canLinkUnnamed reports whether an unnamed file can be given a name
+// through /proc. Without /proc, linkat's AT_EMPTY_PATH needs a capability
+// that may be missing, and a whole image would be built, then lost: named
+// temp files are made instead.
+var canLinkUnnamed = sync.OnceValue(func() bool {
+	_, err := os.Stat("/proc/self/fd")
+	return err == nil
+})
 
 // linkUnnamed gives the unnamed file f the name name (which must not
 // exist) in its directory.

@@ -65,11 +65,16 @@ func lockLayout(path string) (*layoutDir, error) {
 		case !errors.Is(err, fs.ErrExist):
 			return nil, err
 		}
-		d, err := os.Open(path)
-		if err != nil {
-			return nil, err
+		// O_DIRECTORY: a FIFO or a file there fails here, not blocks.
+		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if errors.Is(err, unix.ENOENT) {
+			continue // removed since Mkdir by a run that made it and failed
 		}
-		if err := unix.Flock(int(d.Fd()), unix.LOCK_EX); err != nil {
+		if err != nil {
+			return nil, &os.PathError{Op: "open", Path: path, Err: err}
+		}
+		d := os.NewFile(uintptr(fd), path)
+		if err := unix.Flock(fd, unix.LOCK_EX); err != nil && !noLocks(err) {
 			d.Close()
 			return nil, fmt.Errorf("lock: %w", err)
 		}
@@ -78,10 +83,6 @@ func lockLayout(path string) (*layoutDir, error) {
 		locked, err1 := d.Stat()
 		now, err2 := os.Stat(path)
 		if err1 == nil && err2 == nil && os.SameFile(locked, now) {
-			if !locked.IsDir() {
-				d.Close()
-				return nil, errors.New("not a directory")
-			}
 			if made {
 				// Made here, but another run may have filled it
 				// while this one waited for the lock.
@@ -313,6 +314,14 @@ func (l *layoutDir) replaceWith(dir, name string, fill func(*os.File) error) err
 		os.Remove(f.Name())
 	}
 	return err
+}
+
+// noLocks reports an flock error that means the filesystem has no locks
+// for a directory (NFS, some FUSE filesystems): the write goes on
+// unlocked, as go-containerregistry's did.
+func noLocks(err error) bool {
+	return errors.Is(err, unix.ENOLCK) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) ||
+		errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EBADF)
 }
 
 // syncDir makes the names in dir durable.
