@@ -45,10 +45,11 @@ func writeLayout(r Ref, img v1.Image, idx v1.ImageIndex) error {
 
 // layoutDir is an OCI layout locked for writing.
 type layoutDir struct {
-	path string
-	dir  *os.File // holds the flock
-	made bool     // by this call: no layout was there
-	have map[v1.Hash]bool
+	path   string
+	dir    *os.File // holds the flock
+	made   bool     // by this call: no layout was there
+	locked bool     // false where the filesystem has no locks
+	have   map[v1.Hash]bool
 }
 
 // lockLayout makes the directory of a layout if missing and locks it.
@@ -74,44 +75,34 @@ func lockLayout(path string) (*layoutDir, error) {
 			return nil, &os.PathError{Op: "open", Path: path, Err: err}
 		}
 		d := os.NewFile(uintptr(fd), path)
-		if err := unix.Flock(fd, unix.LOCK_EX); err != nil && !noLocks(err) {
-			d.Close()
-			return nil, fmt.Errorf("lock: %w", err)
+		locked := true
+		if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
+			if !noLocks(err) {
+				d.Close()
+				return nil, fmt.Errorf("lock: %w", err)
+			}
+			locked = false
 		}
 		// A run that made the layout and failed removes it: then it is
 		// not this directory any more, and the layout is made again.
-		locked, err1 := d.Stat()
+		held, err1 := d.Stat()
 		now, err2 := os.Stat(path)
-		if err1 == nil && err2 == nil && os.SameFile(locked, now) {
+		if err1 == nil && err2 == nil && os.SameFile(held, now) {
 			if made {
 				// Made here, but another run may have filled it
 				// while this one waited for the lock.
 				_, err := os.Stat(filepath.Join(path, "index.json"))
 				made = errors.Is(err, fs.ErrNotExist)
 			}
-			return &layoutDir{path: path, dir: d, made: made, have: map[v1.Hash]bool{}}, nil
+			return &layoutDir{path: path, dir: d, made: made, locked: locked, have: map[v1.Hash]bool{}}, nil
 		}
 		d.Close()
 	}
 }
 
 func (l *layoutDir) add(tag string, img v1.Image, idx v1.ImageIndex) error {
-	var desc v1.Descriptor
-	var err error
-	if img != nil {
-		desc, err = l.writeImage(img)
-	} else {
-		desc, err = l.writeIndex(idx)
-	}
-	if err != nil {
-		return err
-	}
-	if err := syncDir(filepath.Join(l.path, "blobs", "sha256")); err != nil {
-		return err
-	}
-	if tag != "" {
-		desc.Annotations = map[string]string{refNameAnnotation: tag}
-	}
+	// The index first: one that does not parse stops the write before
+	// any blob is copied.
 	im := v1.IndexManifest{SchemaVersion: 2, MediaType: types.OCIImageIndex}
 	raw, err := os.ReadFile(filepath.Join(l.path, "index.json"))
 	switch {
@@ -121,6 +112,35 @@ func (l *layoutDir) add(tag string, img v1.Image, idx v1.ImageIndex) error {
 		}
 	case !errors.Is(err, fs.ErrNotExist):
 		return err
+	}
+	// Temp files of a writer killed before its rename: none is alive
+	// while this one holds the lock.
+	for _, dir := range []string{l.path, filepath.Join(l.path, "blobs", "sha256")} {
+		if !l.locked {
+			break
+		}
+		stale, _ := filepath.Glob(filepath.Join(dir, ".tmp-*"))
+		for _, p := range stale {
+			os.Remove(p)
+		}
+	}
+	var desc v1.Descriptor
+	if img != nil {
+		desc, err = l.writeImage(img)
+	} else {
+		desc, err = l.writeIndex(idx)
+	}
+	if err != nil {
+		return err
+	}
+	// The blobs' names, and the directories a new layout made.
+	for _, dir := range []string{filepath.Join(l.path, "blobs", "sha256"), filepath.Join(l.path, "blobs"), filepath.Dir(l.path)} {
+		if err := syncDir(dir); err != nil {
+			return err
+		}
+	}
+	if tag != "" {
+		desc.Annotations = map[string]string{refNameAnnotation: tag}
 	}
 	// A tag names one manifest: replace what had it; an untagged manifest
 	// is listed once.

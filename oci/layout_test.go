@@ -211,6 +211,32 @@ func TestWriteLayoutFailures(t *testing.T) {
 		noTemps(t, existing)
 	})
 
+	t.Run("stale temp files and a broken index", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "layout")
+		if err := writeTo(t, dir, "v1", src); err != nil {
+			t.Fatal(err)
+		}
+		// A writer killed mid-blob left its temp file: the next one,
+		// holding the lock, removes it.
+		stale := filepath.Join(dir, "blobs", "sha256", ".tmp-0123-456")
+		os.WriteFile(stale, []byte("half a layer"), 0o644)
+		if err := writeTo(t, dir, "v2", other); err != nil {
+			t.Fatal(err)
+		}
+		noTemps(t, dir)
+		// An index.json that does not parse stops a write before any
+		// blob is copied.
+		os.WriteFile(filepath.Join(dir, "index.json"), nil, 0o644)
+		before, _ := os.ReadDir(filepath.Join(dir, "blobs", "sha256"))
+		third := randomImage(t, 2000)
+		if err := writeTo(t, dir, "v3", third); err == nil || !strings.Contains(err.Error(), "index.json") {
+			t.Errorf("err = %v, want one naming index.json", err)
+		}
+		if after, _ := os.ReadDir(filepath.Join(dir, "blobs", "sha256")); len(after) != len(before) {
+			t.Errorf("%d blobs written before the broken index.json was found", len(after)-len(before))
+		}
+	})
+
 	t.Run("blob cut short", func(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "layout")
 		if err := writeTo(t, dir, "v1", src); err != nil {

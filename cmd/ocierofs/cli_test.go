@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ocierofs/ocierofs/convert"
 	"github.com/ocierofs/ocierofs/convert/fstree"
 )
@@ -365,6 +367,11 @@ func TestKilledLeavesNothing(t *testing.T) {
 	for i := range 20 {
 		tw.WriteHeader(&tar.Header{Name: fmt.Sprintf("f%d", i), Mode: 0o644, Size: int64(len(data)), Typeflag: tar.TypeReg})
 		tw.Write(data)
+	}
+	if fd, err := unix.Open(t.TempDir(), unix.O_TMPFILE|unix.O_RDWR, 0o600); err != nil {
+		t.Skipf("no unnamed files (O_TMPFILE) in $TMPDIR: %v", err)
+	} else {
+		unix.Close(fd)
 	}
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGKILL} {
 		for _, existing := range []bool{false, true} {

@@ -26,14 +26,15 @@ type Server struct {
 	// Deletes prune the twins of their repository in the background, on
 	// at most maxPruners goroutines, one pass per repository at a time: a
 	// delete during a pass asks for another.
-	ctx     context.Context
-	cancel  context.CancelFunc
-	mu      sync.Mutex
-	closed  bool
-	prunes  map[string]pruneState // by repository
-	waiting []string              // repositories whose pass is due, oldest first
-	pruners int                   // goroutines running passes
-	wg      sync.WaitGroup
+	ctx       context.Context
+	cancel    context.CancelFunc
+	mu        sync.Mutex
+	closed    bool
+	prunes    map[string]pruneState // by repository
+	waiting   []string              // repositories whose pass is due, oldest first
+	pruneFull bool                  // the waiting are maxPruneWaiting, and it is logged
+	pruners   int                   // goroutines running passes
+	wg        sync.WaitGroup
 }
 
 // pruneState is where a repository's prune is.
@@ -239,9 +240,13 @@ func (s *Server) prune(repo string) bool {
 		return false
 	}
 	if len(s.waiting) >= maxPruneWaiting {
-		s.logf("prune %s: %d repositories wait for a pass already: left to sync --prune", repo, len(s.waiting))
+		if !s.pruneFull { // once per flood, not per delete
+			s.logf("prune %s: %d repositories wait for a pass already: this and the deletes after it until one is done are left to sync --prune", repo, len(s.waiting))
+			s.pruneFull = true
+		}
 		return false
 	}
+	s.pruneFull = false
 	s.prunes[repo] = pruneWaiting
 	s.waiting = append(s.waiting, repo)
 	if s.pruners < maxPruners {

@@ -370,7 +370,7 @@ func TestPruneWaitingBound(t *testing.T) {
 	for _, c := range []struct {
 		repo string
 		want bool
-	}{{"a", true}, {"b", true}, {"c", false}, {"a", true}, {"b", true}} {
+	}{{"a", true}, {"b", true}, {"c", false}, {"d", false}, {"a", true}, {"b", true}} {
 		if got := s.prune(c.repo); got != c.want {
 			t.Errorf("prune(%q) with %d waiting: %v, want %v", c.repo, len(s.waiting), got, c.want)
 		}
@@ -379,7 +379,7 @@ func TestPruneWaitingBound(t *testing.T) {
 		t.Errorf("waiting %v, states %v; want a and b", s.waiting, s.prunes)
 	}
 	if len(logged) != 1 || !strings.Contains(logged[0], "prune c: 2 repositories wait") {
-		t.Errorf("logged %q", logged)
+		t.Errorf("logged %q; want one line for the flood", logged)
 	}
 	// A pass takes a: c fits now.
 	s.waiting = s.waiting[1:]
