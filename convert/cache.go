@@ -19,8 +19,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ocierofs/ocierofs/convert/dmverity"
-	"github.com/ocierofs/ocierofs/convert/internal/atomicfile"
 	"github.com/ocierofs/ocierofs/erofs"
+	"github.com/ocierofs/ocierofs/oci/atomicfile"
 )
 
 // containerd's EROFS snapshotter, preparing the snapshot of a tar layer,
@@ -378,9 +378,11 @@ func placeEntry(src, dst string, rec *lowerRecord, verity *dmverity.Metadata, du
 			return nil
 		}
 		// DIR/sha256/xx/entry: the entry's directory and those above it,
-		// which the first entry of its kind makes.
+		// which the first entry of its kind makes. containerd may mount
+		// an entry soon after it appears, and a crash must not leave a
+		// name without data.
 		for d, i := filepath.Dir(dst), 0; i < 3; d, i = filepath.Dir(d), i+1 {
-			if err := syncDir(d); err != nil {
+			if err := atomicfile.SyncDir(d); err != nil {
 				return err
 			}
 		}
@@ -404,20 +406,6 @@ func placeEntry(src, dst string, rec *lowerRecord, verity *dmverity.Metadata, du
 type entryThere struct {
 	size     int64
 	rootHash string
-}
-
-// syncDir makes the names in dir durable: containerd may mount an entry
-// soon after it appears, and a crash must not leave a name without data.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // copyTemp copies src into a new temp file in dir for the file named name,

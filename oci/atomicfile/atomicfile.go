@@ -1,6 +1,8 @@
 // Package atomicfile writes files that appear whole or not at all: into a
 // temp file beside the target (".tmp-NAME-*", which a sweep of a killed
 // run's leftovers can match), synced, then renamed or linked into place.
+// OCI layouts (their blobs and index.json) and the layer content cache
+// (entries, sidecars, lower records) are written with it.
 package atomicfile
 
 import (
@@ -33,14 +35,11 @@ func WriteTemp(dir, name string, fill func(f *os.File) error) (string, error) {
 	return f.Name(), nil
 }
 
-// WriteFile replaces path with data (mode 0644) at once: a reader sees
-// the old file or the new one, never part of it. The directory is not
-// synced.
-func WriteFile(path string, data []byte) error {
-	tmp, err := WriteTemp(filepath.Dir(path), filepath.Base(path), func(f *os.File) error {
-		_, err := f.Write(data)
-		return err
-	})
+// Replace replaces path with what fill writes (mode 0644) at once: a
+// reader, or a run after a crash, sees the old file or the whole new one.
+// The directory is not synced (SyncDir).
+func Replace(path string, fill func(f *os.File) error) error {
+	tmp, err := WriteTemp(filepath.Dir(path), filepath.Base(path), fill)
 	if err != nil {
 		return err
 	}
@@ -49,4 +48,26 @@ func WriteFile(path string, data []byte) error {
 		return err
 	}
 	return nil
+}
+
+// WriteFile replaces path with data as Replace does.
+func WriteFile(path string, data []byte) error {
+	return Replace(path, func(f *os.File) error {
+		_, err := f.Write(data)
+		return err
+	})
+}
+
+// SyncDir makes the names in dir durable: those just renamed or linked
+// into it.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
