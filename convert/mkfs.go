@@ -368,12 +368,15 @@ func canonicalPath(p string) string {
 // existing file's permissions and owner. A name that is a device or a FIFO
 // is written in place, at the end, from a temporary file in the system's
 // temporary directory: a failed build leaves no half-written device either.
-type outputs struct {
-	files   []*os.File
-	names   []string // where each goes, symbolic links followed
-	special []bool   // a device or FIFO, written in place
-	unnamed []bool   // an O_TMPFILE file, linked in at commit
-	old     []os.FileInfo
+type outputs []output
+
+// output is one file a build writes: f, which becomes name on commit.
+type output struct {
+	f       *os.File
+	name    string      // where it goes, symbolic links followed
+	special bool        // a device or FIFO, written in place
+	unnamed bool        // an O_TMPFILE file, linked in at commit
+	old     os.FileInfo // what name was, if anything
 }
 
 // create makes the temporary file that becomes name on commit.
@@ -394,9 +397,7 @@ func (o *outputs) create(name string) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	o.files, o.names = append(o.files, f), append(o.names, target)
-	o.special, o.old = append(o.special, special), append(o.old, fi)
-	o.unnamed = append(o.unnamed, unnamed)
+	*o = append(*o, output{f: f, name: target, special: special, unnamed: unnamed, old: fi})
 	return f, nil
 }
 
@@ -468,28 +469,29 @@ func resolveOutput(name string) (string, os.FileInfo, error) {
 // commit gives every file its name, in the order they were created (a
 // blob before the image that needs it).
 func (o *outputs) commit() error {
-	for i, f := range o.files {
+	for _, out := range *o {
 		var err error
-		if o.special[i] {
-			err = o.copyInto(f, o.names[i], o.unnamed[i])
+		if out.special {
+			err = out.copyInto()
 		} else {
-			err = o.rename(f, o.names[i], o.old[i], o.unnamed[i])
+			err = out.rename()
 		}
 		if err != nil {
 			return err
 		}
 	}
-	o.files = nil
+	*o = nil
 	return nil
 }
 
 // rename puts f in place of name, with the permissions and owner of the
 // file it replaces (0644 and the caller's for a new one).
-func (o *outputs) rename(f *os.File, name string, old os.FileInfo, unnamed bool) error {
+func (out output) rename() error {
+	f, name := out.f, out.name
 	mode := fs.FileMode(0o644)
-	if old != nil {
-		mode = old.Mode().Perm()
-		if st, ok := old.Sys().(*syscall.Stat_t); ok {
+	if out.old != nil {
+		mode = out.old.Mode().Perm()
+		if st, ok := out.old.Sys().(*syscall.Stat_t); ok {
 			f.Chown(int(st.Uid), int(st.Gid)) // best effort: not ours to give away
 		}
 	}
@@ -497,7 +499,7 @@ func (o *outputs) rename(f *os.File, name string, old os.FileInfo, unnamed bool)
 		return err
 	}
 	tmp := f.Name()
-	if unnamed {
+	if out.unnamed {
 		// A name of its own first: a link cannot replace a file.
 		var err error
 		if tmp, err = linkTemp(f, filepath.Dir(name), "."+filepath.Base(name)+".tmp-"); err != nil {
@@ -505,7 +507,7 @@ func (o *outputs) rename(f *os.File, name string, old os.FileInfo, unnamed bool)
 		}
 	}
 	if err := f.Close(); err != nil {
-		if unnamed {
+		if out.unnamed {
 			os.Remove(tmp)
 		}
 		return err
@@ -531,8 +533,9 @@ func linkTemp(f *os.File, dir, prefix string) (string, error) {
 
 // copyInto writes the finished f into the device or FIFO at name, and
 // removes f.
-func (o *outputs) copyInto(f *os.File, name string, unnamed bool) error {
-	if !unnamed {
+func (out output) copyInto() error {
+	f, name := out.f, out.name
+	if !out.unnamed {
 		defer os.Remove(f.Name())
 	}
 	defer f.Close()
@@ -566,13 +569,13 @@ func (o *outputs) copyInto(f *os.File, name string, unnamed bool) error {
 
 // abort removes what is not yet committed.
 func (o *outputs) abort() {
-	for i, f := range o.files {
-		f.Close()
-		if !o.unnamed[i] {
-			os.Remove(f.Name())
+	for _, out := range *o {
+		out.f.Close()
+		if !out.unnamed {
+			os.Remove(out.f.Name())
 		}
 	}
-	o.files = nil
+	*o = nil
 }
 
 // appendFile copies the file src to the end of f.
