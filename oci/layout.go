@@ -114,15 +114,14 @@ func (l *layoutDir) add(tag string, img v1.Image, idx v1.ImageIndex) error {
 	case !errors.Is(err, fs.ErrNotExist):
 		return err
 	}
-	// Temp files of a writer killed before its rename: none is alive
-	// while this one holds the lock.
-	for _, dir := range []string{l.path, filepath.Join(l.path, "blobs", "sha256")} {
-		if !l.locked {
-			break
-		}
-		stale, _ := filepath.Glob(filepath.Join(dir, ".tmp-*"))
-		for _, p := range stale {
-			os.Remove(p)
+	if l.locked {
+		// Temp files of a writer killed before its rename: none is
+		// alive while this one holds the lock.
+		for _, dir := range []string{l.path, filepath.Join(l.path, "blobs", "sha256")} {
+			stale, _ := filepath.Glob(filepath.Join(dir, ".tmp-*"))
+			for _, p := range stale {
+				os.Remove(p)
+			}
 		}
 	}
 	var desc v1.Descriptor
@@ -134,8 +133,12 @@ func (l *layoutDir) add(tag string, img v1.Image, idx v1.ImageIndex) error {
 	if err != nil {
 		return err
 	}
-	// The blobs' names, and the directories a new layout made.
-	for _, dir := range []string{filepath.Join(l.path, "blobs", "sha256"), filepath.Join(l.path, "blobs"), filepath.Dir(l.path)} {
+	// The blobs' names, the blob directories, and a new layout's own.
+	dirs := []string{filepath.Join(l.path, "blobs", "sha256"), filepath.Join(l.path, "blobs")}
+	if l.made {
+		dirs = append(dirs, filepath.Dir(l.path))
+	}
+	for _, dir := range dirs {
 		if err := atomicfile.SyncDir(dir); err != nil {
 			return err
 		}
