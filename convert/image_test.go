@@ -980,8 +980,13 @@ func TestE2EAuth(t *testing.T) {
 	srcRef := ref(t, reg.host, "e2e/private:v1")
 	pushImage(t, srcRef, src, creds)
 
+	login := func(password string) oci.Remote {
+		r, err := oci.Remote{}.WithCredential(reg.host, oci.Credential{Username: user, Password: password})
+		must(t, err)
+		return r
+	}
 	t.Run("right password", func(t *testing.T) {
-		res := mustConvert(t, srcRef.String(), "", convert.ImageOptions{}, oci.Remote{Username: user, Password: password})
+		res := mustConvert(t, srcRef.String(), "", convert.ImageOptions{}, login(password))
 		got, _ := remoteImage(t, res.target.Name, creds)
 		checkConverted(t, src, srcDescriptor(t, src), got, variant{})
 	})
@@ -989,7 +994,12 @@ func TestE2EAuth(t *testing.T) {
 		name string
 		rem  oci.Remote
 	}{
-		{"wrong password", oci.Remote{Username: user, Password: "wrong"}},
+		{"wrong password", login("wrong")},
+		{"another registry password", func() oci.Remote {
+			r, err := oci.Remote{}.WithCredential("other.example:5000", oci.Credential{Username: user, Password: password})
+			must(t, err)
+			return r
+		}()},
 		{"no credentials", oci.Remote{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -22,11 +23,18 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
+// Credential is a user and password for one registry.
+type Credential struct{ Username, Password string }
+
 // Remote holds what talking to registries needs.
 type Remote struct {
-	// Username and Password, if set, are used for every registry; otherwise
-	// ~/.docker/config.json and its credential helpers are (like docker and crane).
-	Username, Password string
+	// Credentials are the users and passwords of some registries, by the
+	// registry's name as a reference gives it (ghcr.io, localhost:5000;
+	// docker.io is index.docker.io). Every other registry gets what
+	// ~/.docker/config.json and its credential helpers give it, or podman's
+	// auth.json where docker has none, as with docker, crane and skopeo. A
+	// credential is never sent to a registry it is not given for.
+	Credentials map[string]Credential
 	// Insecure skips TLS verification.
 	Insecure bool
 	// Retries is how many times a request that failed with 429, 5xx or a
@@ -39,12 +47,7 @@ type Remote struct {
 
 // Options returns go-containerregistry options for ctx.
 func (r Remote) Options(ctx context.Context) []remote.Option {
-	opts := []remote.Option{remote.WithContext(ctx)}
-	if r.Username != "" || r.Password != "" {
-		opts = append(opts, remote.WithAuth(&authn.Basic{Username: r.Username, Password: r.Password}))
-	} else {
-		opts = append(opts, remote.WithAuthFromKeychain(authn.DefaultKeychain))
-	}
+	opts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(keychain(r.Credentials))}
 	t := r.Transport
 	if t == nil {
 		base := remote.DefaultTransport.(*http.Transport).Clone()
@@ -69,6 +72,33 @@ func (r Remote) Options(ctx context.Context) []remote.Option {
 		ua = "ocierofs"
 	}
 	return append(opts, remote.WithUserAgent(ua))
+}
+
+// WithCredential returns r with c as the credential of registry (a name
+// as in a reference: docker.io stands for index.docker.io).
+func (r Remote) WithCredential(registry string, c Credential) (Remote, error) {
+	reg, err := name.NewRegistry(registry)
+	if err != nil {
+		return r, fmt.Errorf("registry %q: %w", registry, err)
+	}
+	r.Credentials = maps.Clone(r.Credentials)
+	if r.Credentials == nil {
+		r.Credentials = map[string]Credential{}
+	}
+	r.Credentials[reg.RegistryStr()] = c
+	return r, nil
+}
+
+// keychain gives a registry its credential, or else what the default
+// keychain (docker's config, credential helpers, podman's auth.json) gives
+// it.
+type keychain map[string]Credential
+
+func (k keychain) Resolve(res authn.Resource) (authn.Authenticator, error) {
+	if c, ok := k[res.RegistryStr()]; ok {
+		return &authn.Basic{Username: c.Username, Password: c.Password}, nil
+	}
+	return authn.DefaultKeychain.Resolve(res)
 }
 
 // Transient reports errors worth retrying: broken or refused connections,

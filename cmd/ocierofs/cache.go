@@ -60,6 +60,9 @@ func runCache(ctx context.Context, c *cli.Context, source, dir string) error {
 	if err != nil {
 		return err
 	}
+	if rem, _, err = options.Credentials(c, rem, src, nil); err != nil {
+		return err
+	}
 	// One run at a time per directory (the next finds the entries made);
 	// an unwritable directory fails here, before any conversion.
 	unlock, err := convert.LockCache(ctx, dir, func() {

@@ -27,7 +27,7 @@ var convertCommand = &cli.Command{
 		"with the tag plus --suffix. Layers become application/vnd.erofs.layer.v1; the\n" +
 		"config gets os.features [\"erofs\"] and the new diff_ids. Nothing is tagged until\n" +
 		"every layer is converted and uploaded.",
-	Flags: slices.Concat(options.ErofsFlags(), options.SourceFlags(), options.ConvertFlags()),
+	Flags: slices.Concat(options.ErofsFlags(), options.SourceFlags(), options.CredentialFlags(), options.ConvertFlags()),
 	Action: func(c *cli.Context) error {
 		if c.NArg() < 1 || c.NArg() > 2 {
 			return fmt.Errorf("convert: want SOURCE [TARGET]")
@@ -71,17 +71,21 @@ func runConvert(ctx context.Context, c *cli.Context, source, target string) erro
 	} else if dst, err = oci.DefaultTarget(src, suffix); err != nil {
 		return err
 	}
+	srcRem, dstRem, err := options.Credentials(c, rem, src, &dst)
+	if err != nil {
+		return err
+	}
 	quiet := c.Bool("quiet")
 	jsonOut := c.String("output") == "json"
 	if dst.Kind == oci.Registry {
 		repo := dst.Name.Context()
-		ropts := slices.Clip(rem.Options(ctx)) // appended to by concurrent uploads
+		ropts := slices.Clip(dstRem.Options(ctx)) // appended to by concurrent uploads
 		opt.Publish = func(ctx context.Context, l v1.Layer) error {
 			return remote.WriteLayer(repo, l, append(ropts, remote.WithContext(ctx))...)
 		}
 	}
 
-	art, err := oci.Get(ctx, src, rem)
+	art, err := oci.Get(ctx, src, srcRem)
 	if err != nil {
 		return err
 	}
@@ -111,7 +115,7 @@ func runConvert(ctx context.Context, c *cli.Context, source, target string) erro
 		if err != nil {
 			return fmt.Errorf("%s: %w", src, err)
 		}
-		if err := oci.Write(ctx, dst, nil, idx, rem); err != nil {
+		if err := oci.Write(ctx, dst, nil, idx, dstRem); err != nil {
 			return err
 		}
 		rep.Digest, rep.Images = irep.Digest, irep.Images
@@ -120,7 +124,7 @@ func runConvert(ctx context.Context, c *cli.Context, source, target string) erro
 		if err != nil {
 			return fmt.Errorf("%s: %w", src, err)
 		}
-		if err := oci.Write(ctx, dst, img, nil, rem); err != nil {
+		if err := oci.Write(ctx, dst, img, nil, dstRem); err != nil {
 			return err
 		}
 		rep.Digest, rep.Images = irep.Digest, []*convert.ImageReport{irep}

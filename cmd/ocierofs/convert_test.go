@@ -11,13 +11,18 @@ import (
 	"errors"
 	"io"
 	"log"
+	"maps"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -291,6 +296,19 @@ func pushBusybox(t *testing.T) (host string, src name.Reference) {
 	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 	t.Cleanup(srv.Close)
 	host = srv.Listener.Addr().String()
+	src, err := name.ParseReference(host + "/e2e/bb:1.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(src, busyboxImage(t)); err != nil {
+		t.Fatal(err)
+	}
+	return host, src
+}
+
+// busyboxImage is testdata/busybox's first image.
+func busyboxImage(t *testing.T) v1.Image {
+	t.Helper()
 	p, err := layout.FromPath("../../testdata/busybox")
 	if err != nil {
 		t.Fatal(err)
@@ -299,21 +317,11 @@ func pushBusybox(t *testing.T) (host string, src name.Reference) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	im, err := ii.IndexManifest()
+	img, err := ii.Image(mustManifests(t, ii)[0].Digest)
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err := ii.Image(im.Manifests[0].Digest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if src, err = name.ParseReference(host + "/e2e/bb:1.0"); err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(src, img); err != nil {
-		t.Fatal(err)
-	}
-	return host, src
+	return img
 }
 
 func mustManifests(t *testing.T, ii v1.ImageIndex) []v1.Descriptor {
@@ -379,5 +387,156 @@ func TestCacheCLIPlatform(t *testing.T) {
 	}
 	if n := entries("--platform", "all"); n != 4 {
 		t.Errorf("--platform all: %d entries, want 4", n)
+	}
+}
+
+// loginRegistry is go-containerregistry's in-memory registry behind HTTP
+// Basic authentication, as a registry with htpasswd has it; it records the
+// user of every Authorization header it is sent, right or wrong.
+type loginRegistry struct {
+	host, user, password string
+
+	mu   sync.Mutex
+	sent map[string]int // user → requests that carried it
+}
+
+func newLoginRegistry(t *testing.T, user, password string) *loginRegistry {
+	t.Helper()
+	r := &loginRegistry{user: user, password: password, sent: map[string]int{}}
+	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, rq *http.Request) {
+		u, p, ok := rq.BasicAuth()
+		if ok {
+			r.mu.Lock()
+			r.sent[u]++
+			r.mu.Unlock()
+		}
+		if !ok || u != r.user || p != r.password {
+			w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			io.WriteString(w, `{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}`)
+			return
+		}
+		reg.ServeHTTP(w, rq)
+	}))
+	t.Cleanup(srv.Close)
+	r.host = srv.Listener.Addr().String()
+	return r
+}
+
+// users are the users this registry was sent, sorted.
+func (r *loginRegistry) users() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Sorted(maps.Keys(r.sent))
+}
+
+func (r *loginRegistry) reset() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	clear(r.sent)
+}
+
+// TestConvertCLICredentials: each registry is sent its own credentials
+// and never another's (skopeo's --src-creds and --dest-creds), and
+// --username, which names no registry, is refused for two.
+func TestConvertCLICredentials(t *testing.T) {
+	// Nothing from this machine's docker or podman logins.
+	t.Setenv("DOCKER_CONFIG", t.TempDir())
+	t.Setenv("REGISTRY_AUTH_FILE", "")
+	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
+	a := newLoginRegistry(t, "alice", "pa:ss") // a colon in a password is allowed
+	b := newLoginRegistry(t, "bob", "pb")
+	src, err := name.ParseReference(a.host + "/e2e/bb:1.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(src, busyboxImage(t), remote.WithAuth(&authn.Basic{Username: "alice", Password: "pa:ss"})); err != nil {
+		t.Fatal(err)
+	}
+	layoutOut := "oci:" + filepath.Join(t.TempDir(), "o") + ":t"
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		target string
+		want   string   // in the error; "" for success
+		aSent  []string // users registry a was sent
+		bSent  []string
+	}{
+		{name: "each its own", args: []string{"--src-creds", "alice:pa:ss", "--dest-creds", "bob:pb"}, target: b.host + "/e2e/bb:1",
+			aSent: []string{"alice"}, bSent: []string{"bob"}},
+		{name: "username for one registry", args: []string{"--username", "alice", "--password", "pa:ss"}, target: a.host + "/e2e/bb:1-erofs",
+			aSent: []string{"alice"}},
+		{name: "username for the source of a layout", args: []string{"--username", "alice", "--password", "pa:ss"}, target: layoutOut,
+			aSent: []string{"alice"}},
+		{name: "username for two registries", args: []string{"--username", "alice", "--password", "pa:ss"}, target: b.host + "/e2e/bb:3",
+			want: "--username: the source is on " + a.host + " and the target on " + b.host + ": give each its own with --src-creds and --dest-creds"},
+		{name: "username and src-creds", args: []string{"--username", "alice", "--password", "pa:ss", "--src-creds", "alice:pa:ss"}, target: a.host + "/e2e/bb:4",
+			want: "either --username and --password, or --src-creds and --dest-creds"},
+		{name: "creds without a password", args: []string{"--src-creds", "alice"}, target: b.host + "/e2e/bb:5", want: "--src-creds: want USER:PASSWORD"},
+		{name: "dest-creds for a layout", args: []string{"--src-creds", "alice:pa:ss", "--dest-creds", "bob:pb"}, target: layoutOut,
+			want: "--dest-creds: the target is not in a registry"},
+		// Registry b is sent no credentials, and refuses the upload.
+		{name: "no dest-creds", args: []string{"--src-creds", "alice:pa:ss"}, target: b.host + "/e2e/bb:6", want: "unauthorized",
+			aSent: []string{"alice"}},
+		{name: "wrong dest-creds", args: []string{"--src-creds", "alice:pa:ss", "--dest-creds", "bob:nope"}, target: b.host + "/e2e/bb:7", want: "unauthorized",
+			aSent: []string{"alice"}, bSent: []string{"bob"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a.reset()
+			b.reset()
+			args := append([]string{"-q", "--plain-http"}, tc.args...)
+			_, err := runConvertCLI(t, append(args, src.String(), tc.target)...)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("convert: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(strings.ToLower(err.Error()), strings.ToLower(tc.want))):
+				t.Fatalf("err = %v, want one with %q", err, tc.want)
+			}
+			checkSent(t, a, b, tc.aSent, tc.bSent)
+			if tc.want == "" && strings.HasPrefix(tc.target, b.host) {
+				checkPushed(t, tc.target)
+			}
+		})
+	}
+
+	// From the environment, as the binary reads it (urfave/cli keeps a
+	// flag's value from the environment in the flag: in-process, it would
+	// stay for the cases after).
+	t.Run("from the environment", func(t *testing.T) {
+		a.reset()
+		b.reset()
+		t.Setenv("OCIEROFS_SRC_CREDS", "alice:pa:ss")
+		t.Setenv("OCIEROFS_DEST_CREDS", "bob:pb")
+		target := b.host + "/e2e/bb:env"
+		if _, stderr, code := run(t, bin(t), "convert", "-q", "--plain-http", src.String(), target); code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		checkSent(t, a, b, []string{"alice"}, []string{"bob"})
+		checkPushed(t, target)
+	})
+}
+
+// checkSent checks the users registries a and b were sent.
+func checkSent(t *testing.T, a, b *loginRegistry, aSent, bSent []string) {
+	t.Helper()
+	if got := a.users(); !slices.Equal(got, aSent) {
+		t.Errorf("registry a (the source's) was sent users %q, want %q", got, aSent)
+	}
+	if got := b.users(); !slices.Equal(got, bSent) {
+		t.Errorf("registry b was sent users %q, want %q", got, bSent)
+	}
+}
+
+// checkPushed checks that target, on registry b, is there.
+func checkPushed(t *testing.T, target string) {
+	t.Helper()
+	dst, err := name.ParseReference(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := remote.Head(dst, remote.WithAuth(&authn.Basic{Username: "bob", Password: "pb"})); err != nil {
+		t.Errorf("HEAD %s: %v", dst, err)
 	}
 }

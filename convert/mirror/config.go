@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/nats-io/nats-server/v2/conf"
 )
 
@@ -199,6 +200,8 @@ func (c *Config) Validate() error {
 	}
 	if strings.Contains(c.Registry, "/") {
 		errs = append(errs, fmt.Errorf("registry %q: want HOST[:PORT], without a scheme or path", c.Registry))
+	} else if _, err := name.NewRegistry(c.Registry); c.Registry != "" && err != nil {
+		errs = append(errs, fmt.Errorf("registry %q: %w", c.Registry, err))
 	}
 	if strings.ContainsAny(c.Suffix, "/:@") {
 		errs = append(errs, fmt.Errorf("suffix %q: not a tag suffix", c.Suffix))

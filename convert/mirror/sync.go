@@ -245,7 +245,14 @@ func (s *Syncer) Run(ctx context.Context, items []SyncItem) []SyncItem {
 	return items
 }
 
-// Remote is the registry access of cfg.
+// Remote is the registry access of cfg: its user and password go to its
+// registry and nowhere else.
 func (c *Config) Remote() oci.Remote {
-	return oci.Remote{Username: c.Username, Password: c.Password, Insecure: c.Insecure}
+	r := oci.Remote{Insecure: c.Insecure}
+	if c.Username == "" && c.Password == "" {
+		return r
+	}
+	// Validate has refused a registry name WithCredential cannot take.
+	r, _ = r.WithCredential(c.Registry, oci.Credential{Username: c.Username, Password: c.Password})
+	return r
 }

@@ -188,7 +188,14 @@ convert { compress: "lz4hc,level=9", "layer-compression": "zstd" }
 			t.Errorf("ParseConfig(%q): no error", bad)
 		}
 	}
-	for _, bad := range []*Config{{}, {Registry: "http://r"}, {Registry: "r", Suffix: "-x:y"}, {Registry: "r", Rules: Rules{Include: []string{"a:b:c"}}}} {
+	// The user and password go to the mirrored registry only.
+	if r := (&Config{Registry: "docker.io", Username: "u", Password: "p"}).Remote(); len(r.Credentials) != 1 || r.Credentials["index.docker.io"].Username != "u" {
+		t.Errorf("credentials %v, want u for index.docker.io alone", r.Credentials)
+	}
+	if r := (&Config{Registry: "r:1"}).Remote(); r.Credentials != nil {
+		t.Errorf("credentials %v without a user", r.Credentials)
+	}
+	for _, bad := range []*Config{{}, {Registry: "http://r"}, {Registry: "r", Suffix: "-x:y"}, {Registry: "r:x"}, {Registry: "r", Rules: Rules{Include: []string{"a:b:c"}}}} {
 		bad.SetDefaults()
 		if err := bad.Validate(); err == nil {
 			t.Errorf("Validate(%+v): no error", bad)

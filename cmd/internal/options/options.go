@@ -5,6 +5,7 @@
 package options
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -73,8 +74,8 @@ func SourceFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "platform", Usage: "platforms of an index to convert: all, or a list like linux/amd64,linux/arm64/v8", Value: "all"},
 		&cli.IntFlag{Name: "jobs", Aliases: []string{"j"}, Value: runtime.NumCPU(), Usage: "layers converted at once"},
-		&cli.StringFlag{Name: "username", EnvVars: []string{"OCIEROFS_USERNAME"}, Usage: "registry user (default: docker's config.json and credential helpers)"},
-		&cli.StringFlag{Name: "password", EnvVars: []string{"OCIEROFS_PASSWORD"}, Usage: "registry password"},
+		&cli.StringFlag{Name: "username", EnvVars: []string{"OCIEROFS_USERNAME"}, Usage: "user for the one registry the command reads and writes (default: docker's config.json and credential helpers, or podman's auth.json)"},
+		&cli.StringFlag{Name: "password", EnvVars: []string{"OCIEROFS_PASSWORD"}, Usage: "password for the registry (with --username)"},
 		&cli.BoolFlag{Name: "plain-http", Usage: "allow plain HTTP registries"},
 		&cli.BoolFlag{Name: "insecure", Usage: "skip TLS verification"},
 		&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "text", Usage: "text or json (target, digests, sizes, per-layer timings on stdout)"},
@@ -82,11 +83,79 @@ func SourceFlags() []cli.Flag {
 	}
 }
 
+// CredentialFlags are convert's flags for a source and a target with
+// credentials of their own (skopeo's names).
+func CredentialFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "src-creds", EnvVars: []string{"OCIEROFS_SRC_CREDS"}, Usage: "USER:PASSWORD for reading SOURCE from its registry"},
+		&cli.StringFlag{Name: "dest-creds", EnvVars: []string{"OCIEROFS_DEST_CREDS"}, Usage: "USER:PASSWORD for writing TARGET to its registry"},
+	}
+}
+
+// Credentials returns the registry access for reading src and for writing
+// dst (nil: the command writes to no registry): rem with the credentials
+// the flags give. --username and --password are for the one registry the
+// command talks to; they are refused where src and dst are on two, so that
+// no registry is sent another's password. --src-creds and --dest-creds are
+// each for one side.
+func Credentials(c *cli.Context, rem oci.Remote, src oci.Ref, dst *oci.Ref) (srcRem, dstRem oci.Remote, err error) {
+	srcRem, dstRem = rem, rem
+	refs := []oci.Ref{src}
+	if dst != nil {
+		refs = append(refs, *dst)
+	}
+	var regs []string
+	for _, r := range refs {
+		if r.Kind == oci.Registry && !slices.Contains(regs, r.Name.Context().RegistryStr()) {
+			regs = append(regs, r.Name.Context().RegistryStr())
+		}
+	}
+	user, pass := c.String("username"), c.String("password")
+	if user != "" || pass != "" {
+		if c.String("src-creds") != "" || c.String("dest-creds") != "" {
+			return srcRem, dstRem, errors.New("--username: give either --username and --password, or --src-creds and --dest-creds")
+		}
+		switch len(regs) {
+		case 0:
+			return srcRem, dstRem, errors.New("--username: no registry to log in to")
+		case 2:
+			return srcRem, dstRem, fmt.Errorf("--username: the source is on %s and the target on %s: give each its own with --src-creds and --dest-creds", regs[0], regs[1])
+		}
+		cred := oci.Credential{Username: user, Password: pass}
+		if srcRem, err = srcRem.WithCredential(regs[0], cred); err != nil {
+			return srcRem, dstRem, err
+		}
+		dstRem, err = dstRem.WithCredential(regs[0], cred)
+		return srcRem, dstRem, err
+	}
+	side := func(flag, what string, r *oci.Ref, rem *oci.Remote) error {
+		v := c.String(flag)
+		if v == "" {
+			return nil
+		}
+		if r == nil || r.Kind != oci.Registry {
+			return fmt.Errorf("--%s: the %s is not in a registry", flag, what)
+		}
+		user, pass, ok := strings.Cut(v, ":")
+		if !ok || user == "" {
+			return fmt.Errorf("--%s: want USER:PASSWORD", flag)
+		}
+		var err error
+		*rem, err = rem.WithCredential(r.Name.Context().RegistryStr(), oci.Credential{Username: user, Password: pass})
+		return err
+	}
+	if err := side("src-creds", "source", &src, &srcRem); err != nil {
+		return srcRem, dstRem, err
+	}
+	return srcRem, dstRem, side("dest-creds", "target", dst, &dstRem)
+}
+
 // Image reads ErofsFlags and SourceFlags (convert, cache); done ends the
-// progress display it may start on a terminal.
+// progress display it may start on a terminal. Its registry access has no
+// credentials yet: Credentials gives them.
 func Image(c *cli.Context) (opt convert.ImageOptions, rem oci.Remote, done func(), err error) {
 	done = func() {}
-	rem = oci.Remote{Username: c.String("username"), Password: c.String("password"), Insecure: c.Bool("insecure")}
+	rem = oci.Remote{Insecure: c.Bool("insecure")}
 	lopt, err := Layer(c)
 	if err != nil {
 		return opt, rem, done, err
