@@ -332,6 +332,15 @@ func placeEntry(src, dst string, rec *lowerRecord, verity *dmverity.Metadata, du
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return nil, err
 	}
+	// Runs that share the cache without sharing its lock (LockCache; a
+	// caller of CacheImage may not take it) place an entry and its
+	// sidecar one at a time: otherwise one run's sidecar could end up
+	// beside another's entry.
+	unlock, err := atomicfile.LockDir(filepath.Dir(dst))
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	if _, err := os.Lstat(dst); err == nil {
 		if size, root, err := checkEntry(dst, verity != nil); err == nil {
 			return &entryThere{size, root}, nil
@@ -364,7 +373,8 @@ func placeEntry(src, dst string, rec *lowerRecord, verity *dmverity.Metadata, du
 	}
 	switch {
 	case errors.Is(err, os.ErrExist):
-		// Another run placed it just now.
+		// Placed just now by a run that does not lock (an older
+		// version, or a filesystem without locks).
 		size, root, err := checkEntry(dst, verity != nil)
 		if err != nil {
 			return nil, fmt.Errorf("placed meanwhile by another run: %w", err)

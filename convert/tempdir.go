@@ -1,13 +1,14 @@
 package convert
 
 import (
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ocierofs/ocierofs/oci/atomicfile"
 )
 
 // A Converter keeps its converted layers in a temp directory of its own,
@@ -68,7 +69,7 @@ func makeTemp(parent string) (string, *os.File, error) {
 	}
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		f.Close()
-		if noFlock(err) {
+		if atomicfile.NoLocks(err) {
 			// A filesystem without locks: without the lock file, no
 			// sweep takes the directory for abandoned.
 			os.Remove(filepath.Join(dir, tempLock))
@@ -129,10 +130,4 @@ func sweepTemp(parent string) {
 		}
 		f.Close()
 	}
-}
-
-// noFlock reports an flock error that means the filesystem has no locks
-// (some network and FUSE filesystems).
-func noFlock(err error) bool {
-	return errors.Is(err, unix.ENOLCK) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EINVAL)
 }

@@ -78,7 +78,7 @@ func lockLayout(path string) (*layoutDir, error) {
 		d := os.NewFile(uintptr(fd), path)
 		locked := true
 		if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
-			if !noLocks(err) {
+			if !atomicfile.NoLocks(err) {
 				d.Close()
 				return nil, fmt.Errorf("lock: %w", err)
 			}
@@ -300,12 +300,4 @@ func (l *layoutDir) writeBlob(dg v1.Hash, size int64, open func() (io.ReadCloser
 		l.have[dg] = true
 	}
 	return err
-}
-
-// noLocks reports an flock error that means the filesystem has no locks
-// for a directory (NFS, some FUSE filesystems): the write goes on
-// unlocked, as go-containerregistry's did.
-func noLocks(err error) bool {
-	return errors.Is(err, unix.ENOLCK) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) ||
-		errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EBADF)
 }

@@ -2,12 +2,16 @@
 // temp file beside the target (".tmp-NAME-*", which a sweep of a killed
 // run's leftovers can match), synced, then renamed or linked into place.
 // OCI layouts (their blobs and index.json) and the layer content cache
-// (entries, sidecars, lower records) are written with it.
+// (entries, sidecars, lower records) are written with it. Writers in other
+// processes take turns with LockDir.
 package atomicfile
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
+
+	"golang.org/x/sys/unix"
 )
 
 // WriteTemp creates a temp file in dir for the file named name, has fill
@@ -70,4 +74,29 @@ func SyncDir(dir string) error {
 		err = cerr
 	}
 	return err
+}
+
+// LockDir waits for an exclusive lock of directory dir (flock), which
+// writers of related files in it share, and returns its release. Where the
+// filesystem has no locks (NoLocks) it returns a release that does nothing.
+func LockDir(dir string) (unlock func(), err error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
+		unix.Close(fd)
+		if NoLocks(err) {
+			return func() {}, nil
+		}
+		return nil, &os.PathError{Op: "lock", Path: dir, Err: err}
+	}
+	return func() { unix.Close(fd) }, nil
+}
+
+// NoLocks reports an flock error that means the filesystem has no locks
+// (some network and FUSE filesystems; NFS gives EBADF for a directory).
+func NoLocks(err error) bool {
+	return errors.Is(err, unix.ENOLCK) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) ||
+		errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EBADF)
 }
