@@ -274,7 +274,7 @@ func Write(ctx context.Context, r Ref, img v1.Image, idx v1.ImageIndex, rem Remo
 		}
 		return nil
 	case Layout:
-		return writeLayout(r, img, idx)
+		return writeLayout(ctx, r, img, idx)
 	}
 	return fmt.Errorf("%s: cannot write to a docker-archive", r)
 }

@@ -2,6 +2,7 @@ package oci
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -28,9 +30,10 @@ import (
 //   - a blob appears whole under its digest (a temp file beside it, of
 //     the descriptor's size, synced, renamed), and index.json is replaced
 //     at once, after the blobs it names are synced;
-//   - a layout this call made is removed again if it fails.
-func writeLayout(r Ref, img v1.Image, idx v1.ImageIndex) error {
-	l, err := lockLayout(r.Path)
+//   - a layout this call made is removed again if it fails;
+//   - ctx ends the wait for the lock and a blob copy (within 64 MiB).
+func writeLayout(ctx context.Context, r Ref, img v1.Image, idx v1.ImageIndex) error {
+	l, err := lockLayout(ctx, r.Path)
 	if err != nil {
 		return fmt.Errorf("%s: %w", r, err)
 	}
@@ -46,6 +49,7 @@ func writeLayout(r Ref, img v1.Image, idx v1.ImageIndex) error {
 
 // layoutDir is an OCI layout locked for writing.
 type layoutDir struct {
+	ctx    context.Context // of the write
 	path   string
 	dir    *os.File // holds the flock
 	made   bool     // by this call: no layout was there
@@ -53,8 +57,9 @@ type layoutDir struct {
 	have   map[v1.Hash]bool
 }
 
-// lockLayout makes the directory of a layout if missing and locks it.
-func lockLayout(path string) (*layoutDir, error) {
+// lockLayout makes the directory of a layout if missing and locks it,
+// waiting for another writer until ctx ends.
+func lockLayout(ctx context.Context, path string) (*layoutDir, error) {
 	path = filepath.Clean(path) // "dir/" is dir, made here or not
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, err
@@ -76,13 +81,10 @@ func lockLayout(path string) (*layoutDir, error) {
 			return nil, &os.PathError{Op: "open", Path: path, Err: err}
 		}
 		d := os.NewFile(uintptr(fd), path)
-		locked := true
-		if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
-			if !atomicfile.NoLocks(err) {
-				d.Close()
-				return nil, fmt.Errorf("lock: %w", err)
-			}
-			locked = false
+		locked, err := flockWait(ctx, fd)
+		if err != nil {
+			d.Close()
+			return nil, err
 		}
 		// A run that made the layout and failed removes it: then it is
 		// not this directory any more, and the layout is made again.
@@ -95,9 +97,30 @@ func lockLayout(path string) (*layoutDir, error) {
 				_, err := os.Stat(filepath.Join(path, "index.json"))
 				made = errors.Is(err, fs.ErrNotExist)
 			}
-			return &layoutDir{path: path, dir: d, made: made, locked: locked, have: map[v1.Hash]bool{}}, nil
+			return &layoutDir{ctx: ctx, path: path, dir: d, made: made, locked: locked, have: map[v1.Hash]bool{}}, nil
 		}
 		d.Close()
+	}
+}
+
+// flockWait takes an exclusive flock of fd, polling so that ctx can end
+// the wait; locked is false where the filesystem has no locks.
+func flockWait(ctx context.Context, fd int) (locked bool, err error) {
+	for {
+		err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
+		switch {
+		case err == nil:
+			return true, nil
+		case atomicfile.NoLocks(err):
+			return false, nil
+		case !errors.Is(err, unix.EWOULDBLOCK):
+			return false, fmt.Errorf("lock: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }
 
@@ -290,11 +313,26 @@ func (l *layoutDir) writeBlob(dg v1.Hash, size int64, open func() (io.ReadCloser
 	}
 	defer rc.Close()
 	err = atomicfile.Replace(p, func(f *os.File) error {
-		n, err := io.Copy(f, rc)
-		if err == nil && n != size {
-			err = fmt.Errorf("%d bytes, the descriptor says %d", n, size)
+		// In pieces, to see ctx end; io.CopyN keeps copy_file_range
+		// between files.
+		var n int64
+		for {
+			if err := l.ctx.Err(); err != nil {
+				return err
+			}
+			m, err := io.CopyN(f, rc, 64<<20)
+			n += m
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return err
+			}
 		}
-		return err
+		if n != size {
+			return fmt.Errorf("%d bytes, the descriptor says %d", n, size)
+		}
+		return nil
 	})
 	if err == nil {
 		l.have[dg] = true

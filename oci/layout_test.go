@@ -3,17 +3,24 @@ package oci_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"golang.org/x/sys/unix"
 
 	"github.com/ocierofs/ocierofs/oci"
 )
@@ -299,6 +306,86 @@ func TestWriteLayoutFailures(t *testing.T) {
 		}
 		if tags := layoutTags(t, dir); len(tags) != 21 {
 			t.Errorf("%d tags, want 21", len(tags))
+		}
+	})
+}
+
+// zeroLayer is a layer of size zero bytes whose first read calls onRead.
+type zeroLayer struct {
+	size   int64
+	onRead func()
+}
+
+func (l zeroLayer) Digest() (v1.Hash, error) {
+	return v1.NewHash("sha256:" + strings.Repeat("ab", 32))
+}
+func (l zeroLayer) DiffID() (v1.Hash, error)             { return l.Digest() }
+func (l zeroLayer) Size() (int64, error)                 { return l.size, nil }
+func (l zeroLayer) MediaType() (types.MediaType, error)  { return types.OCILayer, nil }
+func (l zeroLayer) Uncompressed() (io.ReadCloser, error) { return l.Compressed() }
+func (l zeroLayer) Compressed() (io.ReadCloser, error) {
+	var once sync.Once
+	return io.NopCloser(io.LimitReader(readFunc(func(b []byte) (int, error) {
+		once.Do(l.onRead)
+		clear(b)
+		return len(b), nil
+	}), l.size)), nil
+}
+
+type readFunc func([]byte) (int, error)
+
+func (f readFunc) Read(b []byte) (int, error) { return f(b) }
+
+// TestWriteLayoutCanceled: a write given up (Ctrl-C) stops while it waits
+// for another writer's lock and within a large blob's copy, and leaves
+// nothing.
+func TestWriteLayoutCanceled(t *testing.T) {
+	t.Run("waiting for the lock", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "layout")
+		if err := writeTo(t, dir, "v1", randomImage(t, 1000)); err != nil {
+			t.Fatal(err)
+		}
+		before, _ := os.ReadFile(filepath.Join(dir, "index.json"))
+		// Another writer holds the layout.
+		d, err := os.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		if err := unix.Flock(int(d.Fd()), unix.LOCK_EX); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		r, _ := oci.ParseRef("oci:"+dir+":v2", false)
+		start := time.Now()
+		err = oci.Write(ctx, r, randomImage(t, 1000), nil, oci.Remote{})
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err = %v, want the context's", err)
+		}
+		if s := time.Since(start); s > 5*time.Second {
+			t.Errorf("gave up after %v", s)
+		}
+		if after, _ := os.ReadFile(filepath.Join(dir, "index.json")); !bytes.Equal(before, after) {
+			t.Errorf("index.json changed:\n%s\n%s", before, after)
+		}
+	})
+	t.Run("copying a blob", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		const size = 1 << 30 // would take seconds to copy whole
+		img, err := mutate.AppendLayers(empty.Image, zeroLayer{size: size, onRead: cancel})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := filepath.Join(t.TempDir(), "layout")
+		r, _ := oci.ParseRef("oci:"+dir+":v1", false)
+		err = oci.Write(ctx, r, img, nil, oci.Remote{})
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("err = %v, want the context's", err)
+		}
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("the new layout is left: %v", err)
 		}
 	})
 }
