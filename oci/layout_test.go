@@ -244,6 +244,35 @@ func TestWriteLayoutFailures(t *testing.T) {
 		}
 	})
 
+	t.Run("not a directory", func(t *testing.T) {
+		// A FIFO would block an open without O_DIRECTORY.
+		for _, kind := range []string{"fifo", "file"} {
+			p := filepath.Join(t.TempDir(), kind)
+			var err error
+			if kind == "fifo" {
+				err = unix.Mkfifo(p, 0o644)
+			} else {
+				err = os.WriteFile(p, []byte("x"), 0o644)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- writeTo(t, p, "v1", src) }()
+			select {
+			case err := <-done:
+				if err == nil || !strings.Contains(err.Error(), "not a directory") {
+					t.Errorf("%s: err = %v, want not a directory", kind, err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s: the write blocks", kind)
+			}
+			if fi, err := os.Lstat(p); err != nil || fi.IsDir() {
+				t.Errorf("%s: changed: %v %v", kind, fi.Mode(), err)
+			}
+		}
+	})
+
 	t.Run("blob cut short", func(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "layout")
 		if err := writeTo(t, dir, "v1", src); err != nil {

@@ -495,3 +495,64 @@ func TestExtractInterrupted(t *testing.T) {
 		}
 	}
 }
+
+// TestMkfsWithoutProc: without /proc (and without CAP_DAC_READ_SEARCH,
+// which linkat of an unnamed file by its descriptor needs before Linux
+// 6.10) mkfs gives the same image and blob, and leaves nothing else. It
+// makes named temp files there; on this kernel an unnamed file could be
+// linked too, so the test shows the result, not which way was taken.
+func TestMkfsWithoutProc(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("hiding /proc needs root (a mount namespace)")
+	}
+	for _, tool := range []string{"unshare", "setpriv"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("no %s: %v", tool, err)
+		}
+	}
+	b := bin(t)
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.tar")
+	writeTestTar(t, in,
+		tarEntry{name: "a", mode: 0o644, typ: tar.TypeReg, data: bytes.Repeat([]byte("proc "), 5000)},
+		tarEntry{name: "d/", mode: 0o755, typ: tar.TypeDir})
+	args := func(out string) []string {
+		return []string{"mkfs", "-q", "-T", "0", "--blobdev", out + ".blob", out, in}
+	}
+	ref := filepath.Join(dir, "ref", "img")
+	os.Mkdir(filepath.Dir(ref), 0o755)
+	if _, stderr, code := run(t, b, args(ref)...); code != 0 {
+		t.Fatalf("mkfs: exit %d: %s", code, stderr)
+	}
+	got := filepath.Join(dir, "noproc", "img")
+	os.Mkdir(filepath.Dir(got), 0o755)
+	// A mount namespace whose /proc is an empty tmpfs, and no
+	// CAP_DAC_READ_SEARCH (which linkat of an unnamed file by its
+	// descriptor needs).
+	script := `mount -t tmpfs none /proc && exec setpriv --inh-caps=-dac_read_search --bounding-set=-dac_read_search "$@"`
+	cmdArgs := append([]string{"--mount", "--propagation", "private", "sh", "-c", script, "sh", b}, args(got)...)
+	if _, stderr, code := run(t, "unshare", cmdArgs...); code != 0 {
+		t.Fatalf("mkfs without /proc: exit %d: %s", code, stderr)
+	}
+	for _, suffix := range []string{"", ".blob"} {
+		want, err := os.ReadFile(ref + suffix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		have, err := os.ReadFile(got + suffix)
+		if err != nil {
+			t.Fatalf("without /proc: %v", err)
+		}
+		if !bytes.Equal(want, have) {
+			t.Errorf("img%s without /proc differs from the one with it", suffix)
+		}
+	}
+	ents, _ := os.ReadDir(filepath.Dir(got))
+	if len(ents) != 2 {
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		t.Errorf("left in the output directory: %q, want img and img.blob", names)
+	}
+}
