@@ -399,3 +399,33 @@ func TestPruneWaitingBound(t *testing.T) {
 		t.Error("prune after Close: true")
 	}
 }
+
+// FuzzParseNotification: a webhook body is whatever a client sends. It
+// never panics the parser, and what it yields is a push or a delete.
+func FuzzParseNotification(f *testing.F) {
+	for _, s := range []string{
+		`{"events":[{"action":"push","target":{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:aa","repository":"a/b","tag":"1","url":"http://h:5000/v2/a/b/manifests/sha256:aa"},"request":{"host":"h"}}]}`,
+		`{"events":[{"action":"delete","target":{"repository":"a","tag":"x"}}]}`,
+		`{"type":"PUSH_ARTIFACT","event_data":{"resources":[{"digest":"sha256:ff","tag":"2","resource_url":"h:443/ns/deep/app:2"}],"repository":{}}}`,
+		`{"specversion":"1.0","type":"harbor.artifact.pushed","data":{"resources":[{"digest":"sha256:ab","tag":"stable","resource_url":"h/team/app:stable"}],"repository":{"repo_full_name":"team/app"}}}`,
+		`{"type":"DELETE_ARTIFACT","event_data":{"resources":[]}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		kind, evs, err := ParseNotification(body)
+		if err != nil {
+			return
+		}
+		if kind != KindDistribution && kind != KindHarbor {
+			t.Fatalf("kind %q", kind)
+		}
+		for _, e := range evs {
+			if e.Action != "push" && e.Action != "delete" {
+				t.Fatalf("event %+v: action %q", e, e.Action)
+			}
+			// The server's checks take any event without panicking.
+			validEvent(e, "-erofs")
+		}
+	})
+}
