@@ -67,6 +67,9 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzZstd$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./erofs/compress/zstd
 	$(GO) test -run '^$$' -fuzz '^FuzzLZMA$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./erofs/compress/lzma
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./cmd/internal/mkfserofs
+	$(GO) test -run '^$$' -fuzz '^FuzzCleanPath$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./erofs
+	$(GO) test -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./convert/dmverity
+	$(GO) test -run '^$$' -fuzz '^FuzzParseNotification$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./convert/mirror
 
 # The main job on data shipped in testdata: a layer tar (with whiteouts, an
 # opaque directory, a hard link, xattrs) into an image, then a look inside.
