@@ -7,6 +7,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/urfave/cli/v2"
 
@@ -24,8 +25,17 @@ func main() {
 		CommandNotFound: options.CommandNotFound,
 		ExitErrHandler:  func(*cli.Context, error) {},
 	}
-	if err := app.Run(os.Args); err != nil {
-		fmt.Fprintf(os.Stderr, "ocierofs-mirror: %v\n", err)
+	if filepath.Base(os.Args[0]) == "ocierofs" {
+		// Run by `ocierofs serve|sync`: help and errors name that.
+		app.Name = "ocierofs"
+	}
+	options.Setup(app)
+	args, err := options.Args(app, os.Args)
+	if err == nil {
+		err = app.Run(args)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", app.Name, err)
 		os.Exit(options.ExitCode(err))
 	}
 }

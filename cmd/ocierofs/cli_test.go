@@ -344,6 +344,10 @@ func TestVersion(t *testing.T) {
 			t.Errorf("%v: exit %d: %q %s, want %q", args, code, o, e, out)
 		}
 	}
+	// Not before a command, which it would keep from running (exit 0).
+	if o, e, code := run(t, b, "-v", "inspect", "x"); code != 1 || o != "" || !strings.Contains(e, `-v prints the version and runs no command: drop it before "inspect"`) {
+		t.Errorf("-v inspect: exit %d: %q %q", code, o, e)
+	}
 	if _, e, code := run(t, b, "version", "extra"); code != 1 || !strings.Contains(e, "no arguments") {
 		t.Errorf("version extra: exit %d: %s", code, e)
 	}
@@ -555,4 +559,67 @@ func TestMkfsWithoutProc(t *testing.T) {
 		}
 		t.Errorf("left in the output directory: %q, want img and img.blob", names)
 	}
+}
+
+// TestCommandLine: flags after a command's arguments count, as with docker,
+// crane and skopeo (urfave/cli took them for arguments: `convert SRC
+// --help` converted SRC and pushed it to docker.io/library/--help);
+// combined short flags work; a mistyped flag is one line on stderr.
+func TestCommandLine(t *testing.T) {
+	b := bin(t)
+	dir := t.TempDir()
+	layer := "../../testdata/demo-layer.tar.gz"
+	img := filepath.Join(dir, "a.erofs")
+	if _, e, code := run(t, b, "mkfs", img, layer, "-q", "--compress", "lz4", "--pcluster-size=16K"); code != 0 || e != "" {
+		t.Fatalf("mkfs with flags last: exit %d: %q", code, e)
+	}
+	first := filepath.Join(dir, "first.erofs")
+	if _, e, code := run(t, b, "mkfs", "-q", "--compress", "lz4", "--pcluster-size=16K", first, layer); code != 0 {
+		t.Fatalf("mkfs with flags first: exit %d: %q", code, e)
+	}
+	if a, c := readFile(t, img), readFile(t, first); !bytes.Equal(a, c) || !bytes.Contains(a, []byte{0xe2, 0xe1, 0xf5, 0xe0}) {
+		t.Errorf("flags after the arguments give another image than before them")
+	}
+	if out, _, _ := run(t, b, "inspect", img); !strings.Contains(out, "big_pcluster") {
+		t.Errorf("flags after the arguments were not taken:\n%s", out)
+	}
+	// stdin ("-") stays an argument.
+	f, err := os.Open(layer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, e, code := runStdin(t, f, b, "mkfs", filepath.Join(dir, "b.erofs"), "-", "-q"); code != 0 {
+		t.Errorf("mkfs OUT - -q: exit %d: %s", code, e)
+	}
+	// --help anywhere shows the help and runs nothing.
+	src := "oci:" + copyBusyboxLayout(t) + ":latest"
+	out, e, code := run(t, b, "convert", src, "--help")
+	if code != 0 || !strings.Contains(out, "ocierofs convert [command options]") || e != "" {
+		t.Errorf("convert SRC --help: exit %d: %q %q", code, out, e)
+	}
+	// After --, a flag is an argument.
+	if _, e, code := run(t, b, "mkfs", "-q", "--", filepath.Join(dir, "c.erofs"), "--compress"); code != 1 || !strings.Contains(e, "--compress: no such file") {
+		t.Errorf("mkfs -- OUT --compress: exit %d: %q", code, e)
+	}
+	// Combined short flags: ls -lR is ls -l -R.
+	lR, _, code1 := run(t, b, "ls", "-lR", img)
+	l_R, _, code2 := run(t, b, "ls", "-l", "-R", img)
+	if code1 != 0 || code2 != 0 || lR != l_R || !strings.Contains(lR, "-rwsr-xr-x") {
+		t.Errorf("ls -lR (exit %d) differs from ls -l -R (exit %d):\n%s\n%s", code1, code2, lR, l_R)
+	}
+	// A mistyped flag: one line naming it as typed, no help on stdout.
+	out, e, code = run(t, b, "convert", "--plain-htpp", src)
+	if code != 1 || out != "" || e != "ocierofs: unknown flag --plain-htpp (ocierofs convert --help)\n" {
+		t.Errorf("a mistyped flag: exit %d: stdout %q, stderr %q", code, out, e)
+	}
+}
+
+func readFile(t *testing.T, p string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

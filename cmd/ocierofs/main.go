@@ -13,6 +13,7 @@ import (
 	"runtime/trace"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/logs"
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
 
@@ -53,13 +54,19 @@ func main() {
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile (go tool pprof) to `FILE`"},
 			&cli.StringFlag{Name: "memprofile", Usage: "write a heap profile (go tool pprof -sample_index=alloc_space) to `FILE` at the end"},
 			&cli.StringFlag{Name: "trace", Usage: "write an execution trace (go tool trace: where goroutines wait, how busy the workers are) to `FILE`"},
+			&cli.BoolFlag{Name: "verbose", Usage: "log every registry request and response on stderr (credentials and tokens redacted)"},
 		},
 		Before:          startProfile,
 		After:           stopProfile,
 		CommandNotFound: options.CommandNotFound,
 		ExitErrHandler:  func(*cli.Context, error) {},
 	}
-	if err := app.Run(os.Args); err != nil {
+	options.Setup(app)
+	args, err := options.Args(app, os.Args)
+	if err == nil {
+		err = app.Run(args)
+	}
+	if err != nil {
 		sig, interrupt := interrupted()
 		switch {
 		case interrupt && errors.Is(err, context.Canceled):
@@ -89,6 +96,10 @@ func main() {
 // startProfile starts the CPU profile of --cpuprofile; stopProfile (or an
 // error exit) writes it.
 func startProfile(c *cli.Context) error {
+	if c.Bool("verbose") {
+		logs.Debug.SetOutput(os.Stderr)
+		logs.Warn.SetOutput(os.Stderr)
+	}
 	if name := c.String("trace"); name != "" {
 		f, err := os.Create(name)
 		if err != nil {

@@ -35,7 +35,9 @@ func mirrorCommand(name, usage string) *cli.Command {
 			if err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}
-			argv := append([]string{path, name}, c.Args().Slice()...)
+			// argv[0] "ocierofs": its help and errors name the
+			// command as typed.
+			argv := append([]string{c.App.Name, name}, c.Args().Slice()...)
 			if err := syscall.Exec(path, argv, os.Environ()); err != nil {
 				return fmt.Errorf("%s: run %s: %w", name, path, err)
 			}

@@ -35,10 +35,15 @@ func TestMirrorCommands(t *testing.T) {
 		}
 	}
 
-	// Help comes from the mirror.
+	// Help comes from the mirror (--nats-store), naming the command as
+	// typed; the mirror run by itself names itself.
 	out, _, code := run(t, oc, "serve", "--help")
-	if code != 0 || !strings.Contains(out, "ocierofs-mirror serve") || !strings.Contains(out, "--nats-store") {
+	if code != 0 || !strings.Contains(out, "ocierofs serve [command options]") || !strings.Contains(out, "--nats-store") {
 		t.Errorf("ocierofs serve --help: exit %d, printed\n%s", code, out)
+	}
+	out, _, code = run(t, filepath.Join(dir, "ocierofs-mirror"), "serve", "--help")
+	if code != 0 || !strings.Contains(out, "ocierofs-mirror serve [command options]") {
+		t.Errorf("ocierofs-mirror serve --help: exit %d, printed\n%s", code, out)
 	}
 
 	// sync through the forwarder against a real registry: it converts the
@@ -68,7 +73,7 @@ func TestMirrorCommands(t *testing.T) {
 	}
 
 	// The mirror's exit status passes through.
-	if _, errOut, code := run(t, oc, "sync", "--registry", "127.0.0.1:1", "--plain-http", "-q"); code != 1 || !strings.Contains(errOut, "ocierofs-mirror:") {
+	if _, errOut, code := run(t, oc, "sync", "--registry", "127.0.0.1:1", "--plain-http", "-q"); code != 1 || !strings.HasPrefix(errOut, "ocierofs: catalog of 127.0.0.1:1: ") {
 		t.Errorf("sync of an unreachable registry: exit %d, stderr %q; want 1 from ocierofs-mirror", code, errOut)
 	}
 
