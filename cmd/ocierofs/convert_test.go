@@ -7,6 +7,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io"
@@ -510,8 +511,14 @@ func TestConvertCLICredentials(t *testing.T) {
 		t.Setenv("OCIEROFS_SRC_CREDS", "alice:pa:ss")
 		t.Setenv("OCIEROFS_DEST_CREDS", "bob:pb")
 		target := b.host + "/e2e/bb:env"
-		if _, stderr, code := run(t, bin(t), "convert", "-q", "--plain-http", src.String(), target); code != 0 {
+		_, stderr, code := run(t, bin(t), "--verbose", "convert", "-q", "--plain-http", src.String(), target)
+		if code != 0 {
 			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		// --verbose logs the requests, never a password.
+		basic := base64.StdEncoding.EncodeToString([]byte("alice:pa:ss"))
+		if !strings.Contains(stderr, "--> GET http://"+a.host+"/v2/") || strings.Contains(stderr, "pa:ss") || strings.Contains(stderr, basic) {
+			t.Errorf("--verbose logged:\n%s", stderr)
 		}
 		checkSent(t, a, b, []string{"alice"}, []string{"bob"})
 		checkPushed(t, target)
