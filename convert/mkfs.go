@@ -9,6 +9,7 @@ package convert
 import (
 	"crypto/sha1"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -199,6 +201,11 @@ func Mkfs(output, input string, opt Options) (res *Result, err error) {
 				return nil, err
 			}
 			defer f.Close()
+			if isErofsImage(f) {
+				// Its zero first block reads as a tar's end: it
+				// would give an empty image, over OUTPUT.
+				return nil, fmt.Errorf("%s is an EROFS image, not a tar (OUTPUT goes first: mkfs OUTPUT INPUT)", input)
+			}
 			src, size = f, fi.Size()
 		}
 	}
@@ -399,6 +406,17 @@ func (o *outputs) create(name string) (*os.File, error) {
 	}
 	*o = append(*o, output{f: f, name: target, special: special, unnamed: unnamed, old: fi})
 	return f, nil
+}
+
+// isErofsImage reports whether f holds an EROFS image: a first block of
+// zeros (never a tar's, unless an empty one's) and the superblock's magic.
+func isErofsImage(f *os.File) bool {
+	b := make([]byte, erofs.SuperOffset+4)
+	if _, err := f.ReadAt(b, 0); err != nil {
+		return false
+	}
+	return !slices.ContainsFunc(b[:tarBlock], func(c byte) bool { return c != 0 }) &&
+		binary.LittleEndian.Uint32(b[erofs.SuperOffset:]) == erofs.SuperMagic
 }
 
 // createUnnamed makes a file in dir that has no name until it is linked

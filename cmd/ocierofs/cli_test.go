@@ -623,3 +623,44 @@ func readFile(t *testing.T, p string) []byte {
 	}
 	return b
 }
+
+// TestMkfsSwapped: OUTPUT and INPUT in tar's or cp's order (input first)
+// replaced the layer with an empty image, exit 0: an EROFS image's zero
+// first block reads as a tar's end. Now neither side of the mistake runs.
+func TestMkfsSwapped(t *testing.T) {
+	b := bin(t)
+	dir := t.TempDir()
+	img := filepath.Join(dir, "a.erofs")
+	if _, e, code := run(t, b, "mkfs", "-q", img, "../../testdata/demo-layer.tar.gz"); code != 0 {
+		t.Fatalf("mkfs: exit %d: %s", code, e)
+	}
+	gz := readFile(t, "../../testdata/demo-layer.tar.gz")
+	plain := filepath.Join(dir, "plain.tar")
+	writeTestTar(t, plain, tarEntry{name: "f", mode: 0o644, typ: tar.TypeReg, data: []byte("x")})
+	for _, tc := range []struct {
+		name, layer, want string
+		data          []byte
+	}{
+		{"gzip", "layer.tar.gz", "OUTPUT " + filepath.Join(dir, "layer.tar.gz") + " is a gzip file", gz},
+		{"tar", "layer.tar", "OUTPUT " + filepath.Join(dir, "layer.tar") + " is a tar archive", readFile(t, plain)},
+	} {
+		layer := filepath.Join(dir, tc.layer)
+		if err := os.WriteFile(layer, tc.data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, e, code := run(t, b, "mkfs", layer, img); code != 1 || !strings.Contains(e, tc.want) {
+			t.Errorf("%s: mkfs LAYER IMAGE: exit %d: %q", tc.name, code, e)
+		}
+		if !bytes.Equal(readFile(t, layer), tc.data) {
+			t.Errorf("%s: the layer was changed", tc.name)
+		}
+	}
+	// An image as INPUT, whatever OUTPUT is.
+	out := filepath.Join(dir, "new.erofs")
+	if _, e, code := run(t, b, "mkfs", out, img); code != 1 || !strings.Contains(e, img+" is an EROFS image, not a tar") {
+		t.Errorf("mkfs NEW IMAGE: exit %d: %q", code, e)
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("an output was made: %v", err)
+	}
+}

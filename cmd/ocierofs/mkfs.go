@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -38,6 +40,10 @@ var mkfsCommand = &cli.Command{
 		}
 		if err := mkfsOptions(c, &opt); err != nil {
 			return err
+		}
+		if kind := archiveKind(c.Args().Get(0)); kind != "" {
+			return fmt.Errorf("mkfs: OUTPUT %s is a %s, which mkfs would replace with an image: OUTPUT goes first (mkfs OUTPUT INPUT); remove the file to write there",
+				c.Args().Get(0), kind)
 		}
 		start := time.Now()
 		res, err := convert.Mkfs(c.Args().Get(0), c.Args().Get(1), opt)
@@ -107,3 +113,33 @@ func mkfsOptions(c *cli.Context, opt *convert.Options) error {
 type discard struct{}
 
 func (discard) WriteAt(p []byte, _ int64) (int, error) { return len(p), nil }
+
+// archiveKind names what an existing file at path is if it is a layer (a
+// tar, compressed or not): mkfs with OUTPUT and INPUT swapped, as tar's
+// and cp's order has them, would replace it.
+func archiveKind(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	head := make([]byte, 512)
+	n, _ := io.ReadFull(f, head)
+	head = head[:n]
+	for _, m := range []struct {
+		magic []byte
+		kind  string
+	}{
+		{[]byte{0x1f, 0x8b}, "gzip file"},
+		{[]byte{0x28, 0xb5, 0x2f, 0xfd}, "zstd file"},
+		{[]byte{0xfd, '7', 'z', 'X', 'Z', 0}, "xz file"},
+	} {
+		if bytes.HasPrefix(head, m.magic) {
+			return m.kind
+		}
+	}
+	if n == 512 && bytes.HasPrefix(head[257:], []byte("ustar")) {
+		return "tar archive"
+	}
+	return ""
+}
