@@ -201,11 +201,6 @@ func Mkfs(output, input string, opt Options) (res *Result, err error) {
 				return nil, err
 			}
 			defer f.Close()
-			if isErofsImage(f) {
-				// Its zero first block reads as a tar's end: it
-				// would give an empty image, over OUTPUT.
-				return nil, fmt.Errorf("%s is an EROFS image, not a tar (OUTPUT goes first: mkfs OUTPUT INPUT)", input)
-			}
 			src, size = f, fi.Size()
 		}
 	}
@@ -258,6 +253,11 @@ func Mkfs(output, input string, opt Options) (res *Result, err error) {
 	}
 	if err := checkDistinct(writes, reads, dir); err != nil {
 		return nil, err
+	}
+	if f, ok := src.(*os.File); ok && input != "-" && isErofsImage(f) {
+		// Its zero first block reads as a tar's end: it would give an
+		// empty image, over OUTPUT.
+		return nil, fmt.Errorf("%s is an EROFS image, not a tar (OUTPUT goes first: mkfs OUTPUT INPUT)", input)
 	}
 	var outs outputs
 	defer func() {
