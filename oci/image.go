@@ -19,6 +19,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
@@ -50,11 +51,7 @@ func (r Remote) Options(ctx context.Context) []remote.Option {
 	opts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(keychain(r.Credentials))}
 	t := r.Transport
 	if t == nil {
-		base := remote.DefaultTransport.(*http.Transport).Clone()
-		if r.Insecure {
-			base.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // asked for by --insecure
-		}
-		t = base
+		t = r.baseTransport()
 	}
 	opts = append(opts, remote.WithTransport(t))
 	retries := r.Retries
@@ -72,6 +69,25 @@ func (r Remote) Options(ctx context.Context) []remote.Option {
 		ua = "ocierofs"
 	}
 	return append(opts, remote.WithUserAgent(ua))
+}
+
+// CheckPush reports whether r may push to the repository of ref (a
+// registry reference), by starting an upload there and cancelling it:
+// before a conversion, so that a target without a login fails at once, not
+// after every layer is converted. Only a refusal is an error; a registry
+// that cannot be asked now is left for the push itself, which retries.
+func (r Remote) CheckPush(ref Ref) error {
+	t := r.Transport
+	if t == nil {
+		t = r.baseTransport()
+	}
+	err := remote.CheckPushPermission(ref.Name, keychain(r.Credentials), t)
+	var te *transport.Error
+	if err == nil || !errors.As(err, &te) || (te.StatusCode != http.StatusUnauthorized && te.StatusCode != http.StatusForbidden) {
+		return nil
+	}
+	reg := ref.Name.Context().RegistryStr()
+	return fmt.Errorf("cannot push to %s: %w (log in with docker login %s, or give --dest-creds USER:PASSWORD)", ref.Name.Context(), err, reg)
 }
 
 // WithCredential returns r with c as the credential of registry (a name
@@ -99,6 +115,16 @@ func (k keychain) Resolve(res authn.Resource) (authn.Authenticator, error) {
 		return &authn.Basic{Username: c.Username, Password: c.Password}, nil
 	}
 	return authn.DefaultKeychain.Resolve(res)
+}
+
+// baseTransport is go-containerregistry's default transport, without TLS
+// verification if r.Insecure.
+func (r Remote) baseTransport() http.RoundTripper {
+	base := remote.DefaultTransport.(*http.Transport).Clone()
+	if r.Insecure {
+		base.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // asked for by --insecure
+	}
+	return base
 }
 
 // Transient reports errors worth retrying: broken or refused connections,

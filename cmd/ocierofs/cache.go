@@ -56,7 +56,7 @@ func runCache(ctx context.Context, c *cli.Context, source, dir string) error {
 		return err
 	}
 	defer done()
-	src, err := oci.ParseRef(source, c.Bool("plain-http"))
+	src, err := oci.ParseRef(source, c.Bool("plain-http") || c.Bool("insecure"))
 	if err != nil {
 		return err
 	}

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/urfave/cli/v2"
@@ -54,7 +56,7 @@ func runConvert(ctx context.Context, c *cli.Context, source, target string) erro
 		return err
 	}
 	defer done()
-	plain := c.Bool("plain-http")
+	plain := c.Bool("plain-http") || c.Bool("insecure") // crane's --insecure allows both
 	src, err := oci.ParseRef(source, plain)
 	if err != nil {
 		return err
@@ -71,6 +73,9 @@ func runConvert(ctx context.Context, c *cli.Context, source, target string) erro
 	} else if dst, err = oci.DefaultTarget(src, suffix); err != nil {
 		return err
 	}
+	if err := checkTarget(src, dst); err != nil {
+		return err
+	}
 	srcRem, dstRem, err := options.Credentials(c, rem, src, &dst)
 	if err != nil {
 		return err
@@ -81,7 +86,10 @@ func runConvert(ctx context.Context, c *cli.Context, source, target string) erro
 		repo := dst.Name.Context()
 		ropts := slices.Clip(dstRem.Options(ctx)) // appended to by concurrent uploads
 		opt.Publish = func(ctx context.Context, l v1.Layer) error {
-			return remote.WriteLayer(repo, l, append(ropts, remote.WithContext(ctx))...)
+			if err := remote.WriteLayer(repo, l, append(ropts, remote.WithContext(ctx))...); err != nil {
+				return fmt.Errorf("push to %s: %w", repo, err)
+			}
+			return nil
 		}
 	}
 
@@ -91,6 +99,13 @@ func runConvert(ctx context.Context, c *cli.Context, source, target string) erro
 	}
 	if why := convert.Converted(art); why != "" {
 		return fmt.Errorf("%s is %s: refusing to convert it again", src, why)
+	}
+	if dst.Kind == oci.Registry {
+		// Before the conversion, not after it: a target one cannot push
+		// to (no login, Docker Hub's library/) fails at once.
+		if err := dstRem.CheckPush(dst); err != nil {
+			return err
+		}
 	}
 	if target == "" && src.Kind == oci.Layout && src.Tag == "" {
 		// The layout's one image, named by its tag: the target is
@@ -138,6 +153,27 @@ func runConvert(ctx context.Context, c *cli.Context, source, target string) erro
 	}
 	if !quiet {
 		fmt.Fprintf(os.Stderr, "%s converted to %s@%s in %.2fs\n", rep.Source, rep.Target, rep.Digest, rep.Seconds)
+	}
+	return nil
+}
+
+// checkTarget refuses targets a conversion cannot or must not write: one
+// given by digest (the converted image has a digest of its own), and the
+// source itself, which would be replaced by its EROFS twin (crane copy X X
+// changes nothing).
+func checkTarget(src, dst oci.Ref) error {
+	switch {
+	case dst.Kind == oci.Registry:
+		if _, ok := dst.Name.(name.Digest); ok {
+			return fmt.Errorf("target %s: give a tag, not a digest (the converted image has a digest of its own)", dst)
+		}
+		if src.Kind == oci.Registry && src.Name.Name() == dst.Name.Name() {
+			return fmt.Errorf("target %s is the source: converting would replace the image with its EROFS twin (give another tag; without a target it is the source's tag plus the suffix)", dst)
+		}
+	case dst.Kind == oci.Layout && src.Kind == oci.Layout:
+		if filepath.Clean(src.Path) == filepath.Clean(dst.Path) && src.Tag != "" && src.Tag == dst.Tag {
+			return fmt.Errorf("target %s is the source: converting would replace the image with its EROFS twin (give another tag; without a target it is the source's tag plus the suffix)", dst)
+		}
 	}
 	return nil
 }

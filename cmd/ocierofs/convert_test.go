@@ -13,6 +13,7 @@ import (
 	"io"
 	"log"
 	"maps"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -397,8 +398,9 @@ func TestCacheCLIPlatform(t *testing.T) {
 type loginRegistry struct {
 	host, user, password string
 
-	mu   sync.Mutex
-	sent map[string]int // user → requests that carried it
+	mu        sync.Mutex
+	sent      map[string]int // user → requests that carried it
+	blobReads int            // GETs of blobs
 }
 
 func newLoginRegistry(t *testing.T, user, password string) *loginRegistry {
@@ -407,11 +409,14 @@ func newLoginRegistry(t *testing.T, user, password string) *loginRegistry {
 	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, rq *http.Request) {
 		u, p, ok := rq.BasicAuth()
+		r.mu.Lock()
 		if ok {
-			r.mu.Lock()
 			r.sent[u]++
-			r.mu.Unlock()
 		}
+		if rq.Method == http.MethodGet && strings.Contains(rq.URL.Path, "/blobs/sha256:") {
+			r.blobReads++
+		}
+		r.mu.Unlock()
 		if !ok || u != r.user || p != r.password {
 			w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
 			w.Header().Set("Content-Type", "application/json")
@@ -437,6 +442,7 @@ func (r *loginRegistry) reset() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	clear(r.sent)
+	r.blobReads = 0
 }
 
 // TestConvertCLICredentials: each registry is sent its own credentials
@@ -478,11 +484,17 @@ func TestConvertCLICredentials(t *testing.T) {
 		{name: "creds without a password", args: []string{"--src-creds", "alice"}, target: b.host + "/e2e/bb:5", want: "--src-creds: want USER:PASSWORD"},
 		{name: "dest-creds for a layout", args: []string{"--src-creds", "alice:pa:ss", "--dest-creds", "bob:pb"}, target: layoutOut,
 			want: "--dest-creds: the target is not in a registry"},
-		// Registry b is sent no credentials, and refuses the upload.
-		{name: "no dest-creds", args: []string{"--src-creds", "alice:pa:ss"}, target: b.host + "/e2e/bb:6", want: "unauthorized",
-			aSent: []string{"alice"}},
-		{name: "wrong dest-creds", args: []string{"--src-creds", "alice:pa:ss", "--dest-creds", "bob:nope"}, target: b.host + "/e2e/bb:7", want: "unauthorized",
-			aSent: []string{"alice"}, bSent: []string{"bob"}},
+		// Registry b is sent no credentials, and refuses the upload:
+		// before any layer is converted.
+		{name: "no dest-creds", args: []string{"--src-creds", "alice:pa:ss"}, target: b.host + "/e2e/bb:6",
+			want: "cannot push to " + b.host + "/e2e/bb: ", aSent: []string{"alice"}},
+		{name: "wrong dest-creds", args: []string{"--src-creds", "alice:pa:ss", "--dest-creds", "bob:nope"}, target: b.host + "/e2e/bb:7",
+			want: "(log in with docker login " + b.host + ", or give --dest-creds USER:PASSWORD)", aSent: []string{"alice"}, bSent: []string{"bob"}},
+		// Targets refused before anything is read.
+		{name: "the source as target", args: []string{"--username", "alice", "--password", "pa:ss"}, target: src.String(),
+			want: "target " + src.String() + " is the source"},
+		{name: "a digest target", args: []string{"--src-creds", "alice:pa:ss", "--dest-creds", "bob:pb"}, target: b.host + "/e2e/bb@sha256:" + strings.Repeat("0", 64),
+			want: "give a tag, not a digest"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a.reset()
@@ -496,6 +508,9 @@ func TestConvertCLICredentials(t *testing.T) {
 				t.Fatalf("err = %v, want one with %q", err, tc.want)
 			}
 			checkSent(t, a, b, tc.aSent, tc.bSent)
+			if a.blobReads > 0 && tc.want != "" {
+				t.Errorf("%d layer or config reads before failing", a.blobReads)
+			}
 			if tc.want == "" && strings.HasPrefix(tc.target, b.host) {
 				checkPushed(t, tc.target)
 			}
@@ -545,5 +560,38 @@ func checkPushed(t *testing.T, target string) {
 	}
 	if _, err := remote.Head(dst, remote.WithAuth(&authn.Basic{Username: "bob", Password: "pb"})); err != nil {
 		t.Errorf("HEAD %s: %v", dst, err)
+	}
+}
+
+// TestConvertCLIPlainHTTP: a plain-HTTP registry on an address that is not
+// loopback's 127.0.0.1 or a private network's (which go-containerregistry
+// reaches over HTTP by itself): --insecure reaches it, as crane's does, and
+// without either flag the error says which flag it takes.
+func TestConvertCLIPlainHTTP(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Skipf("no 127.0.0.2 here: %v", err)
+	}
+	srv := httptest.NewUnstartedServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	srv.Listener.Close()
+	srv.Listener = l
+	srv.Start()
+	t.Cleanup(srv.Close)
+	src, err := name.ParseReference(l.Addr().String()+"/e2e/bb:1.0", name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(src, busyboxImage(t)); err != nil {
+		t.Fatal(err)
+	}
+	b := bin(t)
+	out := "oci:" + filepath.Join(t.TempDir(), "o") + ":t"
+	if _, e, code := run(t, b, "convert", "-q", src.String(), out); code != 1 || !strings.Contains(e, "server gave HTTP response to HTTPS client (a plain-HTTP registry: add --plain-http)") {
+		t.Errorf("without a flag: exit %d: %s", code, e)
+	}
+	for _, flag := range []string{"--plain-http", "--insecure"} {
+		if _, e, code := run(t, b, "convert", "-q", flag, src.String(), out+strings.TrimLeft(flag, "-")); code != 0 {
+			t.Errorf("%s: exit %d: %s", flag, code, e)
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime/pprof"
 	"runtime/trace"
+	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/logs"
@@ -75,6 +76,9 @@ func main() {
 			err = fmt.Errorf("interrupted by %s", unix.SignalName(sig))
 		case interrupt:
 			err = fmt.Errorf("%w (interrupted by %s)", err, unix.SignalName(sig))
+		}
+		if msg := err.Error(); strings.Contains(msg, "server gave HTTP response to HTTPS client") {
+			err = fmt.Errorf("%w (a plain-HTTP registry: add --plain-http)", err)
 		}
 		if msg := err.Error(); msg != "" { // mkfs.erofs has said it
 			fmt.Fprintf(os.Stderr, "ocierofs: %s\n", msg)

@@ -77,7 +77,7 @@ func SourceFlags() []cli.Flag {
 		&cli.StringFlag{Name: "username", EnvVars: []string{"OCIEROFS_USERNAME"}, Usage: "user for the one registry the command reads and writes (default: docker's config.json and credential helpers, or podman's auth.json)"},
 		&cli.StringFlag{Name: "password", EnvVars: []string{"OCIEROFS_PASSWORD"}, Usage: "password for the registry (with --username)"},
 		&cli.BoolFlag{Name: "plain-http", Usage: "allow plain HTTP registries"},
-		&cli.BoolFlag{Name: "insecure", Usage: "skip TLS verification"},
+		&cli.BoolFlag{Name: "insecure", Usage: "skip TLS verification, and allow plain HTTP (as crane's --insecure)"},
 		&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "text", Usage: "text or json (target, digests, sizes, per-layer timings on stdout)"},
 		&cli.StringFlag{Name: "tmpdir", Usage: "where converted layers wait to be published (default $TMPDIR)"},
 	}
