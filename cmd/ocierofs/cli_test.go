@@ -639,7 +639,7 @@ func TestMkfsSwapped(t *testing.T) {
 	writeTestTar(t, plain, tarEntry{name: "f", mode: 0o644, typ: tar.TypeReg, data: []byte("x")})
 	for _, tc := range []struct {
 		name, layer, want string
-		data          []byte
+		data              []byte
 	}{
 		{"gzip", "layer.tar.gz", "OUTPUT " + filepath.Join(dir, "layer.tar.gz") + " is a gzip file", gz},
 		{"tar", "layer.tar", "OUTPUT " + filepath.Join(dir, "layer.tar") + " is a tar archive", readFile(t, plain)},
