@@ -310,6 +310,9 @@ func (c *Converter) Image(ctx context.Context, src v1.Image, srcDesc v1.Descript
 // download left behind, so a config that does not match its digest is
 // fetched again as a blob, with retries, before giving up.
 func readConfig(ctx context.Context, src v1.Image, d v1.Descriptor) ([]byte, error) {
+	if err := checkConfigSize(d); err != nil {
+		return nil, err
+	}
 	raw, err := src.RawConfigFile()
 	if err == nil && matches(raw, d.Digest) {
 		return raw, nil
@@ -344,7 +347,28 @@ func readBlob(src v1.Image, h v1.Hash) ([]byte, error) {
 		return nil, err
 	}
 	defer rc.Close()
-	return io.ReadAll(rc)
+	b, err := io.ReadAll(io.LimitReader(rc, MaxConfigSize+1))
+	if err == nil && len(b) > MaxConfigSize {
+		err = fmt.Errorf("blob %s: more than %d bytes", h, MaxConfigSize)
+	}
+	return b, err
+}
+
+// MaxConfigSize bounds an image config, which is read into memory: a
+// registry that declares a config of gigabytes, or of no size (-1), must
+// not make a converter (a mirror's worker) take as much. Real configs,
+// whose history grows with the layers, are kilobytes to a few megabytes.
+const MaxConfigSize = 32 << 20
+
+// CheckConfigSize refuses an image whose manifest declares a config that
+// is larger than MaxConfigSize or of no size, before it is read.
+func CheckConfigSize(m *v1.Manifest) error { return checkConfigSize(m.Config) }
+
+func checkConfigSize(d v1.Descriptor) error {
+	if d.Size < 0 || d.Size > MaxConfigSize {
+		return fmt.Errorf("config %s: the manifest gives it %d bytes: a config has 0 to %d", d.Digest, d.Size, MaxConfigSize)
+	}
+	return nil
 }
 
 func matches(b []byte, h v1.Hash) bool {
@@ -964,6 +988,9 @@ func (c *Converter) configPlatform(src v1.ImageIndex, d v1.Descriptor) (*v1.Plat
 	}
 	if !m.Config.MediaType.IsConfig() {
 		return nil, nil
+	}
+	if err := CheckConfigSize(m); err != nil {
+		return nil, fmt.Errorf("manifest %s: %w", d.Digest, err)
 	}
 	cf, err := img.ConfigFile()
 	if err != nil {

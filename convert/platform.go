@@ -87,6 +87,13 @@ func (c *Converter) CheckPlatform(img v1.Image, desc v1.Descriptor) error {
 	if c.opt.Platforms == nil {
 		return nil
 	}
+	m, err := img.Manifest()
+	if err != nil {
+		return fmt.Errorf("manifest %s: %w", desc.Digest, err)
+	}
+	if err := CheckConfigSize(m); err != nil {
+		return fmt.Errorf("image %s: %w", desc.Digest, err)
+	}
 	cf, err := img.ConfigFile()
 	if err != nil {
 		return fmt.Errorf("config of %s: %w", desc.Digest, err)

@@ -10,6 +10,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"maps"
@@ -592,6 +593,37 @@ func TestConvertCLIPlainHTTP(t *testing.T) {
 	for _, flag := range []string{"--plain-http", "--insecure"} {
 		if _, e, code := run(t, b, "convert", "-q", flag, src.String(), out+strings.TrimLeft(flag, "-")); code != 0 {
 			t.Errorf("%s: exit %d: %s", flag, code, e)
+		}
+	}
+}
+
+// rawManifest is a manifest to push as it is.
+type rawManifest struct {
+	raw []byte
+	mt  types.MediaType
+}
+
+func (r rawManifest) RawManifest() ([]byte, error)       { return r.raw, nil }
+func (r rawManifest) MediaType() (types.MediaType, error) { return r.mt, nil }
+
+// TestConvertCLIConfigSize: a config is read into memory, so one a registry
+// declares of gigabytes or of no size (-1) is refused before it is read
+// (review 20-a: 2 GiB took 6.7 GB, -1 grew without end).
+func TestConvertCLIConfigSize(t *testing.T) {
+	host, _ := pushBusybox(t)
+	for _, size := range []int64{2 << 30, -1, convert.MaxConfigSize + 1} {
+		m := fmt.Sprintf(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json",`+
+			`"config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:%s","size":%d},"layers":[]}`, strings.Repeat("ab", 32), size)
+		ref, err := name.ParseReference(fmt.Sprintf("%s/e2e/big:%d", host, max(size, 0)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := remote.Put(ref, rawManifest{[]byte(m), types.OCIManifestSchema1}); err != nil {
+			t.Fatal(err)
+		}
+		_, err = runConvertCLI(t, "-q", "--plain-http", ref.String(), "oci:"+filepath.Join(t.TempDir(), "o")+":t")
+		if want := fmt.Sprintf("the manifest gives it %d bytes: a config has 0 to %d", size, convert.MaxConfigSize); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("config of %d bytes: err = %v, want %q", size, err, want)
 		}
 	}
 }
