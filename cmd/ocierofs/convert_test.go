@@ -603,7 +603,7 @@ type rawManifest struct {
 	mt  types.MediaType
 }
 
-func (r rawManifest) RawManifest() ([]byte, error)       { return r.raw, nil }
+func (r rawManifest) RawManifest() ([]byte, error)        { return r.raw, nil }
 func (r rawManifest) MediaType() (types.MediaType, error) { return r.mt, nil }
 
 // TestConvertCLIConfigSize: a config is read into memory, so one a registry
