@@ -217,8 +217,10 @@ func TestPlainHashedByWorkers(t *testing.T) {
 		if got, want := b.DedupedBytes(), int64(len(big)+len(small)); got != want {
 			t.Errorf("%d workers: %d bytes deduplicated, want %d", workers, got, want)
 		}
-		if workers > 1 && b.zp.self.bytes > 2*int64(len(small)) {
-			t.Errorf("%d workers: the caller hashed %d bytes, more than the small files' %d", workers, b.zp.self.bytes, 2*len(small))
+		// The caller takes small jobs only: the small files, and the
+		// last, short segment of a big one (a flake: 10,900 bytes once).
+		if limit := 2 * int64(len(small)+len(big)%plainSegment); workers > 1 && b.zp.self.bytes > limit {
+			t.Errorf("%d workers: the caller hashed %d bytes, more than the small files' and the big ones' tails' %d", workers, b.zp.self.bytes, limit)
 		}
 		r := openBytes(t, img.b)
 		for _, name := range []string{"f1-5400", fmt.Sprintf("f1-%d", len(big))} {

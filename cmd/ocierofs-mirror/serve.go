@@ -200,8 +200,14 @@ func runServe(ctx context.Context, c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
+	if cfg.Secret == "" && !loopback(ln.Addr()) {
+		logf("serve: warning: no secret: anyone who reaches %s can queue conversions and read /status (set secret, or --secret)", ln.Addr())
+	}
+	// A registry sends few notifications at once; many connections are
+	// someone else's.
+	ln = mirror.LimitListener(ln, maxConnections)
 	srv := mirror.NewServer(cfg, srvQueue, metrics, logf)
-	httpSrv := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	httpSrv := mirror.HTTPServer(srv.Handler())
 	errc := make(chan error, 2)
 	scheme := "http"
 	if cfg.TLSCert != "" {
@@ -248,4 +254,13 @@ func runServe(ctx context.Context, c *cli.Context) error {
 		err = nil
 	}
 	return err
+}
+
+// maxConnections bounds serve's HTTP connections at once.
+const maxConnections = 1024
+
+// loopback reports whether a listens on a loopback address only.
+func loopback(a net.Addr) bool {
+	ta, ok := a.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
 }

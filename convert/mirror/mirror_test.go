@@ -124,7 +124,12 @@ func (h *harness) post(t testing.TB, auth, body string) (int, string) {
 
 func (h *harness) get(t testing.TB, path string) string {
 	t.Helper()
-	resp, err := http.Get(h.url + path)
+	rq, err := http.NewRequest(http.MethodGet, h.url+path, nil)
+	must(t, err)
+	if h.cfg.Secret != "" {
+		rq.Header.Set("Authorization", "Bearer "+h.cfg.Secret)
+	}
+	resp, err := http.DefaultClient.Do(rq)
 	must(t, err)
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
@@ -201,6 +206,10 @@ func TestServe(t *testing.T) {
 		if code, body := h.post(t, auth, `{"events":[]}`); code != http.StatusUnauthorized {
 			t.Errorf("notify with Authorization %q: %d %s, want 401", auth, code, body)
 		}
+	}
+	// So is /status, which names repositories, tags and errors.
+	if resp, err := http.Get(h.url + "/status"); err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("/status without the secret: %v %v, want 401", resp.Status, err)
 	}
 	if code, body := h.post(t, "s3cret", `{"nothing":1}`); code != http.StatusBadRequest {
 		t.Errorf("notify with an unknown payload: %d %s, want 400", code, body)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -35,7 +36,16 @@ type Server struct {
 	pruneFull bool                  // the waiting are maxPruneWaiting, and it is logged
 	pruners   int                   // goroutines running passes
 	wg        sync.WaitGroup
+
+	// Refused requests are logged once per refusedLogEvery, with how
+	// many there were: a flood must not flood the log.
+	refusedMu     sync.Mutex
+	refusedLogged time.Time
+	refused       int
 }
+
+// refusedLogEvery is how often refused requests are logged at most.
+const refusedLogEvery = 10 * time.Second
 
 // pruneState is where a repository's prune is.
 type pruneState int
@@ -96,6 +106,55 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
+// HTTPServer is the server of h for serve: it gives a client a minute for
+// a request, body included, and two for an idle connection, where a
+// server without deadlines let clients that never finish a request hold
+// connections until the process ran out of descriptors (review 20-a).
+func HTTPServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       httpReadTimeout,
+		WriteTimeout:      5 * time.Minute, // a long /status
+		IdleTimeout:       2 * time.Minute,
+	}
+}
+
+// httpReadTimeout is the time a client has for a request (tests shorten it).
+var httpReadTimeout = time.Minute
+
+// LimitListener accepts at most n connections at once from ln; the rest
+// wait in the kernel's backlog.
+func LimitListener(ln net.Listener, n int) net.Listener {
+	return &limitListener{Listener: ln, sem: make(chan struct{}, n)}
+}
+
+type limitListener struct {
+	net.Listener
+	sem chan struct{}
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	l.sem <- struct{}{}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.sem
+		return nil, err
+	}
+	return &limitConn{Conn: c, release: sync.OnceFunc(func() { <-l.sem })}, nil
+}
+
+type limitConn struct {
+	net.Conn
+	release func()
+}
+
+func (c *limitConn) Close() error {
+	err := c.Conn.Close()
+	c.release()
+	return err
+}
+
 // EventResult is what became of one event of a notification.
 type EventResult struct {
 	Event
@@ -122,11 +181,25 @@ func (s *Server) authorized(r *http.Request) bool {
 	return subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.Secret)) == 1
 }
 
+// refuse answers a request without the secret: 401 at once, and the
+// connection closed, so that the server does not first wait to drain a
+// body the client may never send.
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request) {
+	s.count("unauthorized", 1)
+	s.refusedMu.Lock()
+	s.refused++
+	if now := time.Now(); now.Sub(s.refusedLogged) >= refusedLogEvery {
+		s.logf("%s %s from %s: wrong or missing %s (%d refused since the last such line)", r.Method, r.URL.Path, r.RemoteAddr, s.cfg.SecretHeader, s.refused)
+		s.refusedLogged, s.refused = now, 0
+	}
+	s.refusedMu.Unlock()
+	w.Header().Set("Connection", "close")
+	http.Error(w, "unauthorized", http.StatusUnauthorized)
+}
+
 func (s *Server) notify(w http.ResponseWriter, r *http.Request) {
 	if !s.authorized(r) {
-		s.count("unauthorized", 1)
-		s.logf("notify from %s: wrong or missing %s", r.RemoteAddr, s.cfg.SecretHeader)
-		http.Error(w, "unauthorized", http.StatusUnauthorized)
+		s.refuse(w, r)
 		return
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, 4<<20))
@@ -348,6 +421,10 @@ type Status struct {
 }
 
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {
+	if !s.authorized(r) { // repositories, tags and errors: not for anyone
+		s.refuse(w, r)
+		return
+	}
 	if s.q == nil {
 		http.Error(w, "no queue", http.StatusServiceUnavailable)
 		return
@@ -379,6 +456,10 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) statusOne(w http.ResponseWriter, r *http.Request) {
+	if !s.authorized(r) {
+		s.refuse(w, r)
+		return
+	}
 	if s.q == nil {
 		http.Error(w, "no queue", http.StatusServiceUnavailable)
 		return

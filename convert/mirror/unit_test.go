@@ -6,6 +6,8 @@ import (
 	"compress/gzip"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -428,4 +430,69 @@ func FuzzParseNotification(f *testing.F) {
 			validEvent(e, "-erofs")
 		}
 	})
+}
+
+// TestServerSlowClients: clients that never finish a request cannot hold
+// the mirror's connections (review 20-a: 19,990 of them took every file
+// descriptor): one without the secret gets its 401 at once, without the
+// server waiting for a body that never comes, and one with it is cut off
+// after the read timeout; an idle connection ends too.
+func TestServerSlowClients(t *testing.T) {
+	defer func(d time.Duration) { httpReadTimeout = d }(httpReadTimeout)
+	httpReadTimeout = 2 * time.Second
+	s := NewServer(&Config{Secret: "s3cret", SecretHeader: "Authorization"}, nil, nil, nil)
+	defer s.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := HTTPServer(s.Handler())
+	go srv.Serve(LimitListener(ln, 2))
+	defer srv.Close()
+	stall := func(header string) (string, time.Duration) {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "POST /notify HTTP/1.1\r\nHost: x\r\n%sContent-Length: 100000\r\n\r\n{", header)
+		start := time.Now()
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		// The first bytes of an answer, or the server's close.
+		b := make([]byte, 12)
+		n, _ := io.ReadFull(c, b)
+		return string(b[:n]), time.Since(start)
+	}
+	if got, d := stall(""); got != "HTTP/1.1 401" || d > time.Second {
+		t.Errorf("no secret, body never sent: %q after %v, want a 401 at once", got, d)
+	}
+	if got, d := stall("Authorization: s3cret\r\n"); (got != "" && got != "HTTP/1.1 400") || d < 1500*time.Millisecond || d > 6*time.Second {
+		t.Errorf("the secret, body never sent: %q after %v, want a 400 or the connection closed after the 2s read timeout", got, d)
+	}
+	// Two connections at most: a third is served once one closes.
+	a, _ := net.Dial("tcp", ln.Addr().String())
+	b, _ := net.Dial("tcp", ln.Addr().String())
+	done := make(chan error, 1)
+	go func() {
+		resp, err := http.Get("http://" + ln.Addr().String() + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Errorf("a third connection was served while two were open: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	a.Close()
+	b.Close()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("/healthz: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the third connection was not served after the others closed")
+	}
 }

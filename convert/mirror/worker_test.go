@@ -321,7 +321,10 @@ convert { "layer-compression": "zstd", jobs: 1 }
 			t.Errorf("twin layer %s: media type %s, want %s (convert options of the config file)", l.Digest, l.MediaType, convert.MediaTypeLayerZstd)
 		}
 	}
-	resp, err := http.Get("http://" + listen + "/status")
+	rq, err := http.NewRequest(http.MethodGet, "http://"+listen+"/status", nil)
+	must(t, err)
+	rq.Header.Set("Authorization", "sekrit")
+	resp, err := http.DefaultClient.Do(rq)
 	must(t, err)
 	var st mirror.Status
 	must(t, json.NewDecoder(resp.Body).Decode(&st))
