@@ -170,6 +170,9 @@ func (c *Converter) CacheImage(ctx context.Context, src v1.Image, srcDesc v1.Des
 	if err != nil {
 		return nil, fmt.Errorf("manifest %s: %w", srcDesc.Digest, err)
 	}
+	if err := checkLayers(m, srcDesc); err != nil {
+		return nil, err
+	}
 	rawCfg, err := readConfig(ctx, src, m.Config)
 	if err != nil {
 		return nil, fmt.Errorf("config of %s: %w", srcDesc.Digest, err)

@@ -627,3 +627,44 @@ func TestConvertCLIConfigSize(t *testing.T) {
 		}
 	}
 }
+
+// TestConvertCLIManyEntries: an index of thousands of manifests or an image
+// of thousands of layers cost a converter minutes and gigabytes (review
+// 20-a); they are refused before anything they name is read.
+func TestConvertCLIManyEntries(t *testing.T) {
+	host, src := pushBusybox(t)
+	bb, err := remote.Head(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := func(i int) string { return fmt.Sprintf("sha256:%064x", i) }
+	var layers, manifests []string
+	for i := range convert.MaxLayers + 1 {
+		layers = append(layers, fmt.Sprintf(`{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":%q,"size":10}`, fake(i)))
+	}
+	for i := range 257 {
+		// The registry wants every manifest there: one, many times.
+		manifests = append(manifests, fmt.Sprintf(`{"mediaType":%q,"digest":%q,"size":%d,"platform":{"os":"linux","architecture":"amd64","variant":"v%d"}}`, bb.MediaType, bb.Digest, bb.Size, i))
+	}
+	for _, tc := range []struct {
+		tag, raw, want string
+		mt             types.MediaType
+	}{
+		{"layers", `{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"` + fake(0) + `","size":10},"layers":[` + strings.Join(layers, ",") + `]}`,
+			"501 layers: overlayfs stacks at most 500", types.OCIManifestSchema1},
+		{"index", `{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[` + strings.Join(manifests, ",") + `]}`,
+			"257 manifests: an index of up to 256 is converted", types.OCIImageIndex},
+	} {
+		ref, err := name.ParseReference(host + "/e2e/bb:many-" + tc.tag) // beside the image it lists
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := remote.Put(ref, rawManifest{[]byte(tc.raw), tc.mt}); err != nil {
+			t.Fatal(err)
+		}
+		_, err = runConvertCLI(t, "-q", "--plain-http", ref.String(), "oci:"+filepath.Join(t.TempDir(), "o")+":t")
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want %q", tc.tag, err, tc.want)
+		}
+	}
+}
