@@ -113,16 +113,29 @@ func sweepTemp(parent string) {
 			continue
 		}
 		dir := filepath.Join(parent, e.Name())
+		// Only this user's: in a shared $TMPDIR another user may plant
+		// a directory of that name.
+		var st unix.Stat_t
+		if unix.Lstat(dir, &st) != nil || int(st.Uid) != os.Geteuid() {
+			continue
+		}
 		lock := filepath.Join(dir, tempHeld)
-		if _, err := os.Stat(lock); err != nil {
+		if _, err := os.Lstat(lock); err != nil {
 			// Made, then locked: one just made may not be locked yet.
 			lock = filepath.Join(dir, tempLock)
-			if fi, err := os.Stat(lock); err != nil || time.Since(fi.ModTime()) < time.Minute {
+			if fi, err := os.Lstat(lock); err != nil || time.Since(fi.ModTime()) < time.Minute {
 				continue
 			}
 		}
-		f, err := os.OpenFile(lock, os.O_RDWR, 0)
+		// Not through a symbolic link (root would open what it names,
+		// read-write), and never blocking on a FIFO.
+		fd, err := unix.Open(lock, unix.O_RDWR|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 		if err != nil {
+			continue
+		}
+		f := os.NewFile(uintptr(fd), lock)
+		if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+			f.Close()
 			continue
 		}
 		if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {

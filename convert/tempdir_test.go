@@ -48,12 +48,32 @@ func TestSweepTemp(t *testing.T) {
 	young := mk("ocierofs-young", tempLock, 0)
 	old := mk("ocierofs-old", tempLock, time.Hour)
 	foreign := mk("ocierofs-nolock", "", time.Hour)
+	// Planted by another user of a shared $TMPDIR: a lock file that is a
+	// symbolic link (to a file root would otherwise open read-write and
+	// lock), and a directory of another owner.
+	planted := mk("ocierofs-planted", "", 0)
+	victim := filepath.Join(t.TempDir(), "victim")
+	os.WriteFile(victim, nil, 0o600)
+	if err := os.Symlink(victim, filepath.Join(planted, tempHeld)); err != nil {
+		t.Fatal(err)
+	}
+	others := mk("ocierofs-others", tempHeld, 0)
+	owned := os.Geteuid() == 0
+	if owned {
+		if err := os.Chown(others, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+	}
 	_, next, err := makeTemp(parent)
 	if err != nil {
 		t.Fatal(err)
 	}
 	next.Close()
-	for d, want := range map[string]bool{live: true, dead: false, young: true, old: false, foreign: true} {
+	keep := map[string]bool{live: true, dead: false, young: true, old: false, foreign: true, planted: true}
+	if owned {
+		keep[others] = true
+	}
+	for d, want := range keep {
 		if _, err := os.Stat(d); (err == nil) != want {
 			t.Errorf("%s: there %v, want %v", filepath.Base(d), err == nil, want)
 		}
