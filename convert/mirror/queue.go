@@ -2,14 +2,19 @@ package mirror
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -35,6 +40,7 @@ type Queue struct {
 	subject   string // prefix of task subjects
 	adv       *nats.Subscription
 	storeLock *os.File // the flock on the embedded server's store
+	token     string   // the embedded server's
 }
 
 // names used on the NATS side, from the configured prefix.
@@ -67,8 +73,10 @@ func OpenQueue(ctx context.Context, cfg *Config, logf func(string, ...any)) (*Qu
 			return nil, err
 		}
 		url = q.srv.ClientURL()
+		opts = append(opts, nats.Token(q.token))
 		if logf != nil {
-			logf("embedded NATS server on %s, JetStream store %s", url, cfg.NATS.StoreDir)
+			logf("embedded NATS server on %s, JetStream store %s; workers elsewhere connect with nats://TOKEN@HOST:PORT, the token in %s",
+				url, cfg.NATS.StoreDir, filepath.Join(cfg.NATS.StoreDir, tokenFile))
 		}
 	} else if cfg.NATS.Creds != "" {
 		opts = append(opts, nats.UserCredentials(cfg.NATS.Creds))
@@ -126,14 +134,21 @@ func (q *Queue) startServer() error {
 			q.storeLock = nil
 		}
 	}()
+	if q.token, err = storeToken(dir); err != nil {
+		return err
+	}
 	srv, err := server.NewServer(&server.Options{
-		ServerName: "ocierofs-" + hostname(),
-		Host:       host,
-		Port:       port,
-		JetStream:  true,
-		StoreDir:   dir,
-		NoSigs:     true,
-		NoLog:      true,
+		// Without it any local user (or, listening beyond loopback,
+		// anyone) could write the layer cache, which workers trust
+		// to name the blobs of twins (review 20-a).
+		Authorization: q.token,
+		ServerName:    "ocierofs-" + hostname(),
+		Host:          host,
+		Port:          port,
+		JetStream:     true,
+		StoreDir:      dir,
+		NoSigs:        true,
+		NoLog:         true,
 	})
 	if err != nil {
 		return fmt.Errorf("embedded NATS server: %w", err)
@@ -225,6 +240,46 @@ func (q *Queue) Close() {
 	if q.storeLock != nil {
 		q.storeLock.Close()
 	}
+}
+
+// tokenFile, in the store directory, holds the embedded server's token.
+const tokenFile = ".ocierofs-nats-token"
+
+// storeToken returns the embedded server's token, made at its first start
+// and kept in its store (0600): workers on other machines are given it.
+func storeToken(dir string) (string, error) {
+	p := filepath.Join(dir, tokenFile)
+	if b, err := os.ReadFile(p); err == nil && len(strings.TrimSpace(string(b))) >= 32 {
+		return strings.TrimSpace(string(b)), nil
+	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	raw := make([]byte, 32)
+	rand.Read(raw)
+	tok := hex.EncodeToString(raw)
+	// The store is locked by this process: no other writes it.
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return "", err
+	}
+	_, err = io.WriteString(f, tok+"\n")
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return tok, err
+}
+
+// WorkerURL is the embedded server's address with its token, for workers
+// on other machines ("" with an external server). It is a secret.
+func (q *Queue) WorkerURL() string {
+	if q.srv == nil {
+		return ""
+	}
+	u := q.srv.ClientURL()
+	return strings.Replace(u, "://", "://"+q.token+"@", 1)
 }
 
 // ClientURL is the embedded server's address ("" with an external one).

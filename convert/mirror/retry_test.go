@@ -6,6 +6,8 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -130,7 +132,20 @@ func must2[T any](v T, err error) T {
 // advisory marks the task failed instead of leaving it running forever.
 func TestLostOnLastAttempt(t *testing.T) {
 	h := newHarness(t, "l", func(c *mirror.Config) { c.Queue.MaxDeliver = 1 })
-	nc, err := nats.Connect(h.q.ClientURL())
+	// The embedded server wants its token: any local user could write
+	// the layer cache without (review 20-a).
+	if nc, err := nats.Connect(h.q.ClientURL()); err == nil || !strings.Contains(err.Error(), "Authorization Violation") {
+		if nc != nil {
+			nc.Close()
+		}
+		t.Errorf("a client without the token: %v, want an authorization violation", err)
+	}
+	tok, err := os.ReadFile(filepath.Join(h.cfg.NATS.StoreDir, ".ocierofs-nats-token"))
+	must(t, err)
+	if fi, err := os.Stat(filepath.Join(h.cfg.NATS.StoreDir, ".ocierofs-nats-token")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("the token file: %v %v, want 0600", fi.Mode(), err)
+	}
+	nc, err := nats.Connect(h.q.ClientURL(), nats.Token(strings.TrimSpace(string(tok))))
 	must(t, err)
 	defer nc.Close()
 	js, err := jetstream.New(nc)

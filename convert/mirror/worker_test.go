@@ -74,7 +74,7 @@ func TestWorkerKilled(t *testing.T) {
 	h := newHarness(t, "k", nil)
 	slow := newThrottle(t, h.reg.host, 256<<10)
 	var logs lockedBuffer
-	a := exec.Command(bin, "serve", "--worker", "--nats", h.q.ClientURL(), "--registry", slow.host, "--plain-http",
+	a := exec.Command(bin, "serve", "--worker", "--nats", h.q.WorkerURL(), "--registry", slow.host, "--plain-http",
 		"--ack-wait", "3s", "--max-deliver", "3", "--backoff", "200ms", "--listen", "127.0.0.1:0", "--name", "A", "-j", "1")
 	a.Stdout, a.Stderr = &logs, &logs
 	a.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
