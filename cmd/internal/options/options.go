@@ -163,7 +163,7 @@ func Image(c *cli.Context) (opt convert.ImageOptions, rem oci.Remote, done func(
 	opt = convert.ImageOptions{Layer: lopt, Jobs: c.Int("jobs"), TempDir: c.String("tmpdir")}
 	if p := c.String("platform"); p != "all" && p != "" {
 		for _, s := range strings.Split(p, ",") {
-			pl, err := v1.ParsePlatform(strings.TrimSpace(s))
+			pl, err := ParsePlatform(strings.TrimSpace(s))
 			if err != nil {
 				return opt, rem, done, fmt.Errorf("--platform %q: %w", s, err)
 			}
@@ -420,4 +420,31 @@ func ParseUUID(s string) ([16]byte, error) {
 // FormatUUID writes u in the form ParseUUID reads.
 func FormatUUID(u [16]byte) string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
+}
+
+// ParsePlatform reads a --platform value as docker and ctr do (containerd's
+// platforms.Parse): OS[/ARCH[/VARIANT]], or one word, an architecture
+// (arm64: linux/arm64; armhf: linux/arm/v7) or an operating system (every
+// architecture of it). v1.ParsePlatform took arm64 for an operating system
+// and matched nothing.
+func ParsePlatform(s string) (*v1.Platform, error) {
+	if s == "" || strings.Contains(s, "/") {
+		return v1.ParsePlatform(s)
+	}
+	w := strings.ToLower(s)
+	switch w {
+	case "armhf":
+		return &v1.Platform{OS: "linux", Architecture: "arm", Variant: "v7"}, nil
+	case "armel":
+		return &v1.Platform{OS: "linux", Architecture: "arm", Variant: "v6"}, nil
+	case "i386":
+		return &v1.Platform{OS: "linux", Architecture: "386"}, nil
+	case "amd64", "x86_64", "x86-64", "arm64", "aarch64", "arm", "386", "ppc64le", "ppc64", "s390x",
+		"riscv64", "mips64le", "mips64", "mipsle", "mips", "loong64":
+		return &v1.Platform{OS: "linux", Architecture: w}, nil
+	case "linux", "windows", "darwin", "freebsd", "netbsd", "openbsd", "solaris", "illumos", "aix",
+		"android", "ios", "plan9", "dragonfly", "js", "wasip1":
+		return &v1.Platform{OS: w}, nil
+	}
+	return nil, fmt.Errorf("%q is neither a known operating system nor architecture (OS/ARCH[/VARIANT], e.g. linux/arm64)", s)
 }

@@ -4,6 +4,9 @@ import (
 	"strings"
 	"testing"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/ocierofs/ocierofs/convert"
 	"github.com/ocierofs/ocierofs/erofs"
 	"github.com/ocierofs/ocierofs/erofs/compress/lz4"
 )
@@ -77,5 +80,45 @@ func TestUUID(t *testing.T) {
 		if _, err := ParseUUID(bad); err == nil {
 			t.Errorf("ParseUUID(%q): no error", bad)
 		}
+	}
+}
+
+// TestParsePlatform: --platform as docker and ctr read it; one word is an
+// architecture of linux or an operating system.
+func TestParsePlatform(t *testing.T) {
+	have := []string{"linux/amd64", "linux/arm64/v8", "linux/arm/v7", "linux/arm/v6", "windows/amd64"}
+	for _, tc := range []struct{ spec, want string }{
+		{"arm64", "linux/arm64/v8"},
+		{"aarch64", "linux/arm64/v8"},
+		{"armhf", "linux/arm/v7"},
+		{"armel", "linux/arm/v6"},
+		{"x86_64", "linux/amd64"},
+		{"AMD64", "linux/amd64"},
+		{"linux", "linux/amd64 linux/arm64/v8 linux/arm/v7 linux/arm/v6"},
+		{"windows", "windows/amd64"},
+		{"linux/aarch64", "linux/arm64/v8"},
+		{"linux/arm", "linux/arm/v7 linux/arm/v6"},
+	} {
+		p, err := ParsePlatform(tc.spec)
+		if err != nil {
+			t.Errorf("%q: %v", tc.spec, err)
+			continue
+		}
+		var got []string
+		for _, h := range have {
+			hp, err := v1.ParsePlatform(h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if convert.PlatformSelected([]v1.Platform{*p}, *hp) {
+				got = append(got, h)
+			}
+		}
+		if strings.Join(got, " ") != tc.want {
+			t.Errorf("--platform %s takes %q, want %q", tc.spec, got, tc.want)
+		}
+	}
+	if _, err := ParsePlatform("amiga"); err == nil || !strings.Contains(err.Error(), `"amiga" is neither a known operating system nor architecture`) {
+		t.Errorf("amiga: %v", err)
 	}
 }
