@@ -152,7 +152,10 @@ func runConvert(ctx context.Context, c *cli.Context, source, target string) erro
 		return enc.Encode(rep)
 	}
 	if !quiet {
-		fmt.Fprintf(os.Stderr, "%s converted to %s@%s in %.2fs\n", rep.Source, rep.Target, rep.Digest, rep.Seconds)
+		// The result on stdout, for a script (crane push prints it
+		// so); what happened on stderr.
+		fmt.Fprintf(os.Stderr, "%s converted to %s in %.2fs\n", rep.Source, rep.Target, rep.Seconds)
+		fmt.Fprintf(c.App.Writer, "%s@%s\n", rep.Target, rep.Digest)
 	}
 	return nil
 }

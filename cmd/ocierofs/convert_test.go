@@ -249,6 +249,14 @@ func TestConvertCLIRegistry(t *testing.T) {
 	if _, err := runConvertCLI(t, "-q", "--plain-http", "--platform", "linux/x86_64", src.String(), host+"/e2e/bb:amd"); err != nil {
 		t.Errorf("--platform linux/x86_64 of a linux/amd64 image: %v", err)
 	}
+	// Text: the result, TARGET@DIGEST, alone on stdout (as crane push).
+	text, err := runConvertCLI(t, "--plain-http", src.String(), host+"/e2e/bb:text")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := host + "/e2e/bb:text@" + rep.Digest + "\n"; text != want {
+		t.Errorf("stdout %q, want %q", text, want)
+	}
 }
 
 // TestConvertCLILayoutTag: the default target of a layout's only image,
@@ -482,6 +490,7 @@ func TestConvertCLICredentials(t *testing.T) {
 			want: "--username: the source is on " + a.host + " and the target on " + b.host + ": give each its own with --src-creds and --dest-creds"},
 		{name: "username and src-creds", args: []string{"--username", "alice", "--password", "pa:ss", "--src-creds", "alice:pa:ss"}, target: a.host + "/e2e/bb:4",
 			want: "either --username and --password, or --src-creds and --dest-creds"},
+		{name: "password without username", args: []string{"--password", "pa:ss"}, target: a.host + "/e2e/bb:8", want: "--password without --username"},
 		{name: "creds without a password", args: []string{"--src-creds", "alice"}, target: b.host + "/e2e/bb:5", want: "--src-creds: want USER:PASSWORD"},
 		{name: "dest-creds for a layout", args: []string{"--src-creds", "alice:pa:ss", "--dest-creds", "bob:pb"}, target: layoutOut,
 			want: "--dest-creds: the target is not in a registry"},

@@ -111,6 +111,9 @@ func Credentials(c *cli.Context, rem oci.Remote, src oci.Ref, dst *oci.Ref) (src
 		}
 	}
 	user, pass := c.String("username"), c.String("password")
+	if user == "" && pass != "" {
+		return srcRem, dstRem, errors.New("--password without --username")
+	}
 	if user != "" || pass != "" {
 		if c.String("src-creds") != "" || c.String("dest-creds") != "" {
 			return srcRem, dstRem, errors.New("--username: give either --username and --password, or --src-creds and --dest-creds")
