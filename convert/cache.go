@@ -435,6 +435,9 @@ func copyTemp(src, dir, name string) (string, error) {
 	})
 }
 
+// CacheLockName is the lock file LockCache makes in a cache directory.
+const CacheLockName = ".ocierofs-cache.lock"
+
 // LockCache takes the lock of the cache directory dir (made if missing),
 // so that runs filling it one after another convert each layer once, and
 // removes what a run killed while placing an entry left behind. wait is
@@ -443,7 +446,7 @@ func LockCache(ctx context.Context, dir string, wait func()) (unlock func(), err
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(filepath.Join(dir, ".ocierofs-cache.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	f, err := os.OpenFile(filepath.Join(dir, CacheLockName), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, err
 	}

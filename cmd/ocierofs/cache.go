@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -49,8 +52,18 @@ type cacheReport struct {
 	Seconds float64              `json:"seconds"`
 }
 
-func runCache(ctx context.Context, c *cli.Context, source, dir string) error {
+func runCache(ctx context.Context, c *cli.Context, source, dir string) (err error) {
 	start := time.Now()
+	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
+		// A DIR this run makes and fills with nothing goes again on an
+		// error, as a layout that convert made does.
+		defer func() {
+			if err != nil {
+				os.Remove(filepath.Join(dir, convert.CacheLockName))
+				os.Remove(dir) // only if empty: placed entries stay
+			}
+		}()
+	}
 	opt, rem, done, err := options.Image(c)
 	if err != nil {
 		return err
@@ -83,6 +96,9 @@ func runCache(ctx context.Context, c *cli.Context, source, dir string) error {
 	art, err := oci.Get(ctx, src, rem)
 	if err != nil {
 		return err
+	}
+	if why := convert.Converted(art); why != "" {
+		return fmt.Errorf("%s is %s: cache wants the tar image it was converted from (containerd looks entries up by the diffIDs of its tar layers)", src, why)
 	}
 	conv, err := convert.NewConverter(opt)
 	if err != nil {

@@ -399,6 +399,25 @@ func TestCacheCLIPlatform(t *testing.T) {
 	if n := entries("--platform", "all"); n != 4 {
 		t.Errorf("--platform all: %d entries, want 4", n)
 	}
+
+	// An EROFS image (the -erofs twin) is not what containerd looks up:
+	// refused, and the new DIR made for it goes again (review 20-b L6).
+	if _, err := runConvertCLI(t, "-q", "--plain-http", src.String(), host+"/e2e/bb:twin"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ source, want string }{
+		{host + "/e2e/bb:twin", "cache wants the tar image it was converted from"},
+		{host + "/e2e/nothere:x", "NAME_UNKNOWN"},
+	} {
+		dir := filepath.Join(t.TempDir(), "new")
+		err := app.RunContext(context.Background(), []string{"ocierofs", "cache", "-q", "--plain-http", tc.source, dir})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("cache %s: %v, want %q", tc.source, err, tc.want)
+		}
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("cache %s: the DIR it made is left: %v", tc.source, err)
+		}
+	}
 }
 
 // loginRegistry is go-containerregistry's in-memory registry behind HTTP
