@@ -95,6 +95,21 @@ func TestCLI(t *testing.T) {
 	if out, _, code := run(t, b, "cat", img, "/etc/hostname"); code != 0 || out != "demo\n" {
 		t.Errorf("cat: %q exit %d", out, code)
 	}
+	// Several files, one after another; errors name the image and the
+	// path; what is no regular file is an error, not nothing.
+	if out, _, code := run(t, b, "cat", img, "/etc/hostname", "etc/hostname"); code != 0 || out != "demo\ndemo\n" {
+		t.Errorf("cat of two paths: %q exit %d", out, code)
+	}
+	for _, tc := range []struct{ cmd, path, want string }{
+		{"cat", "/nope", img + ": /nope: no such file or directory"},
+		{"ls", "nope/x", img + ": /nope/x: no such file or directory"},
+		{"cat", "/etc", img + ": /etc: is a directory"},
+		{"cat", "/etc/null", img + ": /etc/null: not a regular file: a character device"},
+	} {
+		if out, e, code := run(t, b, tc.cmd, img, tc.path); code != 1 || out != "" || e != "ocierofs: "+tc.want+"\n" {
+			t.Errorf("%s %s: exit %d, %q %q, want %q", tc.cmd, tc.path, code, out, e, tc.want)
+		}
+	}
 	if out, _, code := run(t, b, "ls", "-l", img, "usr/bin"); code != 0 || !strings.Contains(out, "-rwsr-xr-x") || !strings.Contains(out, "hi -> hello") {
 		t.Errorf("ls -l: exit %d:\n%s", code, out)
 	}

@@ -4,8 +4,10 @@ import (
 	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"path"
 	"slices"
@@ -361,7 +363,7 @@ var lsCommand = &cli.Command{
 		}
 		ino, err := img.Lstat(p)
 		if err != nil {
-			return err
+			return pathError(c.Args().First(), p, err)
 		}
 		if !ino.IsDir() {
 			return list(p, ino)
@@ -401,27 +403,61 @@ func imagePath(p string) string {
 	return p[1:]
 }
 
+// pathError names the image and the path (as the user gives it, from the
+// root) of an error, in the words of ls and cat for a missing one.
+func pathError(image, p string, err error) error {
+	if errors.Is(err, fs.ErrNotExist) {
+		err = errors.New("no such file or directory")
+	} else if pe, ok := err.(*fs.PathError); ok {
+		err = pe.Err
+	}
+	return fmt.Errorf("%s: %s: %w", image, path.Join("/", p), err)
+}
+
 var catCommand = &cli.Command{
 	Name:      "cat",
-	Usage:     "write a file of an image to stdout",
-	ArgsUsage: "IMAGE PATH",
+	Usage:     "write files of an image to stdout, one after another",
+	ArgsUsage: "IMAGE PATH...",
 	Action: func(c *cli.Context) error {
-		if c.NArg() != 2 {
-			return fmt.Errorf("cat: want IMAGE PATH")
+		if c.NArg() < 2 {
+			return fmt.Errorf("cat: want IMAGE PATH...")
 		}
 		img, f, err := openImage(c.Args().First())
 		if err != nil {
 			return err
 		}
 		defer f.Close()
-		r, err := img.Open(imagePath(c.Args().Get(1)))
-		if err != nil {
-			return err
+		for _, arg := range c.Args().Slice()[1:] {
+			p := imagePath(arg)
+			if err := catFile(c.App.Writer, img, p); err != nil {
+				return pathError(c.Args().First(), p, err)
+			}
 		}
-		defer r.Close()
-		_, err = io.Copy(c.App.Writer, r)
-		return err
+		return nil
 	},
+}
+
+// catFile writes the regular file p of img (through symbolic links) to w.
+func catFile(w io.Writer, img *erofs.Image, p string) error {
+	r, err := img.Open(p)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	fi, err := r.Stat()
+	if err != nil {
+		return err
+	}
+	switch {
+	case fi.IsDir():
+		return errors.New("is a directory")
+	case !fi.Mode().IsRegular():
+		kind := map[fs.FileMode]string{fs.ModeDevice | fs.ModeCharDevice: "a character device", fs.ModeDevice: "a block device",
+			fs.ModeNamedPipe: "a FIFO", fs.ModeSocket: "a socket"}[fi.Mode().Type()]
+		return fmt.Errorf("not a regular file: %s", cmp.Or(kind, "of type "+fi.Mode().Type().String()))
+	}
+	_, err = io.Copy(w, r)
+	return err
 }
 
 // modeString renders st_mode the way ls -l does ("drwxr-xr-x", "-rwsr-xr-x").
