@@ -39,7 +39,7 @@ var verifyCommand = &cli.Command{
 		// Whiteouts' permission bits mean nothing to overlayfs; images of
 		// mkfs.erofs have none, of other builders (and of ocierofs before
 		// it dropped them) the .wh. entry's.
-		opt := fstree.DiffOptions{IgnoreImpliedMtime: true, IgnoreWhiteoutPerm: true}
+		opt := fstree.DiffOptions{IgnoreImpliedMtime: true, IgnoreWhiteoutPerm: true, Want: "source", Got: "image"}
 		if fi, err := os.Stat(src); err == nil && fi.IsDir() {
 			want, err = fstree.FromDir(src)
 			if err != nil {

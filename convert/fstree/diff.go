@@ -22,6 +22,10 @@ type DiffOptions struct {
 	// MtimeGranularity, when positive, compares mtimes truncated to it
 	// (time.Second for a format without nanoseconds). Zero is exact.
 	MtimeGranularity time.Duration
+	// Want and Got, when set, name the two trees in the lines ("only in
+	// source: a", "a: mode: source 0644, image 0600") instead of the
+	// terse form.
+	Want, Got string
 	// Ignore, when set, drops a difference for which it returns true.
 	// field is one of "missing", "extra", "type", "mode", "uid", "gid",
 	// "mtime", "size", "content", "target", "rdev", "xattr:NAME" and
@@ -45,9 +49,10 @@ type DiffOptions struct {
 func Diff(want, got *Tree, opt DiffOptions) []string {
 	var out []string
 	ignore := func(p, field string) bool { return opt.Ignore != nil && opt.Ignore(p, field) }
-	add := func(p, field, format string, args ...any) {
+	l := labels{opt.Want, opt.Got}
+	add := func(p, field, w, g string) {
 		if !ignore(p, field) {
-			out = append(out, p+": "+field+" "+fmt.Sprintf(format, args...))
+			out = append(out, l.line(p+": "+field, w, g))
 		}
 	}
 
@@ -64,60 +69,85 @@ func Diff(want, got *Tree, opt DiffOptions) []string {
 		switch {
 		case g == nil:
 			if !ignore(p, "missing") {
-				out = append(out, "missing: "+p)
+				out = append(out, l.only(false, p))
 			}
 			continue
 		case w == nil:
 			if !ignore(p, "extra") {
-				out = append(out, "extra: "+p)
+				out = append(out, l.only(true, p))
 			}
 			continue
 		}
 		rootMeta := p == "." && opt.IgnoreRootMeta
 		sameType := w.Type() == g.Type()
 		if !sameType {
-			add(p, "type", "%s != %s", typeName(w.Mode), typeName(g.Mode))
+			add(p, "type", typeName(w.Mode), typeName(g.Mode))
 		}
 		whiteouts := opt.IgnoreWhiteoutPerm && isWhiteoutDev(w) && isWhiteoutDev(g)
 		if !rootMeta {
 			if w.Perm() != g.Perm() && !whiteouts {
-				add(p, "mode", "%#o != %#o", w.Mode, g.Mode)
+				add(p, "mode", fmt.Sprintf("%#o", w.Mode), fmt.Sprintf("%#o", g.Mode))
 			}
 			if w.Uid != g.Uid {
-				add(p, "uid", "%d != %d", w.Uid, g.Uid)
+				add(p, "uid", fmt.Sprint(w.Uid), fmt.Sprint(g.Uid))
 			}
 			if w.Gid != g.Gid {
-				add(p, "gid", "%d != %d", w.Gid, g.Gid)
+				add(p, "gid", fmt.Sprint(w.Gid), fmt.Sprint(g.Gid))
 			}
 			skipMtime := opt.IgnoreImpliedMtime && w.Implied && w.IsDir()
 			if !skipMtime && !sameMtime(w.Mtime, g.Mtime, opt.MtimeGranularity) {
-				add(p, "mtime", "%s != %s", fmtTime(w.Mtime), fmtTime(g.Mtime))
+				add(p, "mtime", fmtTime(w.Mtime), fmtTime(g.Mtime))
 			}
 		}
 		if sameType {
 			switch w.Type() {
 			case S_IFREG:
 				if w.Size != g.Size {
-					add(p, "size", "%d != %d", w.Size, g.Size)
+					add(p, "size", fmt.Sprint(w.Size), fmt.Sprint(g.Size))
 				}
 				if w.Digest != g.Digest {
-					add(p, "content", "sha256:%x != sha256:%x", w.Digest, g.Digest)
+					add(p, "content", fmt.Sprintf("sha256:%x", w.Digest), fmt.Sprintf("sha256:%x", g.Digest))
 				}
 			case S_IFLNK:
 				if w.Target != g.Target {
-					add(p, "target", "%q != %q", w.Target, g.Target)
+					add(p, "target", fmt.Sprintf("%q", w.Target), fmt.Sprintf("%q", g.Target))
 				}
 			case S_IFCHR, S_IFBLK:
 				if w.Devmajor != g.Devmajor || w.Devminor != g.Devminor {
-					add(p, "rdev", "%d:%d != %d:%d", w.Devmajor, w.Devminor, g.Devmajor, g.Devminor)
+					add(p, "rdev", fmt.Sprintf("%d:%d", w.Devmajor, w.Devminor), fmt.Sprintf("%d:%d", g.Devmajor, g.Devminor))
 				}
 			}
 		}
 		if !rootMeta {
-			out = append(out, diffXattrs(p, w.Xattrs, g.Xattrs, ignore)...)
+			out = append(out, diffXattrs(p, w.Xattrs, g.Xattrs, ignore, l)...)
 		}
 	}
-	return append(out, diffLinks(want, got, ignore)...)
+	return append(out, diffLinks(want, got, ignore, l)...)
+}
+
+// labels names want and got in Diff's lines, or not (the terse form).
+type labels struct{ want, got string }
+
+// line is "WHAT W != G", or "WHAT: WANT W, GOT G" with names.
+func (l labels) line(what, w, g string) string {
+	if l.want == "" {
+		return what + " " + w + " != " + g
+	}
+	return strings.TrimSuffix(what, ":") + ": " + l.want + " " + w + ", " + l.got + " " + g
+}
+
+// only is the line of a path one tree lacks: "missing: p" (not in got)
+// or "extra: p", or "only in NAME: p" with names.
+func (l labels) only(inGot bool, p string) string {
+	switch {
+	case l.want == "" && inGot:
+		return "extra: " + p
+	case l.want == "":
+		return "missing: " + p
+	case inGot:
+		return "only in " + l.got + ": " + p
+	}
+	return "only in " + l.want + ": " + p
 }
 
 func sameMtime(a, b time.Time, g time.Duration) bool {
@@ -149,7 +179,7 @@ func typeName(mode uint32) string {
 	return fmt.Sprintf("type%#o", mode&S_IFMT)
 }
 
-func diffXattrs(p string, w, g map[string]string, ignore func(p, field string) bool) []string {
+func diffXattrs(p string, w, g map[string]string, ignore func(p, field string) bool, l labels) []string {
 	var names []string
 	for k, v := range w {
 		if gv, ok := g[k]; !ok || gv != v {
@@ -171,7 +201,7 @@ func diffXattrs(p string, w, g map[string]string, ignore func(p, field string) b
 	}
 	for _, k := range names {
 		if !ignore(p, "xattr:"+k) {
-			out = append(out, fmt.Sprintf("%s: xattr %s %s != %s", p, k, val(w, k), val(g, k)))
+			out = append(out, l.line(p+": xattr "+k, val(w, k), val(g, k)))
 		}
 	}
 	return out
@@ -180,7 +210,7 @@ func diffXattrs(p string, w, g map[string]string, ignore func(p, field string) b
 // diffLinks compares the hard-link partitions of the paths both trees
 // have. Paths linked in either tree form components; a component whose
 // partition differs between the trees is one line.
-func diffLinks(want, got *Tree, ignore func(p, field string) bool) []string {
+func diffLinks(want, got *Tree, ignore func(p, field string) bool, l labels) []string {
 	parent := make(map[string]string)
 	var find func(string) string
 	find = func(p string) string {
@@ -244,7 +274,7 @@ func diffLinks(want, got *Tree, ignore func(p, field string) bool) []string {
 			}
 		}
 		if !skip {
-			out = append(out, "hard links: "+wp+" != "+gp)
+			out = append(out, l.line("hard links:", wp, gp))
 		}
 	}
 	return out
