@@ -18,6 +18,9 @@ import (
 // IsTerminal reports whether f is a terminal (the progress display is
 // drawn only there; elsewhere convert logs one line per step).
 func IsTerminal(f *os.File) bool {
+	if os.Getenv("TERM") == "dumb" { // no cursor movement (Emacs shells, CI logs)
+		return false
+	}
 	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
 	return err == nil
 }

@@ -3,6 +3,7 @@ package progress
 import (
 	"bytes"
 	"context"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"golang.org/x/sys/unix"
 
 	"github.com/ocierofs/ocierofs/convert"
 )
@@ -146,4 +148,44 @@ func stages(s []convert.Stage) []string {
 		out = append(out, string(x))
 	}
 	return out
+}
+
+// TestIsTerminal: a pseudo-terminal is one, unless TERM=dumb says it
+// cannot move the cursor; a pipe is none.
+func TestIsTerminal(t *testing.T) {
+	ptmx, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0)
+	if err != nil {
+		t.Skipf("no pseudo-terminals: %v", err)
+	}
+	defer ptmx.Close()
+	if err := unix.IoctlSetPointerInt(int(ptmx.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatal(err)
+	}
+	n, err := unix.IoctlGetInt(int(ptmx.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pts, err := os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR, 0)
+	if err != nil {
+		t.Skipf("pseudo-terminal %d: %v", n, err)
+	}
+	defer pts.Close()
+	t.Setenv("TERM", "xterm")
+	if !IsTerminal(pts) {
+		t.Error("a pseudo-terminal is not a terminal")
+	}
+	t.Setenv("TERM", "dumb")
+	if IsTerminal(pts) {
+		t.Error("TERM=dumb: a terminal that cannot redraw lines is taken for one")
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	t.Setenv("TERM", "xterm")
+	if IsTerminal(w) {
+		t.Error("a pipe is a terminal")
+	}
 }
