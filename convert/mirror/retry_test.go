@@ -119,6 +119,12 @@ func TestRetryAndIndex(t *testing.T) {
 	if n := h.metric(t, `ocierofs_mirror_layers_total{result="reused"}`); n < 1 {
 		t.Errorf("the index's platforms share a base: %v layers reused, want 1", n)
 	}
+	// Three layers converted: the base once, for both platforms (review
+	// 20-b: an index counted its shared layers once per platform).
+	rec := h.waitRecord(t, "multi/app", "2", id, 10*time.Second, func(r *mirror.Record) bool { return r.State == mirror.StateDone })
+	if rec.LayersConverted+rec.LayersReused != 3 {
+		t.Errorf("the index's task: %d layers converted and %d reused, want 3 in all", rec.LayersConverted, rec.LayersReused)
+	}
 }
 
 func must2[T any](v T, err error) T {

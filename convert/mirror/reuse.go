@@ -251,9 +251,7 @@ func (j *twinJob) convertMissing(src v1.Image, desc v1.Descriptor, s *sourceImag
 			return err
 		}
 		entries[i] = &e
-		j.out.LayersConverted++
-		j.out.BytesIn += e.SourceSize
-		j.out.BytesOut += e.Size
+		j.countConverted(keys[i], e.SourceSize, e.Size)
 	}
 	return nil
 }
@@ -395,11 +393,11 @@ func (j *twinJob) storePlain(a *oci.Artifact, reps []*convert.ImageReport) error
 		if err != nil {
 			return err
 		}
+		chain := ""
 		for _, l := range rep.Layers {
+			chain += l.Source + ","
 			if !l.Passthrough {
-				j.out.LayersConverted++
-				j.out.BytesIn += l.SourceSize
-				j.out.BytesOut += l.Size
+				j.countConverted(chain, l.SourceSize, l.Size)
 			}
 		}
 		if j.opt.Flatten {

@@ -243,6 +243,25 @@ type twinJob struct {
 	// entries are stored from the reports).
 	plain       map[v1.Hash]bool
 	stopRefresh chan struct{}
+	// converted are the layers counted in out, by chain: one shared by
+	// the platforms of an index is converted, and counted, once.
+	converted map[string]bool
+}
+
+// countConverted counts a converted layer in the outcome, once per chain.
+func (j *twinJob) countConverted(chain string, in, out int64) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.converted[chain] {
+		return
+	}
+	if j.converted == nil {
+		j.converted = map[string]bool{}
+	}
+	j.converted[chain] = true
+	j.out.LayersConverted++
+	j.out.BytesIn += in
+	j.out.BytesOut += out
 }
 
 func (j *twinJob) published(l v1.Layer) error {
