@@ -1,8 +1,10 @@
 package oci
 
 import (
+	"archive/tar"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path"
 	"strings"
 	"syscall"
 	"time"
@@ -253,11 +256,22 @@ func getArchive(r Ref) (*Artifact, error) {
 		}
 		tag = &t
 	}
-	if _, err := os.Stat(r.Path); err != nil {
+	fi, err := os.Stat(r.Path)
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", r, err)
+	}
+	if !fi.Mode().IsRegular() {
+		// Its manifest, config and layers are read one after another.
+		return nil, fmt.Errorf("%s: not a regular file: docker-archive reads a file (docker save -o FILE), not a pipe", r)
+	}
+	if kind := compressedFile(r.Path); kind != "" {
+		return nil, fmt.Errorf("%s: a %s file: decompress it first (docker save writes a plain tar)", r, kind)
 	}
 	img, err := tarball.ImageFromPath(r.Path, tag)
 	if err != nil {
+		if tags, terr := archiveTags(r.Path); terr == nil && len(tags) != 1 {
+			return nil, fmt.Errorf("%s: the archive holds %d images (tagged %s): name one with docker-archive:FILE:TAG", r, len(tags), strings.Join(tags, ", "))
+		}
 		return nil, fmt.Errorf("%s: %w", r, err)
 	}
 	d, err := descriptorOf(img)
@@ -265,6 +279,57 @@ func getArchive(r Ref) (*Artifact, error) {
 		return nil, fmt.Errorf("%s: %w", r, err)
 	}
 	return &Artifact{Ref: r, Descriptor: d, Image: img}, nil
+}
+
+// compressedFile names the compression of the file at p, "" for none.
+func compressedFile(p string) string {
+	f, err := os.Open(p)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	head := make([]byte, 4)
+	n, _ := io.ReadFull(f, head)
+	switch {
+	case n >= 2 && head[0] == 0x1f && head[1] == 0x8b:
+		return "gzip"
+	case n == 4 && string(head) == "\x28\xb5\x2f\xfd":
+		return "zstd"
+	}
+	return ""
+}
+
+// archiveTags lists the tags of the images of a docker save archive, one
+// string per image ("untagged" for one without), from its manifest.json.
+func archiveTags(p string) ([]string, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			return nil, err
+		}
+		if path.Clean(h.Name) != "manifest.json" {
+			continue
+		}
+		var m []struct{ RepoTags []string }
+		if err := json.NewDecoder(io.LimitReader(tr, 16<<20)).Decode(&m); err != nil {
+			return nil, err
+		}
+		var tags []string
+		for _, e := range m {
+			if len(e.RepoTags) == 0 {
+				tags = append(tags, "untagged")
+			} else {
+				tags = append(tags, strings.Join(e.RepoTags, " or "))
+			}
+		}
+		return tags, nil
+	}
 }
 
 func descriptorOf(img v1.Image) (v1.Descriptor, error) {

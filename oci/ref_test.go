@@ -1,8 +1,11 @@
 package oci_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,6 +14,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"golang.org/x/sys/unix"
 
 	"github.com/ocierofs/ocierofs/oci"
 )
@@ -272,7 +276,42 @@ func TestDockerArchiveTag(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := oci.Get(context.Background(), r, oci.Remote{}); err == nil {
-		t.Errorf("oci.Get(%s) chose one of two images", r)
+	want := "the archive holds 2 images (tagged example.com/e2e/a:v1, example.com/e2e/b:v2): name one with docker-archive:FILE:TAG"
+	if _, err := oci.Get(context.Background(), r, oci.Remote{}); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("oci.Get(%s) of an archive of two images: %v, want %q", r, err, want)
+	}
+	// A tag it does not hold gets the list too.
+	if r, err = oci.ParseRef("docker-archive:"+archive+":example.com/e2e/c:v3", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := oci.Get(context.Background(), r, oci.Remote{}); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("oci.Get(%s): %v, want %q", r, err, want)
+	}
+	// What docker-archive cannot read: a pipe (docker save | …), a gzip file.
+	fifo := filepath.Join(dir, "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(raw)
+	zw.Close()
+	gzPath := filepath.Join(dir, "two.tar.gz")
+	if err := os.WriteFile(gzPath, gz.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]string{fifo: "not a regular file: docker-archive reads a file (docker save -o FILE), not a pipe",
+		gzPath: "a gzip file: decompress it first"} {
+		r, err := oci.ParseRef("docker-archive:"+p, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := oci.Get(context.Background(), r, oci.Remote{}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("oci.Get(%s): %v, want %q", r, err, want)
+		}
 	}
 }
