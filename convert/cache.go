@@ -185,6 +185,7 @@ func (c *Converter) CacheImage(ctx context.Context, src v1.Image, srcDesc v1.Des
 		return nil, fmt.Errorf("image %s: %d layers but %d diff_ids", srcDesc.Digest, len(m.Layers), len(cfg.RootFS.DiffIDs))
 	}
 	out := make([]CacheLayer, len(m.Layers))
+	alone := !c.opt.CacheOverLower
 	chains := chainIDs(cfg.RootFS.DiffIDs)
 	lowerChain := func(i int) string {
 		if i == 0 {
@@ -214,12 +215,17 @@ func (c *Converter) CacheImage(ctx context.Context, src v1.Image, srcDesc v1.Des
 					c.logf("layer %s: cache entry %s: %v: making it again", short(d.Digest), p, err)
 				}
 			}
-			if ok {
+			if ok && alone && hasLowerRecord(p) {
+				ok = false
+				c.logf("layer %s: cache entry %s was made over the layers below it (by an earlier version): making it of the layer alone", short(d.Digest), p)
+			}
+			switch {
+			case ok:
 				out[i].Cached, out[i].Size, out[i].DMVerityRootHash = true, size, root
-				if w := lowerWarning(p, lowerChain(i)); w != "" {
+				if w := lowerWarning(p, lowerChain(i)); w != "" && !alone {
 					out[i].Warnings = append(out[i].Warnings, w)
 				}
-			} else {
+			default:
 				top = i
 			}
 		}
@@ -235,9 +241,18 @@ func (c *Converter) CacheImage(ctx context.Context, src v1.Image, srcDesc v1.Des
 	for i := 0; i <= top; i++ {
 		d := m.Layers[i]
 		chain = append(chain, d.Digest.String())
+		if alone && (out[i].Cached || out[i].Skipped != "") {
+			continue // nothing below a layer is read for it
+		}
 		l, err := src.LayerByDigest(d.Digest)
 		if err != nil {
 			return nil, fmt.Errorf("layer %s: %w", d.Digest, err)
+		}
+		if alone {
+			ls := layerSource{desc: d, layer: l, diffID: cfg.RootFS.DiffIDs[i]}
+			jobs[i] = c.job(ctx, "alone:"+d.Digest.String(), Progress{Source: d.Digest.String(), Total: d.Size}, nil,
+				func(j *layerJob) error { return c.convertLayer(ctx, j, ls) })
+			continue
 		}
 		ls := layerSource{desc: d, layer: l, diffID: cfg.RootFS.DiffIDs[i], lower: append([]*dirOps(nil), lowerOps...)}
 		key := strings.Join(chain, ",")
@@ -251,6 +266,9 @@ func (c *Converter) CacheImage(ctx context.Context, src v1.Image, srcDesc v1.Des
 		lowerOps = append(lowerOps, jobs[i].ops)
 	}
 	for i, j := range jobs {
+		if j == nil {
+			continue
+		}
 		select {
 		case <-j.done:
 		case <-ctx.Done():
@@ -265,7 +283,7 @@ func (c *Converter) CacheImage(ctx context.Context, src v1.Image, srcDesc v1.Des
 		fl := j.layer.(*fileLayer)
 		t := time.Now()
 		var rec *lowerRecord
-		if len(fl.implied) > 0 {
+		if len(fl.implied) > 0 && !alone {
 			rec = &lowerRecord{LowerChainID: lowerChain(i), Implied: fl.implied}
 		}
 		entry, err := j.finishEntry(fl, c.opt.CacheDMVerity, !c.opt.CacheNoSync)
@@ -273,7 +291,7 @@ func (c *Converter) CacheImage(ctx context.Context, src v1.Image, srcDesc v1.Des
 			return nil, fmt.Errorf("layer %s: %w", m.Layers[i].Digest, err)
 		}
 		c.place.Lock()
-		there, err := placeEntry(fl.raw, out[i].Path, rec, entry.verity, !c.opt.CacheNoSync)
+		there, err := placeEntry(fl.raw, out[i].Path, rec, entry.verity, !c.opt.CacheNoSync, alone)
 		c.place.Unlock()
 		if err != nil {
 			return nil, fmt.Errorf("layer %s: cache entry %s: %w", m.Layers[i].Digest, out[i].Path, err)
@@ -282,7 +300,7 @@ func (c *Converter) CacheImage(ctx context.Context, src v1.Image, srcDesc v1.Des
 			// Placed meanwhile, for another platform or by another run.
 			out[i].Cached = true
 			out[i].Size, out[i].DMVerityRootHash = there.size, there.rootHash
-			if w := lowerWarning(out[i].Path, lowerChain(i)); w != "" {
+			if w := lowerWarning(out[i].Path, lowerChain(i)); w != "" && !alone {
 				out[i].Warnings = append(out[i].Warnings, w)
 			}
 			continue
@@ -331,7 +349,7 @@ func (c *Converter) CacheIndex(ctx context.Context, src v1.ImageIndex, srcDesc v
 // temp file beside dst first. A damaged entry (checkEntry) is replaced.
 // src is synced already (finishEntry); with durable, the directory is
 // synced once the entry is in it.
-func placeEntry(src, dst string, rec *lowerRecord, verity *dmverity.Metadata, durable bool) (there *entryThere, err error) {
+func placeEntry(src, dst string, rec *lowerRecord, verity *dmverity.Metadata, durable, alone bool) (there *entryThere, err error) {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return nil, err
 	}
@@ -345,7 +363,9 @@ func placeEntry(src, dst string, rec *lowerRecord, verity *dmverity.Metadata, du
 	}
 	defer unlock()
 	if _, err := os.Lstat(dst); err == nil {
-		if size, root, err := checkEntry(dst, verity != nil); err == nil {
+		// One made over lower layers (an earlier version) is replaced
+		// by one of the layer alone.
+		if size, root, err := checkEntry(dst, verity != nil); err == nil && !(alone && hasLowerRecord(dst)) {
 			return &entryThere{size, root}, nil
 		}
 		if err := os.Remove(dst); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -413,6 +433,13 @@ func placeEntry(src, dst string, rec *lowerRecord, verity *dmverity.Metadata, du
 		err = sync()
 	}
 	return nil, err
+}
+
+// hasLowerRecord reports whether the entry at p was made over lower layers
+// (it has a lower record beside it).
+func hasLowerRecord(p string) bool {
+	_, err := os.Lstat(p + ".lower.json")
+	return err == nil
 }
 
 // entryThere is a whole cache entry that placeEntry found in place.

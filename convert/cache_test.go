@@ -37,7 +37,7 @@ func TestCacheImage(t *testing.T) {
 	dir := t.TempDir()
 	run := func() []convert.CacheLayer {
 		t.Helper()
-		c, err := convert.NewConverter(convert.ImageOptions{TempDir: t.TempDir(), Jobs: 2})
+		c, err := convert.NewConverter(convert.ImageOptions{TempDir: t.TempDir(), Jobs: 2, CacheOverLower: true})
 		must(t, err)
 		defer c.Close()
 		ls, err := c.CacheImage(ctx, src, desc, dir)
@@ -113,6 +113,9 @@ func TestCacheImage(t *testing.T) {
 // gets the entry made first and a warning naming the directory. Two runs
 // on one directory convert each layer once; what a killed run left is
 // removed.
+// TestCacheLowerLayers: with CacheOverLower, the directories a layer
+// implies have the metadata of the first image cached's lower layers; a
+// second image over other layers is warned.
 func TestCacheLowerLayers(t *testing.T) {
 	ctx := context.Background()
 	top := e2eLayer(t, eFile("opt/f", 0o644, []byte("shared\n")))
@@ -133,7 +136,7 @@ func TestCacheLowerLayers(t *testing.T) {
 		unlock, err := convert.LockCache(ctx, dir, nil)
 		must(t, err)
 		defer unlock()
-		c, err := convert.NewConverter(convert.ImageOptions{TempDir: dir})
+		c, err := convert.NewConverter(convert.ImageOptions{TempDir: dir, CacheOverLower: true})
 		must(t, err)
 		defer c.Close()
 		ls, err := c.CacheImage(ctx, img, srcDescriptor(t, img), dir)
@@ -202,7 +205,7 @@ func TestCacheDMVerity(t *testing.T) {
 	dir := t.TempDir()
 	run := func(verity bool) []convert.CacheLayer {
 		t.Helper()
-		c, err := convert.NewConverter(convert.ImageOptions{TempDir: t.TempDir(), Jobs: 2, CacheDMVerity: verity})
+		c, err := convert.NewConverter(convert.ImageOptions{TempDir: t.TempDir(), Jobs: 2, CacheDMVerity: verity, CacheOverLower: true})
 		must(t, err)
 		defer c.Close()
 		ls, err := c.CacheIndex(ctx, idx, idxDesc, dir)
@@ -356,7 +359,7 @@ func TestCacheDMVerity(t *testing.T) {
 	// dm-verity device has its data blocks as its logical blocks, and
 	// EROFS mounts no image on a device of larger blocks than its own.
 	small := t.TempDir()
-	c, err := convert.NewConverter(convert.ImageOptions{TempDir: t.TempDir(), CacheDMVerity: true,
+	c, err := convert.NewConverter(convert.ImageOptions{TempDir: t.TempDir(), CacheDMVerity: true, CacheOverLower: true,
 		Layer: convert.Options{Erofs: erofs.Options{BlockSize: 512}}})
 	must(t, err)
 	defer c.Close()
@@ -396,4 +399,68 @@ func publishedDiffIDs(t *testing.T, img v1.Image) []v1.Hash {
 	cf, err := out.ConfigFile()
 	must(t, err)
 	return cf.RootFS.DiffIDs
+}
+
+// TestCacheAlone: by default an entry is made of its layer alone, as
+// containerd's differ makes it: whichever image is cached first, the
+// entry of a shared layer is the same, and an image cannot set the owner
+// and mode of the directories the layer implies for another (review 20-a:
+// an attacker's image cached first made /opt/app 0777, uid 1000, in the
+// victim's containers). An entry an earlier version made over lower
+// layers is made again.
+func TestCacheAlone(t *testing.T) {
+	ctx := context.Background()
+	shared := e2eLayer(t, eFile("opt/app/run.sh", 0o755, []byte("#!/bin/sh\n")))
+	attacker := e2eImage(t, "amd64", e2eLayer(t, eDir(".", 0o755), eDir("opt", 0o777).own(1000, 1000), eDir("opt/app", 0o777).own(1000, 1000)), shared)
+	victim := e2eImage(t, "amd64", e2eLayer(t, eDir(".", 0o755), eDir("opt", 0o755), eDir("opt/app", 0o755)), shared)
+	cache := func(dir string, overLower bool, imgs ...v1.Image) []convert.CacheLayer {
+		t.Helper()
+		var ls []convert.CacheLayer
+		for _, img := range imgs {
+			c, err := convert.NewConverter(convert.ImageOptions{TempDir: t.TempDir(), CacheOverLower: overLower})
+			must(t, err)
+			ls, err = c.CacheImage(ctx, img, srcDescriptor(t, img), dir)
+			must(t, err)
+			c.Close()
+		}
+		return ls // the last image's
+	}
+	entry := func(ls []convert.CacheLayer) v1.Hash {
+		b, err := os.ReadFile(ls[1].Path)
+		must(t, err)
+		return sha256Of(b)
+	}
+	first := cache(t.TempDir(), false, attacker, victim)
+	second := cache(t.TempDir(), false, victim, attacker)
+	if entry(first) != entry(second) {
+		t.Errorf("the shared layer's entry depends on the image cached first: %s, %s", entry(first), entry(second))
+	}
+	if len(first[1].Warnings) != 0 {
+		t.Errorf("warnings %q", first[1].Warnings)
+	}
+	// It is what convert makes of the layer alone.
+	if alone := publishedDiffIDs(t, e2eImage(t, "amd64", shared)); entry(first) != alone[0] {
+		t.Errorf("entry %s, convert of the layer alone made %s", entry(first), alone[0])
+	}
+	// In the victim's stack, its own lower layer's /opt/app shows through
+	// the implied one only as far as overlayfs merges: the mode and owner
+	// are the entry's (root, 0755), never the attacker's.
+	tree := treeFromDir(t, mountStack(t, []string{first[0].Path, first[1].Path}))
+	if m := modeOf(t, tree, "opt/app"); m != 0o755 {
+		t.Errorf("the victim's /opt/app: mode %#o, want 0755", m)
+	}
+	// An entry made over the attacker's layers (an earlier version's,
+	// with its lower record) is made again of the layer alone.
+	dir := t.TempDir()
+	over := cache(dir, true, attacker)
+	if _, err := os.Stat(over[1].Path + ".lower.json"); err != nil {
+		t.Fatalf("an entry made over lower layers has no lower record: %v", err)
+	}
+	again := cache(dir, false, victim)
+	if entry(again) != entry(first) {
+		t.Errorf("the entry made over lower layers was kept: %s, want %s", entry(again), entry(first))
+	}
+	if _, err := os.Stat(again[1].Path + ".lower.json"); !os.IsNotExist(err) {
+		t.Errorf("its lower record is left: %v", err)
+	}
 }

@@ -319,7 +319,9 @@ func TestContainerdLayerContentCache(t *testing.T) {
 	// The node is prepared from the ORIGINAL tar image; nothing else of
 	// ocierofs is published.
 	dir := filepath.Join(t.TempDir(), "layer-cache")
-	out := runOcierofs(t, bin, "cache", "--plain-http", "-o", "json", "--jobs", "2", srcRef.String(), dir)
+	// --over-lower: the directories layers imply keep their lower
+	// layers' metadata, as umoci's unpacking (docker's) has them.
+	out := runOcierofs(t, bin, "cache", "--over-lower", "--plain-http", "-o", "json", "--jobs", "2", srcRef.String(), dir)
 	var rep cacheReport
 	if err := json.Unmarshal(out, &rep); err != nil {
 		t.Fatalf("ocierofs cache -o json: %v\n%s", err, out)
@@ -367,7 +369,7 @@ func TestContainerdLayerContentCache(t *testing.T) {
 	// dm-verity (dmverity_mode "on" requires it); elsewhere its default
 	// ("auto") refuses to mount an entry that has a sidecar.
 	vdir := filepath.Join(t.TempDir(), "layer-cache-dmverity")
-	out = runOcierofs(t, bin, "cache", "--plain-http", "--dmverity", "-o", "json", srcRef.String(), vdir)
+	out = runOcierofs(t, bin, "cache", "--over-lower", "--plain-http", "--dmverity", "-o", "json", srcRef.String(), vdir)
 	rep = cacheReport{}
 	if err := json.Unmarshal(out, &rep); err != nil {
 		t.Fatalf("ocierofs cache --dmverity -o json: %v\n%s", err, out)

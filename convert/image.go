@@ -65,6 +65,15 @@ type ImageOptions struct {
 	// CacheNoSync leaves CacheImage's entries unsynced: for a cache
 	// directory that is scratch space (the mirror's), not a node's.
 	CacheNoSync bool
+	// CacheOverLower makes CacheImage's entries as Image converts the
+	// layers: the directories a layer implies take their metadata from
+	// the layers below in this image. By default an entry is made of its
+	// layer alone, as containerd's differ makes it on the node, since an
+	// entry is found by its layer's diffID for every image: made over one
+	// image's layers, the first image cached would set the owner and mode
+	// of those directories in every other image's containers (review
+	// 20-a). The mirror, which publishes what it converts, sets it.
+	CacheOverLower bool
 }
 
 // Stage is where a layer is.

@@ -49,7 +49,7 @@ func TestPlaceEntryRace(t *testing.T) {
 		errs := make([]error, runs)
 		for i := range srcs {
 			wg.Go(func() {
-				_, errs[i] = placeEntry(srcs[i], dst, nil, verity[i], false)
+				_, errs[i] = placeEntry(srcs[i], dst, nil, verity[i], false, true)
 			})
 		}
 		wg.Wait()

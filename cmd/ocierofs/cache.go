@@ -24,7 +24,8 @@ var cacheCommand = &cli.Command{
 	ArgsUsage: "SOURCE DIR",
 	Description: "Writes DIR/sha256/<xx>/<diffID>.erofs for every tar layer of SOURCE (the\n" +
 		"platforms of an index --platform selects: by default this node's, as containerd\n" +
-		"pulls), with the same bytes convert publishes. Point\n" +
+		"pulls), each made of its layer alone, as containerd's differ makes it (with\n" +
+		"--over-lower, the bytes convert publishes). Point\n" +
 		"containerd's EROFS snapshotter at DIR (layer_content_caches) and it unpacks the\n" +
 		"original tar image without running mkfs.erofs. Layers already in DIR are not\n" +
 		"converted again; entries appear atomically. With --dmverity each entry also has\n" +
@@ -34,6 +35,9 @@ var cacheCommand = &cli.Command{
 		"sidecar where the kernel has none.",
 	Flags: slices.Concat(options.ErofsFlags(), options.CacheFlags(options.SourceFlags()), []cli.Flag{
 		&cli.BoolFlag{Name: "dmverity", Usage: "append a dm-verity hash tree to each entry and write its .dmverity sidecar, for containerd's dmverity_mode (entries without one are made again)"},
+		&cli.BoolFlag{Name: "over-lower", Usage: "make each entry over this image's layers below it, so that the directories a layer implies keep their owner and mode as docker applies the layers " +
+			"(by default an entry is made of its layer alone, as containerd's differ does: it serves every image with that layer, and one image must not set another's directories; " +
+			"only for a cache of images trusted alike)"},
 	}),
 	Action: func(c *cli.Context) error {
 		if c.NArg() != 2 {
@@ -88,6 +92,7 @@ func runCache(ctx context.Context, c *cli.Context, source, dir string) (err erro
 	}
 	defer unlock()
 	opt.CacheDMVerity = c.Bool("dmverity")
+	opt.CacheOverLower = c.Bool("over-lower")
 	if opt.TempDir == "" {
 		// Converted layers wait in the cache directory, on its
 		// filesystem, and are linked into place, not copied.

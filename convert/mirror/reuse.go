@@ -222,7 +222,8 @@ func (j *twinJob) convertMissing(src v1.Image, desc v1.Descriptor, s *sourceImag
 	}
 	opt := j.opt
 	opt.CachePresent = func(p string) bool { _, err := os.Stat(p); return err == nil }
-	opt.CacheNoSync = true // dir is this task's scratch space
+	opt.CacheNoSync = true    // dir is this task's scratch space
+	opt.CacheOverLower = true // it publishes these: as convert makes them
 	conv, err := convert.NewConverter(opt)
 	if err != nil {
 		return err
