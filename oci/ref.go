@@ -123,7 +123,8 @@ var ErrLoop = errors.New("source tag already ends with the target suffix")
 
 // DefaultTarget is where the converted image of src goes when no target is
 // given: the same repository (or layout) with the tag plus suffix. A source
-// by digest gets the tag "sha256-<hex>" plus suffix.
+// by digest gets the tag "sha256-<hex>" plus suffix, one by tag and digest
+// (repo:tag@sha256:…) its tag plus suffix.
 func DefaultTarget(src Ref, suffix string) (Ref, error) {
 	if suffix == "" {
 		return Ref{}, errors.New("empty tag suffix")
@@ -153,6 +154,12 @@ func DefaultTarget(src Ref, suffix string) (Ref, error) {
 		}
 		return Ref{Kind: Registry, Name: n.Context().Tag(n.TagStr() + suffix)}, nil
 	case name.Digest:
+		// repo:tag@digest: the tag the user named (go-containerregistry
+		// keeps only the digest).
+		base, _, _ := strings.Cut(n.String(), "@")
+		if i := strings.LastIndex(base, ":"); i > strings.LastIndex(base, "/") {
+			return DefaultTarget(Ref{Kind: Registry, Name: n.Context().Tag(base[i+1:])}, suffix)
+		}
 		hex := strings.ReplaceAll(n.DigestStr(), ":", "-")
 		return Ref{Kind: Registry, Name: n.Context().Tag(hex + suffix)}, nil
 	}

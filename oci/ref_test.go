@@ -133,6 +133,9 @@ func TestDefaultTarget(t *testing.T) {
 		{in: "host:5000/repo", suffix: "-erofs", want: "host:5000/repo:latest-erofs"},
 		{in: "host:5000/repo:tag", suffix: "_ero", want: "host:5000/repo:tag_ero"},
 		{in: "host:5000/repo@sha256:" + hex64, suffix: "-erofs", want: "host:5000/repo:sha256-" + hex64 + "-erofs"},
+		// By tag and digest: the tag named.
+		{in: "host:5000/repo:v1@sha256:" + hex64, suffix: "-erofs", want: "host:5000/repo:v1-erofs"},
+		{in: "alpine:3.20@sha256:" + hex64, suffix: "-erofs", want: "index.docker.io/library/alpine:3.20-erofs"},
 		{in: "oci:DIR", suffix: "-erofs", want: "oci:DIR:latest-erofs"},
 		{in: "oci:DIR:v1", suffix: "-erofs", want: "oci:DIR:v1-erofs"},
 		{in: "oci:/a:b/DIR:v1", suffix: "-erofs", want: "oci:/a:b/DIR:v1-erofs"},

@@ -87,8 +87,8 @@ func SourceFlags() []cli.Flag {
 // credentials of their own (skopeo's names).
 func CredentialFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "src-creds", EnvVars: []string{"OCIEROFS_SRC_CREDS"}, Usage: "USER:PASSWORD for reading SOURCE from its registry"},
-		&cli.StringFlag{Name: "dest-creds", EnvVars: []string{"OCIEROFS_DEST_CREDS"}, Usage: "USER:PASSWORD for writing TARGET to its registry"},
+		&cli.StringFlag{Name: "src-creds", EnvVars: []string{"OCIEROFS_SRC_CREDS"}, Usage: "USER:PASSWORD for reading SOURCE from its registry (the environment variable keeps it out of ps)"},
+		&cli.StringFlag{Name: "dest-creds", EnvVars: []string{"OCIEROFS_DEST_CREDS"}, Usage: "USER:PASSWORD for writing TARGET to its registry (the environment variable keeps it out of ps)"},
 	}
 }
 
