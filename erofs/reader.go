@@ -167,6 +167,37 @@ func Open(r io.ReaderAt, size int64, opts ...OpenOption) (*Image, error) {
 	if cfg.flat && len(cfg.devs) > 0 {
 		return nil, errors.New("erofs: WithDevice and WithFlatDevices exclude each other")
 	}
+	img, err := openSuper(r, size, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := img.initDevices(cfg.devs); err != nil {
+		return nil, err
+	}
+	root, err := img.loadInode(img.info.RootNid)
+	if err != nil {
+		return nil, err
+	}
+	if !root.IsDir() {
+		return nil, fmt.Errorf("erofs: root nid %d is not a directory", root.Nid)
+	}
+	img.root = root
+	return img, nil
+}
+
+// ReadSuper decodes the superblock of an image of the given size alone,
+// without its root inode: what can be told of an image too damaged (cut
+// short, say) to open.
+func ReadSuper(r io.ReaderAt, size int64) (SuperInfo, error) {
+	img, err := openSuper(r, size, openConfig{})
+	if err != nil {
+		return SuperInfo{}, err
+	}
+	return img.info, nil
+}
+
+// openSuper reads and checks the superblock: Open without devices and root.
+func openSuper(r io.ReaderAt, size int64, cfg openConfig) (*Image, error) {
 	if size < SuperOffset+SuperSize {
 		return nil, fmt.Errorf("erofs: image of %d bytes is too small for a superblock", size)
 	}
@@ -235,18 +266,6 @@ func Open(r io.ReaderAt, size int64, opts ...OpenOption) (*Image, error) {
 		info.ExtraDevices = sb.ExtraDevices
 	}
 	img.info = info
-	if err := img.initDevices(cfg.devs); err != nil {
-		return nil, err
-	}
-
-	root, err := img.loadInode(info.RootNid)
-	if err != nil {
-		return nil, err
-	}
-	if !root.IsDir() {
-		return nil, fmt.Errorf("erofs: root nid %d is not a directory", root.Nid)
-	}
-	img.root = root
 	return img, nil
 }
 

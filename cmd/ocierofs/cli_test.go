@@ -116,6 +116,16 @@ func TestCLI(t *testing.T) {
 	if out, _, code := run(t, b, "inspect", img); code != 0 || !regexp.MustCompile(`minimum kernel:\s+Linux 5.4`).MatchString(out) {
 		t.Errorf("inspect: exit %d:\n%s", code, out)
 	}
+	// Cut short (a download that stopped): the superblock, what is
+	// wrong, and the error (review 20-b: the error alone).
+	cut := filepath.Join(dir, "cut.erofs")
+	if err := os.WriteFile(cut, readFile(t, img)[:5000], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, e, code := run(t, b, "inspect", cut); code != 1 || !regexp.MustCompile(`uuid:\s+`+uuid[1]).MatchString(out) ||
+		!regexp.MustCompile(`TRUNCATED:\s+the superblock gives \d+ bytes, the file has 5000\n`).MatchString(out) || !strings.Contains(e, "beyond the image end") {
+		t.Errorf("inspect of a cut image: exit %d:\n%s%s", code, out, e)
+	}
 
 	// Compressed: the same tree, read back through every command.
 	zimg := filepath.Join(dir, "z.erofs")

@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"maps"
+	"os"
 	"path"
 	"slices"
 	"sort"
@@ -37,18 +38,57 @@ var inspectCommand = &cli.Command{
 		if c.NArg() != 1 {
 			return fmt.Errorf("inspect: want IMAGE")
 		}
-		img, f, err := openImage(c.Args().First())
+		name := c.Args().First()
+		img, f, err := openImage(name)
 		if err != nil {
+			// Too damaged to open (cut short, say): what its
+			// superblock tells, then why.
+			if s, size, serr := readSuper(name); serr == nil {
+				w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+				superLines(w, name, s, size)
+				w.Flush()
+			}
 			return err
 		}
 		defer f.Close()
-		return inspect(c.App.Writer, img, c.Args().First())
+		fi, err := os.Stat(name)
+		if err != nil {
+			return err
+		}
+		return inspect(c.App.Writer, img, name, fi.Size())
 	},
 }
 
-func inspect(out io.Writer, img *erofs.Image, name string) error {
+// readSuper decodes the superblock of the image file name alone.
+func readSuper(name string) (erofs.SuperInfo, int64, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return erofs.SuperInfo{}, 0, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return erofs.SuperInfo{}, 0, err
+	}
+	s, err := erofs.ReadSuper(f, fi.Size())
+	return s, fi.Size(), err
+}
+
+func inspect(out io.Writer, img *erofs.Image, name string, size int64) error {
 	s := img.Super()
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	superLines(w, name, s, size)
+	st, err := imageStats(img)
+	if err != nil {
+		w.Flush()
+		return err
+	}
+	return statLines(w, img, s, st)
+}
+
+// superLines prints what the superblock of the image name (a file of size
+// bytes) says, and whether the file is shorter than that.
+func superLines(w io.Writer, name string, s erofs.SuperInfo, size int64) {
 	fmt.Fprintf(w, "image:\t%s\n", name)
 	fmt.Fprintf(w, "block size:\t%d\n", s.BlockSize)
 	fmt.Fprintf(w, "blocks:\t%d (%d bytes)\n", s.Blocks, s.Blocks*uint64(s.BlockSize))
@@ -78,11 +118,13 @@ func inspect(out io.Writer, img *erofs.Image, name string) error {
 	if s.ExtraDevices > 0 {
 		fmt.Fprintf(w, "extra devices:\t%d\n", s.ExtraDevices)
 	}
-
-	st, err := imageStats(img)
-	if err != nil {
-		return err
+	if want := int64(s.Blocks) * int64(s.BlockSize); size < want {
+		fmt.Fprintf(w, "TRUNCATED:\tthe superblock gives %d bytes, the file has %d\n", want, size)
 	}
+}
+
+// statLines prints the inode statistics of img and flushes w.
+func statLines(w *tabwriter.Writer, img *erofs.Image, s erofs.SuperInfo, st *stats) error {
 	fmt.Fprintf(w, "inodes:\t%d (superblock says %d); %d compact, %d extended\n", st.inodes, s.Inos, st.compact, st.inodes-st.compact)
 	for _, k := range sortedKeys(st.byType) {
 		fmt.Fprintf(w, "  %s:\t%d\n", k, st.byType[k])
