@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"time"
 
@@ -155,6 +156,10 @@ func runConvert(ctx context.Context, c *cli.Context, source, target string) erro
 		// The result on stdout, for a script (crane push prints it
 		// so); what happened on stderr.
 		fmt.Fprintf(os.Stderr, "%s converted to %s in %.2fs\n", rep.Source, rep.Target, rep.Seconds)
+		if rep.Index && !opt.NoIndexOSFeatures {
+			fmt.Fprintf(os.Stderr, "an index whose entries have os.features [\"erofs\"]: containerd takes them only when asked, "+
+				"ctr image pull and ctr run --platform 'linux(+erofs)/%s' (or convert with --no-index-os-features)\n", runtime.GOARCH)
+		}
 		fmt.Fprintf(c.App.Writer, "%s@%s\n", rep.Target, rep.Digest)
 	}
 	return nil
