@@ -2,7 +2,6 @@ package convert
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +9,8 @@ import (
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/ocierofs/ocierofs/oci"
 )
 
 // Compression of a layer stream, detected from its first bytes.
@@ -21,22 +22,11 @@ const (
 	Zstd         Compression = "zstd"
 )
 
-var (
-	magicGzip  = []byte{0x1f, 0x8b}
-	magicZstd  = []byte{0x28, 0xb5, 0x2f, 0xfd}
-	magicXz    = []byte{0xfd, '7', 'z', 'X', 'Z', 0}
-	magicBzip2 = []byte("BZh")
-)
-
 // compressedMagic reports that a stream starting with head is compressed,
 // in a format Decompress reads or names.
 func compressedMagic(head []byte) bool {
-	for _, m := range [][]byte{magicGzip, magicZstd, magicXz, magicBzip2} {
-		if bytes.HasPrefix(head, m) {
-			return true
-		}
-	}
-	return false
+	kind := oci.Sniff(head)
+	return kind != "" && kind != "tar"
 }
 
 // Decompress detects gzip or zstd by magic bytes (never by file name or
@@ -51,20 +41,20 @@ func Decompress(r io.Reader) (io.ReadCloser, Compression, error) {
 	if !compressedMagic(head) {
 		return io.NopCloser(br), Uncompressed, nil
 	}
-	switch {
-	case bytes.HasPrefix(head, magicGzip):
+	switch oci.Sniff(head) {
+	case "gzip":
 		zr, err := gzip.NewReader(br)
 		if err != nil {
 			return nil, Gzip, fmt.Errorf("gzip: %w", err)
 		}
 		return &decoder{ReadCloser: zr, name: "gzip", src: src}, Gzip, nil
-	case bytes.HasPrefix(head, magicZstd):
+	case "zstd":
 		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(1<<27), zstd.WithDecoderMaxMemory(1<<32))
 		if err != nil {
 			return nil, Zstd, fmt.Errorf("zstd: %w", err)
 		}
 		return &decoder{ReadCloser: zstdCloser{zr}, name: "zstd", src: src}, Zstd, nil
-	case bytes.HasPrefix(head, magicXz):
+	case "xz":
 		return nil, "", errors.New("xz-compressed input is not supported (gzip, zstd or plain tar)")
 	default: // bzip2, the last compressedMagic knows
 		return nil, "", errors.New("bzip2-compressed input is not supported (gzip, zstd or plain tar)")

@@ -288,13 +288,10 @@ func compressedFile(p string) string {
 		return ""
 	}
 	defer f.Close()
-	head := make([]byte, 4)
+	head := make([]byte, 8)
 	n, _ := io.ReadFull(f, head)
-	switch {
-	case n >= 2 && head[0] == 0x1f && head[1] == 0x8b:
-		return "gzip"
-	case n == 4 && string(head) == "\x28\xb5\x2f\xfd":
-		return "zstd"
+	if kind := Sniff(head[:n]); kind != "tar" {
+		return kind
 	}
 	return ""
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/ocierofs/ocierofs/cmd/internal/options"
 	"github.com/ocierofs/ocierofs/convert"
+	"github.com/ocierofs/ocierofs/oci"
 	"github.com/ocierofs/ocierofs/erofs"
 )
 
@@ -125,21 +125,12 @@ func archiveKind(path string) string {
 	defer f.Close()
 	head := make([]byte, 512)
 	n, _ := io.ReadFull(f, head)
-	head = head[:n]
-	for _, m := range []struct {
-		magic []byte
-		kind  string
-	}{
-		{[]byte{0x1f, 0x8b}, "gzip file"},
-		{[]byte{0x28, 0xb5, 0x2f, 0xfd}, "zstd file"},
-		{[]byte{0xfd, '7', 'z', 'X', 'Z', 0}, "xz file"},
-	} {
-		if bytes.HasPrefix(head, m.magic) {
-			return m.kind
-		}
-	}
-	if n == 512 && bytes.HasPrefix(head[257:], []byte("ustar")) {
+	switch kind := oci.Sniff(head[:n]); kind {
+	case "":
+		return ""
+	case "tar":
 		return "tar archive"
+	default:
+		return kind + " file"
 	}
-	return ""
 }
