@@ -11,8 +11,8 @@ import (
 
 	"github.com/ocierofs/ocierofs/cmd/internal/options"
 	"github.com/ocierofs/ocierofs/convert"
-	"github.com/ocierofs/ocierofs/oci"
 	"github.com/ocierofs/ocierofs/erofs"
+	"github.com/ocierofs/ocierofs/oci"
 )
 
 var mkfsCommand = &cli.Command{
