@@ -185,6 +185,7 @@ func Image(c *cli.Context) (opt convert.ImageOptions, rem oci.Remote, done func(
 		done = v.Close
 	default:
 		opt.Log = func(s string) { fmt.Fprintf(os.Stderr, "%s %s\n", time.Now().Format("15:04:05"), s) }
+		opt.Progress = progress.Every(10*time.Second, opt.Log)
 	}
 	return opt, rem, done, nil
 }

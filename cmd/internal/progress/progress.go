@@ -138,3 +138,33 @@ func progressLine(p convert.Progress, width int, elapsed time.Duration) string {
 }
 
 func megabytes(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
+
+// Every logs, through log, how far each layer that is converting has got,
+// at most once per interval per layer: off a terminal, where no bars are
+// drawn, a big layer would otherwise say nothing for minutes.
+func Every(interval time.Duration, log func(string)) func(convert.Progress) {
+	var mu sync.Mutex
+	last := map[string]time.Time{}
+	return func(p convert.Progress) {
+		if p.Stage != convert.StageConverting {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		now := time.Now()
+		t, seen := last[p.Source]
+		if !seen {
+			last[p.Source] = now // the start is logged already
+			return
+		}
+		if now.Sub(t) < interval {
+			return
+		}
+		last[p.Source] = now
+		name := p.Source
+		if len(name) > 19 {
+			name = name[:19]
+		}
+		log(fmt.Sprintf("layer %s: converting, %s of %s read", name, megabytes(p.Read), megabytes(p.Total)))
+	}
+}

@@ -189,3 +189,24 @@ func TestIsTerminal(t *testing.T) {
 		t.Error("a pipe is a terminal")
 	}
 }
+
+// TestEvery: off a terminal, a converting layer is logged at most once per
+// interval, from its second update on; other stages are not.
+func TestEvery(t *testing.T) {
+	var lines []string
+	f := Every(50*time.Millisecond, func(s string) { lines = append(lines, s) })
+	p := convert.Progress{Source: "sha256:0123456789abcdef0123", Stage: convert.StageConverting, Read: 1e6, Total: 3e6}
+	f(p) // the start: logged by the converter itself
+	f(p)
+	if len(lines) != 0 {
+		t.Fatalf("logged at once: %q", lines)
+	}
+	time.Sleep(60 * time.Millisecond)
+	p.Read = 2e6
+	f(p)
+	f(p)
+	f(convert.Progress{Source: p.Source, Stage: convert.StageUploading})
+	if want := "layer sha256:0123456789ab: converting, 2.0 MB of 3.0 MB read"; len(lines) != 1 || lines[0] != want {
+		t.Errorf("logged %q, want [%q]", lines, want)
+	}
+}
