@@ -37,7 +37,7 @@ func ConvertedManifest(raw []byte) string {
 		return ""
 	}
 	if s := m.Annotations[AnnotationSourceManifest]; s != "" {
-		return "a converted image (its " + AnnotationSourceManifest + " is " + s + ")"
+		return "a converted image, its " + AnnotationSourceManifest + " being " + s
 	}
 	for _, l := range m.Layers {
 		if IsEROFS(l.MediaType) {

@@ -109,7 +109,7 @@ func runSync(ctx context.Context, c *cli.Context) error {
 				line += " → " + it.Result
 			}
 			if it.Detail != "" {
-				line += " (" + it.Detail + ")"
+				line += ": " + it.Detail
 			}
 			fmt.Fprintln(c.App.Writer, line)
 		}
