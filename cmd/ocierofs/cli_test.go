@@ -617,6 +617,24 @@ func TestCommandLine(t *testing.T) {
 	if _, e, code := runStdin(t, f, b, "mkfs", filepath.Join(dir, "b.erofs"), "-", "-q"); code != 0 {
 		t.Errorf("mkfs OUT - -q: exit %d: %s", code, e)
 	}
+	// Short flags together, the last taking the value: -qz lz4 last.
+	qz := filepath.Join(dir, "qz.erofs")
+	if _, e, code := run(t, b, "mkfs", qz, layer, "-qz", "lz4", "--pcluster-size=16K"); code != 0 || e != "" || !bytes.Equal(readFile(t, qz), readFile(t, img)) {
+		t.Errorf("mkfs OUT IN -qz lz4: exit %d: %q, or another image than with the flags first", code, e)
+	}
+	// A flag that wants a value, last without one: an error, not the
+	// first argument taken for its value (merge OUT A -L wrote over A).
+	before := readFile(t, img)
+	if _, e, code := run(t, b, "merge", filepath.Join(dir, "m.erofs"), img, "-L"); code != 1 || !strings.Contains(e, "flag -L needs a value") {
+		t.Errorf("merge OUT A -L: exit %d: %q", code, e)
+	}
+	if !bytes.Equal(readFile(t, img), before) {
+		t.Error("merge OUT A -L changed A")
+	}
+	// "--" after an argument ends the flags too, and is no argument.
+	if out, e, code := run(t, b, "cat", img, "--", "/etc/hostname"); code != 0 || out != "demo\n" {
+		t.Errorf("cat IMG -- PATH: exit %d: %q %q", code, out, e)
+	}
 	// --help anywhere shows the help and runs nothing.
 	src := "oci:" + copyBusyboxLayout(t) + ":latest"
 	out, e, code := run(t, b, "convert", src, "--help")
@@ -679,6 +697,33 @@ func TestMkfsSwapped(t *testing.T) {
 		if !bytes.Equal(readFile(t, layer), tc.data) {
 			t.Errorf("%s: the layer was changed", tc.name)
 		}
+	}
+	// What the check must not get in the way of: a FIFO as OUTPUT (it is
+	// never read), and OUTPUT that is INPUT (Mkfs's error says so).
+	fifo := filepath.Join(dir, "fifo")
+	if err := unix.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan int, 1)
+	go func() {
+		f, err := os.Open(fifo)
+		if err != nil {
+			got <- -1
+			return
+		}
+		defer f.Close()
+		n, _ := io.Copy(io.Discard, f)
+		got <- int(n)
+	}()
+	if _, e, code := run(t, b, "mkfs", "-q", fifo, "../../testdata/demo-layer.tar.gz"); code != 0 {
+		t.Errorf("mkfs FIFO LAYER: exit %d: %s", code, e)
+	}
+	if n := <-got; n != len(readFile(t, img)) {
+		t.Errorf("the FIFO gave %d bytes, want the image's %d", n, len(readFile(t, img)))
+	}
+	same := filepath.Join(dir, "layer.tar.gz")
+	if _, e, code := run(t, b, "mkfs", same, same); code != 1 || !strings.Contains(e, "are the same file") {
+		t.Errorf("mkfs LAYER LAYER: exit %d: %q", code, e)
 	}
 	// An image as INPUT, whatever OUTPUT is.
 	out := filepath.Join(dir, "new.erofs")

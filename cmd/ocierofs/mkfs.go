@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -41,7 +42,7 @@ var mkfsCommand = &cli.Command{
 		if err := mkfsOptions(c, &opt); err != nil {
 			return err
 		}
-		if kind := archiveKind(c.Args().Get(0)); kind != "" {
+		if kind := archiveKind(c.Args().Get(0), c.Args().Get(1)); kind != "" {
 			return fmt.Errorf("mkfs: OUTPUT %s is a %s, which mkfs would replace with an image: OUTPUT goes first (mkfs OUTPUT INPUT); remove the file to write there",
 				c.Args().Get(0), kind)
 		}
@@ -117,8 +118,15 @@ func (discard) WriteAt(p []byte, _ int64) (int, error) { return len(p), nil }
 // archiveKind names what an existing file at path is if it is a layer (a
 // tar, compressed or not): mkfs with OUTPUT and INPUT swapped, as tar's
 // and cp's order has them, would replace it.
-func archiveKind(path string) string {
-	f, err := os.Open(path)
+func archiveKind(path, input string) string {
+	fi, err := os.Stat(path)
+	if err != nil || !fi.Mode().IsRegular() {
+		return "" // a FIFO or device is written to, never read
+	}
+	if in, err := os.Stat(input); err == nil && os.SameFile(fi, in) {
+		return "" // Mkfs says that OUTPUT is INPUT, more to the point
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return ""
 	}

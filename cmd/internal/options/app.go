@@ -89,11 +89,13 @@ func Args(app *cli.App, args []string) ([]string, error) {
 		return args, nil
 	}
 	var flags, rest []string
+	dashes := false // a "--" ends the flags
 	for j := i + 1; j < len(args); j++ {
 		a := args[j]
 		switch {
 		case a == "--":
-			rest = append(rest, args[j:]...)
+			rest = append(rest, args[j+1:]...)
+			dashes = true
 			j = len(args)
 		case a == "-h" || a == "--help" || a == "-help":
 			// The command's help, whatever else is there: urfave/cli
@@ -101,7 +103,13 @@ func Args(app *cli.App, args []string) ([]string, error) {
 			return append(slices.Clip(args[:i+1]), a), nil
 		case isFlag(a):
 			flags = append(flags, a)
-			if takesValue(cmd.Flags, a) && j+1 < len(args) {
+			if takesValue(cmd.Flags, a) {
+				if j+1 >= len(args) || args[j+1] == "--" {
+					// Moved in front, it would take the first
+					// argument for its value (merge OUT A B -L
+					// wrote its image over A).
+					return nil, fmt.Errorf("flag %s needs a value (%s %s --help)", a, app.Name, cmd.Name)
+				}
 				flags = append(flags, args[j+1])
 				j++
 			}
@@ -110,6 +118,11 @@ func Args(app *cli.App, args []string) ([]string, error) {
 		}
 	}
 	out := append(slices.Clip(args[:i+1]), flags...)
+	if dashes {
+		// Before every argument: once urfave/cli has met the first
+		// one, a "--" would be an argument itself.
+		out = append(out, "--")
+	}
 	return append(out, rest...), nil
 }
 
@@ -127,6 +140,10 @@ func takesValue(flags []cli.Flag, a string) bool {
 			_, isBool := f.(*cli.BoolFlag)
 			return !isBool
 		}
+	}
+	// Short flags together (-qo json): the last one may take the value.
+	if len(name) > 1 && !strings.HasPrefix(a, "--") {
+		return takesValue(flags, "-"+name[len(name)-1:])
 	}
 	return false
 }
