@@ -60,7 +60,7 @@ func mirrorFlags() []cli.Flag {
 		&cli.StringFlag{Name: "registry", Usage: "HOST[:PORT] of the registry to mirror"},
 		&cli.StringSliceFlag{Name: "include", Usage: "convert only REPO[:TAG] matching this glob (* within a path element, ** across; repeatable)"},
 		&cli.StringSliceFlag{Name: "exclude", Usage: "never convert REPO[:TAG] matching this glob (repeatable)"},
-		&cli.StringFlag{Name: "nats", EnvVars: []string{"OCIEROFS_NATS"}, Usage: "URL of an external NATS cluster (default: the embedded server)"},
+		&cli.StringFlag{Name: "nats", EnvVars: []string{"OCIEROFS_NATS"}, Usage: "URL of an external NATS cluster, or of another serve's embedded server: nats://TOKEN@HOST:PORT (default: the embedded server; the environment variable keeps the token out of ps)"},
 		&cli.StringFlag{Name: "nats-creds", Usage: "NATS credentials file"},
 		&cli.DurationFlag{Name: "ack-wait", DefaultText: "1m", Usage: "a task without progress for this long goes to another worker"},
 		&cli.IntFlag{Name: "max-deliver", DefaultText: "5", Usage: "attempts per task"},
@@ -221,7 +221,7 @@ func runServe(ctx context.Context, c *cli.Context) error {
 		what = "worker"
 	}
 	logf("serve: %s on %s://%s, registry %s, %d task(s) at once, queue %s", what, scheme, ln.Addr(), cfg.Registry, *cfg.Tasks,
-		strings.TrimSpace(cfg.NATS.URL+" "+q.ClientURL()))
+		strings.TrimSpace(mirror.RedactURL(cfg.NATS.URL)+" "+q.ClientURL()))
 	wctx, wcancel := context.WithCancel(ctx)
 	defer wcancel()
 	wdone := make(chan struct{})

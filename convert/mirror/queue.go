@@ -84,7 +84,7 @@ func OpenQueue(ctx context.Context, cfg *Config, logf func(string, ...any)) (*Qu
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		q.Close()
-		return nil, fmt.Errorf("nats %s: %w", url, err)
+		return nil, fmt.Errorf("nats %s: %w", RedactURL(url), err)
 	}
 	q.nc = nc
 	if err := q.setup(ctx); err != nil {
@@ -240,6 +240,22 @@ func (q *Queue) Close() {
 	if q.storeLock != nil {
 		q.storeLock.Close()
 	}
+}
+
+// RedactURL hides the user, password or token of NATS URLs (a comma list)
+// for a log line or an error: nats://TOKEN@host:4222 is nats://***@host:4222.
+func RedactURL(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, u := range parts {
+		scheme, rest, ok := strings.Cut(u, "://")
+		if !ok {
+			continue
+		}
+		if at := strings.LastIndex(rest, "@"); at >= 0 {
+			parts[i] = scheme + "://***@" + rest[at+1:]
+		}
+	}
+	return strings.Join(parts, ",")
 }
 
 // tokenFile, in the store directory, holds the embedded server's token.

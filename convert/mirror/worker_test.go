@@ -109,6 +109,11 @@ func TestWorkerKilled(t *testing.T) {
 		t.Errorf("task finished by %s on attempt %d, want B on attempt 2", r.Worker, r.Attempts)
 	}
 	checkTwin(t, img, twin)
+	// The token it connected with is nowhere in its log.
+	tok, _, _ := strings.Cut(strings.TrimPrefix(h.q.WorkerURL(), "nats://"), "@")
+	if strings.Contains(logs.String(), tok) || !strings.Contains(logs.String(), "nats://***@") {
+		t.Errorf("worker A's log shows the token, or no redacted URL:\n%s", logs.String())
+	}
 }
 
 func TestSync(t *testing.T) {
