@@ -101,6 +101,14 @@ func runConvert(ctx context.Context, c *cli.Context, source, target string) erro
 	if why := convert.Converted(art); why != "" {
 		return fmt.Errorf("%s is %s: refusing to convert it again", src, why)
 	}
+	if dst.Kind == oci.Registry || dst.Tag != "" {
+		// The target names the very image being converted, however
+		// spelt (oci:./bb and oci:$PWD/bb:latest, repo:tag@digest and
+		// repo:tag): converting would replace it with its twin.
+		if there, err := oci.Get(ctx, dst, dstRem); err == nil && there.Descriptor.Digest == art.Descriptor.Digest {
+			return fmt.Errorf("target %s is the source %s: converting would replace the image with its EROFS twin (give another tag)", dst, src)
+		}
+	}
 	if dst.Kind == oci.Registry {
 		// Before the conversion, not after it: a target one cannot push
 		// to (no login, Docker Hub's library/) fails at once.

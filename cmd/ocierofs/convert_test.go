@@ -696,3 +696,47 @@ func TestConvertCLIManyEntries(t *testing.T) {
 		}
 	}
 }
+
+// TestConvertCLISourceAsTarget: a target that names the source image,
+// however spelt, is refused before it could be replaced by its twin
+// (review 20-c: oci:./bb and oci:$PWD/bb:latest went through).
+func TestConvertCLISourceAsTarget(t *testing.T) {
+	dir := copyBusyboxLayout(t)
+	index := readFile(t, filepath.Join(dir, "index.json"))
+	rel, err := filepath.Rel(mustGetwd(t), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"oci:" + dir + ":latest", "oci:" + dir + ":latest"},
+		{"oci:" + rel, "oci:" + dir + ":latest"},
+		{"oci:" + dir + "/:latest", "oci:" + rel + ":latest"},
+	} {
+		_, err := runConvertCLI(t, append([]string{"-q"}, args...)...)
+		if err == nil || !strings.Contains(err.Error(), "is the source") {
+			t.Errorf("convert %s %s: %v, want a refusal", args[0], args[1], err)
+		}
+	}
+	if !bytes.Equal(readFile(t, filepath.Join(dir, "index.json")), index) {
+		t.Error("the layout changed")
+	}
+	// By tag and digest against the tag, in a registry.
+	host, src := pushBusybox(t)
+	d, err := remote.Head(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byBoth := src.String() + "@" + d.Digest.String()
+	if _, err := runConvertCLI(t, "-q", "--plain-http", byBoth, host+"/e2e/bb:1.0"); err == nil || !strings.Contains(err.Error(), "is the source") {
+		t.Errorf("convert %s %s: %v, want a refusal", byBoth, src, err)
+	}
+}
+
+func mustGetwd(t *testing.T) string {
+	t.Helper()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wd
+}
