@@ -79,12 +79,23 @@ func (r Remote) Options(ctx context.Context) []remote.Option {
 // before a conversion, so that a target without a login fails at once, not
 // after every layer is converted. Only a refusal is an error; a registry
 // that cannot be asked now is left for the push itself, which retries.
-func (r Remote) CheckPush(ref Ref) error {
+func (r Remote) CheckPush(ctx context.Context, ref Ref) error {
 	t := r.Transport
 	if t == nil {
 		t = r.baseTransport()
 	}
-	err := remote.CheckPushPermission(ref.Name, keychain(r.Credentials), t)
+	// go-containerregistry's check takes no context: it runs beside the
+	// caller, who waits for its answer, ctx's end, or a minute.
+	errc := make(chan error, 1)
+	go func() { errc <- remote.CheckPushPermission(ref.Name, keychain(r.Credentials), t) }()
+	var err error
+	select {
+	case err = <-errc:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(time.Minute):
+		return nil // the push will tell
+	}
 	var te *transport.Error
 	if err == nil || !errors.As(err, &te) || (te.StatusCode != http.StatusUnauthorized && te.StatusCode != http.StatusForbidden) {
 		return nil
@@ -269,8 +280,8 @@ func getArchive(r Ref) (*Artifact, error) {
 	}
 	img, err := tarball.ImageFromPath(r.Path, tag)
 	if err != nil {
-		if tags, terr := archiveTags(r.Path); terr == nil && len(tags) != 1 {
-			return nil, fmt.Errorf("%s: the archive holds %d images (tagged %s): name one with docker-archive:FILE:TAG", r, len(tags), strings.Join(tags, ", "))
+		if tags, terr := archiveTags(r.Path); terr == nil && (len(tags) != 1 || tag != nil) {
+			return nil, fmt.Errorf("%s: the archive holds %d image(s) (tagged %s): name one with docker-archive:FILE:TAG", r, len(tags), strings.Join(tags, ", "))
 		}
 		return nil, fmt.Errorf("%s: %w", r, err)
 	}

@@ -279,7 +279,7 @@ func TestDockerArchiveTag(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "the archive holds 2 images (tagged example.com/e2e/a:v1, example.com/e2e/b:v2): name one with docker-archive:FILE:TAG"
+	want := "the archive holds 2 image(s) (tagged example.com/e2e/a:v1, example.com/e2e/b:v2): name one with docker-archive:FILE:TAG"
 	if _, err := oci.Get(context.Background(), r, oci.Remote{}); err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("oci.Get(%s) of an archive of two images: %v, want %q", r, err, want)
 	}

@@ -112,7 +112,7 @@ func runConvert(ctx context.Context, c *cli.Context, source, target string) erro
 	if dst.Kind == oci.Registry {
 		// Before the conversion, not after it: a target one cannot push
 		// to (no login, Docker Hub's library/) fails at once.
-		if err := dstRem.CheckPush(dst); err != nil {
+		if err := dstRem.CheckPush(ctx, dst); err != nil {
 			return err
 		}
 	}

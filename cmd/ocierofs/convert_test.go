@@ -554,6 +554,10 @@ func TestConvertCLICredentials(t *testing.T) {
 		b.reset()
 		t.Setenv("OCIEROFS_SRC_CREDS", "alice:pa:ss")
 		t.Setenv("OCIEROFS_DEST_CREDS", "bob:pb")
+		// A user and password in the environment (a mirror's) give way
+		// to the credentials given for each side.
+		t.Setenv("OCIEROFS_USERNAME", "mallory")
+		t.Setenv("OCIEROFS_PASSWORD", "x")
 		target := b.host + "/e2e/bb:env"
 		_, stderr, code := run(t, bin(t), "--verbose", "convert", "-q", "--plain-http", src.String(), target)
 		if code != 0 {

@@ -2,6 +2,7 @@ package mirror
 
 import (
 	"archive/tar"
+	"context"
 	"bytes"
 	"compress/gzip"
 	"fmt"
@@ -494,5 +495,19 @@ func TestServerSlowClients(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Error("the third connection was not served after the others closed")
+	}
+	// Both slots held: a shutdown keeps to its deadline (review 20-c:
+	// Serve waited in Accept for a slot, 9.8 s past a 1 s deadline).
+	a, _ = net.Dial("tcp", ln.Addr().String())
+	b, _ = net.Dial("tcp", ln.Addr().String())
+	defer a.Close()
+	defer b.Close()
+	time.Sleep(100 * time.Millisecond) // both accepted: Serve waits for a slot
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	start := time.Now()
+	srv.Shutdown(ctx)
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("Shutdown with a 1 s deadline took %v", d)
 	}
 }

@@ -111,6 +111,16 @@ func Credentials(c *cli.Context, rem oci.Remote, src oci.Ref, dst *oci.Ref) (src
 		}
 	}
 	user, pass := c.String("username"), c.String("password")
+	if c.String("src-creds") != "" || c.String("dest-creds") != "" {
+		// A user from the environment (a mirror's, say) gives way to
+		// the flags given for this run.
+		if user == os.Getenv("OCIEROFS_USERNAME") {
+			user = ""
+		}
+		if pass == os.Getenv("OCIEROFS_PASSWORD") {
+			pass = ""
+		}
+	}
 	if user == "" && pass != "" {
 		return srcRem, dstRem, errors.New("--password without --username")
 	}
