@@ -2,9 +2,9 @@ package mirror
 
 import (
 	"archive/tar"
-	"context"
 	"bytes"
 	"compress/gzip"
+	"context"
 	"fmt"
 	"io"
 	"net"
