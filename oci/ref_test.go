@@ -290,6 +290,17 @@ func TestDockerArchiveTag(t *testing.T) {
 	if _, err := oci.Get(context.Background(), r, oci.Remote{}); err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("oci.Get(%s): %v, want %q", r, err, want)
 	}
+	// One image, asked for another tag: its tag is named.
+	one := filepath.Join(dir, "one.tar")
+	if err := tarball.MultiRefWriteToFile(one, map[name.Reference]v1.Image{a: img}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err = oci.ParseRef("docker-archive:"+one+":example.com/e2e/c:v3", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := oci.Get(context.Background(), r, oci.Remote{}); err == nil || !strings.Contains(err.Error(), "holds 1 image(s) (tagged example.com/e2e/a:v1)") {
+		t.Errorf("oci.Get(%s): %v, want the archive's one tag named", r, err)
+	}
 	// What docker-archive cannot read: a pipe (docker save | …), a gzip file.
 	fifo := filepath.Join(dir, "fifo")
 	if err := unix.Mkfifo(fifo, 0o600); err != nil {
