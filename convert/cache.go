@@ -470,31 +470,45 @@ const CacheLockName = ".ocierofs-cache.lock"
 // removes what a run killed while placing an entry left behind. wait is
 // called once if another run holds the lock. unlock lets go of it.
 func LockCache(ctx context.Context, dir string, wait func()) (unlock func(), err error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	f, err := os.OpenFile(filepath.Join(dir, CacheLockName), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	for first := true; ; first = false {
-		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if !errors.Is(err, unix.EWOULDBLOCK) {
+	var f *os.File
+	waited := false
+	for {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+		lock := filepath.Join(dir, CacheLockName)
+		if f, err = os.OpenFile(lock, os.O_CREATE|os.O_RDWR, 0o644); err != nil {
+			return nil, err
+		}
+		for {
+			err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+			if !errors.Is(err, unix.EWOULDBLOCK) {
+				break
+			}
+			if !waited && wait != nil {
+				wait()
+			}
+			waited = true
+			select {
+			case <-ctx.Done():
+				f.Close()
+				return nil, ctx.Err()
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
+		}
+		// A run that failed in a directory it made removes the lock file
+		// while it holds it: then this lock is of a file gone, and
+		// another run may have made a new one.
+		held, err1 := f.Stat()
+		now, err2 := os.Stat(lock)
+		if err1 == nil && err2 == nil && os.SameFile(held, now) {
 			break
 		}
-		if first && wait != nil {
-			wait()
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-	if err != nil {
 		f.Close()
-		return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
 	}
 	// Copies into place across filesystems, lower records and sidecars
 	// that a killed run left half written (atomicfile's temp files; lower

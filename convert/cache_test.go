@@ -464,3 +464,33 @@ func TestCacheAlone(t *testing.T) {
 		t.Errorf("its lower record is left: %v", err)
 	}
 }
+
+// TestLockCacheRemoved: a run that made the cache directory and failed
+// removes its lock file while it holds it; a run that waited for that lock
+// takes a new one, so that a third run still waits (review 20-c: the
+// waiter held a lock of a removed file, and the third ran beside it).
+func TestLockCacheRemoved(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cache")
+	unlockA, err := convert.LockCache(context.Background(), dir, nil)
+	must(t, err)
+	gotB := make(chan func(), 1)
+	go func() {
+		unlock, err := convert.LockCache(context.Background(), dir, nil)
+		if err != nil {
+			t.Error(err)
+			unlock = func() {}
+		}
+		gotB <- unlock
+	}()
+	time.Sleep(300 * time.Millisecond) // B waits
+	must(t, os.Remove(filepath.Join(dir, convert.CacheLockName)))
+	unlockA()
+	unlockB := <-gotB
+	defer unlockB()
+	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+	defer cancel()
+	if unlockC, err := convert.LockCache(ctx, dir, nil); err == nil {
+		unlockC()
+		t.Error("a third run took the lock while the second held it")
+	}
+}

@@ -58,16 +58,8 @@ type cacheReport struct {
 
 func runCache(ctx context.Context, c *cli.Context, source, dir string) (err error) {
 	start := time.Now()
-	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
-		// A DIR this run makes and fills with nothing goes again on an
-		// error, as a layout that convert made does.
-		defer func() {
-			if err != nil {
-				os.Remove(filepath.Join(dir, convert.CacheLockName))
-				os.Remove(dir) // only if empty: placed entries stay
-			}
-		}()
-	}
+	_, serr := os.Lstat(dir)
+	made := errors.Is(serr, fs.ErrNotExist)
 	opt, rem, done, err := options.Image(c)
 	if err != nil {
 		return err
@@ -90,7 +82,20 @@ func runCache(ctx context.Context, c *cli.Context, source, dir string) (err erro
 	if err != nil {
 		return err
 	}
-	defer unlock()
+	defer func() {
+		// A DIR this run made and filled with nothing goes again on an
+		// error, as a layout that convert made does: its lock file
+		// while held (a run waiting for it then starts over), the
+		// directory after (only if empty: placed entries stay).
+		failed := err != nil && made
+		if failed {
+			os.Remove(filepath.Join(dir, convert.CacheLockName))
+		}
+		unlock()
+		if failed {
+			os.Remove(dir)
+		}
+	}()
 	opt.CacheDMVerity = c.Bool("dmverity")
 	opt.CacheOverLower = c.Bool("over-lower")
 	if opt.TempDir == "" {
