@@ -79,6 +79,23 @@ type CacheLayer struct {
 type lowerRecord struct {
 	LowerChainID string   `json:"lowerChainID"`
 	Implied      []string `json:"implied"`
+	// Alone: made of the layer alone (CacheOverLower unset), the implied
+	// directories root-owned 0755.
+	Alone bool `json:"alone,omitempty"`
+}
+
+// readLowerRecord reads the lower record beside the entry at path.
+func readLowerRecord(path string) (lowerRecord, bool) {
+	var r lowerRecord
+	raw, err := os.ReadFile(path + ".lower.json")
+	return r, err == nil && json.Unmarshal(raw, &r) == nil
+}
+
+// madeOverLower reports whether the entry at p was made over some image's
+// lower layers (CacheOverLower, or a version before it).
+func madeOverLower(p string) bool {
+	r, ok := readLowerRecord(p)
+	return ok && !r.Alone && r.LowerChainID != ""
 }
 
 // chainIDs are the OCI chain IDs of the layers of diffIDs: of layer i,
@@ -99,12 +116,14 @@ func chainIDs(diffIDs []v1.Hash) []string {
 // lowerWarning is the warning for an entry of path made over other layers
 // than those below it in this image (lower: their chain ID); "" if none.
 func lowerWarning(path, lower string) string {
-	raw, err := os.ReadFile(path + ".lower.json")
-	if err != nil {
+	r, ok := readLowerRecord(path)
+	switch {
+	case !ok || len(r.Implied) == 0:
 		return ""
-	}
-	var r lowerRecord
-	if json.Unmarshal(raw, &r) != nil || r.LowerChainID == lower || len(r.Implied) == 0 {
+	case r.Alone:
+		return fmt.Sprintf("the cache entry was made of its layer alone (without --over-lower): the directories it implies (%s) are root-owned 0755, not this image's",
+			strings.Join(r.Implied, ", "))
+	case r.LowerChainID == lower:
 		return ""
 	}
 	return fmt.Sprintf("the cache entry was made over other lower layers (%s): the directories it implies (%s) have their metadata, not this image's",
@@ -215,7 +234,7 @@ func (c *Converter) CacheImage(ctx context.Context, src v1.Image, srcDesc v1.Des
 					c.logf("layer %s: cache entry %s: %v: making it again", short(d.Digest), p, err)
 				}
 			}
-			if ok && alone && hasLowerRecord(p) {
+			if ok && alone && madeOverLower(p) {
 				ok = false
 				c.logf("layer %s: cache entry %s was made over the layers below it (by an earlier version): making it of the layer alone", short(d.Digest), p)
 			}
@@ -283,7 +302,11 @@ func (c *Converter) CacheImage(ctx context.Context, src v1.Image, srcDesc v1.Des
 		fl := j.layer.(*fileLayer)
 		t := time.Now()
 		var rec *lowerRecord
-		if len(fl.implied) > 0 && !alone {
+		switch {
+		case len(fl.implied) == 0:
+		case alone:
+			rec = &lowerRecord{Alone: true, Implied: fl.implied}
+		default:
 			rec = &lowerRecord{LowerChainID: lowerChain(i), Implied: fl.implied}
 		}
 		entry, err := j.finishEntry(fl, c.opt.CacheDMVerity, !c.opt.CacheNoSync)
@@ -365,7 +388,7 @@ func placeEntry(src, dst string, rec *lowerRecord, verity *dmverity.Metadata, du
 	if _, err := os.Lstat(dst); err == nil {
 		// One made over lower layers (an earlier version) is replaced
 		// by one of the layer alone.
-		if size, root, err := checkEntry(dst, verity != nil); err == nil && !(alone && hasLowerRecord(dst)) {
+		if size, root, err := checkEntry(dst, verity != nil); err == nil && !(alone && madeOverLower(dst)) {
 			return &entryThere{size, root}, nil
 		}
 		if err := os.Remove(dst); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -433,13 +456,6 @@ func placeEntry(src, dst string, rec *lowerRecord, verity *dmverity.Metadata, du
 		err = sync()
 	}
 	return nil, err
-}
-
-// hasLowerRecord reports whether the entry at p was made over lower layers
-// (it has a lower record beside it).
-func hasLowerRecord(p string) bool {
-	_, err := os.Lstat(p + ".lower.json")
-	return err == nil
 }
 
 // entryThere is a whole cache entry that placeEntry found in place.

@@ -460,8 +460,12 @@ func TestCacheAlone(t *testing.T) {
 	if entry(again) != entry(first) {
 		t.Errorf("the entry made over lower layers was kept: %s, want %s", entry(again), entry(first))
 	}
-	if _, err := os.Stat(again[1].Path + ".lower.json"); !os.IsNotExist(err) {
-		t.Errorf("its lower record is left: %v", err)
+	if raw, err := os.ReadFile(again[1].Path + ".lower.json"); err != nil || !strings.Contains(string(raw), `"alone":true`) {
+		t.Errorf("its lower record is not one of a layer alone: %s %v", raw, err)
+	}
+	// CacheOverLower takes the entry made alone, and says so.
+	if ls := cache(dir, true, attacker); !ls[1].Cached || len(ls[1].Warnings) != 1 || !strings.Contains(ls[1].Warnings[0], "made of its layer alone") {
+		t.Errorf("over lower layers, an entry made alone: cached %v, warnings %q", ls[1].Cached, ls[1].Warnings)
 	}
 }
 

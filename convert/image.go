@@ -643,11 +643,13 @@ func (c *Converter) buildLayer(ctx context.Context, j *layerJob, src layerSource
 	opt.Erofs.TempDir = c.tmp
 	ld := &lowerDirs{ctx: ctx, layers: lower, states: map[int]*dirTree{}}
 	var implied []string // the directories the layer implies, for the cache
-	if hook := ld.impliedFor(len(lower)); hook != nil {
-		opt.Erofs.ImpliedDir = func(p string) (erofs.Entry, bool) {
-			implied = append(implied, "/"+p)
-			return hook(p)
+	hook := ld.impliedFor(len(lower))
+	opt.Erofs.ImpliedDir = func(p string) (erofs.Entry, bool) {
+		implied = append(implied, "/"+p)
+		if hook == nil { // no layer below: the defaults
+			return erofs.Entry{}, false
 		}
+		return hook(p)
 	}
 	res, err := buildTar(f, in, opt, j.ops)
 	if err == nil && ld.failed() {
