@@ -186,7 +186,7 @@ func TestSync(t *testing.T) {
 	}
 	// The command, dry: it lists the orphan, deletes nothing.
 	dry, err := exec.Command(mirrorBinary(t), "sync", "--registry", reg.host, "--plain-http", "--include", "lib/gone", "--prune", "--dry-run", "-q").Output()
-	if err != nil || !strings.Contains(string(dry), "prune       lib/gone:1-erofs (its source "+gone.String()+" is gone)") {
+	if err != nil || !strings.Contains(string(dry), "prune       lib/gone:1-erofs: its source "+gone.String()+" is gone") {
 		t.Errorf("ocierofs sync --prune --dry-run: %v\n%s", err, dry)
 	}
 	// The source pushed again between the listing and the delete: the
