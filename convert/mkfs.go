@@ -57,6 +57,11 @@ type Options struct {
 	// built with blobs: a chunk of this layer equal to one of theirs refers
 	// to their blob instead of being stored again (mkfs --chunk-dict).
 	ChunkDicts []string
+	// MaxTarSize, if positive, fails a layer whose uncompressed tar is
+	// larger: a bound on the disk a small compressed layer can fill (a
+	// gzip of zeros expands 1000:1), for a mirror converting what anyone
+	// may push.
+	MaxTarSize int64
 
 	// preload, if set, runs on the Builder before the first entry.
 	preload func(*erofs.Builder) error
@@ -105,6 +110,9 @@ func buildTar(w io.WriterAt, r io.Reader, opt Options, ops *dirOps) (*Result, er
 	var src io.Reader
 	comp := Uncompressed
 	if tf, ok := openTarFile(r, opt.NoDiffID); ok && tf.plain() {
+		if opt.MaxTarSize > 0 && tf.size > opt.MaxTarSize {
+			return nil, &TooLargeError{Max: opt.MaxTarSize}
+		}
 		src = tf
 	} else {
 		rc, c, err := Decompress(r)
@@ -113,6 +121,9 @@ func buildTar(w io.WriterAt, r io.Reader, opt Options, ops *dirOps) (*Result, er
 		}
 		defer rc.Close()
 		src, comp = rc, c
+		if opt.MaxTarSize > 0 {
+			src = &capReader{r: rc, max: opt.MaxTarSize}
+		}
 	}
 	if opt.TarIndex {
 		if comp != Uncompressed {
@@ -406,6 +417,27 @@ func (o *outputs) create(name string) (*os.File, error) {
 	}
 	*o = append(*o, output{f: f, name: target, special: special, unnamed: unnamed, old: fi})
 	return f, nil
+}
+
+// TooLargeError is the error of a tar larger than Options.MaxTarSize.
+type TooLargeError struct{ Max int64 }
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("the uncompressed tar is larger than the %d bytes a layer may have", e.Max)
+}
+
+// capReader fails once more than max bytes are read from r.
+type capReader struct {
+	r      io.Reader
+	max, n int64
+}
+
+func (c *capReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if c.n += int64(n); c.n > c.max {
+		return 0, &TooLargeError{Max: c.max}
+	}
+	return n, err
 }
 
 // isErofsImage reports whether f holds an EROFS image: a first block of

@@ -744,3 +744,19 @@ func mustGetwd(t *testing.T) string {
 	}
 	return wd
 }
+
+// TestConvertCLIMaxLayerSize: --max-layer-size fails a layer whose
+// uncompressed tar is larger, naming it (review 20-a: a 2 MB gzip of zeros
+// expanded to 2 GiB, bounded by free disk only); the others convert.
+func TestConvertCLIMaxLayerSize(t *testing.T) {
+	src := "oci:" + copyBusyboxLayout(t) + ":latest"
+	out := "oci:" + filepath.Join(t.TempDir(), "o") + ":t"
+	_, err := runConvertCLI(t, "-q", "--max-layer-size", "1M", src, out)
+	if err == nil || !strings.Contains(err.Error(), "the uncompressed tar is larger than the 1048576 bytes a layer may have") ||
+		!strings.Contains(err.Error(), "sha256:74cdd89a491a") {
+		t.Errorf("--max-layer-size 1M: %v, want the busybox layer (2 MB) refused by name", err)
+	}
+	if _, err := runConvertCLI(t, "-q", "--max-layer-size", "3M", src, out); err != nil {
+		t.Errorf("--max-layer-size 3M: %v", err)
+	}
+}

@@ -7,6 +7,7 @@ package options
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"slices"
@@ -80,6 +81,7 @@ func SourceFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "insecure", Usage: "skip TLS verification, and allow plain HTTP (as crane's --insecure)"},
 		&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "text", Usage: "text or json (target, digests, sizes, per-layer timings on stdout)"},
 		&cli.StringFlag{Name: "tmpdir", Usage: "where converted layers wait to be published (default $TMPDIR)"},
+		&cli.StringFlag{Name: "max-layer-size", Usage: "fail a layer whose uncompressed tar is larger than `SIZE` (K, M, G, T): a bound on the disk a small compressed layer can fill (default: none)"},
 	}
 }
 
@@ -174,6 +176,11 @@ func Image(c *cli.Context) (opt convert.ImageOptions, rem oci.Remote, done func(
 		return opt, rem, done, err
 	}
 	opt = convert.ImageOptions{Layer: lopt, Jobs: c.Int("jobs"), TempDir: c.String("tmpdir")}
+	if s := c.String("max-layer-size"); s != "" {
+		if opt.Layer.MaxTarSize, err = parseBytes(s); err != nil {
+			return opt, rem, done, fmt.Errorf("--max-layer-size: %w", err)
+		}
+	}
 	if p := c.String("platform"); p != "all" && p != "" {
 		for _, s := range strings.Split(p, ",") {
 			pl, err := ParsePlatform(strings.TrimSpace(s))
@@ -404,6 +411,22 @@ func ParseSize(s string) (int, error) {
 		return 0, fmt.Errorf("size %q: want bytes, or a number with K or M", s)
 	}
 	return n * mult, nil
+}
+
+// parseBytes reads a byte count with an optional K, M, G or T suffix
+// (powers of 1024).
+func parseBytes(s string) (int64, error) {
+	n, unit := s, int64(1)
+	if i := len(s) - 1; i > 0 {
+		if k := strings.IndexByte("KMGT", s[i]&^0x20); k >= 0 {
+			n, unit = s[:i], int64(1)<<(10*(k+1))
+		}
+	}
+	v, err := strconv.ParseInt(n, 10, 64)
+	if err != nil || v <= 0 || v > math.MaxInt64/unit {
+		return 0, fmt.Errorf("size %q: want bytes, or a number with K, M, G or T", s)
+	}
+	return v * unit, nil
 }
 
 // ParseUUID reads the 8-4-4-4-12 hex form; "0" or "nil" is the zero UUID.

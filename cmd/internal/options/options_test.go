@@ -122,3 +122,16 @@ func TestParsePlatform(t *testing.T) {
 		t.Errorf("amiga: %v", err)
 	}
 }
+
+func TestParseBytes(t *testing.T) {
+	for s, want := range map[string]int64{"512": 512, "1k": 1 << 10, "64M": 64 << 20, "20G": 20 << 30, "2T": 2 << 40} {
+		if got, err := parseBytes(s); err != nil || got != want {
+			t.Errorf("parseBytes(%q) = %d, %v; want %d", s, got, err, want)
+		}
+	}
+	for _, s := range []string{"", "0", "-1", "G", "1.5G", "12X", "9999999999T"} {
+		if got, err := parseBytes(s); err == nil {
+			t.Errorf("parseBytes(%q) = %d, want an error", s, got)
+		}
+	}
+}
