@@ -3,6 +3,7 @@ package main
 import (
 	"archive/tar"
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -115,6 +116,28 @@ func TestCLI(t *testing.T) {
 	}
 	if out, _, code := run(t, b, "inspect", img); code != 0 || !regexp.MustCompile(`minimum kernel:\s+Linux 5.4`).MatchString(out) {
 		t.Errorf("inspect: exit %d:\n%s", code, out)
+	}
+	// -o json: the same facts, for a script.
+	if out, e, code := run(t, b, "inspect", "-o", "json", img); code != 0 {
+		t.Errorf("inspect -o json: exit %d: %s", code, e)
+	} else {
+		var rep struct {
+			Size, Blocks      int64
+			BlockSize, Inodes int
+			UUID, MinKernel   string
+			Checksum          string
+			ByType            map[string]int
+		}
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatalf("inspect -o json printed %q: %v", out, err)
+		}
+		sum := 0
+		for _, n := range rep.ByType {
+			sum += n
+		}
+		if rep.UUID != uuid[1] || rep.MinKernel != "5.4" || rep.Checksum != "ok" || rep.Blocks*int64(rep.BlockSize) != rep.Size || sum != rep.Inodes || rep.Inodes == 0 {
+			t.Errorf("inspect -o json: %+v", rep)
+		}
 	}
 	// Cut short (a download that stopped): the superblock, what is
 	// wrong, and the error (review 20-b: the error alone).

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -34,16 +35,27 @@ var inspectCommand = &cli.Command{
 	Name:      "inspect",
 	Usage:     "show an image's superblock, features, minimum kernel and inode statistics",
 	ArgsUsage: "IMAGE",
+	Flags: []cli.Flag{
+		&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "text", Usage: "text, or json (the superblock and the statistics as one object)"},
+	},
 	Action: func(c *cli.Context) error {
 		if c.NArg() != 1 {
 			return fmt.Errorf("inspect: want IMAGE")
+		}
+		jsonOut := false
+		switch c.String("output") {
+		case "text":
+		case "json":
+			jsonOut = true
+		default:
+			return fmt.Errorf("--output %q: want text or json", c.String("output"))
 		}
 		name := c.Args().First()
 		img, f, err := openImage(name)
 		if err != nil {
 			// Too damaged to open (cut short, say): what its
 			// superblock tells, then why.
-			if s, size, serr := readSuper(name); serr == nil {
+			if s, size, serr := readSuper(name); serr == nil && !jsonOut {
 				w := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
 				superLines(w, name, s, size)
 				w.Flush()
@@ -55,8 +67,65 @@ var inspectCommand = &cli.Command{
 		if err != nil {
 			return err
 		}
+		if jsonOut {
+			return inspectJSON(c.App.Writer, img, name, fi.Size())
+		}
 		return inspect(c.App.Writer, img, name, fi.Size())
 	},
+}
+
+// inspectReport is what inspect -o json prints.
+type inspectReport struct {
+	Image          string         `json:"image"`
+	Size           int64          `json:"size"`
+	BlockSize      int            `json:"blockSize"`
+	Blocks         uint64         `json:"blocks"`
+	UUID           string         `json:"uuid"`
+	Label          string         `json:"label,omitempty"`
+	Features       []string       `json:"features"`
+	MinKernel      string         `json:"minKernel"`
+	Checksum       string         `json:"checksum"` // ok, mismatch or none
+	Epoch          string         `json:"epoch"`
+	RootNid        uint64         `json:"rootNid"`
+	ExtraDevices   int            `json:"extraDevices,omitempty"`
+	Inodes         int            `json:"inodes"`
+	CompactInodes  int            `json:"compactInodes"`
+	ByType         map[string]int `json:"byType"`
+	ByLayout       map[string]int `json:"byLayout"`
+	FileBytes      int64          `json:"fileBytes"`
+	DataBlockBytes int64          `json:"dataBlockBytes"`
+	InlineBytes    int64          `json:"inlineBytes"`
+	SharedFiles    int            `json:"sharedFiles,omitempty"`
+	SharedBytes    int64          `json:"sharedBytes,omitempty"`
+	CompressedFile int            `json:"compressedFiles,omitempty"`
+	CompressedSize int64          `json:"compressedBytes,omitempty"`
+	Pclusters      int64          `json:"pclusterBytes,omitempty"`
+}
+
+func inspectJSON(out io.Writer, img *erofs.Image, name string, size int64) error {
+	s := img.Super()
+	st, err := imageStats(img)
+	if err != nil {
+		return err
+	}
+	ck := "ok"
+	switch {
+	case s.FeatureCompat&erofs.FeatureCompatSBChksum == 0:
+		ck = "none"
+	case !s.ChecksumOK:
+		ck = "mismatch"
+	}
+	rep := inspectReport{
+		Image: name, Size: size, BlockSize: s.BlockSize, Blocks: s.Blocks, UUID: options.FormatUUID(s.UUID), Label: s.VolumeName,
+		Features: erofs.FeatureNames(s.FeatureCompat, s.FeatureIncompat), MinKernel: erofs.MinKernel(s), Checksum: ck,
+		Epoch: time.Unix(s.Epoch, int64(s.FixedNsec)).UTC().Format(time.RFC3339Nano), RootNid: s.RootNid, ExtraDevices: int(s.ExtraDevices),
+		Inodes: st.inodes, CompactInodes: st.compact, ByType: st.byType, ByLayout: st.byLayout,
+		FileBytes: st.fileBytes, DataBlockBytes: st.dataBlockBytes, InlineBytes: st.inlineBytes,
+		SharedFiles: st.sharedFiles, SharedBytes: st.sharedBytes, CompressedFile: st.zFiles, CompressedSize: st.zBytes, Pclusters: st.zStored,
+	}
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(rep)
 }
 
 // readSuper decodes the superblock of the image file name alone.
