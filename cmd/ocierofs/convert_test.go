@@ -571,6 +571,19 @@ func TestConvertCLICredentials(t *testing.T) {
 		checkSent(t, a, b, []string{"alice"}, []string{"bob"})
 		checkPushed(t, target)
 	})
+	// The password from stdin, as docker login --password-stdin takes it.
+	t.Run("password from stdin", func(t *testing.T) {
+		a.reset()
+		b.reset()
+		bin := bin(t)
+		if _, stderr, code := runStdin(t, strings.NewReader("pa:ss\n"), bin, "convert", "-q", "--plain-http", "--username", "alice", "--password-stdin", src.String(), a.host+"/e2e/bb:stdin"); code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		checkSent(t, a, b, []string{"alice"}, nil)
+		if _, stderr, code := runStdin(t, strings.NewReader(""), bin, "convert", "-q", "--plain-http", "--username", "alice", "--password-stdin", src.String(), a.host+"/e2e/bb:stdin2"); code != 1 || !strings.Contains(stderr, "--password-stdin: stdin is empty") {
+			t.Errorf("empty stdin: exit %d: %s", code, stderr)
+		}
+	})
 }
 
 // checkSent checks the users registries a and b were sent.

@@ -7,6 +7,7 @@ package options
 import (
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"runtime"
@@ -85,6 +86,11 @@ func SourceFlags() []cli.Flag {
 	}
 }
 
+// PasswordStdinFlag is docker login's: --username's password from stdin.
+func PasswordStdinFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "password-stdin", Usage: "read --username's password from stdin (as docker login does)"}
+}
+
 // CredentialFlags are convert's flags for a source and a target with
 // credentials of their own (skopeo's names).
 func CredentialFlags() []cli.Flag {
@@ -121,6 +127,18 @@ func Credentials(c *cli.Context, rem oci.Remote, src oci.Ref, dst *oci.Ref) (src
 		}
 		if pass == os.Getenv("OCIEROFS_PASSWORD") {
 			pass = ""
+		}
+	}
+	if c.Bool("password-stdin") {
+		if user == "" || c.IsSet("password") {
+			return srcRem, dstRem, errors.New("--password-stdin: give --username, and no --password")
+		}
+		raw, err := io.ReadAll(io.LimitReader(os.Stdin, 64<<10))
+		if err != nil {
+			return srcRem, dstRem, fmt.Errorf("--password-stdin: %w", err)
+		}
+		if pass = strings.TrimRight(string(raw), "\r\n"); pass == "" {
+			return srcRem, dstRem, errors.New("--password-stdin: stdin is empty")
 		}
 	}
 	if user == "" && pass != "" {
