@@ -117,14 +117,16 @@ func chainIDs(diffIDs []v1.Hash) []string {
 // than those below it in this image (lower: their chain ID); "" if none.
 func lowerWarning(path, lower string) string {
 	r, ok := readLowerRecord(path)
+	made := r.LowerChainID // the layers below it when it was made
+	if r.Alone {
+		made = ""
+	}
 	switch {
-	case !ok || len(r.Implied) == 0:
+	case !ok || len(r.Implied) == 0 || made == lower:
 		return ""
-	case r.Alone:
-		return fmt.Sprintf("the cache entry was made of its layer alone (without --over-lower): the directories it implies (%s) are root-owned 0755, not this image's",
+	case made == "":
+		return fmt.Sprintf("the cache entry was made with no layer below it (of its layer alone, or as an image's first): the directories it implies (%s) are root-owned 0755, not this image's",
 			strings.Join(r.Implied, ", "))
-	case r.LowerChainID == lower:
-		return ""
 	}
 	return fmt.Sprintf("the cache entry was made over other lower layers (%s): the directories it implies (%s) have their metadata, not this image's",
 		r.LowerChainID, strings.Join(r.Implied, ", "))
@@ -493,7 +495,9 @@ func LockCache(ctx context.Context, dir string, wait func()) (unlock func(), err
 			return nil, err
 		}
 		lock := filepath.Join(dir, CacheLockName)
-		if f, err = os.OpenFile(lock, os.O_CREATE|os.O_RDWR, 0o644); err != nil {
+		if f, err = os.OpenFile(lock, os.O_CREATE|os.O_RDWR, 0o644); errors.Is(err, fs.ErrNotExist) {
+			continue // removed since MkdirAll by a run that made it and failed
+		} else if err != nil {
 			return nil, err
 		}
 		for {

@@ -464,8 +464,16 @@ func TestCacheAlone(t *testing.T) {
 		t.Errorf("its lower record is not one of a layer alone: %s %v", raw, err)
 	}
 	// CacheOverLower takes the entry made alone, and says so.
-	if ls := cache(dir, true, attacker); !ls[1].Cached || len(ls[1].Warnings) != 1 || !strings.Contains(ls[1].Warnings[0], "made of its layer alone") {
+	if ls := cache(dir, true, attacker); !ls[1].Cached || len(ls[1].Warnings) != 1 || !strings.Contains(ls[1].Warnings[0], "made with no layer below it") {
 		t.Errorf("over lower layers, an entry made alone: cached %v, warnings %q", ls[1].Cached, ls[1].Warnings)
+	}
+	// But not for an image whose first layer it is: made alone or over
+	// nothing, it is the same entry (review 20-d).
+	base := e2eImage(t, "amd64", shared)
+	solo := t.TempDir()
+	cache(solo, false, base)
+	if ls := cache(solo, true, base); !ls[0].Cached || len(ls[0].Warnings) != 0 {
+		t.Errorf("a first layer made alone, over lower layers: cached %v, warnings %q", ls[0].Cached, ls[0].Warnings)
 	}
 }
 

@@ -408,7 +408,7 @@ func (c *Converter) buildFlat(ctx context.Context, srcs []layerSource) (_ *fileL
 		tl.progress = func(n int64) {
 			c.progress(Progress{Source: source, Stage: StageConverting, Read: n, Total: total})
 		}
-		if err := flatLayer(ctx, tl, s, read); err != nil {
+		if err := flatLayer(ctx, tl, s, read, opt.MaxTarSize); err != nil {
 			return nil, fmt.Errorf("layer %s: %w", s.desc.Digest, err)
 		}
 		read += s.desc.Size
@@ -424,8 +424,9 @@ func (c *Converter) buildFlat(ctx context.Context, srcs []layerSource) (_ *fileL
 	return c.fileLayer(raw, top, entries, warnings)
 }
 
-// flatLayer reads one layer into a flattened image.
-func flatLayer(ctx context.Context, tl *tarLayer, s layerSource, base int64) error {
+// flatLayer reads one layer into a flattened image; maxTar, if positive,
+// bounds its uncompressed tar (Options.MaxTarSize).
+func flatLayer(ctx context.Context, tl *tarLayer, s layerSource, base, maxTar int64) error {
 	rc, err := s.layer.Compressed()
 	if err != nil {
 		if oci.Transient(err) {
@@ -449,9 +450,13 @@ func flatLayer(ctx context.Context, tl *tarLayer, s layerSource, base int64) err
 		return broken(err)
 	}
 	defer dec.Close()
+	var tarStream io.Reader = dec
+	if maxTar > 0 {
+		tarStream = &capReader{r: dec, max: maxTar}
+	}
 	tl.flat.startLayer()
 	h := sha256.New()
-	if err := tl.addTar(dec, h, comp != Uncompressed); err != nil {
+	if err := tl.addTar(tarStream, h, comp != Uncompressed); err != nil {
 		return broken(err)
 	}
 	res := &Result{DiffID: "sha256:" + hex.EncodeToString(h.Sum(nil))}

@@ -2,6 +2,7 @@ package oci
 
 import (
 	"archive/tar"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -280,7 +281,11 @@ func getArchive(r Ref) (*Artifact, error) {
 	}
 	img, err := tarball.ImageFromPath(r.Path, tag)
 	if err != nil {
-		if tags, terr := archiveTags(r.Path); terr == nil && (len(tags) != 1 || tag != nil) {
+		if images, terr := archiveTags(r.Path); terr == nil && (tag == nil && len(images) != 1 || tag != nil && !archiveHas(images, *tag)) {
+			var tags []string
+			for _, t := range images {
+				tags = append(tags, cmp.Or(strings.Join(t, " or "), "untagged"))
+			}
 			return nil, fmt.Errorf("%s: the archive holds %d image(s) (tagged %s): name one with docker-archive:FILE:TAG", r, len(tags), strings.Join(tags, ", "))
 		}
 		return nil, fmt.Errorf("%s: %w", r, err)
@@ -307,9 +312,9 @@ func compressedFile(p string) string {
 	return ""
 }
 
-// archiveTags lists the tags of the images of a docker save archive, one
-// string per image ("untagged" for one without), from its manifest.json.
-func archiveTags(p string) ([]string, error) {
+// archiveTags lists the repo tags of each image of a docker save archive,
+// from its manifest.json.
+func archiveTags(p string) ([][]string, error) {
 	f, err := os.Open(p)
 	if err != nil {
 		return nil, err
@@ -328,16 +333,24 @@ func archiveTags(p string) ([]string, error) {
 		if err := json.NewDecoder(io.LimitReader(tr, 16<<20)).Decode(&m); err != nil {
 			return nil, err
 		}
-		var tags []string
+		var tags [][]string
 		for _, e := range m {
-			if len(e.RepoTags) == 0 {
-				tags = append(tags, "untagged")
-			} else {
-				tags = append(tags, strings.Join(e.RepoTags, " or "))
-			}
+			tags = append(tags, e.RepoTags)
 		}
 		return tags, nil
 	}
+}
+
+// archiveHas reports whether one of an archive's images has tag t.
+func archiveHas(images [][]string, t name.Tag) bool {
+	for _, tags := range images {
+		for _, s := range tags {
+			if at, err := name.NewTag(s); err == nil && at.Name() == t.Name() {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func descriptorOf(img v1.Image) (v1.Descriptor, error) {

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"math"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -136,7 +138,7 @@ func mirrorConfig(c *cli.Context) (*mirror.Config, error) {
 			return nil, fmt.Errorf("config: convert.%s: no such convert option", k)
 		}
 		if !c.IsSet(k) {
-			if err := c.Set(k, fmt.Sprint(v)); err != nil {
+			if err := c.Set(k, flagValue(v)); err != nil {
 				return nil, fmt.Errorf("config: convert.%s = %v: %w", k, v, err)
 			}
 		}
@@ -263,4 +265,14 @@ const maxConnections = 1024
 func loopback(a net.Addr) bool {
 	ta, ok := a.(*net.TCPAddr)
 	return ok && ta.IP.IsLoopback()
+}
+
+// flagValue writes a value of the config file as a flag takes it. The
+// file's numbers may come as floats (NATS's syntax reads 20G as 2e10):
+// a whole one is written without an exponent.
+func flagValue(v any) string {
+	if f, ok := v.(float64); ok && f == math.Trunc(f) && math.Abs(f) < 1<<62 {
+		return strconv.FormatInt(int64(f), 10)
+	}
+	return fmt.Sprint(v)
 }

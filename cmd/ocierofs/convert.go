@@ -102,11 +102,17 @@ func runConvert(ctx context.Context, c *cli.Context, source, target string) erro
 		return fmt.Errorf("%s is %s: refusing to convert it again", src, why)
 	}
 	if dst.Kind == oci.Registry || dst.Tag != "" {
-		// The target names the very image being converted, however
+		// The target holds the very image being converted, however
 		// spelt (oci:./bb and oci:$PWD/bb:latest, repo:tag@digest and
-		// repo:tag): converting would replace it with its twin.
-		if there, err := oci.Get(ctx, dst, dstRem); err == nil && there.Descriptor.Digest == art.Descriptor.Digest {
-			return fmt.Errorf("target %s is the source %s: converting would replace the image with its EROFS twin (give another tag)", dst, src)
+		// repo:tag), or a copy of it: converting would replace it with
+		// its twin, and nodes pulling that tag would get EROFS layers.
+		// (A minute at most: a registry that does not answer is left
+		// to the push.)
+		lctx, cancel := context.WithTimeout(ctx, time.Minute)
+		there, err := oci.Get(lctx, dst, dstRem)
+		cancel()
+		if err == nil && there.Descriptor.Digest == art.Descriptor.Digest {
+			return fmt.Errorf("target %s holds the source image %s: converting would replace it with its EROFS twin (give another tag)", dst, art.Descriptor.Digest)
 		}
 	}
 	if dst.Kind == oci.Registry {

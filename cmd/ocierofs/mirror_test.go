@@ -77,6 +77,16 @@ func TestMirrorCommands(t *testing.T) {
 		t.Errorf("sync of an unreachable registry: exit %d, stderr %q; want 1 from ocierofs-mirror", code, errOut)
 	}
 
+	// Numbers of the file as flags take them: NATS's syntax reads an
+	// unquoted 20G as the float 2e10 (review 20-d: "2e+10" was refused).
+	conf := filepath.Join(t.TempDir(), "m.conf")
+	if err := os.WriteFile(conf, []byte("registry: \"127.0.0.1:1\"\nplainHTTP: true\nconvert { \"max-layer-size\": 20G, jobs: 2 }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := run(t, oc, "sync", "--config", conf, "-q"); code != 1 || !strings.HasPrefix(errOut, "ocierofs: catalog of 127.0.0.1:1: ") {
+		t.Errorf("sync with convert options in its file: exit %d, stderr %q; want the catalog's error, past the options", code, errOut)
+	}
+
 	// Alone, with no ocierofs-mirror on PATH either.
 	alone := filepath.Join(t.TempDir(), "ocierofs")
 	b, err := os.ReadFile(oc)

@@ -248,11 +248,13 @@ func RedactURL(urls string) string {
 	parts := strings.Split(urls, ",")
 	for i, u := range parts {
 		scheme, rest, ok := strings.Cut(u, "://")
-		if !ok {
-			continue
+		if !ok { // host:port alone, as the client takes it too
+			scheme, rest = "", u
+		} else {
+			scheme += "://"
 		}
 		if at := strings.LastIndex(rest, "@"); at >= 0 {
-			parts[i] = scheme + "://***@" + rest[at+1:]
+			parts[i] = scheme + "***@" + rest[at+1:]
 		}
 	}
 	return strings.Join(parts, ",")

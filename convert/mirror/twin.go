@@ -293,6 +293,10 @@ func (j *twinJob) published(l v1.Layer) error {
 // classify turns errors of the source's content into permanent ones.
 func (j *twinJob) classify(err error) error {
 	s := err.Error()
+	var big *convert.TooLargeError
+	if errors.As(err, &big) { // the next attempt would download it again
+		return errPermanent{err}
+	}
 	if strings.Contains(s, "does not match") || strings.Contains(s, "but the config gives diff_id") ||
 		strings.Contains(s, "unsupported media type") || strings.Contains(s, "diff_ids") {
 		return errPermanent{err}

@@ -511,3 +511,25 @@ func TestServerSlowClients(t *testing.T) {
 		t.Errorf("Shutdown with a 1 s deadline took %v", d)
 	}
 }
+
+func TestRedactURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"nats://tok@h:4222":                     "nats://***@h:4222",
+		"tok@h:4222":                            "***@h:4222",
+		"nats://u:p@a:1,nats://b:2,tls://t@c:3": "nats://***@a:1,nats://b:2,tls://***@c:3",
+		"nats://h:4222":                         "nats://h:4222",
+	} {
+		if got := RedactURL(in); got != want {
+			t.Errorf("RedactURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// A layer over --max-layer-size fails its task at once: another attempt
+// would download it again (review 20-d).
+func TestClassifyTooLarge(t *testing.T) {
+	err := fmt.Errorf("layer sha256:ab: tar entry \"big\": %w", &convert.TooLargeError{Max: 1 << 20})
+	if _, ok := (&twinJob{}).classify(err).(errPermanent); !ok {
+		t.Errorf("%v: not permanent", err)
+	}
+}
