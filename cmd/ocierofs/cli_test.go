@@ -658,6 +658,18 @@ func TestCommandLine(t *testing.T) {
 	if out, e, code := run(t, b, "cat", img, "--", "/etc/hostname"); code != 0 || out != "demo\n" {
 		t.Errorf("cat IMG -- PATH: exit %d: %q %q", code, out, e)
 	}
+	if _, e, code := run(t, b, "cat", img, "--", "-nope"); code != 1 || !strings.Contains(e, img+": /-nope: no such file or directory") {
+		t.Errorf("cat IMG -- -nope: exit %d: %q, want -nope taken for a path", code, e)
+	}
+	// An image whose name starts with a dash, after "--": an argument.
+	if err := os.WriteFile(filepath.Join(dir, "-dash.erofs"), readFile(t, img), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(b, "cat", "--", "-dash.erofs", "/etc/hostname")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil || string(out) != "demo\n" {
+		t.Errorf("cat -- -dash.erofs PATH: %v: %q", err, out)
+	}
 	// --help anywhere shows the help and runs nothing.
 	src := "oci:" + copyBusyboxLayout(t) + ":latest"
 	out, e, code := run(t, b, "convert", src, "--help")
