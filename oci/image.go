@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/docker/cli/cli/config"
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -40,6 +41,10 @@ type Remote struct {
 	// auth.json where docker has none, as with docker, crane and skopeo. A
 	// credential is never sent to a registry it is not given for.
 	Credentials map[string]Credential
+	// AuthFile, if set, is the one file of logins (docker's config.json,
+	// or podman's auth.json: skopeo's --authfile) for the registries
+	// Credentials does not name, instead of docker's and podman's own.
+	AuthFile string
 	// Insecure skips TLS verification.
 	Insecure bool
 	// Retries is how many times a request that failed with 429, 5xx or a
@@ -52,7 +57,7 @@ type Remote struct {
 
 // Options returns go-containerregistry options for ctx.
 func (r Remote) Options(ctx context.Context) []remote.Option {
-	opts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(keychain(r.Credentials))}
+	opts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(r.keychain())}
 	t := r.Transport
 	if t == nil {
 		t = r.baseTransport()
@@ -88,7 +93,7 @@ func (r Remote) CheckPush(ctx context.Context, ref Ref) error {
 	// go-containerregistry's check takes no context: it runs beside the
 	// caller, who waits for its answer, ctx's end, or a minute.
 	errc := make(chan error, 1)
-	go func() { errc <- remote.CheckPushPermission(ref.Name, keychain(r.Credentials), t) }()
+	go func() { errc <- remote.CheckPushPermission(ref.Name, r.keychain(), t) }()
 	var err error
 	select {
 	case err = <-errc:
@@ -120,16 +125,45 @@ func (r Remote) WithCredential(registry string, c Credential) (Remote, error) {
 	return r, nil
 }
 
-// keychain gives a registry its credential, or else what the default
-// keychain (docker's config, credential helpers, podman's auth.json) gives
-// it.
-type keychain map[string]Credential
+// keychain gives a registry its credential, or else what the auth file
+// or, without one, the default keychain (docker's config, credential
+// helpers, podman's auth.json) gives it.
+type keychain struct {
+	creds    map[string]Credential
+	authFile string
+}
+
+func (r Remote) keychain() keychain { return keychain{r.Credentials, r.AuthFile} }
 
 func (k keychain) Resolve(res authn.Resource) (authn.Authenticator, error) {
-	if c, ok := k[res.RegistryStr()]; ok {
+	if c, ok := k.creds[res.RegistryStr()]; ok {
 		return &authn.Basic{Username: c.Username, Password: c.Password}, nil
 	}
-	return authn.DefaultKeychain.Resolve(res)
+	if k.authFile == "" {
+		return authn.DefaultKeychain.Resolve(res)
+	}
+	f, err := os.Open(k.authFile)
+	if err != nil {
+		return nil, fmt.Errorf("auth file: %w", err)
+	}
+	defer f.Close()
+	cf, err := config.LoadFromReader(f)
+	if err != nil {
+		return nil, fmt.Errorf("auth file %s: %w", k.authFile, err)
+	}
+	key := res.RegistryStr()
+	if key == name.DefaultRegistry {
+		key = authn.DefaultAuthKey // Docker Hub's, as docker login writes it
+	}
+	ac, err := cf.GetAuthConfig(key)
+	if err != nil {
+		return nil, fmt.Errorf("auth file %s: %w", k.authFile, err)
+	}
+	if ac.Username == "" && ac.Password == "" && ac.Auth == "" && ac.IdentityToken == "" && ac.RegistryToken == "" {
+		return authn.Anonymous, nil
+	}
+	return authn.FromConfig(authn.AuthConfig{Username: ac.Username, Password: ac.Password, Auth: ac.Auth,
+		IdentityToken: ac.IdentityToken, RegistryToken: ac.RegistryToken}), nil
 }
 
 // baseTransport is go-containerregistry's default transport, without TLS

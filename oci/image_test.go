@@ -38,7 +38,7 @@ func TestCredentials(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a, err := keychain(r2.Credentials).Resolve(ref.Context())
+		a, err := r2.keychain().Resolve(ref.Context())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -33,8 +33,7 @@ var cacheCommand = &cli.Command{
 		"root hash, which containerd's snapshotter opens it with (dmverity_mode): only for\n" +
 		"nodes whose kernel has dm-verity: containerd fails to mount an entry with a\n" +
 		"sidecar where the kernel has none.",
-	Flags: slices.Concat(options.ErofsFlags(), options.CacheFlags(options.SourceFlags()), []cli.Flag{
-		options.PasswordStdinFlag(),
+	Flags: slices.Concat(options.ErofsFlags(), options.CacheFlags(options.SourceFlags()), options.LoginFlags(), []cli.Flag{
 		&cli.BoolFlag{Name: "dmverity", Usage: "append a dm-verity hash tree to each entry and write its .dmverity sidecar, for containerd's dmverity_mode (entries without one are made again)"},
 		&cli.BoolFlag{Name: "over-lower", Usage: "make each entry over this image's layers below it, so that the directories a layer implies keep their owner and mode as docker applies the layers " +
 			"(by default an entry is made of its layer alone, as containerd's differ does: it serves every image with that layer, and one image must not set another's directories; " +

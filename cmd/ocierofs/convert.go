@@ -30,7 +30,7 @@ var convertCommand = &cli.Command{
 		"with the tag plus --suffix. Layers become application/vnd.erofs.layer.v1; the\n" +
 		"config gets os.features [\"erofs\"] and the new diff_ids. Nothing is tagged until\n" +
 		"every layer is converted and uploaded.",
-	Flags: slices.Concat(options.ErofsFlags(), options.SourceFlags(), []cli.Flag{options.PasswordStdinFlag()}, options.CredentialFlags(), options.ConvertFlags()),
+	Flags: slices.Concat(options.ErofsFlags(), options.SourceFlags(), options.LoginFlags(), options.CredentialFlags(), options.ConvertFlags()),
 	Action: func(c *cli.Context) error {
 		if c.NArg() < 1 || c.NArg() > 2 {
 			return fmt.Errorf("convert: want SOURCE [TARGET]")

@@ -571,6 +571,26 @@ func TestConvertCLICredentials(t *testing.T) {
 		checkSent(t, a, b, []string{"alice"}, []string{"bob"})
 		checkPushed(t, target)
 	})
+	// An auth file (skopeo's --authfile; docker's config.json format):
+	// only its logins count, not docker's own.
+	t.Run("auth file", func(t *testing.T) {
+		a.reset()
+		b.reset()
+		auth := filepath.Join(t.TempDir(), "auth.json")
+		basic := func(u, p string) string { return base64.StdEncoding.EncodeToString([]byte(u + ":" + p)) }
+		if err := os.WriteFile(auth, []byte(fmt.Sprintf(`{"auths":{%q:{"auth":%q},%q:{"auth":%q}}}`,
+			a.host, basic("alice", "pa:ss"), b.host, basic("bob", "pb"))), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := runConvertCLI(t, "-q", "--plain-http", "--authfile", auth, src.String(), b.host+"/e2e/bb:authfile"); err != nil {
+			t.Fatalf("--authfile: %v", err)
+		}
+		checkSent(t, a, b, []string{"alice"}, []string{"bob"})
+		checkPushed(t, b.host+"/e2e/bb:authfile")
+		if _, err := runConvertCLI(t, "-q", "--plain-http", "--authfile", filepath.Join(t.TempDir(), "none.json"), src.String(), b.host+"/e2e/bb:x"); err == nil || !strings.Contains(err.Error(), "--authfile") {
+			t.Errorf("a missing auth file: %v", err)
+		}
+	})
 	// The password from stdin, as docker login --password-stdin takes it.
 	t.Run("password from stdin", func(t *testing.T) {
 		a.reset()

@@ -86,9 +86,13 @@ func SourceFlags() []cli.Flag {
 	}
 }
 
-// PasswordStdinFlag is docker login's: --username's password from stdin.
-func PasswordStdinFlag() cli.Flag {
-	return &cli.BoolFlag{Name: "password-stdin", Usage: "read --username's password from stdin (as docker login does)"}
+// LoginFlags are convert's and cache's ways to log in besides --username:
+// docker login's --password-stdin and skopeo's --authfile.
+func LoginFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.BoolFlag{Name: "password-stdin", Usage: "read --username's password from stdin (as docker login does)"},
+		&cli.StringFlag{Name: "authfile", EnvVars: []string{"REGISTRY_AUTH_FILE"}, Usage: "the logins to use, a docker config.json or podman auth.json (as skopeo's --authfile), instead of docker's and podman's own"},
+	}
 }
 
 // CredentialFlags are convert's flags for a source and a target with
@@ -107,6 +111,12 @@ func CredentialFlags() []cli.Flag {
 // no registry is sent another's password. --src-creds and --dest-creds are
 // each for one side.
 func Credentials(c *cli.Context, rem oci.Remote, src oci.Ref, dst *oci.Ref) (srcRem, dstRem oci.Remote, err error) {
+	rem.AuthFile = c.String("authfile")
+	if rem.AuthFile != "" {
+		if _, err := os.Stat(rem.AuthFile); err != nil {
+			return rem, rem, fmt.Errorf("--authfile: %w", err)
+		}
+	}
 	srcRem, dstRem = rem, rem
 	refs := []oci.Ref{src}
 	if dst != nil {
