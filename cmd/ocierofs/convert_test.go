@@ -400,6 +400,11 @@ func TestCacheCLIPlatform(t *testing.T) {
 		t.Errorf("--platform all: %d entries, want 4", n)
 	}
 
+	// Converted, the index says how containerd takes its entries.
+	if _, stderr, code := run(t, bin(t), "convert", "--plain-http", ref.String(), "oci:"+filepath.Join(t.TempDir(), "idx")+":t"); code != 0 ||
+		!strings.Contains(stderr, "--platform 'linux(+erofs)/"+runtime.GOARCH+"'") {
+		t.Errorf("convert of an index: exit %d, no pull hint:\n%s", code, stderr)
+	}
 	// An EROFS image (the -erofs twin) is not what containerd looks up:
 	// refused, and the new DIR made for it goes again (review 20-b L6).
 	if _, err := runConvertCLI(t, "-q", "--plain-http", src.String(), host+"/e2e/bb:twin"); err != nil {
