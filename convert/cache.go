@@ -489,7 +489,6 @@ const CacheLockName = ".ocierofs-cache.lock"
 // called once if another run holds the lock. unlock lets go of it.
 func LockCache(ctx context.Context, dir string, wait func()) (unlock func(), err error) {
 	var f *os.File
-	waited := false
 	for {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, err
@@ -500,26 +499,14 @@ func LockCache(ctx context.Context, dir string, wait func()) (unlock func(), err
 		} else if err != nil {
 			return nil, err
 		}
-		for {
-			err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-			if !errors.Is(err, unix.EWOULDBLOCK) {
-				break
-			}
-			if !waited && wait != nil {
-				wait()
-			}
-			waited = true
-			select {
-			case <-ctx.Done():
-				f.Close()
-				return nil, ctx.Err()
-			case <-time.After(200 * time.Millisecond):
-			}
-		}
-		if err != nil {
+		if _, err = atomicfile.Flock(ctx, int(f.Fd()), wait); err != nil {
 			f.Close()
+			if ctx.Err() != nil {
+				return nil, err
+			}
 			return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
 		}
+		wait = nil // said once
 		// A run that failed in a directory it made removes the lock file
 		// while it holds it: then this lock is of a file gone, and
 		// another run may have made a new one.

@@ -11,7 +11,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -81,10 +80,10 @@ func lockLayout(ctx context.Context, path string) (*layoutDir, error) {
 			return nil, &os.PathError{Op: "open", Path: path, Err: err}
 		}
 		d := os.NewFile(uintptr(fd), path)
-		locked, err := flockWait(ctx, fd)
+		locked, err := atomicfile.Flock(ctx, fd, nil)
 		if err != nil {
 			d.Close()
-			return nil, err
+			return nil, &os.PathError{Op: "lock", Path: path, Err: err}
 		}
 		// A run that made the layout and failed removes it: then it is
 		// not this directory any more, and the layout is made again.
@@ -100,27 +99,6 @@ func lockLayout(ctx context.Context, path string) (*layoutDir, error) {
 			return &layoutDir{ctx: ctx, path: path, dir: d, made: made, locked: locked, have: map[v1.Hash]bool{}}, nil
 		}
 		d.Close()
-	}
-}
-
-// flockWait takes an exclusive flock of fd, polling so that ctx can end
-// the wait; locked is false where the filesystem has no locks.
-func flockWait(ctx context.Context, fd int) (locked bool, err error) {
-	for {
-		err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
-		switch {
-		case err == nil:
-			return true, nil
-		case atomicfile.NoLocks(err):
-			return false, nil
-		case !errors.Is(err, unix.EWOULDBLOCK):
-			return false, fmt.Errorf("lock: %w", err)
-		}
-		select {
-		case <-ctx.Done():
-			return false, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
 	}
 }
 

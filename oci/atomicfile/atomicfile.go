@@ -7,9 +7,11 @@
 package atomicfile
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -84,14 +86,38 @@ func LockDir(dir string) (unlock func(), err error) {
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
 	}
-	if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
+	if _, err := Flock(context.Background(), fd, nil); err != nil {
 		unix.Close(fd)
-		if NoLocks(err) {
-			return func() {}, nil
-		}
 		return nil, &os.PathError{Op: "lock", Path: dir, Err: err}
 	}
 	return func() { unix.Close(fd) }, nil
+}
+
+// Flock takes an exclusive flock of fd, waiting for its holder until ctx
+// ends (it polls: flock cannot be interrupted); waiting, if set, is called
+// once when it has to wait. locked is false where the filesystem has no
+// locks (NoLocks): then it goes on without.
+func Flock(ctx context.Context, fd int, waiting func()) (locked bool, err error) {
+	for {
+		err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
+		switch {
+		case err == nil:
+			return true, nil
+		case NoLocks(err):
+			return false, nil
+		case !errors.Is(err, unix.EWOULDBLOCK):
+			return false, err
+		}
+		if waiting != nil {
+			waiting()
+			waiting = nil
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // NoLocks reports an flock error that means the filesystem has no locks
