@@ -322,7 +322,7 @@ func (c *Converter) Image(ctx context.Context, src v1.Image, srcDesc v1.Descript
 // download left behind, so a config that does not match its digest is
 // fetched again as a blob, with retries, before giving up.
 func readConfig(ctx context.Context, src v1.Image, d v1.Descriptor) ([]byte, error) {
-	if err := checkConfigSize(d); err != nil {
+	if err := CheckConfigSize(d); err != nil {
 		return nil, err
 	}
 	raw, err := src.RawConfigFile()
@@ -372,11 +372,9 @@ func readBlob(src v1.Image, h v1.Hash) ([]byte, error) {
 // whose history grows with the layers, are kilobytes to a few megabytes.
 const MaxConfigSize = 32 << 20
 
-// CheckConfigSize refuses an image whose manifest declares a config that
-// is larger than MaxConfigSize or of no size, before it is read.
-func CheckConfigSize(m *v1.Manifest) error { return checkConfigSize(m.Config) }
-
-func checkConfigSize(d v1.Descriptor) error {
+// CheckConfigSize refuses a config whose descriptor (a manifest's) makes
+// it larger than MaxConfigSize or gives it no size, before it is read.
+func CheckConfigSize(d v1.Descriptor) error {
 	if d.Size < 0 || d.Size > MaxConfigSize {
 		return fmt.Errorf("config %s: the manifest gives it %d bytes: a config has 0 to %d", d.Digest, d.Size, MaxConfigSize)
 	}
@@ -1026,7 +1024,7 @@ func (c *Converter) configPlatform(src v1.ImageIndex, d v1.Descriptor) (*v1.Plat
 	if !m.Config.MediaType.IsConfig() {
 		return nil, nil
 	}
-	if err := CheckConfigSize(m); err != nil {
+	if err := CheckConfigSize(m.Config); err != nil {
 		return nil, fmt.Errorf("manifest %s: %w", d.Digest, err)
 	}
 	cf, err := img.ConfigFile()

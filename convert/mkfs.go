@@ -9,7 +9,6 @@ package convert
 import (
 	"crypto/sha1"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -265,7 +264,7 @@ func Mkfs(output, input string, opt Options) (res *Result, err error) {
 	if err := checkDistinct(writes, reads, dir); err != nil {
 		return nil, err
 	}
-	if f, ok := src.(*os.File); ok && input != "-" && isErofsImage(f) {
+	if f, ok := src.(*os.File); ok && input != "-" && isErofsImage(f, size) {
 		// Its zero first block reads as a tar's end: it would give an
 		// empty image, over OUTPUT.
 		return nil, fmt.Errorf("%s is an EROFS image, not a tar (OUTPUT goes first: mkfs OUTPUT INPUT)", input)
@@ -440,15 +439,16 @@ func (c *capReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// isErofsImage reports whether f holds an EROFS image: a first block of
-// zeros (never a tar's, unless an empty one's) and the superblock's magic.
-func isErofsImage(f *os.File) bool {
-	b := make([]byte, erofs.SuperOffset+4)
-	if _, err := f.ReadAt(b, 0); err != nil {
+// isErofsImage reports whether f (of size bytes) holds an EROFS image: a
+// first block of zeros (never a tar's, unless an empty one's) and a
+// superblock.
+func isErofsImage(f *os.File, size int64) bool {
+	b := make([]byte, tarBlock)
+	if _, err := f.ReadAt(b, 0); err != nil || slices.ContainsFunc(b, func(c byte) bool { return c != 0 }) {
 		return false
 	}
-	return !slices.ContainsFunc(b[:tarBlock], func(c byte) bool { return c != 0 }) &&
-		binary.LittleEndian.Uint32(b[erofs.SuperOffset:]) == erofs.SuperMagic
+	_, err := erofs.ReadSuper(f, size)
+	return err == nil
 }
 
 // createUnnamed makes a file in dir that has no name until it is linked

@@ -91,7 +91,7 @@ func (c *Converter) CheckPlatform(img v1.Image, desc v1.Descriptor) error {
 	if err != nil {
 		return fmt.Errorf("manifest %s: %w", desc.Digest, err)
 	}
-	if err := CheckConfigSize(m); err != nil {
+	if err := CheckConfigSize(m.Config); err != nil {
 		return fmt.Errorf("image %s: %w", desc.Digest, err)
 	}
 	cf, err := img.ConfigFile()

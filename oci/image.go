@@ -310,7 +310,7 @@ func getArchive(r Ref) (*Artifact, error) {
 		// Its manifest, config and layers are read one after another.
 		return nil, fmt.Errorf("%s: not a regular file: docker-archive reads a file (docker save -o FILE), not a pipe", r)
 	}
-	if kind := compressedFile(r.Path); kind != "" {
+	if kind := SniffFile(r.Path); kind != "" && kind != "tar" {
 		return nil, fmt.Errorf("%s: a %s file: decompress it first (docker save writes a plain tar)", r, kind)
 	}
 	img, err := tarball.ImageFromPath(r.Path, tag)
@@ -329,21 +329,6 @@ func getArchive(r Ref) (*Artifact, error) {
 		return nil, fmt.Errorf("%s: %w", r, err)
 	}
 	return &Artifact{Ref: r, Descriptor: d, Image: img}, nil
-}
-
-// compressedFile names the compression of the file at p, "" for none.
-func compressedFile(p string) string {
-	f, err := os.Open(p)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	head := make([]byte, 8)
-	n, _ := io.ReadFull(f, head)
-	if kind := Sniff(head[:n]); kind != "tar" {
-		return kind
-	}
-	return ""
 }
 
 // archiveTags lists the repo tags of each image of a docker save archive,

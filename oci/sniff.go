@@ -1,6 +1,11 @@
 package oci
 
-import "bytes"
+import (
+	"bytes"
+	"io"
+	"os"
+	"syscall"
+)
 
 // Sniff names the format of a file or stream that starts with head, from
 // its magic bytes, never from a name or media type (which lie): "gzip",
@@ -24,4 +29,17 @@ func Sniff(head []byte) string {
 		return "tar"
 	}
 	return ""
+}
+
+// SniffFile is Sniff of the first bytes of the file at path, "" if it
+// cannot be read. It never blocks on a FIFO.
+func SniffFile(path string) string {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	head := make([]byte, 512)
+	n, _ := io.ReadFull(f, head)
+	return Sniff(head[:n])
 }

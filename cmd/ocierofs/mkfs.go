@@ -3,9 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -126,14 +124,7 @@ func archiveKind(path, input string) string {
 	if in, err := os.Stat(input); err == nil && os.SameFile(fi, in) {
 		return "" // Mkfs says that OUTPUT is INPUT, more to the point
 	}
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	head := make([]byte, 512)
-	n, _ := io.ReadFull(f, head)
-	switch kind := oci.Sniff(head[:n]); kind {
+	switch kind := oci.SniffFile(path); kind {
 	case "":
 		return ""
 	case "tar":

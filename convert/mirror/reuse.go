@@ -51,7 +51,7 @@ func readSource(img v1.Image) (*sourceImage, error) {
 	if s.m, err = v1.ParseManifest(bytes.NewReader(s.raw)); err != nil {
 		return nil, err
 	}
-	if err := convert.CheckConfigSize(s.m); err != nil {
+	if err := convert.CheckConfigSize(s.m.Config); err != nil {
 		return nil, err
 	}
 	if s.rawCfg, err = img.RawConfigFile(); err != nil {
