@@ -129,7 +129,8 @@ func Credentials(c *cli.Context, rem oci.Remote, src oci.Ref, dst *oci.Ref) (src
 		}
 	}
 	user, pass := c.String("username"), c.String("password")
-	if c.String("src-creds") != "" || c.String("dest-creds") != "" {
+	perSide := c.String("src-creds") != "" || c.String("dest-creds") != ""
+	if perSide {
 		// A user from the environment (a mirror's, say) gives way to
 		// the flags given for this run.
 		if user == os.Getenv("OCIEROFS_USERNAME") {
@@ -155,7 +156,7 @@ func Credentials(c *cli.Context, rem oci.Remote, src oci.Ref, dst *oci.Ref) (src
 		return srcRem, dstRem, errors.New("--password without --username")
 	}
 	if user != "" || pass != "" {
-		if c.String("src-creds") != "" || c.String("dest-creds") != "" {
+		if perSide {
 			return srcRem, dstRem, errors.New("--username: give either --username and --password, or --src-creds and --dest-creds")
 		}
 		switch len(regs) {
@@ -425,20 +426,14 @@ func compression(c *cli.Context, bs int, k erofs.Kernel) (*erofs.Compression, er
 	return z, nil
 }
 
-// ParseSize reads a byte count with an optional K or M suffix (powers of 1024).
+// ParseSize reads a byte count with an optional K or M suffix (powers of
+// 1024) of at most 1 GiB: a block, pcluster or extent size.
 func ParseSize(s string) (int, error) {
-	mult := 1
-	switch {
-	case strings.HasSuffix(s, "K"), strings.HasSuffix(s, "k"):
-		mult, s = 1<<10, s[:len(s)-1]
-	case strings.HasSuffix(s, "M"), strings.HasSuffix(s, "m"):
-		mult, s = 1<<20, s[:len(s)-1]
+	n, err := parseBytes(s)
+	if err != nil || n > 1<<30 {
+		return 0, fmt.Errorf("size %q: want bytes, or a number with K or M, up to 1G", s)
 	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n <= 0 || n > 1<<30/mult {
-		return 0, fmt.Errorf("size %q: want bytes, or a number with K or M", s)
-	}
-	return n * mult, nil
+	return int(n), nil
 }
 
 // parseBytes reads a byte count with an optional K, M, G or T suffix

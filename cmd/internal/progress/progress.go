@@ -114,12 +114,7 @@ func (v *View) draw() {
 
 // progressLine renders one layer: "sha256:0123abcd… converting [=====>    ] 12.0/45.1 MB".
 func progressLine(p convert.Progress, width int, elapsed time.Duration) string {
-	name := p.Source
-	if i := strings.IndexByte(name, ','); i >= 0 {
-		name = fmt.Sprintf("%d layers", strings.Count(name, ",")+1)
-	} else if len(name) > 19 {
-		name = name[:19]
-	}
+	name := layerName(p.Source)
 	frac := 0.0
 	if p.Total > 0 {
 		frac = float64(p.Read) / float64(p.Total)
@@ -135,6 +130,15 @@ func progressLine(p convert.Progress, width int, elapsed time.Duration) string {
 		bar = bar[:fill-1] + ">" + bar[fill:]
 	}
 	return fmt.Sprintf("%-19s %-14s [%s] %s/%s %5.1fs", name, p.Stage, bar, megabytes(p.Read), megabytes(p.Total), elapsed.Seconds())
+}
+
+// layerName is a layer's digest cut to "sha256:" and 12 hex digits, or
+// "N layers" for the digests of a flattened image (a comma list).
+func layerName(source string) string {
+	if i := strings.IndexByte(source, ','); i >= 0 {
+		return fmt.Sprintf("%d layers", strings.Count(source, ",")+1)
+	}
+	return source[:min(len(source), 19)]
 }
 
 func megabytes(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
@@ -161,10 +165,6 @@ func Every(interval time.Duration, log func(string)) func(convert.Progress) {
 			return
 		}
 		last[p.Source] = now
-		name := p.Source
-		if len(name) > 19 {
-			name = name[:19]
-		}
-		log(fmt.Sprintf("layer %s: converting, %s of %s read", name, megabytes(p.Read), megabytes(p.Total)))
+		log(fmt.Sprintf("layer %s: converting, %s of %s read", layerName(p.Source), megabytes(p.Read), megabytes(p.Total)))
 	}
 }
