@@ -57,12 +57,7 @@ type Remote struct {
 
 // Options returns go-containerregistry options for ctx.
 func (r Remote) Options(ctx context.Context) []remote.Option {
-	opts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(r.keychain())}
-	t := r.Transport
-	if t == nil {
-		t = r.baseTransport()
-	}
-	opts = append(opts, remote.WithTransport(t))
+	opts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(r.keychain()), remote.WithTransport(r.transport())}
 	retries := r.Retries
 	if retries == 0 {
 		retries = 5
@@ -86,14 +81,10 @@ func (r Remote) Options(ctx context.Context) []remote.Option {
 // after every layer is converted. Only a refusal is an error; a registry
 // that cannot be asked now is left for the push itself, which retries.
 func (r Remote) CheckPush(ctx context.Context, ref Ref) error {
-	t := r.Transport
-	if t == nil {
-		t = r.baseTransport()
-	}
 	// go-containerregistry's check takes no context: it runs beside the
 	// caller, who waits for its answer, ctx's end, or a minute.
 	errc := make(chan error, 1)
-	go func() { errc <- remote.CheckPushPermission(ref.Name, r.keychain(), t) }()
+	go func() { errc <- remote.CheckPushPermission(ref.Name, r.keychain(), r.transport()) }()
 	var err error
 	select {
 	case err = <-errc:
@@ -166,9 +157,12 @@ func (k keychain) Resolve(res authn.Resource) (authn.Authenticator, error) {
 		IdentityToken: ac.IdentityToken, RegistryToken: ac.RegistryToken}), nil
 }
 
-// baseTransport is go-containerregistry's default transport, without TLS
-// verification if r.Insecure.
-func (r Remote) baseTransport() http.RoundTripper {
+// transport is r.Transport, or else go-containerregistry's default
+// transport, without TLS verification if r.Insecure.
+func (r Remote) transport() http.RoundTripper {
+	if r.Transport != nil {
+		return r.Transport
+	}
 	base := remote.DefaultTransport.(*http.Transport).Clone()
 	if r.Insecure {
 		base.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // asked for by --insecure

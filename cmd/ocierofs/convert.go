@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"time"
@@ -74,7 +73,7 @@ func runConvert(ctx context.Context, c *cli.Context, source, target string) erro
 	} else if dst, err = oci.DefaultTarget(src, suffix); err != nil {
 		return err
 	}
-	if err := checkTarget(src, dst); err != nil {
+	if err := checkTarget(dst); err != nil {
 		return err
 	}
 	srcRem, dstRem, err := options.Credentials(c, rem, src, &dst)
@@ -179,23 +178,12 @@ func runConvert(ctx context.Context, c *cli.Context, source, target string) erro
 	return nil
 }
 
-// checkTarget refuses targets a conversion cannot or must not write: one
-// given by digest (the converted image has a digest of its own), and the
-// source itself, which would be replaced by its EROFS twin (crane copy X X
-// changes nothing).
-func checkTarget(src, dst oci.Ref) error {
-	switch {
-	case dst.Kind == oci.Registry:
-		if _, ok := dst.Name.(name.Digest); ok {
-			return fmt.Errorf("target %s: give a tag, not a digest (the converted image has a digest of its own)", dst)
-		}
-		if src.Kind == oci.Registry && src.Name.Name() == dst.Name.Name() {
-			return fmt.Errorf("target %s is the source: converting would replace the image with its EROFS twin (give another tag; without a target it is the source's tag plus the suffix)", dst)
-		}
-	case dst.Kind == oci.Layout && src.Kind == oci.Layout:
-		if filepath.Clean(src.Path) == filepath.Clean(dst.Path) && src.Tag != "" && src.Tag == dst.Tag {
-			return fmt.Errorf("target %s is the source: converting would replace the image with its EROFS twin (give another tag; without a target it is the source's tag plus the suffix)", dst)
-		}
+// checkTarget refuses a target given by digest: the converted image has a
+// digest of its own. (A target that is the source, however spelt, holds
+// the source image: runConvert refuses it once the source is read.)
+func checkTarget(dst oci.Ref) error {
+	if _, ok := dst.Name.(name.Digest); ok && dst.Kind == oci.Registry {
+		return fmt.Errorf("target %s: give a tag, not a digest (the converted image has a digest of its own)", dst)
 	}
 	return nil
 }
