@@ -108,17 +108,10 @@ func inspectJSON(out io.Writer, img *erofs.Image, name string, size int64) error
 	if err != nil {
 		return err
 	}
-	ck := "ok"
-	switch {
-	case s.FeatureCompat&erofs.FeatureCompatSBChksum == 0:
-		ck = "none"
-	case !s.ChecksumOK:
-		ck = "mismatch"
-	}
 	rep := inspectReport{
 		Image: name, Size: size, BlockSize: s.BlockSize, Blocks: s.Blocks, UUID: options.FormatUUID(s.UUID), Label: s.VolumeName,
-		Features: erofs.FeatureNames(s.FeatureCompat, s.FeatureIncompat), MinKernel: erofs.MinKernel(s), Checksum: ck,
-		Epoch: time.Unix(s.Epoch, int64(s.FixedNsec)).UTC().Format(time.RFC3339Nano), RootNid: s.RootNid, ExtraDevices: int(s.ExtraDevices),
+		Features: erofs.FeatureNames(s.FeatureCompat, s.FeatureIncompat), MinKernel: erofs.MinKernel(s), Checksum: checksumState(s),
+		Epoch: epochString(s), RootNid: s.RootNid, ExtraDevices: int(s.ExtraDevices),
 		Inodes: st.inodes, CompactInodes: st.compact, ByType: st.byType, ByLayout: st.byLayout,
 		FileBytes: st.fileBytes, DataBlockBytes: st.dataBlockBytes, InlineBytes: st.inlineBytes,
 		SharedFiles: st.sharedFiles, SharedBytes: st.sharedBytes, CompressedFile: st.zFiles, CompressedSize: st.zBytes, Pclusters: st.zStored,
@@ -126,6 +119,23 @@ func inspectJSON(out io.Writer, img *erofs.Image, name string, size int64) error
 	enc := json.NewEncoder(out)
 	enc.SetIndent("", "  ")
 	return enc.Encode(rep)
+}
+
+// checksumState is "ok", "mismatch", or "none" for a superblock without
+// a checksum.
+func checksumState(s erofs.SuperInfo) string {
+	switch {
+	case s.FeatureCompat&erofs.FeatureCompatSBChksum == 0:
+		return "none"
+	case !s.ChecksumOK:
+		return "mismatch"
+	}
+	return "ok"
+}
+
+// epochString is the superblock's epoch, with its nanoseconds.
+func epochString(s erofs.SuperInfo) string {
+	return time.Unix(s.Epoch, int64(s.FixedNsec)).UTC().Format(time.RFC3339Nano)
 }
 
 // readSuper decodes the superblock of the image file name alone.
@@ -167,15 +177,12 @@ func superLines(w io.Writer, name string, s erofs.SuperInfo, size int64) {
 	}
 	fmt.Fprintf(w, "features:\t%s\n", strings.Join(erofs.FeatureNames(s.FeatureCompat, s.FeatureIncompat), " "))
 	fmt.Fprintf(w, "minimum kernel:\tLinux %s\n", erofs.MinKernel(s))
-	ck := "ok"
-	if !s.ChecksumOK {
+	ck := checksumState(s)
+	if ck == "mismatch" {
 		ck = "MISMATCH"
 	}
-	if s.FeatureCompat&erofs.FeatureCompatSBChksum == 0 {
-		ck = "none"
-	}
 	fmt.Fprintf(w, "checksum:\t%#08x (%s)\n", s.Checksum, ck)
-	fmt.Fprintf(w, "epoch:\t%s\n", time.Unix(s.Epoch, int64(s.FixedNsec)).UTC().Format(time.RFC3339Nano))
+	fmt.Fprintf(w, "epoch:\t%s\n", epochString(s))
 	if s.BuildTime != 0 {
 		fmt.Fprintf(w, "build time:\t%s\n", time.Unix(s.Epoch+int64(s.BuildTime), 0).UTC().Format(time.RFC3339))
 	}

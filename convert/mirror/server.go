@@ -95,11 +95,12 @@ func (s *Server) Close() {
 // and /status/ID.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /notify", s.notify)
+	mux.HandleFunc("POST /notify", s.withSecret(s.notify))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", s.ready)
-	mux.HandleFunc("GET /status", s.status)
-	mux.HandleFunc("GET /status/{id}", s.statusOne)
+	// Repositories, tags and errors: not for anyone.
+	mux.HandleFunc("GET /status", s.withSecret(s.status))
+	mux.HandleFunc("GET /status/{id}", s.withSecret(s.statusOne))
 	if s.metrics != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.Registry, promhttp.HandlerOpts{}))
 	}
@@ -193,6 +194,17 @@ func (s *Server) authorized(r *http.Request) bool {
 	return subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.Secret)) == 1
 }
 
+// withSecret serves h only for requests that carry the secret.
+func (s *Server) withSecret(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !s.authorized(r) {
+			s.refuse(w, r)
+			return
+		}
+		h(w, r)
+	}
+}
+
 // refuse answers a request without the secret: 401 at once, and the
 // connection closed, so that the server does not first wait to drain a
 // body the client may never send.
@@ -210,10 +222,6 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) notify(w http.ResponseWriter, r *http.Request) {
-	if !s.authorized(r) {
-		s.refuse(w, r)
-		return
-	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, 4<<20))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -433,10 +441,6 @@ type Status struct {
 }
 
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {
-	if !s.authorized(r) { // repositories, tags and errors: not for anyone
-		s.refuse(w, r)
-		return
-	}
 	if s.q == nil {
 		http.Error(w, "no queue", http.StatusServiceUnavailable)
 		return
@@ -468,10 +472,6 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) statusOne(w http.ResponseWriter, r *http.Request) {
-	if !s.authorized(r) {
-		s.refuse(w, r)
-		return
-	}
 	if s.q == nil {
 		http.Error(w, "no queue", http.StatusServiceUnavailable)
 		return
