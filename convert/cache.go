@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -243,8 +244,10 @@ func (c *Converter) CacheImage(ctx context.Context, src v1.Image, srcDesc v1.Des
 			switch {
 			case ok:
 				out[i].Cached, out[i].Size, out[i].DMVerityRootHash = true, size, root
-				if w := lowerWarning(p, lowerChain(i)); w != "" && !alone {
-					out[i].Warnings = append(out[i].Warnings, w)
+				if !alone {
+					if w := lowerWarning(p, lowerChain(i)); w != "" {
+						out[i].Warnings = append(out[i].Warnings, w)
+					}
 				}
 			default:
 				top = i
@@ -262,26 +265,21 @@ func (c *Converter) CacheImage(ctx context.Context, src v1.Image, srcDesc v1.Des
 	for i := 0; i <= top; i++ {
 		d := m.Layers[i]
 		chain = append(chain, d.Digest.String())
-		if alone && (out[i].Cached || out[i].Skipped != "") {
-			continue // nothing below a layer is read for it
+		have := out[i].Cached || out[i].Skipped != ""
+		if alone && have {
+			continue // made of itself: nothing below it is read
 		}
 		l, err := src.LayerByDigest(d.Digest)
 		if err != nil {
 			return nil, fmt.Errorf("layer %s: %w", d.Digest, err)
 		}
-		if alone {
-			ls := layerSource{desc: d, layer: l, diffID: cfg.RootFS.DiffIDs[i]}
-			jobs[i] = c.job(ctx, "alone:"+d.Digest.String(), Progress{Source: d.Digest.String(), Total: d.Size}, nil,
-				func(j *layerJob) error { return c.convertLayer(ctx, j, ls) })
-			continue
-		}
-		ls := layerSource{desc: d, layer: l, diffID: cfg.RootFS.DiffIDs[i], lower: append([]*dirOps(nil), lowerOps...)}
-		key := strings.Join(chain, ",")
-		waiting := Progress{Source: d.Digest.String(), Total: d.Size}
-		if out[i].Cached || out[i].Skipped != "" {
-			ls.scan = true
-			key = "scan:" + key
-			waiting = Progress{} // not shown: nothing is made of it
+		ls := layerSource{desc: d, layer: l, diffID: cfg.RootFS.DiffIDs[i]}
+		key, waiting := "alone:"+d.Digest.String(), Progress{Source: d.Digest.String(), Total: d.Size}
+		if !alone {
+			ls.lower, key = slices.Clone(lowerOps), strings.Join(chain, ",")
+			if have { // read for the layers above it: not shown
+				ls.scan, key, waiting = true, "scan:"+key, Progress{}
+			}
 		}
 		jobs[i] = c.job(ctx, key, waiting, ls.lower, func(j *layerJob) error { return c.convertLayer(ctx, j, ls) })
 		lowerOps = append(lowerOps, jobs[i].ops)
@@ -325,8 +323,10 @@ func (c *Converter) CacheImage(ctx context.Context, src v1.Image, srcDesc v1.Des
 			// Placed meanwhile, for another platform or by another run.
 			out[i].Cached = true
 			out[i].Size, out[i].DMVerityRootHash = there.size, there.rootHash
-			if w := lowerWarning(out[i].Path, lowerChain(i)); w != "" && !alone {
-				out[i].Warnings = append(out[i].Warnings, w)
+			if !alone {
+				if w := lowerWarning(out[i].Path, lowerChain(i)); w != "" {
+					out[i].Warnings = append(out[i].Warnings, w)
+				}
 			}
 			continue
 		}
