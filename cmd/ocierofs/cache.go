@@ -69,7 +69,7 @@ func runCache(ctx context.Context, c *cli.Context, source, dir string) (err erro
 	if err != nil {
 		return err
 	}
-	if rem, _, err = options.Credentials(c, rem, src, nil); err != nil {
+	if rem, _, err = options.Credentials(ctx, c, rem, src, nil); err != nil {
 		return err
 	}
 	// One run at a time per directory (the next finds the entries made);

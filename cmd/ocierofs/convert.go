@@ -76,7 +76,7 @@ func runConvert(ctx context.Context, c *cli.Context, source, target string) erro
 	if err := checkTarget(dst); err != nil {
 		return err
 	}
-	srcRem, dstRem, err := options.Credentials(c, rem, src, &dst)
+	srcRem, dstRem, err := options.Credentials(ctx, c, rem, src, &dst)
 	if err != nil {
 		return err
 	}

@@ -18,12 +18,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -36,6 +38,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
 
 	"github.com/ocierofs/ocierofs/convert"
 	"github.com/ocierofs/ocierofs/oci"
@@ -515,7 +518,6 @@ func TestConvertCLICredentials(t *testing.T) {
 		{name: "username and src-creds", args: []string{"--username", "alice", "--password", "pa:ss", "--src-creds", "alice:pa:ss"}, target: a.host + "/e2e/bb:4",
 			want: "either --username and --password, or --src-creds and --dest-creds"},
 		{name: "password without username", args: []string{"--password", "pa:ss"}, target: a.host + "/e2e/bb:8", want: "--password without --username"},
-		{name: "creds without a password", args: []string{"--src-creds", "alice"}, target: b.host + "/e2e/bb:5", want: "--src-creds: want USER:PASSWORD"},
 		{name: "dest-creds for a layout", args: []string{"--src-creds", "alice:pa:ss", "--dest-creds", "bob:pb"}, target: layoutOut,
 			want: "--dest-creds: the target is not in a registry"},
 		// Registry b is sent no credentials, and refuses the upload:
@@ -610,6 +612,140 @@ func TestConvertCLICredentials(t *testing.T) {
 			t.Errorf("empty stdin: exit %d: %s", code, stderr)
 		}
 	})
+	// A user without a password: asked for it on a terminal, as docker
+	// login and skopeo ask; elsewhere an error at once, never a prompt
+	// that a script waits on.
+	t.Run("password asked", func(t *testing.T) {
+		bin := bin(t)
+		for _, tc := range []struct {
+			args         []string
+			target       string
+			aSent, bSent []string
+		}{
+			{[]string{"--username", "alice"}, a.host + "/e2e/bb:tty", []string{"alice"}, nil},
+			{[]string{"--src-creds", "alice", "--dest-creds", "bob:pb"}, b.host + "/e2e/bb:tty", []string{"alice"}, []string{"bob"}},
+		} {
+			a.reset()
+			b.reset()
+			args := append(append([]string{"convert", "-q", "--plain-http"}, tc.args...), src.String(), tc.target)
+			ptmx, tty := openPty(t)
+			cmd := exec.Command(bin, args...)
+			var stderr bytes.Buffer
+			cmd.Stdin, cmd.Stderr = tty, &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			echoed := readPty(ptmx)
+			waitEcho(t, tty, false)
+			io.WriteString(ptmx, "pa:ss\n")
+			err := cmd.Wait()
+			tty.Close()
+			if err != nil {
+				t.Fatalf("%q: %v: %s", tc.args, err, stderr.String())
+			}
+			if want := "Password for alice at " + a.host + ": "; !strings.HasPrefix(stderr.String(), want) {
+				t.Errorf("%q: stderr %q, want the prompt %q", tc.args, stderr.String(), want)
+			}
+			if e := <-echoed; strings.Contains(e, "pa") {
+				t.Errorf("%q: the terminal echoed %q", tc.args, e)
+			}
+			checkSent(t, a, b, tc.aSent, tc.bSent)
+			if strings.HasPrefix(tc.target, b.host) {
+				checkPushed(t, tc.target)
+			}
+		}
+
+		// Interrupted at the prompt: the terminal echoes again.
+		ptmx, tty := openPty(t)
+		cmd := exec.Command(bin, "convert", "-q", "--plain-http", "--username", "alice", src.String(), a.host+"/e2e/bb:int")
+		cmd.Stdin = tty
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		readPty(ptmx)
+		waitEcho(t, tty, false)
+		cmd.Process.Signal(os.Interrupt)
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		select {
+		case err := <-exited:
+			if err == nil {
+				t.Error("interrupted at the prompt: exit 0")
+			}
+		case <-time.After(20 * time.Second):
+			cmd.Process.Kill()
+			t.Fatal("interrupted at the prompt: still waiting for the password after 20 s")
+		}
+		waitEcho(t, tty, true)
+		tty.Close()
+
+		// No terminal.
+		for _, tc := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"--username", "alice"}, "--username alice: no password: give --password, --password-stdin or $OCIEROFS_PASSWORD, or run on a terminal to be asked for it"},
+			{[]string{"--src-creds", "alice"}, "--src-creds: want USER:PASSWORD, or run on a terminal to be asked for the password"},
+		} {
+			a.reset()
+			b.reset()
+			args := append(append([]string{"convert", "-q", "--plain-http"}, tc.args...), src.String(), a.host+"/e2e/bb:notty")
+			if _, stderr, code := run(t, bin, args...); code != 1 || !strings.Contains(stderr, tc.want) {
+				t.Errorf("%q without a terminal: exit %d: %s", tc.args, code, stderr)
+			}
+			checkSent(t, a, b, nil, nil)
+		}
+	})
+}
+
+// openPty returns a new pseudo-terminal: the side that types (ptmx) and the
+// terminal a program reads (tty).
+func openPty(t *testing.T) (ptmx, tty *os.File) {
+	t.Helper()
+	ptmx, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		t.Skipf("no pseudo-terminals here: %v", err)
+	}
+	t.Cleanup(func() { ptmx.Close() })
+	fd := int(ptmx.Fd())
+	if err := unix.IoctlSetPointerInt(fd, unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatal(err)
+	}
+	n, err := unix.IoctlGetInt(fd, unix.TIOCGPTN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tty, err = os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|unix.O_NOCTTY, 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tty.Close() })
+	return ptmx, tty
+}
+
+// readPty collects what the terminal shows until its last reader closes it.
+func readPty(ptmx *os.File) <-chan string {
+	c := make(chan string, 1)
+	go func() {
+		b, _ := io.ReadAll(ptmx) // EIO once no one has the terminal open
+		c <- string(b)
+	}()
+	return c
+}
+
+// waitEcho waits until the terminal's echo is on or off: typed before the
+// program turned it off, a password would be echoed.
+func waitEcho(t *testing.T, tty *os.File, on bool) {
+	t.Helper()
+	for start := time.Now(); time.Since(start) < 20*time.Second; time.Sleep(5 * time.Millisecond) {
+		tio, err := unix.IoctlGetTermios(int(tty.Fd()), unix.TCGETS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tio.Lflag&unix.ECHO != 0 == on {
+			return
+		}
+	}
+	t.Fatalf("the terminal's echo is not %v after 20 s", map[bool]string{true: "on", false: "off"}[on])
 }
 
 // checkSent checks the users registries a and b were sent.

@@ -5,6 +5,7 @@
 package options
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -77,7 +78,7 @@ func SourceFlags() []cli.Flag {
 		&cli.StringFlag{Name: "platform", Usage: "platforms of an index to convert: all, or a list like linux/amd64,linux/arm64/v8", Value: "all"},
 		&cli.IntFlag{Name: "jobs", Aliases: []string{"j"}, Value: runtime.NumCPU(), Usage: "layers converted at once"},
 		&cli.StringFlag{Name: "username", EnvVars: []string{"OCIEROFS_USERNAME"}, Usage: "user for the one registry the command reads and writes (default: docker's config.json and credential helpers, or podman's auth.json)"},
-		&cli.StringFlag{Name: "password", EnvVars: []string{"OCIEROFS_PASSWORD"}, Usage: "password for the registry (with --username)"},
+		&cli.StringFlag{Name: "password", EnvVars: []string{"OCIEROFS_PASSWORD"}, Usage: "password for the registry (with --username; asked for on a terminal when not given)"},
 		&cli.BoolFlag{Name: "plain-http", Usage: "allow plain HTTP registries"},
 		&cli.BoolFlag{Name: "insecure", Usage: "skip TLS verification, and allow plain HTTP (as crane's --insecure)"},
 		&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "text", Usage: "text or json (target, digests, sizes, per-layer timings on stdout)"},
@@ -99,8 +100,8 @@ func LoginFlags() []cli.Flag {
 // credentials of their own (skopeo's names).
 func CredentialFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "src-creds", EnvVars: []string{"OCIEROFS_SRC_CREDS"}, Usage: "USER:PASSWORD for reading SOURCE from its registry (the environment variable keeps it out of ps)"},
-		&cli.StringFlag{Name: "dest-creds", EnvVars: []string{"OCIEROFS_DEST_CREDS"}, Usage: "USER:PASSWORD for writing TARGET to its registry (the environment variable keeps it out of ps)"},
+		&cli.StringFlag{Name: "src-creds", EnvVars: []string{"OCIEROFS_SRC_CREDS"}, Usage: "USER:PASSWORD for reading SOURCE from its registry (the environment variable keeps it out of ps; USER alone: asked for the password on a terminal)"},
+		&cli.StringFlag{Name: "dest-creds", EnvVars: []string{"OCIEROFS_DEST_CREDS"}, Usage: "USER:PASSWORD for writing TARGET to its registry (USER alone: asked for the password on a terminal)"},
 	}
 }
 
@@ -109,8 +110,10 @@ func CredentialFlags() []cli.Flag {
 // the flags give. --username and --password are for the one registry the
 // command talks to; they are refused where src and dst are on two, so that
 // no registry is sent another's password. --src-creds and --dest-creds are
-// each for one side.
-func Credentials(c *cli.Context, rem oci.Remote, src oci.Ref, dst *oci.Ref) (srcRem, dstRem oci.Remote, err error) {
+// each for one side. A user given without a password is asked for it on
+// the terminal, as docker login and skopeo ask; without a terminal that is
+// an error.
+func Credentials(ctx context.Context, c *cli.Context, rem oci.Remote, src oci.Ref, dst *oci.Ref) (srcRem, dstRem oci.Remote, err error) {
 	rem.AuthFile = c.String("authfile")
 	if rem.AuthFile != "" {
 		if _, err := os.Stat(rem.AuthFile); err != nil {
@@ -165,6 +168,15 @@ func Credentials(c *cli.Context, rem oci.Remote, src oci.Ref, dst *oci.Ref) (src
 		case 2:
 			return srcRem, dstRem, fmt.Errorf("--username: the source is on %s and the target on %s: give each its own with --src-creds and --dest-creds", regs[0], regs[1])
 		}
+		if pass == "" {
+			pass, err = askPassword(ctx, user, regs[0])
+			if errors.Is(err, errNoTerminal) {
+				return srcRem, dstRem, fmt.Errorf("--username %s: no password: give --password, --password-stdin or $OCIEROFS_PASSWORD, or run on a terminal to be asked for it", user)
+			}
+			if err != nil {
+				return srcRem, dstRem, fmt.Errorf("--username %s: %w", user, err)
+			}
+		}
 		cred := oci.Credential{Username: user, Password: pass}
 		if srcRem, err = srcRem.WithCredential(regs[0], cred); err != nil {
 			return srcRem, dstRem, err
@@ -181,11 +193,22 @@ func Credentials(c *cli.Context, rem oci.Remote, src oci.Ref, dst *oci.Ref) (src
 			return fmt.Errorf("--%s: the %s is not in a registry", flag, what)
 		}
 		user, pass, ok := strings.Cut(v, ":")
-		if !ok || user == "" {
+		if user == "" {
 			return fmt.Errorf("--%s: want USER:PASSWORD", flag)
 		}
+		reg := r.Name.Context().RegistryStr()
+		if !ok { // skopeo's USER[:PASSWORD]
+			var err error
+			pass, err = askPassword(ctx, user, reg)
+			if errors.Is(err, errNoTerminal) {
+				return fmt.Errorf("--%s: want USER:PASSWORD, or run on a terminal to be asked for the password", flag)
+			}
+			if err != nil {
+				return fmt.Errorf("--%s: %w", flag, err)
+			}
+		}
 		var err error
-		*rem, err = rem.WithCredential(r.Name.Context().RegistryStr(), oci.Credential{Username: user, Password: pass})
+		*rem, err = rem.WithCredential(reg, oci.Credential{Username: user, Password: pass})
 		return err
 	}
 	if err := side("src-creds", "source", &src, &srcRem); err != nil {
