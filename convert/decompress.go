@@ -7,9 +7,6 @@ import (
 	"io"
 	"strings"
 
-	"github.com/klauspost/compress/gzip"
-	"github.com/klauspost/compress/zstd"
-
 	"github.com/ocierofs/ocierofs/oci"
 )
 
@@ -41,29 +38,13 @@ func Decompress(r io.Reader) (io.ReadCloser, Compression, error) {
 	if !compressedMagic(head) {
 		return io.NopCloser(br), Uncompressed, nil
 	}
-	switch oci.Sniff(head) {
-	case "gzip":
-		zr, err := gzip.NewReader(br)
-		if err != nil {
-			return nil, Gzip, fmt.Errorf("gzip: %w", err)
-		}
-		return &decoder{ReadCloser: zr, name: "gzip", src: src}, Gzip, nil
-	case "zstd":
-		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(1<<27), zstd.WithDecoderMaxMemory(1<<32))
-		if err != nil {
-			return nil, Zstd, fmt.Errorf("zstd: %w", err)
-		}
-		return &decoder{ReadCloser: zstdCloser{zr}, name: "zstd", src: src}, Zstd, nil
-	case "xz":
-		return nil, "", errors.New("xz-compressed input is not supported (gzip, zstd or plain tar)")
-	default: // bzip2, the last compressedMagic knows
-		return nil, "", errors.New("bzip2-compressed input is not supported (gzip, zstd or plain tar)")
+	kind := oci.Sniff(head)
+	zr, err := oci.Decompressor(kind, br)
+	if err != nil {
+		return nil, Compression(kind), err
 	}
+	return &decoder{ReadCloser: zr, name: kind, src: src}, Compression(kind), nil
 }
-
-type zstdCloser struct{ *zstd.Decoder }
-
-func (z zstdCloser) Close() error { z.Decoder.Close(); return nil }
 
 // decoder names its decompressor in the errors it returns, and reports a
 // stream that stops before its end as an error of its own, not as the

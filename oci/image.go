@@ -2,6 +2,7 @@ package oci
 
 import (
 	"archive/tar"
+	"bufio"
 	"cmp"
 	"context"
 	"crypto/tls"
@@ -204,7 +205,7 @@ func Get(ctx context.Context, r Ref, rem Remote) (*Artifact, error) {
 	case Layout:
 		return getLayout(r)
 	case DockerArchive:
-		return getArchive(r)
+		return getArchive(ctx, r)
 	}
 	desc, err := remote.Get(r.Name, rem.Options(ctx)...)
 	if err != nil {
@@ -287,7 +288,7 @@ func getLayout(r Ref) (*Artifact, error) {
 	return a, nil
 }
 
-func getArchive(r Ref) (*Artifact, error) {
+func getArchive(ctx context.Context, r Ref) (*Artifact, error) {
 	var tag *name.Tag
 	if r.Tag != "" {
 		t, err := name.NewTag(r.Tag)
@@ -296,20 +297,13 @@ func getArchive(r Ref) (*Artifact, error) {
 		}
 		tag = &t
 	}
-	fi, err := os.Stat(r.Path)
+	open, err := archiveOpener(ctx, r.Path)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", r, err)
 	}
-	if !fi.Mode().IsRegular() {
-		// Its manifest, config and layers are read one after another.
-		return nil, fmt.Errorf("%s: not a regular file: docker-archive reads a file (docker save -o FILE), not a pipe", r)
-	}
-	if kind := SniffFile(r.Path); kind != "" && kind != "tar" {
-		return nil, fmt.Errorf("%s: a %s file: decompress it first (docker save writes a plain tar)", r, kind)
-	}
-	img, err := tarball.ImageFromPath(r.Path, tag)
+	img, err := tarball.Image(open, tag)
 	if err != nil {
-		if images, terr := archiveTags(r.Path); terr == nil && (tag == nil && len(images) != 1 || tag != nil && !archiveHas(images, *tag)) {
+		if images, terr := archiveTags(open); terr == nil && (tag == nil && len(images) != 1 || tag != nil && !archiveHas(images, *tag)) {
 			var tags []string
 			for _, t := range images {
 				tags = append(tags, cmp.Or(strings.Join(t, " or "), "untagged"))
@@ -325,10 +319,73 @@ func getArchive(r Ref) (*Artifact, error) {
 	return &Artifact{Ref: r, Descriptor: d, Image: img}, nil
 }
 
+// archiveOpener opens the docker save archive at p for each of its reads:
+// its manifest.json, then each config and layer, each read from the
+// start. A plain tar file is opened by its path each time. A pipe (docker
+// save IMAGE | ocierofs convert docker-archive:/dev/stdin …) or a gzip or
+// zstd file is first copied, decompressed, into a file of TMPDIR that is
+// removed at once and lives while it is open, as skopeo reads them.
+func archiveOpener(ctx context.Context, p string) (tarball.Opener, error) {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return nil, err
+	}
+	if fi.IsDir() {
+		return nil, errors.New("a directory: docker-archive reads a file (docker save -o FILE); an OCI layout is oci:DIR")
+	}
+	if fi.Mode().IsRegular() {
+		if kind := SniffFile(p); kind == "" || kind == "tar" {
+			return func() (io.ReadCloser, error) { return os.Open(p) }, nil
+		}
+	}
+	in, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer in.Close()
+	br := bufio.NewReaderSize(in, 64<<10)
+	head, _ := br.Peek(512) // a FIFO read once: sniffed here, not by SniffFile
+	var src io.Reader = br
+	if kind := Sniff(head); kind != "" && kind != "tar" {
+		zr, err := Decompressor(kind, br)
+		if err != nil {
+			return nil, err
+		}
+		defer zr.Close()
+		src = zr
+	}
+	tmp, err := os.CreateTemp("", "ocierofs-archive-*.tar")
+	if err != nil {
+		return nil, fmt.Errorf("a copy of the archive: %w", err)
+	}
+	os.Remove(tmp.Name())
+	n, err := io.Copy(tmp, &ctxReader{ctx: ctx, r: src})
+	if err != nil {
+		tmp.Close()
+		return nil, fmt.Errorf("copying the archive into %s: %w", os.TempDir(), err)
+	}
+	// tmp is closed when the image that reads it is dropped (os.File's
+	// own cleanup).
+	return func() (io.ReadCloser, error) { return io.NopCloser(io.NewSectionReader(tmp, 0, n)), nil }, nil
+}
+
+// ctxReader is r, ended with ctx.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c *ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
 // archiveTags lists the repo tags of each image of a docker save archive,
 // from its manifest.json.
-func archiveTags(p string) ([][]string, error) {
-	f, err := os.Open(p)
+func archiveTags(open tarball.Opener) ([][]string, error) {
+	f, err := open()
 	if err != nil {
 		return nil, err
 	}

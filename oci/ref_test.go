@@ -14,6 +14,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sys/unix"
 
 	"github.com/ocierofs/ocierofs/oci"
@@ -301,11 +302,8 @@ func TestDockerArchiveTag(t *testing.T) {
 	if _, err := oci.Get(context.Background(), r, oci.Remote{}); err == nil || !strings.Contains(err.Error(), "holds 1 image(s) (tagged example.com/e2e/a:v1)") {
 		t.Errorf("oci.Get(%s): %v, want the archive's one tag named", r, err)
 	}
-	// What docker-archive cannot read: a pipe (docker save | …), a gzip file.
-	fifo := filepath.Join(dir, "fifo")
-	if err := unix.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	// Read as skopeo reads them: a pipe (docker save | …), a gzip or zstd
+	// file (docker save | gzip), each copied once into a file of TMPDIR.
 	raw, err := os.ReadFile(archive)
 	if err != nil {
 		t.Fatal(err)
@@ -318,8 +316,65 @@ func TestDockerArchiveTag(t *testing.T) {
 	if err := os.WriteFile(gzPath, gz.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for p, want := range map[string]string{fifo: "not a regular file: docker-archive reads a file (docker save -o FILE), not a pipe",
-		gzPath: "a gzip file: decompress it first"} {
+	zsPath := filepath.Join(dir, "two.tar.zst")
+	enc, _ := zstd.NewWriter(nil)
+	if err := os.WriteFile(zsPath, enc.EncodeAll(raw, nil), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cutPath := filepath.Join(dir, "cut.tar.gz")
+	if err := os.WriteFile(cutPath, gz.Bytes()[:gz.Len()/2], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	for _, p := range []string{fifo, gzPath, zsPath} {
+		if p == fifo {
+			go func() {
+				f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				f.Write(raw)
+				f.Close()
+			}()
+		}
+		r, err := oci.ParseRef("docker-archive:"+p+":example.com/e2e/b:v2", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := oci.Get(context.Background(), r, oci.Remote{})
+		if err != nil {
+			t.Fatalf("oci.Get(%s): %v", r, err)
+		}
+		if got, _ := a.Image.Digest(); got != wantB {
+			t.Errorf("%s: image %s, want %s", r, got, wantB)
+		}
+		// Its layers are read from the copy.
+		layers, err := a.Image.Layers()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range layers {
+			rc, err := l.Compressed()
+			if err != nil {
+				t.Fatal(err)
+			}
+			h, _, err := v1.SHA256(rc)
+			rc.Close()
+			if want, _ := l.Digest(); err != nil || h != want {
+				t.Errorf("%s: a layer reads as %s (%v), want %s", r, h, err, want)
+			}
+		}
+		if left, _ := os.ReadDir(tmp); len(left) != 0 {
+			t.Errorf("%s: left %d files in TMPDIR", r, len(left))
+		}
+	}
+	for p, want := range map[string]string{cutPath: "copying the archive into " + tmp + ": unexpected EOF", dir: "a directory: docker-archive reads a file"} {
 		r, err := oci.ParseRef("docker-archive:"+p, false)
 		if err != nil {
 			t.Fatal(err)

@@ -2,9 +2,13 @@ package oci
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"os"
 	"syscall"
+
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
 )
 
 // Sniff names the format of a file or stream that starts with head, from
@@ -43,3 +47,29 @@ func SniffFile(path string) string {
 	n, _ := io.ReadFull(f, head)
 	return Sniff(head[:n])
 }
+
+// Decompressor returns r decompressed as kind, a compressed format Sniff
+// names: gzip or zstd; xz and bzip2 are refused by name.
+func Decompressor(kind string, r io.Reader) (io.ReadCloser, error) {
+	switch kind {
+	case "gzip":
+		zr, err := gzip.NewReader(r)
+		if err != nil {
+			return nil, fmt.Errorf("gzip: %w", err)
+		}
+		return zr, nil
+	case "zstd":
+		// A window of up to 128 MiB (zstd --long=27), as zstd itself
+		// decodes by default; the decoder's memory at most 4 GiB.
+		zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(1<<27), zstd.WithDecoderMaxMemory(1<<32))
+		if err != nil {
+			return nil, fmt.Errorf("zstd: %w", err)
+		}
+		return zstdCloser{zr}, nil
+	}
+	return nil, fmt.Errorf("%s-compressed input is not supported (gzip, zstd or plain tar)", kind)
+}
+
+type zstdCloser struct{ *zstd.Decoder }
+
+func (z zstdCloser) Close() error { z.Decoder.Close(); return nil }

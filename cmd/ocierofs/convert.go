@@ -24,7 +24,8 @@ var convertCommand = &cli.Command{
 	Usage:     "pull an image, convert every layer to EROFS, publish it for containerd's EROFS snapshotter",
 	ArgsUsage: "SOURCE [TARGET]",
 	Description: "SOURCE: a registry reference (alpine, docker.io/library/alpine, host:5000/repo:tag,\n" +
-		"repo@sha256:…), oci:DIR[:TAG] or docker-archive:FILE[:TAG].\n" +
+		"repo@sha256:…), oci:DIR[:TAG] or docker-archive:FILE[:TAG] (also gzipped, or\n" +
+		"docker-archive:/dev/stdin from docker save IMAGE |).\n" +
 		"TARGET: a registry reference or oci:DIR[:TAG]; by default the source repository\n" +
 		"with the tag plus --suffix. Layers become application/vnd.erofs.layer.v1; the\n" +
 		"config gets os.features [\"erofs\"] and the new diff_ids. Nothing is tagged until\n" +

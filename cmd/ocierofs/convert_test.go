@@ -6,6 +6,7 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -36,6 +37,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
@@ -937,5 +939,51 @@ func TestConvertCLIMaxLayerSize(t *testing.T) {
 	// Flattened too (review 20-d: the bound was not applied there).
 	if _, err := runConvertCLI(t, "-q", "--flatten", "--max-layer-size", "1M", src, out+"f"); err == nil || !strings.Contains(err.Error(), "larger than the 1048576 bytes a layer may have") {
 		t.Errorf("--flatten --max-layer-size 1M: %v, want the busybox layer refused", err)
+	}
+}
+
+// TestConvertCLIArchiveStream: docker save's archive read as docker save
+// writes it into a pipe (docker save IMAGE | ocierofs convert
+// docker-archive:/dev/stdin …) and gzipped, to the same image as from the
+// file.
+func TestConvertCLIArchiveStream(t *testing.T) {
+	dir := t.TempDir()
+	archive := filepath.Join(dir, "bb.tar")
+	tag := name.MustParseReference("example.com/e2e/bb:1.0").(name.Tag)
+	if err := tarball.WriteToFile(archive, tag, busyboxImage(t)); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(raw)
+	zw.Close()
+	gzPath := filepath.Join(dir, "bb.tar.gz")
+	if err := os.WriteFile(gzPath, gz.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b := bin(t)
+	convertTo := func(stdin io.Reader, source string) string {
+		t.Helper()
+		target := "oci:" + filepath.Join(dir, "out") + ":" + filepath.Base(source)
+		out, stderr, code := runStdin(t, stdin, b, "convert", source, target)
+		if code != 0 {
+			t.Fatalf("convert %s: exit %d: %s", source, code, stderr)
+		}
+		_, digest, _ := strings.Cut(strings.TrimSpace(out), "@")
+		return digest
+	}
+	want := convertTo(nil, "docker-archive:"+archive)
+	if !strings.HasPrefix(want, "sha256:") {
+		t.Fatalf("convert printed no digest: %q", want)
+	}
+	if got := convertTo(bytes.NewReader(raw), "docker-archive:/dev/stdin"); got != want {
+		t.Errorf("from a pipe: %s, want %s", got, want)
+	}
+	if got := convertTo(nil, "docker-archive:"+gzPath+":"+tag.String()); got != want {
+		t.Errorf("gzipped: %s, want %s", got, want)
 	}
 }
