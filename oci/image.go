@@ -359,7 +359,7 @@ func archiveOpener(ctx context.Context, p string) (tarball.Opener, error) {
 		return nil, fmt.Errorf("a copy of the archive: %w", err)
 	}
 	os.Remove(tmp.Name())
-	n, err := io.Copy(tmp, &ctxReader{ctx: ctx, r: src})
+	n, err := io.Copy(tmp, ContextReader(ctx, src))
 	if err != nil {
 		tmp.Close()
 		return nil, fmt.Errorf("copying the archive into %s: %w", os.TempDir(), err)
@@ -369,7 +369,10 @@ func archiveOpener(ctx context.Context, p string) (tarball.Opener, error) {
 	return func() (io.ReadCloser, error) { return io.NopCloser(io.NewSectionReader(tmp, 0, n)), nil }, nil
 }
 
-// ctxReader is r, ended with ctx.
+// ContextReader is r, ended with ctx: each read fails with ctx's error
+// once ctx is done.
+func ContextReader(ctx context.Context, r io.Reader) io.Reader { return &ctxReader{ctx, r} }
+
 type ctxReader struct {
 	ctx context.Context
 	r   io.Reader

@@ -49,6 +49,7 @@ func main() {
 			catCommand,
 			extractCommand,
 			verifyCommand,
+			checkCommand,
 			version.Command,
 		},
 		Flags: []cli.Flag{

@@ -81,8 +81,14 @@ type Tree struct {
 
 func newTree() *Tree { return &Tree{nodes: make(map[string]*Node)} }
 
-// Node returns the node at path ("." for the root), or nil.
-func (t *Tree) Node(path string) *Node { return t.nodes[path] }
+// Node returns the node at path ("." for the root), or nil (also of a nil
+// Tree).
+func (t *Tree) Node(path string) *Node {
+	if t == nil {
+		return nil
+	}
+	return t.nodes[path]
+}
 
 // Len is the number of paths in t, the root included.
 func (t *Tree) Len() int { return len(t.nodes) }

@@ -93,7 +93,7 @@ func FromTar(r io.Reader, opt TarOptions) (*Tree, error) {
 		if err != nil {
 			return nil, fmt.Errorf("fstree: tar: %w", err)
 		}
-		if err := b.entry(hdr, tr, overlay); err != nil {
+		if err := b.entry(hdr, &fileData{r: tr, buf: b.buf}, overlay); err != nil {
 			return nil, fmt.Errorf("fstree: tar entry %q: %w", hdr.Name, err)
 		}
 	}
@@ -109,6 +109,36 @@ type tarBuilder struct {
 	opaque   map[string]bool // directories with a .wh..wh..opq entry
 	implied  time.Time
 	buf      []byte
+
+	// stack: the tree is layers applied in order (Stack): whiteouts
+	// delete what the layers below have, and layer holds the paths the
+	// current layer has put, which they never delete.
+	stack bool
+	layer map[string]bool
+	// lower, if set, is the stack below the layer: the directories the
+	// layer implies are as lower has them (Stack.Layer).
+	lower *Tree
+}
+
+// fileData is a regular file's content in the tar, read and hashed once
+// for every builder that takes the entry.
+type fileData struct {
+	r    io.Reader
+	buf  []byte
+	read bool
+	size int64
+	sum  [32]byte
+	err  error
+}
+
+func (d *fileData) get() (int64, [32]byte, error) {
+	if !d.read {
+		d.read = true
+		h := sha256.New()
+		d.size, d.err = io.CopyBuffer(h, d.r, d.buf)
+		h.Sum(d.sum[:0])
+	}
+	return d.size, d.sum, d.err
 }
 
 // cleanName maps a tar name to a tree path.
@@ -148,10 +178,13 @@ func escapes(name string) bool {
 }
 
 func (b *tarBuilder) impliedDir(p string) *Node {
+	if l := b.lower.Node(p); l != nil && l.IsDir() && !l.Implied {
+		return &Node{Path: p, Mode: l.Mode, Uid: l.Uid, Gid: l.Gid, Mtime: l.Mtime, Xattrs: withoutOverlayXattrs(l.Xattrs)}
+	}
 	return &Node{Path: p, Mode: S_IFDIR | 0o755, Mtime: b.implied, Implied: true}
 }
 
-func (b *tarBuilder) entry(hdr *tar.Header, r io.Reader, overlay bool) error {
+func (b *tarBuilder) entry(hdr *tar.Header, data *fileData, overlay bool) error {
 	switch hdr.Typeflag {
 	case tar.TypeXGlobalHeader:
 		return nil // PAX global records carry no file
@@ -163,6 +196,13 @@ func (b *tarBuilder) entry(hdr *tar.Header, r io.Reader, overlay bool) error {
 	if overlay && p != "." {
 		dir, base := parentOf(p), path.Base(p)
 		switch {
+		case base == whOpaque && b.stack:
+			for kid := range b.children[dir] {
+				if !b.layer[kid] {
+					b.remove(kid)
+				}
+			}
+			return nil
 		case base == whOpaque:
 			if err := b.ensureDir(dir); err != nil {
 				return err
@@ -175,6 +215,12 @@ func (b *tarBuilder) entry(hdr *tar.Header, r io.Reader, overlay bool) error {
 			name := base[len(whPrefix):]
 			if name == "" || name == "." || name == ".." {
 				return fmt.Errorf("bad whiteout name %q", base)
+			}
+			if b.stack {
+				if p := joinPath(dir, name); !b.layer[p] {
+					b.remove(p)
+				}
+				return nil
 			}
 			if err := b.ensureDir(dir); err != nil {
 				return err
@@ -206,13 +252,9 @@ func (b *tarBuilder) entry(hdr *tar.Header, r io.Reader, overlay bool) error {
 	case tar.TypeReg, tar.TypeGNUSparse, tar.TypeCont:
 		// The tar reader expands sparse files: the hash covers the holes.
 		n.Mode = S_IFREG | perm
-		h := sha256.New()
-		size, err := io.CopyBuffer(h, r, b.buf)
-		if err != nil {
+		if n.Size, n.Digest, err = data.get(); err != nil {
 			return fmt.Errorf("read data: %w", err)
 		}
-		n.Size = size
-		h.Sum(n.Digest[:0])
 	case tar.TypeDir:
 		n.Mode = S_IFDIR | perm
 	case tar.TypeSymlink:
@@ -316,6 +358,9 @@ func (b *tarBuilder) put(n *Node) {
 		b.remove(p)
 	}
 	b.t.nodes[p] = n
+	if b.stack {
+		b.layer[p] = true
+	}
 	if p == "." {
 		return
 	}

@@ -87,6 +87,19 @@ func SourceFlags() []cli.Flag {
 	}
 }
 
+// Only is the flags of flags with the names given, in that order.
+func Only(flags []cli.Flag, names ...string) []cli.Flag {
+	var out []cli.Flag
+	for _, n := range names {
+		for _, f := range flags {
+			if slices.Contains(f.Names(), n) {
+				out = append(out, f)
+			}
+		}
+	}
+	return out
+}
+
 // LoginFlags are convert's and cache's ways to log in besides --username:
 // docker login's --password-stdin and skopeo's --authfile.
 func LoginFlags() []cli.Flag {

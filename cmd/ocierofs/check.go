@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/urfave/cli/v2"
+
+	"github.com/ocierofs/ocierofs/cmd/internal/options"
+	"github.com/ocierofs/ocierofs/convert"
+	"github.com/ocierofs/ocierofs/oci"
+)
+
+var checkCommand = &cli.Command{
+	Name:      "check",
+	Usage:     "compare a converted image with its source, layer by layer: trees, diff_ids, config, annotations",
+	ArgsUsage: "CONVERTED [SOURCE]",
+	Description: "CONVERTED: an image or index convert made (a registry reference or oci:DIR[:TAG]).\n" +
+		"SOURCE: what it was made from; by default, in a registry, CONVERTED's repository\n" +
+		"at the digest CONVERTED names as its source. Reads both through ocierofs' own\n" +
+		"readers (no mount, no root) and prints every difference: each layer's tree\n" +
+		"(type, mode, owner, size, mtime, content, symlink target, device number, xattrs,\n" +
+		"hard links) against its source layer's as the layers below leave it (a flattened\n" +
+		"image: the source's layers stacked), each diff_id against the raw EROFS image,\n" +
+		"the config but for what conversion changes, the source annotations and the\n" +
+		"platforms of an index. Exits 1 if there is any difference.",
+	Flags: slices.Concat(options.Only(options.SourceFlags(), "username", "password", "plain-http", "insecure"), options.LoginFlags(), []cli.Flag{
+		&cli.StringFlag{Name: "tmpdir", Usage: "where each EROFS layer is copied to be read, one at a time (default $TMPDIR)"},
+		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print only differences"},
+	}),
+	Action: func(c *cli.Context) error {
+		if c.NArg() < 1 || c.NArg() > 2 {
+			return fmt.Errorf("check: want CONVERTED [SOURCE]")
+		}
+		ctx, stop := interruptible(c.Context)
+		defer stop()
+		return runCheck(ctx, c, c.Args().Get(0), c.Args().Get(1))
+	},
+}
+
+func runCheck(ctx context.Context, c *cli.Context, converted, source string) error {
+	start := time.Now()
+	plain := c.Bool("plain-http") || c.Bool("insecure")
+	conv, err := oci.ParseRef(converted, plain)
+	if err != nil {
+		return err
+	}
+	// Credentials are asked for once (a prompt, stdin): for both images
+	// where SOURCE is given, else for CONVERTED's registry, SOURCE's too.
+	rem := oci.Remote{Insecure: c.Bool("insecure")}
+	var src oci.Ref
+	var convRem, srcRem oci.Remote
+	if source != "" {
+		if src, err = oci.ParseRef(source, plain); err != nil {
+			return err
+		}
+		convRem, srcRem, err = options.Credentials(ctx, c, rem, conv, &src)
+	} else {
+		convRem, _, err = options.Credentials(ctx, c, rem, conv, nil)
+		srcRem = convRem
+	}
+	if err != nil {
+		return err
+	}
+	art, err := oci.Get(ctx, conv, convRem)
+	if err != nil {
+		return err
+	}
+	if source == "" {
+		var raw []byte
+		if art.Index != nil {
+			raw, err = art.Index.RawManifest()
+		} else {
+			raw, err = art.Image.RawManifest()
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", conv, err)
+		}
+		from := convert.SourceAnnotation(raw)
+		switch {
+		case from == "":
+			return fmt.Errorf("%s names no source (%s): give SOURCE", conv, convert.AnnotationSourceManifest)
+		case conv.Kind != oci.Registry:
+			return fmt.Errorf("%s: give SOURCE (the source %s is looked up by itself in registries only)", conv, from)
+		}
+		d, err := name.NewDigest(conv.Name.Context().String()+"@"+from, name.WeakValidation)
+		if err != nil {
+			return fmt.Errorf("%s: its source %q: %w", conv, from, err)
+		}
+		src = oci.Ref{Kind: oci.Registry, Name: d}
+	}
+	sart, err := oci.Get(ctx, src, srcRem)
+	if err != nil {
+		return err
+	}
+	res, err := convert.Check(ctx, art, sart, convert.CheckOptions{
+		TempDir: c.String("tmpdir"),
+		Report:  func(s string) { fmt.Fprintln(c.App.Writer, s) },
+	})
+	if err != nil {
+		return err
+	}
+	if res.Differences > 0 {
+		return cli.Exit(fmt.Sprintf("check: %d differences between %s and its source %s", res.Differences, conv, src), 1)
+	}
+	if !c.Bool("quiet") {
+		fmt.Fprintf(c.App.Writer, "%s matches its source %s: %d images, %d layers, %d paths (%.1f s)\n",
+			conv, src, res.Images, res.Layers, res.Paths, time.Since(start).Seconds())
+	}
+	return nil
+}

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+)
+
+// TestCheckCLI: check of a conversion finds its source by itself in a
+// registry, is given it for a layout, and exits 1 with the differences
+// against another image.
+func TestCheckCLI(t *testing.T) {
+	host, src := pushBusybox(t)
+	b := bin(t)
+	target := host + "/e2e/bb:1.0-erofs"
+	if _, e, code := run(t, b, "convert", "-q", src.String(), target); code != 0 {
+		t.Fatalf("convert: exit %d: %s", code, e)
+	}
+	if out, e, code := run(t, b, "check", target); code != 0 || !strings.Contains(out, target+" matches its source "+host+"/e2e/bb@sha256:") {
+		t.Errorf("check %s: exit %d: %s%s", target, code, out, e)
+	}
+	layout := "oci:" + filepath.Join(t.TempDir(), "l") + ":bb"
+	if _, e, code := run(t, b, "convert", "-q", src.String(), layout); code != 0 {
+		t.Fatalf("convert: exit %d: %s", code, e)
+	}
+	if _, e, code := run(t, b, "check", layout); code != 1 || !strings.Contains(e, "give SOURCE") {
+		t.Errorf("check %s alone: exit %d: %s", layout, code, e)
+	}
+	if out, e, code := run(t, b, "check", "-q", layout, src.String()); code != 0 || out != "" {
+		t.Errorf("check -q %s %s: exit %d: %q %s", layout, src, code, out, e)
+	}
+
+	// Another source: one more layer, with a file.
+	img, err := remote.Image(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	added, err := random.Layer(100, types.OCILayer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := mutate.AppendLayers(img, added)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherRef, _ := name.ParseReference(host + "/e2e/bb:other")
+	if err := remote.Write(otherRef, other); err != nil {
+		t.Fatal(err)
+	}
+	out, e, code := run(t, b, "check", target, otherRef.String())
+	if code != 1 || !strings.Contains(out, `names its source "sha256:`) || !strings.Contains(out, "config: history: source") || !strings.Contains(out, "3 layers, the source 4") ||
+		!strings.Contains(e, "check: 3 differences between "+target+" and its source "+otherRef.String()) {
+		t.Errorf("check against another image: exit %d: %s%s", code, out, e)
+	}
+}

@@ -1,0 +1,406 @@
+package convert
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/ocierofs/ocierofs/convert/fstree"
+	"github.com/ocierofs/ocierofs/erofs"
+	"github.com/ocierofs/ocierofs/oci"
+)
+
+// CheckOptions tells Check where to work and where to report.
+type CheckOptions struct {
+	// TempDir holds one EROFS layer at a time while it is read (default
+	// $TMPDIR); the file is removed as soon as it is made.
+	TempDir string
+	// Report receives each difference found, one line each.
+	Report func(string)
+}
+
+// CheckResult counts what Check compared and what differed.
+type CheckResult struct {
+	Images, Layers, Paths int
+	Differences           int
+}
+
+// Check compares a converted image, or index, with the one it was converted
+// from, through their readers (no mount, no root), and reports every
+// difference:
+//
+//   - each converted manifest names its source (AnnotationSourceManifest),
+//     each EROFS layer its source layer (AnnotationSourceLayer); an index
+//     has an entry of each platform it converted, with the source's
+//     platform ("erofs" added to os.features, if at all);
+//   - an EROFS layer's diff_id is the SHA-256 of the raw image (of the
+//     image inside, for a zstd-compressed layer);
+//   - each layer's tree is its source layer's, whiteouts in overlayfs's
+//     form, the directories it only implies as the layers below leave
+//     them; a flattened image's one layer is the source's layers stacked;
+//   - the config is the source's but for rootfs.diff_ids, "erofs" in
+//     os.features and, flattened, the history.
+//
+// The error is for what kept the check from going on: an unreadable blob,
+// a layer missing.
+func Check(ctx context.Context, conv, src *oci.Artifact, opt CheckOptions) (*CheckResult, error) {
+	c := &checker{ctx: ctx, opt: opt, res: &CheckResult{}}
+	if c.opt.Report == nil {
+		c.opt.Report = func(string) {}
+	}
+	var err error
+	switch {
+	case conv.Index != nil && src.Index != nil:
+		err = c.index(conv.Ref.String(), conv.Index, src.Index)
+	case conv.Image != nil && src.Image != nil:
+		err = c.image(conv.Ref.String(), conv.Image, src.Image, src.Descriptor.Digest)
+	case conv.Index != nil:
+		c.diff(conv.Ref.String(), "an index, and the source %s an image", src.Ref)
+	default:
+		c.diff(conv.Ref.String(), "an image, and the source %s an index", src.Ref)
+	}
+	return c.res, err
+}
+
+type checker struct {
+	ctx context.Context
+	opt CheckOptions
+	res *CheckResult
+}
+
+func (c *checker) diff(where, format string, args ...any) {
+	c.res.Differences++
+	c.opt.Report(where + ": " + fmt.Sprintf(format, args...))
+}
+
+// index checks each entry of conv against the source entry it names.
+func (c *checker) index(where string, conv, src v1.ImageIndex) error {
+	raw, err := conv.RawManifest()
+	if err != nil {
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	srcDigest, err := src.Digest()
+	if err != nil {
+		return fmt.Errorf("%s: source: %w", where, err)
+	}
+	if s := SourceAnnotation(raw); s != srcDigest.String() {
+		c.diff(where, "names its source %q, not %s", s, srcDigest)
+	}
+	im, err := conv.IndexManifest()
+	if err != nil {
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	sm, err := src.IndexManifest()
+	if err != nil {
+		return fmt.Errorf("%s: source: %w", where, err)
+	}
+	for _, d := range im.Manifests {
+		at := where + "@" + d.Digest.String()
+		var from string
+		switch {
+		case d.MediaType.IsIndex():
+			child, err := conv.ImageIndex(d.Digest)
+			if err != nil {
+				return fmt.Errorf("%s: %w", at, err)
+			}
+			if raw, err = child.RawManifest(); err != nil {
+				return fmt.Errorf("%s: %w", at, err)
+			}
+		case d.MediaType.IsImage():
+			img, err := conv.Image(d.Digest)
+			if err != nil {
+				return fmt.Errorf("%s: %w", at, err)
+			}
+			if raw, err = img.RawManifest(); err != nil {
+				return fmt.Errorf("%s: %w", at, err)
+			}
+		default:
+			raw = nil
+		}
+		from = SourceAnnotation(raw)
+		if from == "" {
+			// Not converted: it must be the source's, as it is.
+			if !slices.ContainsFunc(sm.Manifests, func(s v1.Descriptor) bool { return s.Digest == d.Digest }) {
+				c.diff(at, "neither converted nor an entry of the source")
+			}
+			continue
+		}
+		i := slices.IndexFunc(sm.Manifests, func(s v1.Descriptor) bool { return s.Digest.String() == from })
+		if i < 0 {
+			c.diff(at, "names its source %s, which the source index does not hold", from)
+			continue
+		}
+		s := sm.Manifests[i]
+		if !samePlatform(d.Platform, s.Platform) {
+			c.diff(at, "platform %+v, the source's %+v", d.Platform, s.Platform)
+		}
+		if d.MediaType.IsIndex() {
+			child, _ := conv.ImageIndex(d.Digest)
+			schild, err := src.ImageIndex(s.Digest)
+			if err != nil {
+				return fmt.Errorf("%s: source %s: %w", at, s.Digest, err)
+			}
+			if err := c.index(at, child, schild); err != nil {
+				return err
+			}
+			continue
+		}
+		img, _ := conv.Image(d.Digest)
+		simg, err := src.Image(s.Digest)
+		if err != nil {
+			return fmt.Errorf("%s: source %s: %w", at, s.Digest, err)
+		}
+		if err := c.image(at, img, simg, s.Digest); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// samePlatform compares an entry's platform with its source's, "erofs" in
+// the converted one's os.features aside.
+func samePlatform(p, s *v1.Platform) bool {
+	if p == nil || s == nil {
+		return p == nil && s == nil
+	}
+	pc := *p
+	if !slices.Contains(s.OSFeatures, "erofs") {
+		pc.OSFeatures = slices.DeleteFunc(slices.Clone(pc.OSFeatures), func(f string) bool { return f == "erofs" })
+	}
+	return pc.Equals(*s)
+}
+
+// image checks one converted image against its source.
+func (c *checker) image(where string, img, src v1.Image, srcDigest v1.Hash) error {
+	c.res.Images++
+	m, err := img.Manifest()
+	if err != nil {
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	sm, err := src.Manifest()
+	if err != nil {
+		return fmt.Errorf("%s: source: %w", where, err)
+	}
+	if s := m.Annotations[AnnotationSourceManifest]; s != srcDigest.String() {
+		c.diff(where, "names its source %q, not %s", s, srcDigest)
+	}
+	if err := CheckConfigSize(m.Config); err != nil {
+		return fmt.Errorf("%s: config: %w", where, err)
+	}
+	if err := CheckConfigSize(sm.Config); err != nil {
+		return fmt.Errorf("%s: source config: %w", where, err)
+	}
+	rawCfg, err := img.RawConfigFile()
+	if err != nil {
+		return fmt.Errorf("%s: config: %w", where, err)
+	}
+	rawSrcCfg, err := src.RawConfigFile()
+	if err != nil {
+		return fmt.Errorf("%s: source config: %w", where, err)
+	}
+	cfg, err := v1.ParseConfigFile(bytes.NewReader(rawCfg))
+	if err != nil {
+		return fmt.Errorf("%s: config: %w", where, err)
+	}
+	var chain []string
+	for _, l := range sm.Layers {
+		chain = append(chain, l.Digest.String())
+	}
+	flat := len(sm.Layers) > 1 && len(m.Layers) == 1 && m.Layers[0].Annotations[AnnotationSourceLayer] == strings.Join(chain, ",")
+	c.config(where, rawCfg, rawSrcCfg, flat)
+	if len(cfg.RootFS.DiffIDs) != len(m.Layers) {
+		c.diff(where, "%d layers but %d diff_ids", len(m.Layers), len(cfg.RootFS.DiffIDs))
+		return nil
+	}
+	if !flat && len(m.Layers) != len(sm.Layers) {
+		c.diff(where, "%d layers, the source %d", len(m.Layers), len(sm.Layers))
+		return nil
+	}
+
+	// Directories no layer declares get fstree's mtime, not the
+	// converter's: the comparisons leave it out.
+	stack := fstree.NewStack(time.Time{})
+	for i, sd := range sm.Layers {
+		at := fmt.Sprintf("%s: layer %d", where, i+1)
+		own, ownErr, err := c.sourceLayer(src, sd, stack)
+		if err != nil {
+			return fmt.Errorf("%s: source layer %s: %w", at, sd.Digest, err)
+		}
+		if flat {
+			continue
+		}
+		if ownErr != nil {
+			c.diff(at, "converted, but its source layer %s is no layer on its own: %v", sd.Digest, ownErr)
+			continue
+		}
+		if err := c.layer(at, img, m.Layers[i], cfg.RootFS.DiffIDs[i], sd, own); err != nil {
+			return err
+		}
+	}
+	if flat {
+		return c.layer(where+": flattened layer", img, m.Layers[0], cfg.RootFS.DiffIDs[0], v1.Descriptor{}, stack.Tree())
+	}
+	return nil
+}
+
+// sourceLayer reads a source layer onto stack and returns its own tree
+// (fstree.Stack.Layer).
+func (c *checker) sourceLayer(src v1.Image, d v1.Descriptor, stack *fstree.Stack) (own *fstree.Tree, ownErr, err error) {
+	l, err := src.LayerByDigest(d.Digest)
+	if err != nil {
+		return nil, nil, err
+	}
+	rc, err := l.Compressed()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rc.Close()
+	tar, _, err := Decompress(oci.ContextReader(c.ctx, rc))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer tar.Close()
+	return stack.Layer(tar)
+}
+
+// layer checks one converted layer d against want, the tree of its source
+// layer sd ("" digest: flattened) as the layers below it leave it.
+func (c *checker) layer(where string, img v1.Image, d v1.Descriptor, diffID v1.Hash, sd v1.Descriptor, want *fstree.Tree) error {
+	c.res.Layers++
+	if !IsEROFS(d.MediaType) {
+		// Passed through: the source layer as it is.
+		if sd.Digest != d.Digest {
+			c.diff(where, "%s layer %s, not the source's %s", d.MediaType, d.Digest, sd.Digest)
+		}
+		return nil
+	}
+	if sd.Digest.Hex != "" && d.Annotations[AnnotationSourceLayer] != sd.Digest.String() {
+		c.diff(where, "names its source layer %q, not %s", d.Annotations[AnnotationSourceLayer], sd.Digest)
+	}
+	l, err := img.LayerByDigest(d.Digest)
+	if err != nil {
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	f, size, raw, err := c.spool(l)
+	if err != nil {
+		return fmt.Errorf("%s: %s: %w", where, d.Digest, err)
+	}
+	defer f.Close()
+	if raw != diffID {
+		c.diff(where, "the raw image's digest is %s, the config's diff_id %s", raw, diffID)
+	}
+	if u := d.Annotations[AnnotationUncompressed]; u != "" && u != raw.String() {
+		c.diff(where, "the raw image's digest is %s, its %s %s", raw, AnnotationUncompressed, u)
+	}
+	ei, err := erofs.Open(f, size)
+	if err != nil {
+		c.diff(where, "not an EROFS image: %v", err)
+		return nil
+	}
+	got, err := fstree.FromImage(ei)
+	if err != nil {
+		c.diff(where, "reading the EROFS image: %v", err)
+		return nil
+	}
+	c.res.Paths += got.Len()
+	for _, s := range fstree.Diff(want, got, fstree.DiffOptions{IgnoreImpliedMtime: true, IgnoreWhiteoutPerm: true, Want: "source", Got: "converted"}) {
+		c.diff(where, "%s", s)
+	}
+	return nil
+}
+
+// spool copies a converted layer's raw EROFS image (decompressed, for a
+// zstd layer) into a file of TempDir that is removed at once, for the
+// reader's random access, and returns it with its size and digest.
+func (c *checker) spool(l v1.Layer) (*os.File, int64, v1.Hash, error) {
+	rc, err := l.Compressed()
+	if err != nil {
+		return nil, 0, v1.Hash{}, err
+	}
+	defer rc.Close()
+	dec, _, err := Decompress(oci.ContextReader(c.ctx, rc))
+	if err != nil {
+		return nil, 0, v1.Hash{}, err
+	}
+	defer dec.Close()
+	f, err := os.CreateTemp(c.opt.TempDir, "ocierofs-check-*.erofs")
+	if err != nil {
+		return nil, 0, v1.Hash{}, err
+	}
+	os.Remove(f.Name())
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(f, h), dec)
+	if err != nil {
+		f.Close()
+		return nil, 0, v1.Hash{}, err
+	}
+	return f, n, v1.Hash{Algorithm: "sha256", Hex: fmt.Sprintf("%x", h.Sum(nil))}, nil
+}
+
+// config compares the converted config with the source's but for what
+// conversion changes: rootfs.diff_ids, "erofs" added to os.features and,
+// flattened, the history.
+func (c *checker) config(where string, raw, src []byte, flat bool) {
+	var got, want map[string]any
+	if err := unmarshalNumbers(raw, &got); err != nil {
+		c.diff(where, "config: %v", err)
+		return
+	}
+	if err := unmarshalNumbers(src, &want); err != nil {
+		c.diff(where, "source config: %v", err)
+		return
+	}
+	feats, _ := got["os.features"].([]any)
+	if !slices.Contains(feats, any("erofs")) {
+		c.diff(where, "config: os.features %v has no \"erofs\"", feats)
+	}
+	srcFeats, _ := want["os.features"].([]any)
+	if !slices.Contains(srcFeats, any("erofs")) {
+		feats = slices.DeleteFunc(slices.Clone(feats), func(f any) bool { return f == "erofs" })
+	}
+	if len(feats) > 0 || len(srcFeats) > 0 {
+		got["os.features"], want["os.features"] = feats, srcFeats
+	} else {
+		delete(got, "os.features")
+		delete(want, "os.features")
+	}
+	for _, cfg := range []map[string]any{got, want} {
+		if r, ok := cfg["rootfs"].(map[string]any); ok {
+			delete(r, "diff_ids")
+		}
+		if flat {
+			delete(cfg, "history")
+		}
+	}
+	keys := map[string]bool{}
+	for k := range got {
+		keys[k] = true
+	}
+	for k := range want {
+		keys[k] = true
+	}
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
+		if !reflect.DeepEqual(got[k], want[k]) {
+			g, _ := json.Marshal(got[k])
+			w, _ := json.Marshal(want[k])
+			c.diff(where, "config: %s: source %s, converted %s", k, w, g)
+		}
+	}
+}
+
+func unmarshalNumbers(raw []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	return dec.Decode(v)
+}

@@ -1,0 +1,102 @@
+package fstree
+
+import (
+	"archive/tar"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// Stack is the tree of layers applied in order, as overlayfs shows them
+// stacked and as applying their tars one after another leaves it:
+// whiteouts delete what the layers below have, an opaque directory hides
+// their entries in it, a directory over a directory keeps its children, a
+// hard link may name a lower layer's file. Whiteouts and the overlay
+// xattrs are not in it.
+type Stack struct {
+	b       *tarBuilder
+	implied time.Time
+}
+
+// NewStack returns the stack of no layers: a root directory, implied,
+// whose mtime is impliedDirMtime, as are those of the directories layers
+// imply where none is below.
+func NewStack(impliedDirMtime time.Time) *Stack {
+	b := &tarBuilder{
+		t:        newTree(),
+		children: make(map[string]map[string]struct{}),
+		implied:  impliedDirMtime,
+		buf:      make([]byte, 128<<10),
+		stack:    true,
+		layer:    make(map[string]bool),
+	}
+	b.put(b.impliedDir("."))
+	return &Stack{b: b, implied: impliedDirMtime}
+}
+
+// Tree is the stack's tree so far. It changes with the next Layer.
+func (s *Stack) Tree() *Tree { return s.b.t }
+
+// Layer reads the next layer's tar, uncompressed, and lays it on the
+// stack. It returns the layer's own tree, as FromTar reads it (overlay
+// whiteouts), but for the directories the layer implies: they are as the
+// layers below leave them, where one of those declared them, since
+// applying the tar over them keeps them so. That is what a converter
+// makes of the layer over the layers below. A layer that cannot stand
+// alone (a hard link to a lower layer's file) has no tree of its own: own
+// is nil and ownErr says why, and the stack takes the layer all the same.
+func (s *Stack) Layer(r io.Reader) (own *Tree, ownErr, err error) {
+	b := &tarBuilder{
+		t:        newTree(),
+		children: make(map[string]map[string]struct{}),
+		opaque:   make(map[string]bool),
+		implied:  s.implied,
+		buf:      s.b.buf,
+		lower:    s.b.t,
+	}
+	b.put(b.impliedDir("."))
+	s.b.layer = make(map[string]bool)
+	tr := tar.NewReader(r)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("fstree: tar: %w", err)
+		}
+		// The layer's own tree first: its implied directories look at
+		// the stack before this entry changes it.
+		data := &fileData{r: tr, buf: s.b.buf}
+		if ownErr == nil {
+			if err := b.entry(hdr, data, true); err != nil {
+				ownErr = fmt.Errorf("fstree: tar entry %q: %w", hdr.Name, err)
+			}
+		}
+		if err := s.b.entry(hdr, data, true); err != nil {
+			return nil, nil, fmt.Errorf("fstree: tar entry %q: %w", hdr.Name, err)
+		}
+	}
+	if ownErr != nil {
+		return nil, ownErr, nil
+	}
+	b.finish()
+	return b.t, nil, nil
+}
+
+// withoutOverlayXattrs is x without the trusted.overlay.* names, which
+// overlayfs reads and does not show.
+func withoutOverlayXattrs(x map[string]string) map[string]string {
+	var out map[string]string
+	for k, v := range x {
+		if strings.HasPrefix(k, "trusted.overlay.") {
+			continue
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[k] = v
+	}
+	return out
+}
