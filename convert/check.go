@@ -15,6 +15,7 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/ocierofs/ocierofs/convert/fstree"
 	"github.com/ocierofs/ocierofs/erofs"
@@ -105,6 +106,12 @@ func (c *checker) index(where string, conv, src v1.ImageIndex) error {
 	if err != nil {
 		return fmt.Errorf("%s: source: %w", where, err)
 	}
+	converted := 0
+	defer func() {
+		if converted == 0 {
+			c.diff(where, "converts none of the source's %d entries", len(sm.Manifests))
+		}
+	}()
 	for _, d := range im.Manifests {
 		at := where + "@" + d.Digest.String()
 		var from string
@@ -141,6 +148,7 @@ func (c *checker) index(where string, conv, src v1.ImageIndex) error {
 			c.diff(at, "names its source %s, which the source index does not hold", from)
 			continue
 		}
+		converted++
 		s := sm.Manifests[i]
 		if !samePlatform(d.Platform, s.Platform) {
 			c.diff(at, "platform %+v, the source's %+v", d.Platform, s.Platform)
@@ -217,7 +225,10 @@ func (c *checker) image(where string, img, src v1.Image, srcDigest v1.Hash) erro
 	for _, l := range sm.Layers {
 		chain = append(chain, l.Digest.String())
 	}
-	flat := len(sm.Layers) > 1 && len(m.Layers) == 1 && m.Layers[0].Annotations[AnnotationSourceLayer] == strings.Join(chain, ",")
+	// Flattened: one layer named after all of the source's, and, of a
+	// source of one layer, the history that says so.
+	flat := len(m.Layers) == 1 && m.Layers[0].Annotations[AnnotationSourceLayer] == strings.Join(chain, ",") &&
+		(len(sm.Layers) > 1 || len(cfg.History) == 1 && cfg.History[0].CreatedBy == flattenedBy)
 	c.config(where, rawCfg, rawSrcCfg, flat)
 	if len(cfg.RootFS.DiffIDs) != len(m.Layers) {
 		c.diff(where, "%d layers but %d diff_ids", len(m.Layers), len(cfg.RootFS.DiffIDs))
@@ -233,6 +244,17 @@ func (c *checker) image(where string, img, src v1.Image, srcDigest v1.Hash) erro
 	stack := fstree.NewStack(time.Time{})
 	for i, sd := range sm.Layers {
 		at := fmt.Sprintf("%s: layer %d", where, i+1)
+		if passedThrough(sd.MediaType) {
+			// Not a tar: convert takes it as it is. It is not read,
+			// and the layers above see nothing of it.
+			if !flat {
+				c.res.Layers++
+				if m.Layers[i].Digest != sd.Digest {
+					c.diff(at, "%s layer %s, not the source's %s, which is kept as it is", m.Layers[i].MediaType, m.Layers[i].Digest, sd.Digest)
+				}
+			}
+			continue
+		}
 		own, ownErr, err := c.sourceLayer(src, sd, stack)
 		if err != nil {
 			return fmt.Errorf("%s: source layer %s: %w", at, sd.Digest, err)
@@ -279,10 +301,7 @@ func (c *checker) sourceLayer(src v1.Image, d v1.Descriptor, stack *fstree.Stack
 func (c *checker) layer(where string, img v1.Image, d v1.Descriptor, diffID v1.Hash, sd v1.Descriptor, want *fstree.Tree) error {
 	c.res.Layers++
 	if !IsEROFS(d.MediaType) {
-		// Passed through: the source layer as it is.
-		if sd.Digest != d.Digest {
-			c.diff(where, "%s layer %s, not the source's %s", d.MediaType, d.Digest, sd.Digest)
-		}
+		c.diff(where, "%s layer %s, not EROFS", d.MediaType, d.Digest)
 		return nil
 	}
 	if sd.Digest.Hex != "" && d.Annotations[AnnotationSourceLayer] != sd.Digest.String() {
@@ -292,11 +311,14 @@ func (c *checker) layer(where string, img v1.Image, d v1.Descriptor, diffID v1.H
 	if err != nil {
 		return fmt.Errorf("%s: %w", where, err)
 	}
-	f, size, raw, err := c.spool(l)
+	f, size, raw, comp, err := c.spool(l)
 	if err != nil {
 		return fmt.Errorf("%s: %s: %w", where, d.Digest, err)
 	}
 	defer f.Close()
+	if want := layerCompression(d.MediaType); comp != want {
+		c.diff(where, "a %s blob, but its media type %s says %s", comp, d.MediaType, want)
+	}
 	if raw != diffID {
 		c.diff(where, "the raw image's digest is %s, the config's diff_id %s", raw, diffID)
 	}
@@ -307,6 +329,9 @@ func (c *checker) layer(where string, img v1.Image, d v1.Descriptor, diffID v1.H
 	if err != nil {
 		c.diff(where, "not an EROFS image: %v", err)
 		return nil
+	}
+	if !ei.Super().ChecksumOK {
+		c.diff(where, "the superblock's checksum does not match it (the kernel refuses to mount it)")
 	}
 	got, err := fstree.FromImage(ei)
 	if err != nil {
@@ -323,29 +348,38 @@ func (c *checker) layer(where string, img v1.Image, d v1.Descriptor, diffID v1.H
 // spool copies a converted layer's raw EROFS image (decompressed, for a
 // zstd layer) into a file of TempDir that is removed at once, for the
 // reader's random access, and returns it with its size and digest.
-func (c *checker) spool(l v1.Layer) (*os.File, int64, v1.Hash, error) {
+func (c *checker) spool(l v1.Layer) (*os.File, int64, v1.Hash, Compression, error) {
 	rc, err := l.Compressed()
 	if err != nil {
-		return nil, 0, v1.Hash{}, err
+		return nil, 0, v1.Hash{}, "", err
 	}
 	defer rc.Close()
-	dec, _, err := Decompress(oci.ContextReader(c.ctx, rc))
+	dec, comp, err := Decompress(oci.ContextReader(c.ctx, rc))
 	if err != nil {
-		return nil, 0, v1.Hash{}, err
+		return nil, 0, v1.Hash{}, "", err
 	}
 	defer dec.Close()
 	f, err := os.CreateTemp(c.opt.TempDir, "ocierofs-check-*.erofs")
 	if err != nil {
-		return nil, 0, v1.Hash{}, err
+		return nil, 0, v1.Hash{}, "", err
 	}
 	os.Remove(f.Name())
 	h := sha256.New()
 	n, err := io.Copy(io.MultiWriter(f, h), dec)
 	if err != nil {
 		f.Close()
-		return nil, 0, v1.Hash{}, err
+		return nil, 0, v1.Hash{}, "", err
 	}
-	return f, n, v1.Hash{Algorithm: "sha256", Hex: fmt.Sprintf("%x", h.Sum(nil))}, nil
+	return f, n, v1.Hash{Algorithm: "sha256", Hex: fmt.Sprintf("%x", h.Sum(nil))}, comp, nil
+}
+
+// layerCompression is the compression an EROFS layer's media type gives
+// its blob.
+func layerCompression(mt types.MediaType) Compression {
+	if mt == MediaTypeLayerZstd || mt == MediaTypeSpecZstd {
+		return Zstd
+	}
+	return Uncompressed
 }
 
 // config compares the converted config with the source's but for what

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"strings"
 	"time"
 
@@ -50,10 +51,14 @@ type flatNode struct {
 	nondir   bool // that listing is a non-directory
 	gone     bool // that listing is a whiteout
 	opaque   int  // rank of a layer whose opaque marker is on the path; -1: none
+	// cut is the rank of a layer that deletes or replaces the path
+	// under a directory an upper layer only implies: the lower layers'
+	// directory there, contents and metadata, is gone; -1: none.
+	cut int
 }
 
 func newFlatNode(rank int) *flatNode {
-	return &flatNode{first: rank, explicit: -1, opaque: -1}
+	return &flatNode{first: rank, explicit: -1, opaque: -1, cut: -1}
 }
 
 // flattener holds the merged view for one flatten run.
@@ -139,9 +144,22 @@ func (f *flattener) claim(p string, rank int, isDir, gone bool) bool {
 		if n.opaque < 0 {
 			n.opaque = rank
 		}
+		if n.cut < 0 {
+			n.cut = rank
+		}
+		return false
+	}
+	if isDir && n.cut >= 0 && n.cut < rank {
+		// A directory an upper layer deleted or replaced: the one an
+		// upper layer implies there is a new one, without its metadata.
 		return false
 	}
 	if n.explicit < 0 || n.explicit == rank {
+		if n.explicit == rank && n.gone && isDir && n.opaque < 0 {
+			// Deleted and made again in one layer: nothing of the
+			// layers below shows through it.
+			n.opaque = rank
+		}
 		n.explicit, n.nondir, n.gone = rank, !isDir, gone
 	}
 	return true
@@ -209,7 +227,14 @@ func (l *tarLayer) addFlat(hdr *tar.Header, p string, kind whiteout.Kind, target
 	case whiteout.Drop:
 		return nil
 	case whiteout.Whiteout:
-		f.claim(target, l.rank, false, true)
+		if f.claim(target, l.rank, false, true) {
+			// Its directory is there, as in the layer's own image
+			// (and containerd's applier makes it), even if nothing
+			// else is in it.
+			if dir := path.Dir(target); dir != "." {
+				return l.b.MkdirAll(dir)
+			}
+		}
 		return nil
 	case whiteout.Opaque:
 		if f.markOpaque(target, l.rank) {

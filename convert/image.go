@@ -286,7 +286,7 @@ func (c *Converter) Image(ctx context.Context, src v1.Image, srcDesc v1.Descript
 	}
 	var history []v1.History
 	if c.opt.Flatten {
-		history = []v1.History{{Created: cfg.Created, CreatedBy: "ocierofs convert --flatten",
+		history = []v1.History{{Created: cfg.Created, CreatedBy: flattenedBy,
 			Comment: fmt.Sprintf("%d layers of %s merged", len(m.Layers), srcDesc.Digest)}}
 	}
 	newCfg, err := editConfig(rawCfg, diffIDs, history)
@@ -385,6 +385,9 @@ func matches(b []byte, h v1.Hash) bool {
 	got, _, err := v1.SHA256(bytes.NewReader(b))
 	return err == nil && got == h
 }
+
+// flattenedBy is the created_by of a flattened image's one history entry.
+const flattenedBy = "ocierofs convert --flatten"
 
 // editConfig sets rootfs.diff_ids and adds "erofs" to os.features, keeping
 // every other field of the source config as it was (numbers included);
@@ -493,7 +496,7 @@ func (c *Converter) convertLayer(ctx context.Context, j *layerJob, src layerSour
 	d := src.desc
 	j.report = LayerReport{Source: d.Digest.String(), SourceSize: d.Size, MediaType: string(d.MediaType)}
 	switch {
-	case IsEROFS(d.MediaType), isNondistributable(d.MediaType):
+	case passedThrough(d.MediaType):
 		j.layer = src.layer
 		j.report.Passthrough = true
 		j.report.Digest = d.Digest.String()
@@ -644,7 +647,7 @@ func (c *Converter) buildLayer(ctx context.Context, j *layerJob, src layerSource
 	hook := ld.impliedFor(len(lower))
 	opt.Erofs.ImpliedDir = func(p string) (erofs.Entry, bool) {
 		implied = append(implied, "/"+p)
-		if hook == nil { // no layer below: the defaults
+		if hook == nil || j.ops.hidesBelow(p) { // nothing below shows there: the defaults
 			return erofs.Entry{}, false
 		}
 		return hook(p)
@@ -734,6 +737,10 @@ func isTarLayer(mt types.MediaType) bool {
 	}
 	return false
 }
+
+// passedThrough reports whether a layer of media type mt is published as it
+// is: an EROFS layer already, or one that may not be copied.
+func passedThrough(mt types.MediaType) bool { return IsEROFS(mt) || isNondistributable(mt) }
 
 func isNondistributable(mt types.MediaType) bool {
 	switch mt {

@@ -2,6 +2,7 @@ package convert
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 
@@ -38,6 +39,9 @@ type dirOps struct {
 	done chan struct{}
 	once sync.Once
 	ok   bool
+	// hides are the layer's whiteouts and opaque markers by path, made
+	// for hidesBelow once the layer is read.
+	hides map[string]dirOpKind
 }
 
 func newDirOps() *dirOps { return &dirOps{done: make(chan struct{})} }
@@ -69,6 +73,38 @@ func (d *dirOps) add(kind dirOpKind, p string, meta *erofs.Entry) {
 		kept = &m
 	}
 	d.ops = append(d.ops, dirOp{kind, p, kept})
+}
+
+// hidesBelow reports whether the layer, read to its end, hides what the
+// layers below have at p: it whites out p or a directory above it, or
+// makes a directory above it opaque. A directory the layer implies there
+// is a new one, without the metadata of one below (an opaque marker on p
+// itself keeps p's).
+func (d *dirOps) hidesBelow(p string) bool {
+	if d == nil {
+		return false
+	}
+	if d.hides == nil {
+		d.hides = map[string]dirOpKind{}
+		for _, op := range d.ops {
+			if op.kind == opWhiteout || op.kind == opOpaque && d.hides[op.path] != opWhiteout {
+				d.hides[op.path] = op.kind
+			}
+		}
+	}
+	for q := p; ; {
+		if k, ok := d.hides[q]; ok && (k == opWhiteout || q != p) {
+			return true
+		}
+		if q == "" {
+			return false
+		}
+		if i := strings.LastIndexByte(q, '/'); i >= 0 {
+			q = q[:i]
+		} else {
+			q = ""
+		}
+	}
 }
 
 // finish publishes the record; only the first call counts.
@@ -216,6 +252,13 @@ func (l *lowerDirs) impliedFor(i int) func(string) (erofs.Entry, bool) {
 		}
 		e := *n.meta
 		e.Path = p
+		// Not the lower directory's overlay xattrs (a tar may carry
+		// trusted.overlay.opaque): overlayfs reads them itself, and on a
+		// directory the layer only implies, an opaque one would hide
+		// what the layers below have in it.
+		e.Xattrs = slices.DeleteFunc(slices.Clone(e.Xattrs), func(x erofs.Xattr) bool {
+			return strings.HasPrefix(x.Name, "trusted.overlay.")
+		})
 		return e, true
 	}
 }

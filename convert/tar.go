@@ -167,6 +167,15 @@ func (l *tarLayer) addEntry(hdr *tar.Header, data io.Reader) error {
 	l.entries++
 	if e.IsDir() {
 		l.ops.add(opDir, e.Path, &e)
+		if l.b.IsWhiteout(e.Path) {
+			// Deleted and made again in one layer: nothing of the
+			// layers below shows through it.
+			if err := l.b.Add(e, data); err != nil {
+				return err
+			}
+			l.ops.add(opOpaque, e.Path, nil)
+			return l.b.SetXattr(e.Path, whiteout.OpaqueXattr, []byte("y"))
+		}
 	} else {
 		l.ops.add(opNonDir, e.Path, nil)
 	}

@@ -343,6 +343,9 @@ func archiveOpener(ctx context.Context, p string) (tarball.Opener, error) {
 		return nil, err
 	}
 	defer in.Close()
+	// A pipe may stall: closing it ends the read that waits when ctx
+	// ends (SIGINT).
+	defer context.AfterFunc(ctx, func() { in.Close() })()
 	br := bufio.NewReaderSize(in, 64<<10)
 	head, _ := br.Peek(512) // a FIFO read once: sniffed here, not by SniffFile
 	var src io.Reader = br
@@ -362,6 +365,9 @@ func archiveOpener(ctx context.Context, p string) (tarball.Opener, error) {
 	n, err := io.Copy(tmp, ContextReader(ctx, src))
 	if err != nil {
 		tmp.Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 		return nil, fmt.Errorf("copying the archive into %s: %w", os.TempDir(), err)
 	}
 	// tmp is closed when the image that reads it is dropped (os.File's

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -382,5 +383,36 @@ func TestDockerArchiveTag(t *testing.T) {
 		if _, err := oci.Get(context.Background(), r, oci.Remote{}); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("oci.Get(%s): %v, want %q", r, err, want)
 		}
+	}
+}
+
+// TestDockerArchiveCanceled: a pipe that stalls while its archive is
+// copied gives way when the context ends (SIGINT), with the context's
+// error, not the stream's.
+func TestDockerArchiveCanceled(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TMPDIR", t.TempDir())
+	go func() {
+		f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+		if err != nil {
+			return
+		}
+		defer f.Close()
+		f.Write(make([]byte, 4096)) // then nothing, and the pipe stays open
+		time.Sleep(30 * time.Second)
+	}()
+	r, err := oci.ParseRef("docker-archive:"+fifo, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = oci.Get(ctx, r, oci.Remote{})
+	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 5*time.Second {
+		t.Errorf("after %v: %v, want the context's end", time.Since(start), err)
 	}
 }

@@ -26,7 +26,8 @@ var checkCommand = &cli.Command{
 		"hard links) against its source layer's as the layers below leave it (a flattened\n" +
 		"image: the source's layers stacked), each diff_id against the raw EROFS image,\n" +
 		"the config but for what conversion changes, the source annotations and the\n" +
-		"platforms of an index. Exits 1 if there is any difference.",
+		"platforms of an index. Exits 1 if there is any difference. Layers are read as\n" +
+		"overlayfs stacks them: images converted with --whiteouts keep do not match.",
 	Flags: slices.Concat(options.Only(options.SourceFlags(), "username", "password", "plain-http", "insecure"), options.LoginFlags(), []cli.Flag{
 		&cli.StringFlag{Name: "tmpdir", Usage: "where each EROFS layer is copied to be read, one at a time (default $TMPDIR)"},
 		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print only differences"},

@@ -613,6 +613,9 @@ func TestConvertCLICredentials(t *testing.T) {
 		if _, stderr, code := runStdin(t, strings.NewReader(""), bin, "convert", "-q", "--plain-http", "--username", "alice", "--password-stdin", src.String(), a.host+"/e2e/bb:stdin2"); code != 1 || !strings.Contains(stderr, "--password-stdin: stdin is empty") {
 			t.Errorf("empty stdin: exit %d: %s", code, stderr)
 		}
+		if _, stderr, code := runStdin(t, strings.NewReader("pa:ss\n"), bin, "convert", "-q", "--plain-http", "--username", "alice", "--password-stdin", "docker-archive:/dev/stdin", a.host+"/e2e/bb:stdin3"); code != 1 || !strings.Contains(stderr, "--password-stdin: stdin is the docker archive") {
+			t.Errorf("stdin for the password and the archive: exit %d: %s", code, stderr)
+		}
 	})
 	// A user without a password: asked for it on a terminal, as docker
 	// login and skopeo ask; elsewhere an error at once, never a prompt

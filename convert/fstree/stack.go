@@ -48,12 +48,14 @@ func (s *Stack) Tree() *Tree { return s.b.t }
 // is nil and ownErr says why, and the stack takes the layer all the same.
 func (s *Stack) Layer(r io.Reader) (own *Tree, ownErr, err error) {
 	b := &tarBuilder{
-		t:        newTree(),
-		children: make(map[string]map[string]struct{}),
-		opaque:   make(map[string]bool),
-		implied:  s.implied,
-		buf:      s.b.buf,
-		lower:    s.b.t,
+		t:         newTree(),
+		children:  make(map[string]map[string]struct{}),
+		opaque:    make(map[string]bool),
+		implied:   s.implied,
+		buf:       s.b.buf,
+		lower:     s.b.t,
+		fromLower: make(map[string]bool),
+		whited:    make(map[string]bool),
 	}
 	b.put(b.impliedDir("."))
 	s.b.layer = make(map[string]bool)
@@ -81,6 +83,7 @@ func (s *Stack) Layer(r io.Reader) (own *Tree, ownErr, err error) {
 	if ownErr != nil {
 		return nil, ownErr, nil
 	}
+	b.hideFromLower()
 	b.finish()
 	return b.t, nil, nil
 }

@@ -92,3 +92,43 @@ func TestStack(t *testing.T) {
 		t.Errorf("own tree: gone %+v, want a whiteout", g)
 	}
 }
+
+// TestStackOpaque: an opaque directory hides all the layers below left in
+// it, however deep, whichever order the layer lists its entries in; the
+// directories that hold the layer's entries stay, with the lower layers'
+// metadata gone where the layer does not declare them. Whiteouts and
+// opaque markers make their parents, and a directory a layer puts where
+// a lower layer has a file replaces it.
+func TestStackOpaque(t *testing.T) {
+	s := NewStack(time.Time{})
+	for i, l := range [][]tar.Header{
+		{dirHdr("o", 0o755, 0), dirHdr("o/-imp", 0o700, 5), fileHdr("o/-imp/x"), dirHdr("o/-dec", 0o700, 5), fileHdr("o/-dec/x"), fileHdr("f")},
+		{
+			fileHdr("o/-imp/y"),        // o/-imp implied, listed before the marker
+			dirHdr("o/-dec", 0o711, 6), // declared before the marker
+			fileHdr("o/.wh..wh..opq"),
+			fileHdr("n/.wh..wh..opq"), // a new directory, made by its marker
+			fileHdr("w/.wh.x"),        // and by a whiteout
+			fileHdr("f/z"),            // a directory where layer 1 has a file
+		},
+	} {
+		if _, _, err := s.Layer(layerTar(t, l...)); err != nil {
+			t.Fatalf("layer %d: %v", i+1, err)
+		}
+	}
+	got := s.Tree()
+	for p, want := range map[string]bool{"o/-imp/x": false, "o/-imp/y": true, "o/-dec/x": false, "o/-dec": true, "n": true, "w": true, "f/z": true} {
+		if (got.Node(p) != nil) != want {
+			t.Errorf("%s there: %v, want %v", p, got.Node(p) != nil, want)
+		}
+	}
+	if n := got.Node("o/-imp"); n == nil || n.Uid != 0 || n.Perm() != 0o755 || !n.Implied {
+		t.Errorf("o/-imp: %+v, want an implied directory, not layer 1's", n)
+	}
+	if n := got.Node("o/-dec"); n == nil || n.Uid != 6 || n.Perm() != 0o711 {
+		t.Errorf("o/-dec: %+v, want layer 2's", n)
+	}
+	if n := got.Node("f"); n == nil || !n.IsDir() {
+		t.Errorf("f: %+v, want a directory", n)
+	}
+}

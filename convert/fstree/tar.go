@@ -116,8 +116,12 @@ type tarBuilder struct {
 	stack bool
 	layer map[string]bool
 	// lower, if set, is the stack below the layer: the directories the
-	// layer implies are as lower has them (Stack.Layer).
-	lower *Tree
+	// layer implies are as lower has them (Stack.Layer), unless the
+	// layer hides lower there (hideFromLower): fromLower holds them, and
+	// whited the paths the layer whites out.
+	lower     *Tree
+	fromLower map[string]bool
+	whited    map[string]bool
 }
 
 // fileData is a regular file's content in the tar, read and hashed once
@@ -179,8 +183,14 @@ func escapes(name string) bool {
 
 func (b *tarBuilder) impliedDir(p string) *Node {
 	if l := b.lower.Node(p); l != nil && l.IsDir() && !l.Implied {
+		b.fromLower[p] = true
 		return &Node{Path: p, Mode: l.Mode, Uid: l.Uid, Gid: l.Gid, Mtime: l.Mtime, Xattrs: withoutOverlayXattrs(l.Xattrs)}
 	}
+	return b.defaultDir(p)
+}
+
+// defaultDir is a directory no entry declared, as converters make it.
+func (b *tarBuilder) defaultDir(p string) *Node {
 	return &Node{Path: p, Mode: S_IFDIR | 0o755, Mtime: b.implied, Implied: true}
 }
 
@@ -197,11 +207,12 @@ func (b *tarBuilder) entry(hdr *tar.Header, data *fileData, overlay bool) error 
 		dir, base := parentOf(p), path.Base(p)
 		switch {
 		case base == whOpaque && b.stack:
-			for kid := range b.children[dir] {
-				if !b.layer[kid] {
-					b.remove(kid)
-				}
+			// Its parents are made first, as containerd's applier
+			// makes them.
+			if err := b.ensureDir(dir); err != nil {
+				return err
 			}
+			b.hideLower(dir)
 			return nil
 		case base == whOpaque:
 			if err := b.ensureDir(dir); err != nil {
@@ -217,6 +228,9 @@ func (b *tarBuilder) entry(hdr *tar.Header, data *fileData, overlay bool) error 
 				return fmt.Errorf("bad whiteout name %q", base)
 			}
 			if b.stack {
+				if err := b.ensureDir(dir); err != nil {
+					return err
+				}
 				if p := joinPath(dir, name); !b.layer[p] {
 					b.remove(p)
 				}
@@ -224,6 +238,9 @@ func (b *tarBuilder) entry(hdr *tar.Header, data *fileData, overlay bool) error 
 			}
 			if err := b.ensureDir(dir); err != nil {
 				return err
+			}
+			if b.whited != nil {
+				b.whited[joinPath(dir, name)] = true
 			}
 			n := &Node{
 				Path:     joinPath(dir, name),
@@ -286,6 +303,9 @@ func (b *tarBuilder) entry(hdr *tar.Header, data *fileData, overlay bool) error 
 			return err
 		}
 	}
+	if old := b.t.nodes[p]; overlay && n.IsDir() && old != nil && old.whiteout {
+		b.opaque[p] = true // deleted and made again: nothing below shows through
+	}
 	b.put(n)
 	return nil
 }
@@ -338,10 +358,14 @@ func tarXattrs(hdr *tar.Header) (map[string]string, error) {
 func (b *tarBuilder) ensureDir(p string) error {
 	n := b.t.nodes[p]
 	if n != nil {
-		if !n.IsDir() {
+		if n.IsDir() {
+			return nil
+		}
+		// A lower layer's non-directory where a layer puts a directory
+		// (Stack): overlayfs shows the layer's directory.
+		if !b.stack || b.layer[p] {
 			return fmt.Errorf("parent %q is not a directory", p)
 		}
-		return nil
 	}
 	if err := b.ensureDir(parentOf(p)); err != nil {
 		return err
@@ -371,6 +395,60 @@ func (b *tarBuilder) put(n *Node) {
 		b.children[dir] = kids
 	}
 	kids[p] = struct{}{}
+}
+
+// hideFromLower gives the directories the layer implies with the
+// metadata of lower's (fromLower) the defaults where the layer, read to
+// its end, hides lower: it whites out the path or a directory above it,
+// or makes a directory above it opaque (an opaque marker on the path
+// itself keeps its metadata), as a converter makes them.
+func (b *tarBuilder) hideFromLower() {
+	for p := range b.fromLower {
+		n := b.t.nodes[p]
+		if n == nil || !n.IsDir() {
+			continue
+		}
+		for q := p; ; q = parentOf(q) {
+			if b.whited[q] || q != p && b.opaque[q] {
+				*n = *b.defaultDir(p)
+				break
+			}
+			if q == "." {
+				break
+			}
+		}
+	}
+}
+
+// hideLower deletes what the layers below the current one left under p,
+// a directory the current layer makes opaque (Stack). The layer's own
+// entries stay, and the directories that hold them, which the lower
+// layers' metadata no longer reaches: those the layer did not declare
+// are implied ones.
+func (b *tarBuilder) hideLower(p string) {
+	for kid := range b.children[p] {
+		n := b.t.nodes[kid]
+		switch {
+		case b.layer[kid] && !n.IsDir():
+		case b.layer[kid]:
+			b.hideLower(kid)
+		case n.IsDir() && b.holdsLayer(kid):
+			*n = *b.defaultDir(kid)
+			b.hideLower(kid)
+		default:
+			b.remove(kid)
+		}
+	}
+}
+
+// holdsLayer reports whether the current layer put anything below p.
+func (b *tarBuilder) holdsLayer(p string) bool {
+	for kid := range b.children[p] {
+		if b.layer[kid] || b.holdsLayer(kid) {
+			return true
+		}
+	}
+	return false
 }
 
 // remove deletes p and everything below it.

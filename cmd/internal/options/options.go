@@ -160,6 +160,9 @@ func Credentials(ctx context.Context, c *cli.Context, rem oci.Remote, src oci.Re
 		if user == "" || c.IsSet("password") {
 			return srcRem, dstRem, errors.New("--password-stdin: give --username, and no --password")
 		}
+		if src.Kind == oci.DockerArchive && slices.Contains([]string{"/dev/stdin", "/dev/fd/0", "/proc/self/fd/0", "-"}, src.Path) {
+			return srcRem, dstRem, errors.New("--password-stdin: stdin is the docker archive (give the password with --password or $OCIEROFS_PASSWORD)")
+		}
 		raw, err := io.ReadAll(io.LimitReader(os.Stdin, 64<<10))
 		if err != nil {
 			return srcRem, dstRem, fmt.Errorf("--password-stdin: %w", err)
