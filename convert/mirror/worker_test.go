@@ -326,14 +326,22 @@ convert { "layer-compression": "zstd", jobs: 1 }
 			t.Errorf("twin layer %s: media type %s, want %s (convert options of the config file)", l.Digest, l.MediaType, convert.MediaTypeLayerZstd)
 		}
 	}
-	rq, err := http.NewRequest(http.MethodGet, "http://"+listen+"/status", nil)
-	must(t, err)
-	rq.Header.Set("Authorization", "sekrit")
-	resp, err := http.DefaultClient.Do(rq)
-	must(t, err)
+	// The twin is pushed before the task is recorded done: /status
+	// may say running for a moment.
 	var st mirror.Status
-	must(t, json.NewDecoder(resp.Body).Decode(&st))
-	resp.Body.Close()
+	for start := time.Now(); ; time.Sleep(50 * time.Millisecond) {
+		rq, err := http.NewRequest(http.MethodGet, "http://"+listen+"/status", nil)
+		must(t, err)
+		rq.Header.Set("Authorization", "sekrit")
+		resp, err := http.DefaultClient.Do(rq)
+		must(t, err)
+		st = mirror.Status{}
+		must(t, json.NewDecoder(resp.Body).Decode(&st))
+		resp.Body.Close()
+		if len(st.Tasks) == 1 && st.Tasks[0].State == mirror.StateDone || time.Since(start) > 30*time.Second {
+			break
+		}
+	}
 	if len(st.Tasks) != 1 || st.Tasks[0].State != mirror.StateDone || st.Tasks[0].Repository != "cmd/app" {
 		t.Errorf("/status: %+v", st)
 	}
