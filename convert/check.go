@@ -20,6 +20,7 @@ import (
 	"github.com/ocierofs/ocierofs/convert/fstree"
 	"github.com/ocierofs/ocierofs/erofs"
 	"github.com/ocierofs/ocierofs/oci"
+	"github.com/ocierofs/ocierofs/oci/atomicfile"
 )
 
 // CheckOptions tells Check where to work and where to report.
@@ -359,11 +360,10 @@ func (c *checker) spool(l v1.Layer) (*os.File, int64, v1.Hash, Compression, erro
 		return nil, 0, v1.Hash{}, "", err
 	}
 	defer dec.Close()
-	f, err := os.CreateTemp(c.opt.TempDir, "ocierofs-check-*.erofs")
+	f, err := atomicfile.Unnamed(c.opt.TempDir, "ocierofs-check-*.erofs")
 	if err != nil {
 		return nil, 0, v1.Hash{}, "", err
 	}
-	os.Remove(f.Name())
 	h := sha256.New()
 	n, err := io.Copy(io.MultiWriter(f, h), dec)
 	if err != nil {

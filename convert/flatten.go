@@ -17,6 +17,7 @@ import (
 
 	"github.com/ocierofs/ocierofs/erofs"
 	"github.com/ocierofs/ocierofs/oci"
+	"github.com/ocierofs/ocierofs/oci/atomicfile"
 	"github.com/ocierofs/ocierofs/whiteout"
 )
 
@@ -84,11 +85,10 @@ type hiddenEntry struct {
 }
 
 func newFlattener(tmp string) (*flattener, error) {
-	f, err := os.CreateTemp(tmp, "flatten-spool-")
+	f, err := atomicfile.Unnamed(tmp, "flatten-spool-")
 	if err != nil {
 		return nil, err
 	}
-	os.Remove(f.Name()) // unnamed: gone when closed
 	return &flattener{root: newFlatNode(0), spool: f, pending: map[string][]erofs.Entry{}}, nil
 }
 

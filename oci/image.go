@@ -28,6 +28,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/ocierofs/ocierofs/oci/atomicfile"
 )
 
 // Credential is a user and password for one registry.
@@ -357,11 +359,10 @@ func archiveOpener(ctx context.Context, p string) (tarball.Opener, error) {
 		defer zr.Close()
 		src = zr
 	}
-	tmp, err := os.CreateTemp("", "ocierofs-archive-*.tar")
+	tmp, err := atomicfile.Unnamed("", "ocierofs-archive-*.tar")
 	if err != nil {
 		return nil, fmt.Errorf("a copy of the archive: %w", err)
 	}
-	os.Remove(tmp.Name())
 	n, err := io.Copy(tmp, ContextReader(ctx, src))
 	if err != nil {
 		tmp.Close()

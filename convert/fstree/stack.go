@@ -41,8 +41,9 @@ func (s *Stack) Tree() *Tree { return s.b.t }
 // Layer reads the next layer's tar, uncompressed, and lays it on the
 // stack. It returns the layer's own tree, as FromTar reads it (overlay
 // whiteouts), but for the directories the layer implies: they are as the
-// layers below leave them, where one of those declared them, since
-// applying the tar over them keeps them so. That is what a converter
+// layers below leave them, where one of those declared them and the layer
+// does not hide it (a whiteout of it or above it, an opaque directory
+// above it), since applying the tar over them keeps them so. That is what a converter
 // makes of the layer over the layers below. A layer that cannot stand
 // alone (a hard link to a lower layer's file) has no tree of its own: own
 // is nil and ownErr says why, and the stack takes the layer all the same.
@@ -59,26 +60,18 @@ func (s *Stack) Layer(r io.Reader) (own *Tree, ownErr, err error) {
 	}
 	b.put(b.impliedDir("."))
 	s.b.layer = make(map[string]bool)
-	tr := tar.NewReader(r)
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, nil, fmt.Errorf("fstree: tar: %w", err)
-		}
+	err = eachEntry(r, s.b.buf, func(hdr *tar.Header, data *fileData) error {
 		// The layer's own tree first: its implied directories look at
 		// the stack before this entry changes it.
-		data := &fileData{r: tr, buf: s.b.buf}
 		if ownErr == nil {
 			if err := b.entry(hdr, data, true); err != nil {
 				ownErr = fmt.Errorf("fstree: tar entry %q: %w", hdr.Name, err)
 			}
 		}
-		if err := s.b.entry(hdr, data, true); err != nil {
-			return nil, nil, fmt.Errorf("fstree: tar entry %q: %w", hdr.Name, err)
-		}
+		return s.b.entry(hdr, data, true)
+	})
+	if err != nil {
+		return nil, nil, err
 	}
 	if ownErr != nil {
 		return nil, ownErr, nil

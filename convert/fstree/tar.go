@@ -84,21 +84,31 @@ func FromTar(r io.Reader, opt TarOptions) (*Tree, error) {
 	}
 	b.put(b.impliedDir("."))
 
+	if err := eachEntry(r, b.buf, func(hdr *tar.Header, data *fileData) error {
+		return b.entry(hdr, data, overlay)
+	}); err != nil {
+		return nil, err
+	}
+	b.finish()
+	return b.t, nil
+}
+
+// eachEntry calls f with each entry of the tar stream r and its content,
+// read with buf; its errors name the entry.
+func eachEntry(r io.Reader, buf []byte, f func(*tar.Header, *fileData) error) error {
 	tr := tar.NewReader(r)
 	for {
 		hdr, err := tr.Next()
 		if err == io.EOF {
-			break
+			return nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("fstree: tar: %w", err)
+			return fmt.Errorf("fstree: tar: %w", err)
 		}
-		if err := b.entry(hdr, &fileData{r: tr, buf: b.buf}, overlay); err != nil {
-			return nil, fmt.Errorf("fstree: tar entry %q: %w", hdr.Name, err)
+		if err := f(hdr, &fileData{r: tr, buf: buf}); err != nil {
+			return fmt.Errorf("fstree: tar entry %q: %w", hdr.Name, err)
 		}
 	}
-	b.finish()
-	return b.t, nil
 }
 
 type tarBuilder struct {

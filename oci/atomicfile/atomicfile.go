@@ -64,6 +64,18 @@ func WriteFile(path string, data []byte) error {
 	})
 }
 
+// Unnamed creates a file in dir (os.CreateTemp's pattern) and removes its
+// name at once: scratch space that is gone when the file is closed, or
+// when the process ends, however it ends.
+func Unnamed(dir, pattern string) (*os.File, error) {
+	f, err := os.CreateTemp(dir, pattern)
+	if err != nil {
+		return nil, err
+	}
+	os.Remove(f.Name())
+	return f, nil
+}
+
 // SyncDir makes the names in dir durable: those just renamed or linked
 // into it.
 func SyncDir(dir string) error {
