@@ -30,7 +30,8 @@ import (
 // Directories are the exception to "first claim wins" in one way: a
 // directory that an upper layer only implies (lists children of, but not
 // itself) takes the metadata of the first lower layer that lists it, as
-// the stacked layers show through lower.go.
+// the stacked layers show through lower.go, unless a layer in between
+// deleted it or put a non-directory there (cut): then it is a new one.
 //
 // A hard link in a lower layer may name a target that an upper layer
 // replaced; the link still holds the old content. Hidden files are
