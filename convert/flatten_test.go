@@ -152,6 +152,10 @@ func stackEdgeCases(t testing.TB) []stackCase {
 			e2eLayer(t, root, eDir("d", 0o755).xattr("trusted.overlay.opaque", "y"), eFile("d/x", 0o644, []byte("x\n"))),
 			e2eLayer(t, eFile("d/y", 0o644, []byte("y\n"))),
 		}},
+		{"deleted and implied again in one layer", []v1.Layer{
+			e2eLayer(t, root, eDir("d", 0o700).own(1, 1), eFile("d/x", 0o644, []byte("x\n")), eDir("a", 0o700), eFile("a/b", 0o644, []byte("b\n"))),
+			e2eLayer(t, eWhiteout("d"), eFile("d/n", 0o644, []byte("n\n")), eWhiteout("a"), eFile("a/b/y", 0o644, []byte("y\n"))),
+		}},
 		{"deleted and made again in one layer", []v1.Layer{
 			e2eLayer(t, root, eDir("d", 0o700), eFile("d/x", 0o644, []byte("x\n"))),
 			e2eLayer(t, eWhiteout("d"), eDir("d", 0o755), eFile("d/y", 0o644, []byte("y\n"))),

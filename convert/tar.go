@@ -52,6 +52,9 @@ type tarLayer struct {
 	// indexes it from the image (mkfs --tar-index); pos is the tar offset.
 	tarIndex bool
 	pos      offsetReader
+	// whited are the paths this layer whites out (a layer of an image,
+	// not flattened): an entry below one makes it a new directory.
+	whited map[string]bool
 }
 
 // addTar reads an uncompressed tar stream to its end, adding every entry.
@@ -138,6 +141,11 @@ func (l *tarLayer) addEntry(hdr *tar.Header, data io.Reader) error {
 	if l.flat != nil {
 		return l.addFlat(hdr, p, kind, target, data)
 	}
+	if kind != whiteout.Drop {
+		if err := l.remake(target); err != nil {
+			return err
+		}
+	}
 	switch kind {
 	case whiteout.Drop:
 		return nil
@@ -153,6 +161,10 @@ func (l *tarLayer) addEntry(hdr *tar.Header, data io.Reader) error {
 		}
 		l.entries++
 		l.ops.add(opWhiteout, target, nil)
+		if l.whited == nil {
+			l.whited = map[string]bool{}
+		}
+		l.whited[target] = true
 		// No permission bits, as mkfs.erofs --aufs writes it and
 		// containerd's and docker's appliers make it (mknod(S_IFCHR, 0)).
 		e.Mode = erofs.S_IFCHR
@@ -183,6 +195,30 @@ func (l *tarLayer) addEntry(hdr *tar.Header, data io.Reader) error {
 		return l.addIndexed(e)
 	}
 	return l.b.Add(e, data)
+}
+
+// remake makes each directory above p that this layer whited out a new,
+// opaque directory: the layer deletes it and then puts entries in it
+// (.wh.d, then d/n), and nothing of the layers below shows through (the
+// directories it implies are new: dirOps.hidesBelow).
+func (l *tarLayer) remake(p string) error {
+	if len(l.whited) == 0 {
+		return nil
+	}
+	for i := 0; i < len(p); i++ {
+		if p[i] != '/' || !l.whited[p[:i]] {
+			continue
+		}
+		d := p[:i]
+		delete(l.whited, d)
+		if l.b.ReplaceWhiteout(d) {
+			l.ops.add(opOpaque, d, nil)
+			if err := l.b.SetXattr(d, whiteout.OpaqueXattr, []byte("y")); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // addIndexed adds a file whose data stays in the tar: one chunk, as large

@@ -551,6 +551,20 @@ func (b *Builder) Lookup(p string) (exists, isDir bool) {
 	return true, n.ino.isDir()
 }
 
+// ReplaceWhiteout turns the overlayfs whiteout at p into an implied
+// directory (its metadata settled at Finish), for an entry of the same
+// input below the path it whited out. It reports whether p was one.
+func (b *Builder) ReplaceWhiteout(p string) bool {
+	if !b.IsWhiteout(p) {
+		return false
+	}
+	cp, _ := CleanPath(p)
+	n := b.lookup(cp)
+	n.ino, n.dir = b.impliedInode(cp), new(dirIndex)
+	b.lastDir = ""
+	return true
+}
+
 // IsWhiteout reports whether p is an overlayfs whiteout: a char device 0:0.
 func (b *Builder) IsWhiteout(p string) bool {
 	cp, err := CleanPath(p)

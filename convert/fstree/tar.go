@@ -367,6 +367,13 @@ func tarXattrs(hdr *tar.Header) (map[string]string, error) {
 // implied directories where missing.
 func (b *tarBuilder) ensureDir(p string) error {
 	n := b.t.nodes[p]
+	if n != nil && n.whiteout {
+		// Whited out, then a parent of an entry of the same layer: a
+		// new directory, which hides what was below.
+		b.opaque[p] = true
+		b.put(b.defaultDir(p))
+		return nil
+	}
 	if n != nil {
 		if n.IsDir() {
 			return nil
