@@ -115,28 +115,26 @@ func (c *checker) index(where string, conv, src v1.ImageIndex) error {
 	}()
 	for _, d := range im.Manifests {
 		at := where + "@" + d.Digest.String()
-		var from string
+		// The entry, read once: an index or an image; anything else
+		// (an attestation, say) names no source.
+		var childIndex v1.ImageIndex
+		var childImage v1.Image
+		var raw []byte
+		var err error
 		switch {
 		case d.MediaType.IsIndex():
-			child, err := conv.ImageIndex(d.Digest)
-			if err != nil {
-				return fmt.Errorf("%s: %w", at, err)
-			}
-			if raw, err = child.RawManifest(); err != nil {
-				return fmt.Errorf("%s: %w", at, err)
+			if childIndex, err = conv.ImageIndex(d.Digest); err == nil {
+				raw, err = childIndex.RawManifest()
 			}
 		case d.MediaType.IsImage():
-			img, err := conv.Image(d.Digest)
-			if err != nil {
-				return fmt.Errorf("%s: %w", at, err)
+			if childImage, err = conv.Image(d.Digest); err == nil {
+				raw, err = childImage.RawManifest()
 			}
-			if raw, err = img.RawManifest(); err != nil {
-				return fmt.Errorf("%s: %w", at, err)
-			}
-		default:
-			raw = nil
 		}
-		from = SourceAnnotation(raw)
+		if err != nil {
+			return fmt.Errorf("%s: %w", at, err)
+		}
+		from := SourceAnnotation(raw)
 		if from == "" {
 			// Not converted: it must be the source's, as it is.
 			if !slices.ContainsFunc(sm.Manifests, func(s v1.Descriptor) bool { return s.Digest == d.Digest }) {
@@ -154,23 +152,21 @@ func (c *checker) index(where string, conv, src v1.ImageIndex) error {
 		if !samePlatform(d.Platform, s.Platform) {
 			c.diff(at, "platform %+v, the source's %+v", d.Platform, s.Platform)
 		}
-		if d.MediaType.IsIndex() {
-			child, _ := conv.ImageIndex(d.Digest)
+		if childIndex != nil {
 			schild, err := src.ImageIndex(s.Digest)
 			if err != nil {
 				return fmt.Errorf("%s: source %s: %w", at, s.Digest, err)
 			}
-			if err := c.index(at, child, schild); err != nil {
+			if err := c.index(at, childIndex, schild); err != nil {
 				return err
 			}
 			continue
 		}
-		img, _ := conv.Image(d.Digest)
 		simg, err := src.Image(s.Digest)
 		if err != nil {
 			return fmt.Errorf("%s: source %s: %w", at, s.Digest, err)
 		}
-		if err := c.image(at, img, simg, s.Digest); err != nil {
+		if err := c.image(at, childImage, simg, s.Digest); err != nil {
 			return err
 		}
 	}

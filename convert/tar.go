@@ -52,9 +52,6 @@ type tarLayer struct {
 	// indexes it from the image (mkfs --tar-index); pos is the tar offset.
 	tarIndex bool
 	pos      offsetReader
-	// whited are the paths this layer whites out (a layer of an image,
-	// not flattened): an entry below one makes it a new directory.
-	whited map[string]bool
 }
 
 // addTar reads an uncompressed tar stream to its end, adding every entry.
@@ -142,9 +139,7 @@ func (l *tarLayer) addEntry(hdr *tar.Header, data io.Reader) error {
 		return l.addFlat(hdr, p, kind, target, data)
 	}
 	if kind != whiteout.Drop {
-		if err := l.remake(target); err != nil {
-			return err
-		}
+		l.remake(target)
 	}
 	switch kind {
 	case whiteout.Drop:
@@ -161,10 +156,6 @@ func (l *tarLayer) addEntry(hdr *tar.Header, data io.Reader) error {
 		}
 		l.entries++
 		l.ops.add(opWhiteout, target, nil)
-		if l.whited == nil {
-			l.whited = map[string]bool{}
-		}
-		l.whited[target] = true
 		// No permission bits, as mkfs.erofs --aufs writes it and
 		// containerd's and docker's appliers make it (mknod(S_IFCHR, 0)).
 		e.Mode = erofs.S_IFCHR
@@ -179,14 +170,12 @@ func (l *tarLayer) addEntry(hdr *tar.Header, data io.Reader) error {
 	l.entries++
 	if e.IsDir() {
 		l.ops.add(opDir, e.Path, &e)
-		if l.b.IsWhiteout(e.Path) {
+		if l.wt.WhitedOut(e.Path) {
 			// Deleted and made again in one layer: nothing of the
-			// layers below shows through it.
-			if err := l.b.Add(e, data); err != nil {
-				return err
-			}
+			// layers below shows through it (also where an entry of
+			// another type came in between).
+			l.wt.MakeOpaque(e.Path)
 			l.ops.add(opOpaque, e.Path, nil)
-			return l.b.SetXattr(e.Path, whiteout.OpaqueXattr, []byte("y"))
 		}
 	} else {
 		l.ops.add(opNonDir, e.Path, nil)
@@ -201,24 +190,16 @@ func (l *tarLayer) addEntry(hdr *tar.Header, data io.Reader) error {
 // opaque directory: the layer deletes it and then puts entries in it
 // (.wh.d, then d/n), and nothing of the layers below shows through (the
 // directories it implies are new: dirOps.hidesBelow).
-func (l *tarLayer) remake(p string) error {
-	if len(l.whited) == 0 {
-		return nil
+func (l *tarLayer) remake(p string) {
+	if !l.wt.AnyWhitedOut() {
+		return
 	}
 	for i := 0; i < len(p); i++ {
-		if p[i] != '/' || !l.whited[p[:i]] {
-			continue
-		}
-		d := p[:i]
-		delete(l.whited, d)
-		if l.b.ReplaceWhiteout(d) {
-			l.ops.add(opOpaque, d, nil)
-			if err := l.b.SetXattr(d, whiteout.OpaqueXattr, []byte("y")); err != nil {
-				return err
-			}
+		if p[i] == '/' && l.wt.WhitedOut(p[:i]) && l.b.ReplaceWhiteout(p[:i]) {
+			l.wt.MakeOpaque(p[:i])
+			l.ops.add(opOpaque, p[:i], nil)
 		}
 	}
-	return nil
 }
 
 // addIndexed adds a file whose data stays in the tar: one chunk, as large

@@ -77,12 +77,26 @@ type Translator struct {
 	mode      Mode
 	opaque    map[string]bool
 	whiteouts map[string][]string // directory → whiteout paths made in it
+	whited    map[string]bool     // the paths whited out
 }
 
 // NewTranslator returns a Translator for one layer.
 func NewTranslator(m Mode) *Translator {
-	return &Translator{mode: m, opaque: map[string]bool{}, whiteouts: map[string][]string{}}
+	return &Translator{mode: m, opaque: map[string]bool{}, whiteouts: map[string][]string{}, whited: map[string]bool{}}
 }
+
+// WhitedOut reports whether the layer has whited out p so far: a
+// directory it then makes there, or puts entries in, is a new one
+// (MakeOpaque).
+func (t *Translator) WhitedOut(p string) bool { return t.whited[p] }
+
+// AnyWhitedOut reports whether the layer has whited out anything so far.
+func (t *Translator) AnyWhitedOut() bool { return len(t.whited) > 0 }
+
+// MakeOpaque gives dir the opaque marker once the layer is read, as a
+// .wh..wh..opq entry in it would: for a directory the layer whited out
+// and made again, which hides what the layers below have there.
+func (t *Translator) MakeOpaque(dir string) { t.opaque[dir] = true }
 
 // Classify looks at a cleaned entry path ("a/b/.wh.c"). For a Whiteout it
 // returns the path of the deleted entry; for Opaque, the directory.
@@ -105,6 +119,7 @@ func (t *Translator) Classify(p string) (Kind, string, error) {
 		}
 		target := path.Join(dir, name)
 		t.whiteouts[dir] = append(t.whiteouts[dir], target)
+		t.whited[target] = true
 		return Whiteout, target, nil
 	}
 	return Plain, p, nil

@@ -66,3 +66,32 @@ func TestKeep(t *testing.T) {
 		t.Error("ParseMode(aufs): want an error")
 	}
 }
+
+// TestWhitedOut: the translator remembers what the layer whited out, and
+// a directory made opaque without a marker entry gets the marker at the
+// end like one with it.
+func TestWhitedOut(t *testing.T) {
+	tr := NewTranslator(Overlay)
+	if tr.AnyWhitedOut() {
+		t.Fatal("a new translator has whited something out")
+	}
+	if _, _, err := tr.Classify("a/.wh.d"); err != nil {
+		t.Fatal(err)
+	}
+	if !tr.AnyWhitedOut() || !tr.WhitedOut("a/d") || tr.WhitedOut("a") {
+		t.Errorf("after a/.wh.d: any %v, a/d %v, a %v", tr.AnyWhitedOut(), tr.WhitedOut("a/d"), tr.WhitedOut("a"))
+	}
+	tr.MakeOpaque("a/d")
+	found := false
+	for _, x := range tr.DirXattrs(nil) {
+		found = found || x.Dir == "a/d" && x.Name == OpaqueXattr && string(x.Value) == "y"
+	}
+	if !found {
+		t.Errorf("a/d made opaque: xattrs %+v", tr.DirXattrs(nil))
+	}
+	keep := NewTranslator(Keep)
+	keep.Classify("a/.wh.d")
+	if keep.AnyWhitedOut() {
+		t.Error("keep mode whites nothing out")
+	}
+}
