@@ -57,10 +57,12 @@ type flatNode struct {
 	// under a directory an upper layer only implies: the lower layers'
 	// directory there, contents and metadata, is gone; -1: none.
 	cut int
+	// whited is the rank of a layer that whites out the path; -1: none.
+	whited int
 }
 
 func newFlatNode(rank int) *flatNode {
-	return &flatNode{first: rank, explicit: -1, opaque: -1, cut: -1}
+	return &flatNode{first: rank, explicit: -1, opaque: -1, cut: -1, whited: -1}
 }
 
 // flattener holds the merged view for one flatten run.
@@ -156,9 +158,13 @@ func (f *flattener) claim(p string, rank int, isDir, gone bool) bool {
 		return false
 	}
 	if n.explicit < 0 || n.explicit == rank {
-		if n.explicit == rank && n.gone && isDir && n.opaque < 0 {
-			// Deleted and made again in one layer: nothing of the
-			// layers below shows through it.
+		if gone {
+			n.whited = rank
+		}
+		if n.whited == rank && isDir && n.opaque < 0 {
+			// Deleted and made again in one layer (also with another
+			// entry between): nothing of the layers below shows
+			// through it.
 			n.opaque = rank
 		}
 		n.explicit, n.nondir, n.gone = rank, !isDir, gone

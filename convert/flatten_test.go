@@ -158,8 +158,10 @@ func stackEdgeCases(t testing.TB) []stackCase {
 			e2eLayer(t, eWhiteout("d"), eFile("d/n", 0o644, []byte("n\n")), eDir("d", 0o711), eWhiteout("a"), eFile("a/b/y", 0o644, []byte("y\n"))),
 		}},
 		{"deleted and made again in one layer", []v1.Layer{
-			e2eLayer(t, root, eDir("d", 0o700), eFile("d/x", 0o644, []byte("x\n"))),
-			e2eLayer(t, eWhiteout("d"), eDir("d", 0o755), eFile("d/y", 0o644, []byte("y\n"))),
+			e2eLayer(t, root, eDir("d", 0o700), eFile("d/x", 0o644, []byte("x\n")), eDir("e", 0o700), eFile("e/w", 0o644, []byte("w\n"))),
+			// e with a file in between.
+			e2eLayer(t, eWhiteout("d"), eDir("d", 0o755), eFile("d/y", 0o644, []byte("y\n")),
+				eWhiteout("e"), eFile("e", 0o644, []byte("e\n")), eDir("e", 0o755), eFile("e/z", 0o644, []byte("z\n"))),
 		}},
 	}
 }

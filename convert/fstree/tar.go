@@ -79,6 +79,7 @@ func FromTar(r io.Reader, opt TarOptions) (*Tree, error) {
 		t:        newTree(),
 		children: make(map[string]map[string]struct{}),
 		opaque:   make(map[string]bool),
+		whited:   make(map[string]bool),
 		implied:  opt.ImpliedDirMtime,
 		buf:      make([]byte, 128<<10),
 	}
@@ -125,13 +126,13 @@ type tarBuilder struct {
 	// current layer has put, which they never delete.
 	stack bool
 	layer map[string]bool
+	// whited are the paths the layer whites out (overlay whiteouts).
+	whited map[string]bool
 	// lower, if set, is the stack below the layer: the directories the
 	// layer implies are as lower has them (Stack.Layer), unless the
-	// layer hides lower there (hideFromLower): fromLower holds them, and
-	// whited the paths the layer whites out.
+	// layer hides lower there (hideFromLower): fromLower holds them.
 	lower     *Tree
 	fromLower map[string]bool
-	whited    map[string]bool
 }
 
 // fileData is a regular file's content in the tar, read and hashed once
@@ -249,9 +250,7 @@ func (b *tarBuilder) entry(hdr *tar.Header, data *fileData, overlay bool) error 
 			if err := b.ensureDir(dir); err != nil {
 				return err
 			}
-			if b.whited != nil {
-				b.whited[joinPath(dir, name)] = true
-			}
+			b.whited[joinPath(dir, name)] = true
 			n := &Node{
 				Path:     joinPath(dir, name),
 				Mode:     S_IFCHR,
@@ -313,8 +312,10 @@ func (b *tarBuilder) entry(hdr *tar.Header, data *fileData, overlay bool) error 
 			return err
 		}
 	}
-	if old := b.t.nodes[p]; overlay && n.IsDir() && old != nil && old.whiteout {
-		b.opaque[p] = true // deleted and made again: nothing below shows through
+	if overlay && n.IsDir() && b.whited[p] {
+		// Deleted and made again (also with another entry between):
+		// nothing below shows through, as the converter makes it.
+		b.opaque[p] = true
 	}
 	b.put(n)
 	return nil
