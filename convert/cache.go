@@ -273,7 +273,7 @@ func (c *Converter) CacheImage(ctx context.Context, src v1.Image, srcDesc v1.Des
 		if err != nil {
 			return nil, fmt.Errorf("layer %s: %w", d.Digest, err)
 		}
-		ls := layerSource{desc: d, layer: l, diffID: cfg.RootFS.DiffIDs[i]}
+		ls := layerSource{desc: d, layer: l, diffID: cfg.RootFS.DiffIDs[i], alone: alone}
 		key, waiting := "alone:"+d.Digest.String(), Progress{Source: d.Digest.String(), Total: d.Size}
 		if !alone {
 			ls.lower, key = slices.Clone(lowerOps), strings.Join(chain, ",")

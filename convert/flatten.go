@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -110,6 +111,9 @@ func (f *flattener) startLayer() {
 // which claims p for nothing.
 func (f *flattener) claim(p string, rank int, isDir, gone bool) bool {
 	n := f.root
+	if p != "" && n.opaque >= 0 && n.opaque < rank {
+		return false // the root is opaque above
+	}
 	if p != "" {
 		comps := strings.Split(p, "/")
 		for k, c := range comps {
@@ -161,15 +165,52 @@ func (f *flattener) claim(p string, rank int, isDir, gone bool) bool {
 		if gone {
 			n.whited = rank
 		}
-		if n.whited == rank && isDir && n.opaque < 0 {
-			// Deleted and made again in one layer (also with another
-			// entry between): nothing of the layers below shows
-			// through it.
+		replaced := n.whited == rank || n.explicit == rank && n.nondir
+		if replaced && isDir && n.opaque < 0 {
+			// Deleted or replaced, and made again in one layer (also
+			// with another entry between): nothing of the layers
+			// below shows through it.
 			n.opaque = rank
 		}
 		n.explicit, n.nondir, n.gone = rank, !isDir, gone
 	}
 	return true
+}
+
+// takeBack undoes what the layer of rank put at and below p, a directory
+// an upper layer has too, when the layer then deletes or replaces p (a
+// whiteout or a non-directory at p after its own entries): applied in
+// order, the layer leaves nothing there, and the upper layer's directory
+// holds only its own entries. It returns the paths to remove from the
+// image and the directories to make implied again (their metadata was
+// the layer's).
+func (f *flattener) takeBack(p string, rank int) (remove, imply []string) {
+	n := f.root
+	for _, c := range strings.Split(p, "/") {
+		if n = n.children[c]; n == nil {
+			return nil, nil
+		}
+	}
+	var walk func(p string, n *flatNode)
+	walk = func(p string, n *flatNode) {
+		if n.explicit == rank && !n.nondir && n.first < rank {
+			imply = append(imply, p)
+		}
+		for name, c := range n.children {
+			cp := p + "/" + name
+			if c.first == rank {
+				remove = append(remove, cp)
+				delete(n.children, name)
+				continue
+			}
+			walk(cp, c)
+		}
+	}
+	walk(p, n)
+	// In path order: the image does not depend on it, but errors would.
+	slices.Sort(remove)
+	slices.Sort(imply)
+	return remove, imply
 }
 
 // listed is the rank of the layer that lists p itself; -1 for none so far.
@@ -203,6 +244,9 @@ func (f *flattener) unresolved() error {
 // reports false when dir is hidden from that layer.
 func (f *flattener) markOpaque(dir string, rank int) bool {
 	n := f.root
+	if dir != "" && n.opaque >= 0 && n.opaque < rank {
+		return false
+	}
 	for _, c := range strings.Split(dir, "/") {
 		if dir == "" {
 			break
@@ -234,13 +278,19 @@ func (l *tarLayer) addFlat(hdr *tar.Header, p string, kind whiteout.Kind, target
 	case whiteout.Drop:
 		return nil
 	case whiteout.Whiteout:
-		if f.claim(target, l.rank, false, true) {
-			// Its directory is there, as in the layer's own image
-			// (and containerd's applier makes it), even if nothing
-			// else is in it.
-			if dir := path.Dir(target); dir != "." {
-				return l.b.MkdirAll(dir)
-			}
+		if !f.claim(target, l.rank, false, true) {
+			return l.takeBack(target)
+		}
+		// What the layer itself put at the path before goes too, as
+		// docker, containerd and mkfs.erofs --aufs apply a whiteout
+		// (the image spec would keep it).
+		if err := l.b.Remove(target); err != nil {
+			return err
+		}
+		// Its directory is there, as in the layer's own image (and
+		// containerd's applier makes it), even if nothing else is in it.
+		if dir := path.Dir(target); dir != "." {
+			return l.b.MkdirAll(dir)
 		}
 		return nil
 	case whiteout.Opaque:
@@ -257,6 +307,9 @@ func (l *tarLayer) addFlat(hdr *tar.Header, p string, kind whiteout.Kind, target
 	if !f.claim(p, l.rank, e.IsDir(), false) {
 		if e.IsDir() {
 			return nil
+		}
+		if err := l.takeBack(p); err != nil {
+			return err
 		}
 		if e.HardLink != "" {
 			// Hidden, but what links to it links to its target.
@@ -295,6 +348,24 @@ func (l *tarLayer) addFlat(hdr *tar.Header, p string, kind whiteout.Kind, target
 		return nil
 	}
 	return l.linkPending(p, p)
+}
+
+// takeBack removes from the image what the layer being read put at and
+// below p before, where an upper layer has a directory at p and the layer
+// now deletes or replaces it (flattener.takeBack).
+func (l *tarLayer) takeBack(p string) error {
+	remove, imply := l.flat.takeBack(p, l.rank)
+	for _, q := range remove {
+		if err := l.b.Remove(q); err != nil {
+			return err
+		}
+	}
+	for _, q := range imply {
+		if err := l.b.Imply(q); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // addLink adds the hard link e of the layer being read, or makes it

@@ -1,6 +1,7 @@
 package convert_test
 
 import (
+	"archive/tar"
 	"context"
 	"crypto/sha256"
 	"fmt"
@@ -162,6 +163,49 @@ func stackEdgeCases(t testing.TB) []stackCase {
 			// e with a file in between.
 			e2eLayer(t, eWhiteout("d"), eDir("d", 0o755), eFile("d/y", 0o644, []byte("y\n")),
 				eWhiteout("e"), eFile("e", 0o644, []byte("e\n")), eDir("e", 0o755), eFile("e/z", 0o644, []byte("z\n"))),
+		}},
+		// Review 21-b's B: a whiteout after the layer's own entries at
+		// its path deletes them too, as docker, containerd and
+		// mkfs.erofs --aufs apply it; d implied above is a new one.
+		{"entries before their whiteout in one layer", []v1.Layer{
+			e2eLayer(t, root, eDir("d", 0o700), eFile("d/x", 0o644, []byte("x\n")), eFile("f", 0o644, []byte("f\n")),
+				eDir("e", 0o700), eFile("e/w", 0o644, []byte("w\n"))),
+			e2eLayer(t, eDir("d", 0o711).own(2, 2), eFile("d/y", 0o644, []byte("y\n")), eWhiteout("d"),
+				eFile("f", 0o600, []byte("new f\n")), eWhiteout("f"),
+				eFile("e/z", 0o644, []byte("z\n")), eWhiteout("e"), eFile("e/q", 0o644, []byte("q\n"))),
+			e2eLayer(t, eFile("d/n", 0o644, []byte("n\n"))),
+		}},
+		// 21-b's C: a file, then a directory at one path in one layer:
+		// the lower directory went with the file.
+		{"file then directory in one layer", []v1.Layer{
+			e2eLayer(t, root, eDir("d", 0o700), eFile("d/x", 0o644, []byte("x\n"))),
+			e2eLayer(t, eFile("d", 0o644, []byte("d\n")), eDir("d", 0o755), eFile("d/y", 0o644, []byte("y\n"))),
+		}},
+		// 21-b's E: overlayfs's own xattrs in a tar are left out: the
+		// lower d/x shows through the upper d.
+		{"overlay xattrs on an upper directory", []v1.Layer{
+			e2eLayer(t, root, eDir("d", 0o755), eFile("d/x", 0o644, []byte("x\n")), eDir("e", 0o755), eFile("e/w", 0o644, []byte("w\n"))),
+			e2eLayer(t, eDir("d", 0o755).xattr("trusted.overlay.opaque", "y"), eFile("d/y", 0o644, []byte("y\n")),
+				eDir("r", 0o755).xattr("trusted.overlay.redirect", "/e")),
+		}},
+		// 21-b's D: an opaque marker on the root, which overlayfs
+		// ignores there: the stacked layer whites out what the layers
+		// below have at the root instead.
+		{"opaque root", []v1.Layer{
+			e2eLayer(t, root, eFile("a", 0o644, []byte("a\n")), eDir("d", 0o755), eFile("d/x", 0o644, []byte("x\n")), eFile("e/w", 0o644, nil)),
+			e2eLayer(t, eFile("f", 0o644, []byte("f\n")), eWhiteout("a")),
+			e2eLayer(t, eFile("b", 0o644, []byte("b\n")), eFile("d/y", 0o644, []byte("y\n")), eFile("./.wh..wh..opq", 0, nil)),
+			e2eLayer(t, eFile("c", 0o644, []byte("c\n"))),
+		}},
+		// 21-b's F: a character device 0:0 is what overlayfs takes for
+		// a whiteout, in the stacked image and below a container's
+		// upper directory alike: it deletes the lower x and does not show.
+		{"character device 0:0", []v1.Layer{
+			e2eLayer(t, root, eFile("x", 0o644, []byte("x\n")), eDir("d", 0o755), eFile("d/w", 0o644, []byte("w\n")), eFile("z", 0o644, nil),
+				eDir("e", 0o700), eFile("e/w", 0o644, []byte("w\n"))),
+			// e deleted, then made again by an entry in it.
+			e2eLayer(t, eNode("x", tar.TypeChar, 0o600, 0, 0), eNode("d", tar.TypeChar, 0o600, 0, 0), eFile("y", 0o644, []byte("y\n")),
+				eNode("e", tar.TypeChar, 0o600, 0, 0), eFile("e/n", 0o644, []byte("n\n"))),
 		}},
 	}
 }

@@ -434,6 +434,9 @@ type layerSource struct {
 	// scan reads the layer only for its directories (the cache needs
 	// them for the layers above); no image is kept.
 	scan bool
+	// alone: made of the layer alone, without the layers below (a
+	// cache without CacheOverLower).
+	alone bool
 }
 
 // job returns the (possibly shared) conversion of one layer, starting it
@@ -651,6 +654,15 @@ func (c *Converter) buildLayer(ctx context.Context, j *layerJob, src layerSource
 			return erofs.Entry{}, false
 		}
 		return hook(p)
+	}
+	if !src.alone {
+		opt.lowerRoot = func() ([]string, bool) {
+			names, ok := ld.rootNames(len(lower))
+			if len(names) > 0 {
+				implied = append(implied, "/") // the cache records what came from below
+			}
+			return names, ok
+		}
 	}
 	res, err := buildTar(f, in, opt, j.ops)
 	if err == nil && ld.failed() {

@@ -122,6 +122,9 @@ func (d *dirOps) finish(ok bool) {
 type dirTree struct {
 	meta     *erofs.Entry // nil: no entry declared it
 	children map[string]*dirTree
+	// names, of the root only, are all its entries, directories or not
+	// (lowerDirs.rootNames).
+	names map[string]bool
 }
 
 func (t *dirTree) child(name string, create bool) *dirTree {
@@ -152,24 +155,38 @@ func (t *dirTree) walk(p string, create bool) (parent, n *dirTree, base string) 
 	return parent, n, base
 }
 
-// applyLayer applies one layer's record: its whiteouts and opaque markers
-// first, as they act on the layers below only, then its entries. In the
-// tar, a directory's entries may come before its opaque marker ("-sub"
-// sorts before ".wh..wh..opq"); the marker must not clear them.
+// applyLayer applies one layer's record: its opaque markers first, as
+// they act on the layers below only, then its entries and whiteouts in
+// order. In the tar, a directory's entries may come before its opaque
+// marker ("-sub" sorts before ".wh..wh..opq"); the marker must not clear
+// them. A whiteout, though, deletes what the layer put at its path before
+// it too, as docker, containerd and mkfs.erofs --aufs apply it.
 func (t *dirTree) applyLayer(ops []dirOp) {
 	for _, op := range ops {
-		if op.kind == opWhiteout || op.kind == opOpaque {
+		if op.kind == opOpaque {
 			t.apply(op)
 		}
 	}
 	for _, op := range ops {
-		if op.kind == opDir || op.kind == opNonDir {
+		if op.kind != opOpaque {
 			t.apply(op)
 		}
 	}
 }
 
 func (t *dirTree) apply(op dirOp) {
+	if t.names == nil {
+		t.names = map[string]bool{}
+	}
+	switch first, _, deeper := strings.Cut(op.path, "/"); {
+	case op.path == "" && op.kind == opOpaque:
+		clear(t.names)
+	case op.path == "":
+	case op.kind == opWhiteout && !deeper:
+		delete(t.names, first)
+	default: // an entry at first, or below it, which makes it a directory
+		t.names[first] = true
+	}
 	switch op.kind {
 	case opDir:
 		_, n, _ := t.walk(op.path, true)
@@ -234,6 +251,20 @@ func (l *lowerDirs) below(i int) *dirTree {
 	}
 	l.states[i] = t
 	return t
+}
+
+// rootNames returns, sorted, the names at the root under layer i; ok is
+// false when a layer below did not convert.
+func (l *lowerDirs) rootNames(i int) (names []string, ok bool) {
+	t := l.below(i)
+	if t == nil {
+		return nil, false
+	}
+	for n := range t.names {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names, true
 }
 
 // impliedFor returns the erofs.Options.ImpliedDir hook of layer i.

@@ -64,6 +64,11 @@ type Options struct {
 
 	// preload, if set, runs on the Builder before the first entry.
 	preload func(*erofs.Builder) error
+	// lowerRoot, if set, names what the layers below have at the root,
+	// once they are read (ok false: one failed), for a layer that makes
+	// the root opaque: overlayfs ignores that marker on the root, so the
+	// layer whites out each of them instead.
+	lowerRoot func() (names []string, ok bool)
 }
 
 // Result describes a converted layer.
@@ -141,7 +146,7 @@ func buildTar(w io.WriterAt, r io.Reader, opt Options, ops *dirOps) (*Result, er
 	if !opt.NoDiffID {
 		h = sha256.New()
 	}
-	l := &tarLayer{b: b, wt: whiteout.NewTranslator(opt.Whiteouts), ops: ops, tarIndex: opt.TarIndex}
+	l := &tarLayer{b: b, wt: whiteout.NewTranslator(opt.Whiteouts), ops: ops, tarIndex: opt.TarIndex, lowerRoot: opt.lowerRoot}
 	if err := l.addTar(src, h, comp != Uncompressed); err != nil {
 		return nil, err
 	}

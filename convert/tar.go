@@ -52,6 +52,10 @@ type tarLayer struct {
 	// indexes it from the image (mkfs --tar-index); pos is the tar offset.
 	tarIndex bool
 	pos      offsetReader
+	// lowerRoot is Options.lowerRoot; rootOpaque is the header of the
+	// layer's opaque marker on the root, if it has one.
+	lowerRoot  func() ([]string, bool)
+	rootOpaque *tar.Header
 }
 
 // addTar reads an uncompressed tar stream to its end, adding every entry.
@@ -116,6 +120,11 @@ func (l *tarLayer) addTar(r io.Reader, h hash.Hash, compressed bool) error {
 	if l.flat != nil {
 		return nil // a flattened image keeps no whiteout markers
 	}
+	if l.rootOpaque != nil {
+		if err := l.whiteOutLowerRoot(); err != nil {
+			return err
+		}
+	}
 	for _, x := range l.wt.DirXattrs(l.b.IsWhiteout) {
 		if ok, isDir := l.b.Lookup(x.Dir); ok && isDir {
 			if err := l.b.SetXattr(x.Dir, x.Name, x.Value); err != nil {
@@ -135,7 +144,14 @@ func (l *tarLayer) addEntry(hdr *tar.Header, data io.Reader) error {
 	if err != nil {
 		return err
 	}
+	dev0 := kind == whiteout.Plain && hdr.Typeflag == tar.TypeChar && hdr.Devmajor == 0 && hdr.Devminor == 0 && l.wt.Device(p)
+	if dev0 {
+		l.warnings = append(l.warnings, fmt.Sprintf("%s: a character device 0:0 is an overlayfs whiteout: it deletes %s of the layers below and does not show", p, p))
+	}
 	if l.flat != nil {
+		if dev0 {
+			kind = whiteout.Whiteout // a flattened image holds no whiteouts
+		}
 		return l.addFlat(hdr, p, kind, target, data)
 	}
 	if kind != whiteout.Drop {
@@ -145,6 +161,9 @@ func (l *tarLayer) addEntry(hdr *tar.Header, data io.Reader) error {
 	case whiteout.Drop:
 		return nil
 	case whiteout.Opaque:
+		if target == "" && l.rootOpaque == nil {
+			l.rootOpaque = hdr
+		}
 		// Make sure the directory exists now; the xattr is set (again)
 		// after the last entry, so a later entry for it cannot drop it.
 		l.ops.add(opOpaque, target, nil)
@@ -170,13 +189,15 @@ func (l *tarLayer) addEntry(hdr *tar.Header, data io.Reader) error {
 	l.entries++
 	if e.IsDir() {
 		l.ops.add(opDir, e.Path, &e)
-		if l.wt.WhitedOut(e.Path) {
-			// Deleted and made again in one layer: nothing of the
-			// layers below shows through it (also where an entry of
-			// another type came in between).
+		if l.wt.WhitedOut(e.Path) || l.replacesNonDir(e.Path) {
+			// Deleted or replaced, and made again in one layer:
+			// nothing of the layers below shows through it (also
+			// where an entry of another type came in between).
 			l.wt.MakeOpaque(e.Path)
 			l.ops.add(opOpaque, e.Path, nil)
 		}
+	} else if dev0 {
+		l.ops.add(opWhiteout, e.Path, nil)
 	} else {
 		l.ops.add(opNonDir, e.Path, nil)
 	}
@@ -184,6 +205,56 @@ func (l *tarLayer) addEntry(hdr *tar.Header, data io.Reader) error {
 		return l.addIndexed(e)
 	}
 	return l.b.Add(e, data)
+}
+
+// whiteOutLowerRoot carries out the layer's opaque marker on the root,
+// which overlayfs ignores there (it looks for the marker on directories
+// it looks up, never on the root): the layer gets a whiteout, with the
+// marker's owner and time, for each name the layers below have at the
+// root and the layer has not, and its own directories there are opaque.
+// Without the layers below (mkfs, a cache
+// entry made of the layer alone) it can only warn.
+func (l *tarLayer) whiteOutLowerRoot() error {
+	if l.lowerRoot == nil {
+		l.warnings = append(l.warnings, "an opaque marker on the root: overlayfs ignores it there, and the layers below are not known here: what they have at the root shows through")
+		return nil
+	}
+	names, ok := l.lowerRoot()
+	if !ok {
+		return errors.New("an opaque marker on the root: the layers below did not convert")
+	}
+	for _, name := range names {
+		if exists, isDir := l.b.Lookup(name); isDir {
+			// The layer's own directory there hides the one below.
+			l.wt.MakeOpaque(name)
+			l.ops.add(opOpaque, name, nil)
+			continue
+		} else if exists {
+			continue
+		}
+		kind, target, err := l.wt.Classify(whiteout.Prefix + name)
+		if err != nil || kind != whiteout.Whiteout {
+			return fmt.Errorf("an opaque marker on the root: the layers below have %q, which has no whiteout", name)
+		}
+		e := erofs.Entry{Path: target}
+		if err := l.headerMeta(l.rootOpaque, &e); err != nil {
+			return err
+		}
+		e.Mode, e.Xattrs = erofs.S_IFCHR, nil
+		l.ops.add(opWhiteout, target, nil)
+		if err := l.b.Add(e, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// replacesNonDir reports whether the layer has a non-directory at p, which
+// a directory entry for p replaces: the file replaced whatever the layers
+// below had there, as applying the tar in order leaves it.
+func (l *tarLayer) replacesNonDir(p string) bool {
+	ok, isDir := l.b.Lookup(p)
+	return ok && !isDir
 }
 
 // remake makes each directory above p that this layer whited out a new,
@@ -305,6 +376,10 @@ func (l *tarLayer) headerMeta(hdr *tar.Header, e *erofs.Entry) error {
 		}
 		if err := erofs.CheckXattrName(name); err != nil {
 			l.warnings = append(l.warnings, fmt.Sprintf("%s: xattr %q left out: %v", e.Path, name, err))
+			continue
+		}
+		if !l.wt.KeepXattr(name) {
+			l.warnings = append(l.warnings, fmt.Sprintf("%s: xattr %q left out: overlayfs would act on it; a layer says what it hides with whiteouts", e.Path, name))
 			continue
 		}
 		e.Xattrs = append(e.Xattrs, erofs.Xattr{Name: name, Value: []byte(value)})

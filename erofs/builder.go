@@ -565,6 +565,47 @@ func (b *Builder) ReplaceWhiteout(p string) bool {
 	return true
 }
 
+// Remove takes p and everything below it out of the tree, for an input
+// that deletes what it added before (a flattened layer whose whiteout
+// follows its own entries at the path). The data already written stays in
+// the image, unreferenced, as that of an entry a later one replaced.
+func (b *Builder) Remove(p string) error {
+	cp, err := CleanPath(p)
+	if err != nil {
+		return fmt.Errorf("erofs: entry %q: %w", p, err)
+	}
+	if cp == "" {
+		return errors.New("erofs: the root cannot be removed")
+	}
+	dir := path.Dir(cp)
+	if dir == "." {
+		dir = ""
+	}
+	parent := b.lookup(dir)
+	if parent == nil || parent.dir == nil {
+		return nil
+	}
+	if parent.dir.remove(path.Base(cp)) != nil {
+		b.lastDir = "" // it may be the removed node or below it
+	}
+	return nil
+}
+
+// Imply makes the directory at p an implied one again, as if no entry had
+// declared it: its metadata settles at Finish. Its entries stay.
+func (b *Builder) Imply(p string) error {
+	cp, err := CleanPath(p)
+	if err != nil {
+		return fmt.Errorf("erofs: directory %q: %w", p, err)
+	}
+	n := b.lookup(cp)
+	if n == nil || !n.ino.isDir() {
+		return fmt.Errorf("erofs: %q is no directory", p)
+	}
+	n.ino = b.impliedInode(cp)
+	return nil
+}
+
 // IsWhiteout reports whether p is an overlayfs whiteout: a char device 0:0.
 func (b *Builder) IsWhiteout(p string) bool {
 	cp, err := CleanPath(p)

@@ -1,12 +1,16 @@
 package erofs
 
-import "hash/maphash"
+import (
+	"hash/maphash"
+	"slices"
+)
 
 // dirIndex holds a directory's entries while the tree is built, in the
 // order they came. Past a few entries an open-addressing table of their
 // positions finds a name: 8 to 16 bytes an entry, where a Go map took
-// about 40, and a layer has one entry per file. Entries are replaced,
-// never removed. Finish sorts the list into the directory's dirents.
+// about 40, and a layer has one entry per file. Entries are replaced;
+// removing one (rare: Builder.Remove) rebuilds the table. Finish sorts the
+// list into the directory's dirents.
 type dirIndex struct {
 	list  []*node
 	table []uint32 // 1 + position in list; 0 is a free slot
@@ -84,4 +88,19 @@ func (d *dirIndex) rehash(size int) {
 		}
 		d.table[h] = uint32(i + 1)
 	}
+}
+
+// remove takes the entry named name out, keeping the order of the others,
+// and returns it (nil if there was none).
+func (d *dirIndex) remove(name string) *node {
+	for i, n := range d.list {
+		if n.name == name {
+			d.list = slices.Delete(d.list, i, i+1)
+			if d.table != nil {
+				d.rehash(len(d.table))
+			}
+			return n
+		}
+	}
+	return nil
 }

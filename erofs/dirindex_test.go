@@ -40,5 +40,32 @@ func TestDirIndex(t *testing.T) {
 		if d.get("missing") != nil || d.get("") != nil {
 			t.Fatalf("n=%d: get of a missing name found something", n)
 		}
+		// Remove every other name: the rest are found, in order, and
+		// a removed name can be put again, at the end.
+		var kept []string
+		for i, name := range order {
+			if i%2 == 1 {
+				kept = append(kept, name)
+				continue
+			}
+			if got := d.remove(name); got != want[name] {
+				t.Fatalf("n=%d: remove(%q) = %p, want %p", n, name, got, want[name])
+			}
+			if d.get(name) != nil || d.remove(name) != nil {
+				t.Fatalf("n=%d: %q still there after remove", n, name)
+			}
+		}
+		for i, name := range kept {
+			if d.list[i] != want[name] || d.get(name) != want[name] {
+				t.Fatalf("n=%d: after removals, entry %d is not %q", n, i, name)
+			}
+		}
+		if len(d.list) != len(kept) {
+			t.Fatalf("n=%d: %d entries after removals, want %d", n, len(d.list), len(kept))
+		}
+		back := &node{name: order[0]}
+		if d.put(back) != nil || d.list[len(d.list)-1] != back || d.get(order[0]) != back {
+			t.Fatalf("n=%d: a removed name put again is not found at the end", n)
+		}
 	}
 }

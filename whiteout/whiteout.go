@@ -28,8 +28,9 @@ const (
 	MetaPrefix   = ".wh..wh."
 	OpaqueMarker = ".wh..wh..opq"
 
-	OpaqueXattr = "trusted.overlay.opaque"
-	OriginXattr = "trusted.overlay.origin"
+	OpaqueXattr        = "trusted.overlay.opaque"
+	OriginXattr        = "trusted.overlay.origin"
+	OverlayXattrPrefix = "trusted.overlay."
 )
 
 // Mode selects what the translator does with OCI whiteouts.
@@ -95,8 +96,35 @@ func (t *Translator) AnyWhitedOut() bool { return len(t.whited) > 0 }
 
 // MakeOpaque gives dir the opaque marker once the layer is read, as a
 // .wh..wh..opq entry in it would: for a directory the layer whited out
-// and made again, which hides what the layers below have there.
-func (t *Translator) MakeOpaque(dir string) { t.opaque[dir] = true }
+// or replaced and made again, which hides what the layers below have
+// there. It does nothing when whiteouts are kept as they are.
+func (t *Translator) MakeOpaque(dir string) {
+	if t.mode == Overlay {
+		t.opaque[dir] = true
+	}
+}
+
+// Device records a character device 0:0 at p, which overlayfs takes for a
+// whiteout wherever it finds one: in a layer of the stack, and in the
+// upper directory a runtime extracts a layer into. Unless whiteouts are
+// kept, the layer has whited out p (WhitedOut), and Device returns true;
+// the device stays as the tar has it, as mkfs.erofs --aufs keeps it.
+func (t *Translator) Device(p string) bool {
+	if t.mode == Keep {
+		return false
+	}
+	t.whited[p] = true
+	return true
+}
+
+// KeepXattr reports whether an xattr of a tar entry is stored. The
+// overlayfs ones (trusted.overlay.*: opaque, redirect, origin, metacopy)
+// are not unless whiteouts are kept: overlayfs acts on them in a layer,
+// where only the tar's whiteouts may say what the layer hides, and an
+// upper layer's redirect could show a directory a whiteout deleted.
+func (t *Translator) KeepXattr(name string) bool {
+	return t.mode == Keep || !strings.HasPrefix(name, OverlayXattrPrefix)
+}
 
 // Classify looks at a cleaned entry path ("a/b/.wh.c"). For a Whiteout it
 // returns the path of the deleted entry; for Opaque, the directory.

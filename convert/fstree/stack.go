@@ -10,10 +10,11 @@ import (
 
 // Stack is the tree of layers applied in order, as overlayfs shows them
 // stacked and as applying their tars one after another leaves it:
-// whiteouts delete what the layers below have, an opaque directory hides
-// their entries in it, a directory over a directory keeps its children, a
-// hard link may name a lower layer's file. Whiteouts and the overlay
-// xattrs are not in it.
+// whiteouts delete what the layers below have (and what the layer put at
+// the path before them, as docker, containerd and mkfs.erofs --aufs apply
+// them), an opaque directory hides their entries in it, a directory over
+// a directory keeps its children, a hard link may name a lower layer's
+// file. Whiteouts and the overlay xattrs are not in it.
 type Stack struct {
 	b       *tarBuilder
 	implied time.Time
@@ -60,6 +61,12 @@ func (s *Stack) Layer(r io.Reader) (own *Tree, ownErr, err error) {
 	}
 	b.put(b.impliedDir("."))
 	s.b.layer = make(map[string]bool)
+	// What the layers below have at the root, for an opaque marker on
+	// it (rootOpaque).
+	var lowerRoot []string
+	for kid := range s.b.children["."] {
+		lowerRoot = append(lowerRoot, kid)
+	}
 	err = eachEntry(r, s.b.buf, func(hdr *tar.Header, data *fileData) error {
 		// The layer's own tree first: its implied directories look at
 		// the stack before this entry changes it.
@@ -76,9 +83,33 @@ func (s *Stack) Layer(r io.Reader) (own *Tree, ownErr, err error) {
 	if ownErr != nil {
 		return nil, ownErr, nil
 	}
+	if ownErr = b.rootOpaque(lowerRoot); ownErr != nil {
+		return nil, ownErr, nil
+	}
 	b.hideFromLower()
 	b.finish()
 	return b.t, nil, nil
+}
+
+// rootOpaque gives the layer, if it makes the root opaque, a whiteout of
+// each name the layers below have there and it has not, as converters
+// make it: overlayfs ignores the opaque marker on the root. Its own
+// directories there are opaque.
+func (b *tarBuilder) rootOpaque(lower []string) error {
+	if b.rootMarker == nil {
+		return nil
+	}
+	for _, p := range lower {
+		switch n := b.t.nodes[p]; {
+		case n == nil:
+			if err := b.whiteout(b.rootMarker, ".", p); err != nil {
+				return err
+			}
+		case n.IsDir():
+			b.opaque[p] = true
+		}
+	}
+	return nil
 }
 
 // withoutOverlayXattrs is x without the trusted.overlay.* names, which

@@ -61,11 +61,14 @@ type TarOptions struct {
 //     on DIR; DIR/.wh.NAME becomes a char device 0:0 DIR/NAME with no
 //     permission bits, as mkfs.erofs and containerd's and docker's appliers
 //     make it (mknod(S_IFCHR, 0)), and the entry's uid, gid and mtime (no
-//     xattrs); other
-//     .wh..wh.* names are dropped; and every directory that in the end holds
-//     such a whiteout device gets an empty trusted.overlay.origin. These
-//     xattrs are set after the whole stream is read, so entry order does
-//     not matter to them.
+//     xattrs), replacing what the tar put there before; a char device 0:0
+//     in the tar stays as it is, but is such a whiteout to overlayfs; other
+//     .wh..wh.* names are dropped;
+//     every directory that in the end holds such a whiteout device gets an
+//     empty trusted.overlay.origin; a directory that replaces a whiteout or
+//     another non-directory gets trusted.overlay.opaque=y; and the tar's own
+//     trusted.overlay.* xattrs are left out. The markers are set after the
+//     whole stream is read, so entry order does not matter to them.
 func FromTar(r io.Reader, opt TarOptions) (*Tree, error) {
 	overlay := true
 	switch opt.Whiteouts {
@@ -133,6 +136,8 @@ type tarBuilder struct {
 	// layer hides lower there (hideFromLower): fromLower holds them.
 	lower     *Tree
 	fromLower map[string]bool
+	// rootMarker is the layer's opaque marker on the root, if any.
+	rootMarker *tar.Header
 }
 
 // fileData is a regular file's content in the tar, read and hashed once
@@ -230,6 +235,9 @@ func (b *tarBuilder) entry(hdr *tar.Header, data *fileData, overlay bool) error 
 				return err
 			}
 			b.opaque[dir] = true
+			if dir == "." && b.rootMarker == nil {
+				b.rootMarker = hdr
+			}
 			return nil
 		case strings.HasPrefix(base, whMetaPrefix):
 			return nil
@@ -238,31 +246,18 @@ func (b *tarBuilder) entry(hdr *tar.Header, data *fileData, overlay bool) error 
 			if name == "" || name == "." || name == ".." {
 				return fmt.Errorf("bad whiteout name %q", base)
 			}
-			if b.stack {
-				if err := b.ensureDir(dir); err != nil {
-					return err
-				}
-				if p := joinPath(dir, name); !b.layer[p] {
-					b.remove(p)
-				}
-				return nil
-			}
-			if err := b.ensureDir(dir); err != nil {
-				return err
-			}
-			b.whited[joinPath(dir, name)] = true
-			n := &Node{
-				Path:     joinPath(dir, name),
-				Mode:     S_IFCHR,
-				Mtime:    hdr.ModTime,
-				whiteout: true,
-			}
-			if n.Uid, n.Gid, err = owner(hdr); err != nil {
-				return err
-			}
-			b.put(n)
-			return nil
+			return b.whiteout(hdr, dir, joinPath(dir, name))
 		}
+	}
+	if overlay && p != "." && hdr.Typeflag == tar.TypeChar && hdr.Devmajor == 0 && hdr.Devminor == 0 {
+		// overlayfs takes a character device 0:0 for a whiteout in
+		// a layer, and in the upper directory a runtime extracts the
+		// layer into: stacked, it deletes; in the layer's own tree it
+		// stays as the tar has it, and the layer has whited out p.
+		if b.stack {
+			return b.whiteout(hdr, parentOf(p), p)
+		}
+		b.whited[p] = true
 	}
 
 	if hdr.Typeflag == tar.TypeLink {
@@ -304,7 +299,7 @@ func (b *tarBuilder) entry(hdr *tar.Header, data *fileData, overlay bool) error 
 	if p == "." && !n.IsDir() {
 		return errors.New("the root must be a directory")
 	}
-	if n.Xattrs, err = tarXattrs(hdr); err != nil {
+	if n.Xattrs, err = tarXattrs(hdr, overlay); err != nil {
 		return err
 	}
 	if p != "." {
@@ -312,10 +307,33 @@ func (b *tarBuilder) entry(hdr *tar.Header, data *fileData, overlay bool) error 
 			return err
 		}
 	}
-	if overlay && n.IsDir() && b.whited[p] {
-		// Deleted and made again (also with another entry between):
-		// nothing below shows through, as the converter makes it.
+	if old := b.t.nodes[p]; overlay && !b.stack && n.IsDir() && (b.whited[p] || old != nil && !old.IsDir()) {
+		// Deleted or replaced, and made again (also with another
+		// entry between): nothing below shows through, as the
+		// converter makes it.
 		b.opaque[p] = true
+	}
+	b.put(n)
+	return nil
+}
+
+// whiteout applies the whiteout of p (in dir), written as hdr. Stacked,
+// it deletes p, also what the layer itself put there before, as docker,
+// containerd and mkfs.erofs --aufs apply it (the image spec would keep
+// that); in one layer's tree it is a char device 0:0 at p.
+func (b *tarBuilder) whiteout(hdr *tar.Header, dir, p string) error {
+	if err := b.ensureDir(dir); err != nil {
+		return err
+	}
+	if b.stack {
+		b.remove(p)
+		return nil
+	}
+	b.whited[p] = true
+	n := &Node{Path: p, Mode: S_IFCHR, Mtime: hdr.ModTime, whiteout: true}
+	var err error
+	if n.Uid, n.Gid, err = owner(hdr); err != nil {
+		return err
 	}
 	b.put(n)
 	return nil
@@ -329,12 +347,14 @@ func owner(hdr *tar.Header) (uid, gid uint32, err error) {
 }
 
 // tarXattrs collects the xattrs of hdr's PAX records, but those EROFS
-// cannot store (erofs.CheckXattrName: a converter leaves them out).
-func tarXattrs(hdr *tar.Header) (map[string]string, error) {
+// cannot store (erofs.CheckXattrName: a converter leaves them out) and,
+// with overlay whiteouts, overlayfs's own (trusted.overlay.*), which
+// converters leave out too.
+func tarXattrs(hdr *tar.Header, overlay bool) (map[string]string, error) {
 	const schily, libarchive = "SCHILY.xattr.", "LIBARCHIVE.xattr."
 	var xs map[string]string
 	set := func(k, v string) {
-		if erofs.CheckXattrName(k) != nil {
+		if erofs.CheckXattrName(k) != nil || overlay && strings.HasPrefix(k, "trusted.overlay.") {
 			return
 		}
 		if xs == nil {
@@ -368,7 +388,7 @@ func tarXattrs(hdr *tar.Header) (map[string]string, error) {
 // implied directories where missing.
 func (b *tarBuilder) ensureDir(p string) error {
 	n := b.t.nodes[p]
-	if n != nil && n.whiteout {
+	if n != nil && (n.whiteout || b.whited[p] && n.Mode&S_IFMT == S_IFCHR && n.Devmajor == 0 && n.Devminor == 0) {
 		// Whited out, then a parent of an entry of the same layer: a
 		// new directory, which hides what was below.
 		b.opaque[p] = true
