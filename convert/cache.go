@@ -83,6 +83,10 @@ type lowerRecord struct {
 	// Alone: made of the layer alone (CacheOverLower unset), the implied
 	// directories root-owned 0755.
 	Alone bool `json:"alone,omitempty"`
+	// RootOpaque: the layer has an opaque marker on its root, carried
+	// out as whiteouts of what the layers below have at the root (none
+	// when made alone).
+	RootOpaque bool `json:"rootOpaque,omitempty"`
 }
 
 // readLowerRecord reads the lower record beside the entry at path.
@@ -122,15 +126,26 @@ func lowerWarning(path, lower string) string {
 	if r.Alone {
 		made = ""
 	}
-	switch {
-	case !ok || len(r.Implied) == 0 || made == lower:
+	if !ok || len(r.Implied) == 0 && !r.RootOpaque || made == lower {
 		return ""
-	case made == "":
-		return fmt.Sprintf("the cache entry was made with no layer below it (of its layer alone, or as an image's first): the directories it implies (%s) are root-owned 0755, not this image's",
-			strings.Join(r.Implied, ", "))
 	}
-	return fmt.Sprintf("the cache entry was made over other lower layers (%s): the directories it implies (%s) have their metadata, not this image's",
-		r.LowerChainID, strings.Join(r.Implied, ", "))
+	var what []string
+	if made == "" {
+		if len(r.Implied) > 0 {
+			what = append(what, fmt.Sprintf("the directories it implies (%s) are root-owned 0755, not this image's", strings.Join(r.Implied, ", ")))
+		}
+		if r.RootOpaque {
+			what = append(what, "its opaque marker on the root hides nothing of this image's lower layers (overlayfs ignores it there)")
+		}
+		return "the cache entry was made with no layer below it (of its layer alone, or as an image's first): " + strings.Join(what, "; ")
+	}
+	if len(r.Implied) > 0 {
+		what = append(what, fmt.Sprintf("the directories it implies (%s) have their metadata, not this image's", strings.Join(r.Implied, ", ")))
+	}
+	if r.RootOpaque {
+		what = append(what, "its opaque marker on the root whites out what they have at the root, not what this image's have")
+	}
+	return fmt.Sprintf("the cache entry was made over other lower layers (%s): %s", r.LowerChainID, strings.Join(what, "; "))
 }
 
 // checkEntry returns the size and dm-verity root hash of the entry at p if
@@ -300,14 +315,15 @@ func (c *Converter) CacheImage(ctx context.Context, src v1.Image, srcDesc v1.Des
 			continue
 		}
 		fl := j.layer.(*fileLayer)
+		out[i].Warnings = append(out[i].Warnings, fl.warnings...)
 		t := time.Now()
 		var rec *lowerRecord
 		switch {
-		case len(fl.implied) == 0:
+		case len(fl.implied) == 0 && !fl.rootOpaque:
 		case alone:
-			rec = &lowerRecord{Alone: true, Implied: fl.implied}
+			rec = &lowerRecord{Alone: true, Implied: fl.implied, RootOpaque: fl.rootOpaque}
 		default:
-			rec = &lowerRecord{LowerChainID: lowerChain(i), Implied: fl.implied}
+			rec = &lowerRecord{LowerChainID: lowerChain(i), Implied: fl.implied, RootOpaque: fl.rootOpaque}
 		}
 		entry, err := j.finishEntry(fl, c.opt.CacheDMVerity, !c.opt.CacheNoSync)
 		if err != nil {

@@ -477,6 +477,44 @@ func TestCacheAlone(t *testing.T) {
 	}
 }
 
+// TestCacheRootOpaque: a layer with an opaque marker on its root whites
+// out what the layers below have at the root (overlayfs ignores the
+// marker there). Its entry depends on them, and the lower record says
+// so: reused over other lower layers, or made alone, it is reported.
+func TestCacheRootOpaque(t *testing.T) {
+	ctx := context.Background()
+	top := e2eLayer(t, eDir(".", 0o755), eFile("./.wh..wh..opq", 0, nil), eFile("c", 0o644, []byte("c\n"))) // implies nothing
+	img := e2eImage(t, "amd64", e2eLayer(t, eDir(".", 0o755), eFile("a", 0o644, nil), eDir("b", 0o755), eFile("b/x", 0o644, nil)), top)
+	other := e2eImage(t, "amd64", e2eLayer(t, eDir(".", 0o755), eFile("y", 0o644, nil)), top)
+	cache := func(dir string, overLower bool, img v1.Image) []convert.CacheLayer {
+		t.Helper()
+		c, err := convert.NewConverter(convert.ImageOptions{TempDir: t.TempDir(), CacheOverLower: overLower})
+		must(t, err)
+		defer c.Close()
+		ls, err := c.CacheImage(ctx, img, srcDescriptor(t, img), dir)
+		must(t, err)
+		return ls
+	}
+	over := t.TempDir()
+	ls := cache(over, true, img)
+	tree := treeFromDir(t, mountStack(t, []string{ls[0].Path, ls[1].Path}))
+	for p, want := range map[string]bool{"a": false, "b": false, "b/x": false, "c": true} {
+		if (tree.Node(p) != nil) != want {
+			t.Errorf("over its lower layers: %s there: %v, want %v", p, tree.Node(p) != nil, want)
+		}
+	}
+	if ls := cache(over, true, other); !ls[1].Cached || len(ls[1].Warnings) != 1 || !strings.Contains(ls[1].Warnings[0], "its opaque marker on the root whites out what they have at the root") {
+		t.Errorf("reused over other lower layers: cached %v, warnings %q", ls[1].Cached, ls[1].Warnings)
+	}
+	alone := t.TempDir()
+	if ls := cache(alone, false, img); len(ls[1].Warnings) != 1 || !strings.Contains(ls[1].Warnings[0], "an opaque marker on the root: overlayfs ignores it there") {
+		t.Errorf("made alone: warnings %q", ls[1].Warnings)
+	}
+	if ls := cache(alone, true, img); !ls[1].Cached || len(ls[1].Warnings) != 1 || !strings.Contains(ls[1].Warnings[0], "hides nothing of this image's lower layers") {
+		t.Errorf("made alone, reused over lower layers: cached %v, warnings %q", ls[1].Cached, ls[1].Warnings)
+	}
+}
+
 // TestLockCacheRemoved: a run that made the cache directory and failed
 // removes its lock file while it holds it; a run that waited for that lock
 // takes a new one, so that a third run still waits (review 20-c: the

@@ -77,6 +77,10 @@ type flattener struct {
 	// hiddenLinks are the current layer's hard links that upper layers
 	// hide: their targets, by path, for links to them.
 	hiddenLinks map[string]string
+	// linkedAt are the hidden entries by the paths they are linked at
+	// (hiddenEntry.linked), so that a path the layer replaces or removes
+	// afterwards is no longer taken for one.
+	linkedAt map[string]*hiddenEntry
 	// pending are the hard links of upper layers to files of lower
 	// ones, by target.
 	pending map[string][]erofs.Entry
@@ -84,8 +88,10 @@ type flattener struct {
 
 type hiddenEntry struct {
 	entry     erofs.Entry
-	off, size int64  // of the content in the spool
-	linkedAs  string // the path it was materialized at by a first link
+	off, size int64 // of the content in the spool
+	// linked are the paths it was materialized at by a first link, and
+	// linked to by the next ones, while they still hold it.
+	linked []string
 }
 
 func newFlattener(tmp string) (*flattener, error) {
@@ -103,6 +109,7 @@ func (f *flattener) close() { f.spool.Close() }
 func (f *flattener) startLayer() {
 	f.hidden = map[string]*hiddenEntry{}
 	f.hiddenLinks = map[string]string{}
+	f.linkedAt = map[string]*hiddenEntry{}
 	f.off = 0
 }
 
@@ -287,6 +294,7 @@ func (l *tarLayer) addFlat(hdr *tar.Header, p string, kind whiteout.Kind, target
 		if err := l.b.Remove(target); err != nil {
 			return err
 		}
+		f.unlinked(target, true)
 		// Its directory is there, as in the layer's own image (and
 		// containerd's applier makes it), even if nothing else is in it.
 		if dir := path.Dir(target); dir != "." {
@@ -341,6 +349,7 @@ func (l *tarLayer) addFlat(hdr *tar.Header, p string, kind whiteout.Kind, target
 		}
 		return l.linkPending(p, e.HardLink)
 	}
+	f.unlinked(p, !e.IsDir())
 	if err := l.b.Add(e, data); err != nil {
 		return err
 	}
@@ -359,6 +368,7 @@ func (l *tarLayer) takeBack(p string) error {
 		if err := l.b.Remove(q); err != nil {
 			return err
 		}
+		l.flat.unlinked(q, true)
 	}
 	for _, q := range imply {
 		if err := l.b.Imply(q); err != nil {
@@ -376,21 +386,53 @@ func (l *tarLayer) addLink(e erofs.Entry) error {
 		e.HardLink = t
 	}
 	if h := f.hidden[e.HardLink]; h != nil {
-		if h.linkedAs != "" {
-			e.HardLink = h.linkedAs
-			return l.b.Add(e, nil)
+		f.unlinked(e.Path, true)
+		if len(h.linked) > 0 {
+			e.HardLink = h.linked[0]
+		} else {
+			// The first link to a hidden file takes its content.
+			he := h.entry
+			he.Path = e.Path
+			if err := l.b.Add(he, io.NewSectionReader(f.spool, h.off, h.size)); err != nil {
+				return err
+			}
 		}
-		// The first link to a hidden file takes its content.
-		he := h.entry
-		he.Path = e.Path
-		h.linkedAs = e.Path
-		return l.b.Add(he, io.NewSectionReader(f.spool, h.off, h.size))
+		h.linked = append(h.linked, e.Path)
+		f.linkedAt[e.Path] = h
+		if len(h.linked) == 1 {
+			return nil
+		}
+		return l.b.Add(e, nil)
 	}
 	if f.listed(e.HardLink) != l.rank {
 		f.pending[e.HardLink] = append(f.pending[e.HardLink], e)
 		return nil
 	}
+	f.unlinked(e.Path, true)
 	return l.b.Add(e, nil)
+}
+
+// unlinked forgets p (and, with below, what is below it) as a path a
+// hidden entry is linked at: the layer puts another entry there or
+// removes it.
+func (f *flattener) unlinked(p string, below bool) {
+	if len(f.linkedAt) == 0 {
+		return
+	}
+	drop := func(q string, h *hiddenEntry) {
+		delete(f.linkedAt, q)
+		h.linked = slices.DeleteFunc(h.linked, func(x string) bool { return x == q })
+	}
+	if h := f.linkedAt[p]; h != nil {
+		drop(p, h)
+	}
+	if below {
+		for q, h := range f.linkedAt {
+			if strings.HasPrefix(q, p+"/") {
+				drop(q, h)
+			}
+		}
+	}
 }
 
 // linkPending adds the links of upper layers waiting for p, which the layer

@@ -205,7 +205,21 @@ func stackEdgeCases(t testing.TB) []stackCase {
 				eDir("e", 0o700), eFile("e/w", 0o644, []byte("w\n"))),
 			// e deleted, then made again by an entry in it.
 			e2eLayer(t, eNode("x", tar.TypeChar, 0o600, 0, 0), eNode("d", tar.TypeChar, 0o600, 0, 0), eFile("y", 0o644, []byte("y\n")),
-				eNode("e", tar.TypeChar, 0o600, 0, 0), eFile("e/n", 0o644, []byte("n\n"))),
+				eNode("e", tar.TypeChar, 0o600, 0, 0), eFile("e/n", 0o644, []byte("n\n")),
+				// In a directory new in the layer: not listed either
+				// (its directory gets the origin marker).
+				eDir("n", 0o755), eNode("n/w", tar.TypeChar, 0o600, 0, 0), eFile("n/f", 0o644, []byte("f\n"))),
+		}},
+		// Review 22-b: the flattener materializes a hidden file at its
+		// first link; the layer then removes or replaces that link, and
+		// the next links still get the hidden content.
+		{"links to a hidden file whose first link goes", []v1.Layer{
+			e2eLayer(t, root, eFile("h", 0o644, []byte("h0\n"))),
+			e2eLayer(t, eFile("h", 0o644, []byte("h1\n")), eDir("d", 0o755), eLink("d/l", "h"), eWhiteout("d"),
+				eLink("m", "h"), eFile("m", 0o644, []byte("m\n")), // replaced by a file
+				eLink("n", "h"), eFile("z", 0o644, []byte("z\n")), eLink("n", "z"), // by a link to another
+				eLink("o", "h"), eLink("p", "o")),
+			e2eLayer(t, eFile("h", 0o644, []byte("h2\n"))),
 		}},
 	}
 }

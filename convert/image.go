@@ -656,13 +656,7 @@ func (c *Converter) buildLayer(ctx context.Context, j *layerJob, src layerSource
 		return hook(p)
 	}
 	if !src.alone {
-		opt.lowerRoot = func() ([]string, bool) {
-			names, ok := ld.rootNames(len(lower))
-			if len(names) > 0 {
-				implied = append(implied, "/") // the cache records what came from below
-			}
-			return names, ok
-		}
+		opt.lowerRoot = func() ([]string, bool) { return ld.rootNames(len(lower)) }
 	}
 	res, err := buildTar(f, in, opt, j.ops)
 	if err == nil && ld.failed() {
@@ -689,7 +683,7 @@ func (c *Converter) buildLayer(ctx context.Context, j *layerJob, src layerSource
 	}
 	fl, err := c.fileLayer(raw, d.Digest, res.Entries, res.Warnings)
 	if fl != nil {
-		fl.implied = implied
+		fl.implied, fl.rootOpaque = implied, res.rootOpaque
 	}
 	return fl, err
 }

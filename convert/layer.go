@@ -59,6 +59,9 @@ type fileLayer struct {
 	// implied are the directories the layer implies, whose metadata came
 	// from the layers below (the cache records them).
 	implied []string
+	// rootOpaque: it whites out what the layers below have at the root
+	// (an opaque marker on its root), which the cache records too.
+	rootOpaque bool
 }
 
 func (l *fileLayer) Digest() (v1.Hash, error)             { return l.digest, nil }

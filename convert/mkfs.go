@@ -80,6 +80,9 @@ type Result struct {
 	UUID        [16]byte
 	Entries     int
 	Warnings    []string
+	// rootOpaque: the layer has an opaque marker on its root, whose
+	// whiteouts depend on the layers below (the cache records it).
+	rootOpaque bool
 }
 
 // LayerUUID is the UUID containerd gives the EROFS image of a layer: a
@@ -162,6 +165,7 @@ func buildTar(w io.WriterAt, r io.Reader, opt Options, ops *dirOps) (*Result, er
 		UUID:        opt.Erofs.UUID,
 		Entries:     l.entries,
 		Warnings:    l.warnings,
+		rootOpaque:  l.rootOpaque != nil,
 	}
 	if h != nil {
 		res.DiffID = "sha256:" + hex.EncodeToString(h.Sum(nil))

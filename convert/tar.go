@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/url"
 	"runtime"
+	"slices"
 	"strings"
 
 	"github.com/ocierofs/ocierofs/erofs"
@@ -223,6 +224,11 @@ func (l *tarLayer) whiteOutLowerRoot() error {
 	if !ok {
 		return errors.New("an opaque marker on the root: the layers below did not convert")
 	}
+	var meta erofs.Entry
+	if err := l.headerMeta(l.rootOpaque, &meta); err != nil {
+		return err
+	}
+	meta.Mode, meta.Xattrs = erofs.S_IFCHR, nil
 	for _, name := range names {
 		if exists, isDir := l.b.Lookup(name); isDir {
 			// The layer's own directory there hides the one below.
@@ -236,11 +242,8 @@ func (l *tarLayer) whiteOutLowerRoot() error {
 		if err != nil || kind != whiteout.Whiteout {
 			return fmt.Errorf("an opaque marker on the root: the layers below have %q, which has no whiteout", name)
 		}
-		e := erofs.Entry{Path: target}
-		if err := l.headerMeta(l.rootOpaque, &e); err != nil {
-			return err
-		}
-		e.Mode, e.Xattrs = erofs.S_IFCHR, nil
+		e := meta
+		e.Path = target
 		l.ops.add(opWhiteout, target, nil)
 		if err := l.b.Add(e, nil); err != nil {
 			return err
@@ -351,6 +354,7 @@ func (l *tarLayer) headerMeta(hdr *tar.Header, e *erofs.Entry) error {
 	e.Uid, e.Gid = uint32(hdr.Uid), uint32(hdr.Gid)
 	e.Mode = uint32(hdr.Mode) & 0o7777
 	e.Mtime = hdr.ModTime
+	n0 := len(l.warnings)
 	for k, v := range hdr.PAXRecords {
 		var name, value string
 		switch {
@@ -383,6 +387,9 @@ func (l *tarLayer) headerMeta(hdr *tar.Header, e *erofs.Entry) error {
 			continue
 		}
 		e.Xattrs = append(e.Xattrs, erofs.Xattr{Name: name, Value: []byte(value)})
+	}
+	if len(l.warnings) > n0+1 {
+		slices.Sort(l.warnings[n0:]) // in name order, not the map's
 	}
 	return nil
 }

@@ -9,7 +9,7 @@ import (
 // parent, in the on-disk order: bytewise by name, "." and ".." sorted like
 // any other name. They are n's own list, sorted in place.
 func sortedDirents(n, parent *node) []*node {
-	ents := append(n.dir.list, &node{name: ".", ino: n.ino}, &node{name: "..", ino: parent.ino})
+	ents := append(n.dir.entries(), &node{name: ".", ino: n.ino}, &node{name: "..", ino: parent.ino})
 	slices.SortFunc(ents, func(a, b *node) int { return strings.Compare(a.name, b.name) })
 	return ents
 }

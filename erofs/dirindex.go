@@ -8,12 +8,14 @@ import (
 // dirIndex holds a directory's entries while the tree is built, in the
 // order they came. Past a few entries an open-addressing table of their
 // positions finds a name: 8 to 16 bytes an entry, where a Go map took
-// about 40, and a layer has one entry per file. Entries are replaced;
-// removing one (rare: Builder.Remove) rebuilds the table. Finish sorts the
-// list into the directory's dirents.
+// about 40, and a layer has one entry per file. Entries are replaced in
+// place; a removed one (Builder.Remove, rare) leaves a nil in the list,
+// so that the table's positions hold, until the list is compacted. Finish
+// sorts the list into the directory's dirents.
 type dirIndex struct {
 	list  []*node
 	table []uint32 // 1 + position in list; 0 is a free slot
+	dead  int      // nils in list
 }
 
 // dirIndexLinear is the most entries searched one by one, without a table.
@@ -25,22 +27,28 @@ var dirIndexSeed = maphash.MakeSeed()
 func (d *dirIndex) get(name string) *node {
 	if d.table == nil {
 		for _, n := range d.list {
-			if n.name == name {
+			if n != nil && n.name == name {
 				return n
 			}
 		}
 		return nil
 	}
+	if _, i := d.slot(name); i >= 0 {
+		return d.list[i]
+	}
+	return nil
+}
+
+// slot finds name in the table: its slot and its position in the list (-1
+// if missing: then h is the free slot that ends the probe).
+func (d *dirIndex) slot(name string) (h uint64, i int) {
 	mask := uint64(len(d.table) - 1)
-	for h := maphash.String(dirIndexSeed, name) & mask; ; h = (h + 1) & mask {
-		i := d.table[h]
-		if i == 0 {
-			return nil
-		}
-		if n := d.list[i-1]; n.name == name {
-			return n
+	for h = maphash.String(dirIndexSeed, name) & mask; d.table[h] != 0; h = (h + 1) & mask {
+		if n := d.list[d.table[h]-1]; n != nil && n.name == name {
+			return h, int(d.table[h] - 1)
 		}
 	}
+	return h, -1
 }
 
 // put adds n, or puts it in the place of the entry with its name, which
@@ -48,7 +56,7 @@ func (d *dirIndex) get(name string) *node {
 func (d *dirIndex) put(n *node) (old *node) {
 	if d.table == nil {
 		for i, o := range d.list {
-			if o.name == n.name {
+			if o != nil && o.name == n.name {
 				d.list[i] = n
 				return o
 			}
@@ -59,13 +67,10 @@ func (d *dirIndex) put(n *node) (old *node) {
 		}
 		return nil
 	}
-	mask := uint64(len(d.table) - 1)
-	h := maphash.String(dirIndexSeed, n.name) & mask
-	for ; d.table[h] != 0; h = (h + 1) & mask {
-		if i := d.table[h]; d.list[i-1].name == n.name {
-			old, d.list[i-1] = d.list[i-1], n
-			return old
-		}
+	h, i := d.slot(n.name)
+	if i >= 0 {
+		old, d.list[i] = d.list[i], n
+		return old
 	}
 	d.list = append(d.list, n)
 	d.table[h] = uint32(len(d.list))
@@ -77,8 +82,45 @@ func (d *dirIndex) put(n *node) (old *node) {
 	return nil
 }
 
-// rehash makes a table of size slots (a power of two) for the list.
+// remove takes the entry named name out, keeping the order of the others,
+// and returns it (nil if there was none).
+func (d *dirIndex) remove(name string) *node {
+	if d.table == nil {
+		for i, n := range d.list {
+			if n != nil && n.name == name {
+				d.list = slices.Delete(d.list, i, i+1)
+				return n
+			}
+		}
+		return nil
+	}
+	_, i := d.slot(name)
+	if i < 0 {
+		return nil
+	}
+	n := d.list[i]
+	d.list[i] = nil // its slot still leads the probes past it
+	if d.dead++; 2*d.dead > len(d.list) {
+		d.rehash(len(d.table))
+	}
+	return n
+}
+
+// entries returns the list without removed entries.
+func (d *dirIndex) entries() []*node {
+	if d.dead > 0 {
+		d.rehash(len(d.table))
+	}
+	return d.list
+}
+
+// rehash makes a table of size slots (a power of two) for the list, which
+// it compacts first.
 func (d *dirIndex) rehash(size int) {
+	if d.dead > 0 {
+		d.list = slices.DeleteFunc(d.list, func(n *node) bool { return n == nil })
+		d.dead = 0
+	}
 	d.table = make([]uint32, size)
 	mask := uint64(size - 1)
 	for i, n := range d.list {
@@ -88,19 +130,4 @@ func (d *dirIndex) rehash(size int) {
 		}
 		d.table[h] = uint32(i + 1)
 	}
-}
-
-// remove takes the entry named name out, keeping the order of the others,
-// and returns it (nil if there was none).
-func (d *dirIndex) remove(name string) *node {
-	for i, n := range d.list {
-		if n.name == name {
-			d.list = slices.Delete(d.list, i, i+1)
-			if d.table != nil {
-				d.rehash(len(d.table))
-			}
-			return n
-		}
-	}
-	return nil
 }

@@ -55,13 +55,19 @@ func TestDirIndex(t *testing.T) {
 				t.Fatalf("n=%d: %q still there after remove", n, name)
 			}
 		}
-		for i, name := range kept {
-			if d.list[i] != want[name] || d.get(name) != want[name] {
-				t.Fatalf("n=%d: after removals, entry %d is not %q", n, i, name)
+		for _, name := range kept {
+			if d.get(name) != want[name] {
+				t.Fatalf("n=%d: after removals, get(%q) is not its entry", n, name)
 			}
 		}
-		if len(d.list) != len(kept) {
-			t.Fatalf("n=%d: %d entries after removals, want %d", n, len(d.list), len(kept))
+		live := d.entries()
+		if len(live) != len(kept) {
+			t.Fatalf("n=%d: %d entries after removals, want %d", n, len(live), len(kept))
+		}
+		for i, name := range kept {
+			if live[i] != want[name] || d.get(name) != want[name] {
+				t.Fatalf("n=%d: after removals, entry %d is not %q", n, i, name)
+			}
 		}
 		back := &node{name: order[0]}
 		if d.put(back) != nil || d.list[len(d.list)-1] != back || d.get(order[0]) != back {

@@ -56,7 +56,20 @@ type Remote struct {
 	// Transport, if set, is the base HTTP transport (tests use it).
 	Transport http.RoundTripper
 	UserAgent string
+
+	// ArchiveTempDir is where a docker-archive that comes from a pipe, or
+	// compressed, is copied to be read (default $TMPDIR).
+	ArchiveTempDir string
+	// MaxArchiveFile, if positive, bounds each file of such a copy (a
+	// layer's tar is one), and the copy to MaxArchiveLayers of them: a
+	// bound on the disk a small compressed archive can fill, as
+	// convert's MaxTarSize is for a layer.
+	MaxArchiveFile int64
 }
+
+// MaxArchiveLayers is how many files of MaxArchiveFile bytes a copied
+// docker-archive may hold: overlayfs stacks no more layers than that.
+const MaxArchiveLayers = 500
 
 // Options returns go-containerregistry options for ctx.
 func (r Remote) Options(ctx context.Context) []remote.Option {
@@ -207,7 +220,7 @@ func Get(ctx context.Context, r Ref, rem Remote) (*Artifact, error) {
 	case Layout:
 		return getLayout(r)
 	case DockerArchive:
-		return getArchive(ctx, r)
+		return getArchive(ctx, r, rem)
 	}
 	desc, err := remote.Get(r.Name, rem.Options(ctx)...)
 	if err != nil {
@@ -290,7 +303,7 @@ func getLayout(r Ref) (*Artifact, error) {
 	return a, nil
 }
 
-func getArchive(ctx context.Context, r Ref) (*Artifact, error) {
+func getArchive(ctx context.Context, r Ref, rem Remote) (*Artifact, error) {
 	var tag *name.Tag
 	if r.Tag != "" {
 		t, err := name.NewTag(r.Tag)
@@ -299,7 +312,7 @@ func getArchive(ctx context.Context, r Ref) (*Artifact, error) {
 		}
 		tag = &t
 	}
-	open, err := archiveOpener(ctx, r.Path)
+	open, err := archiveOpener(ctx, r.Path, rem.ArchiveTempDir, rem.MaxArchiveFile)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", r, err)
 	}
@@ -325,9 +338,11 @@ func getArchive(ctx context.Context, r Ref) (*Artifact, error) {
 // its manifest.json, then each config and layer, each read from the
 // start. A plain tar file is opened by its path each time. A pipe (docker
 // save IMAGE | ocierofs convert docker-archive:/dev/stdin …) or a gzip or
-// zstd file is first copied, decompressed, into a file of TMPDIR that is
-// removed at once and lives while it is open, as skopeo reads them.
-func archiveOpener(ctx context.Context, p string) (tarball.Opener, error) {
+// zstd file is first copied, decompressed, into a file of dir ($TMPDIR if
+// empty) that is removed at once and lives while it is open, as skopeo
+// reads them; with maxFile, no file in it may be larger, and all of them
+// together no larger than MaxArchiveLayers such files.
+func archiveOpener(ctx context.Context, p, dir string, maxFile int64) (tarball.Opener, error) {
 	fi, err := os.Stat(p)
 	if err != nil {
 		return nil, err
@@ -359,21 +374,65 @@ func archiveOpener(ctx context.Context, p string) (tarball.Opener, error) {
 		defer zr.Close()
 		src = zr
 	}
-	tmp, err := atomicfile.Unnamed("", "ocierofs-archive-*.tar")
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	tmp, err := atomicfile.Unnamed(dir, "ocierofs-archive-*.tar")
 	if err != nil {
 		return nil, fmt.Errorf("a copy of the archive: %w", err)
 	}
-	n, err := io.Copy(tmp, ContextReader(ctx, src))
+	n, err := copyArchive(tmp, ContextReader(ctx, src), maxFile)
 	if err != nil {
 		tmp.Close()
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, fmt.Errorf("copying the archive into %s: %w", os.TempDir(), err)
+		return nil, fmt.Errorf("copying the archive into %s: %w", dir, err)
 	}
 	// tmp is closed when the image that reads it is dropped (os.File's
 	// own cleanup).
 	return func() (io.ReadCloser, error) { return io.NopCloser(io.NewSectionReader(tmp, 0, n)), nil }, nil
+}
+
+// copyArchive copies the tar stream r to w and returns its size. With
+// maxFile, it reads the tar headers on the way and stops at a file larger
+// than maxFile, or at more than MaxArchiveLayers such files in all,
+// before the copy is larger than that.
+func copyArchive(w io.Writer, r io.Reader, maxFile int64) (int64, error) {
+	cw := &countWriter{w: w}
+	if maxFile > 0 {
+		tr := tar.NewReader(io.TeeReader(r, cw))
+		var total int64
+		for {
+			hdr, err := tr.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return cw.n, fmt.Errorf("the archive, at offset %d: %w", cw.n, err)
+			}
+			if total += hdr.Size; hdr.Size > maxFile || total > MaxArchiveLayers*maxFile {
+				return cw.n, fmt.Errorf("the archive's %q (at offset %d): %d bytes, over the bound of %d a file (%d in all): raise --max-layer-size", hdr.Name, cw.n, hdr.Size, maxFile, MaxArchiveLayers*maxFile)
+			}
+			if _, err := io.Copy(io.Discard, tr); err != nil {
+				return cw.n, fmt.Errorf("the archive's %q: %w", hdr.Name, err)
+			}
+		}
+	}
+	// What follows the end marker too (it is the archive's).
+	_, err := io.Copy(cw, r)
+	return cw.n, err
+}
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // ContextReader is r, ended with ctx: each read fails with ctx's error

@@ -375,12 +375,34 @@ func TestDockerArchiveTag(t *testing.T) {
 			t.Errorf("%s: left %d files in TMPDIR", r, len(left))
 		}
 	}
+	// Into ArchiveTempDir (--tmpdir) where set, not TMPDIR; and with
+	// MaxArchiveFile (--max-layer-size), no file of it larger.
+	t.Setenv("TMPDIR", filepath.Join(dir, "missing"))
+	own := t.TempDir()
+	gzRef, err := oci.ParseRef("docker-archive:"+gzPath+":example.com/e2e/b:v2", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, err := oci.Get(context.Background(), gzRef, oci.Remote{ArchiveTempDir: own, MaxArchiveFile: 1 << 20}); err != nil {
+		t.Errorf("oci.Get(%s) into %s: %v", gzRef, own, err)
+	} else if got, _ := a.Image.Digest(); got != wantB {
+		t.Errorf("%s: image %s, want %s", gzRef, got, wantB)
+	}
+	if _, err := oci.Get(context.Background(), gzRef, oci.Remote{}); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "missing")) {
+		t.Errorf("oci.Get(%s) with TMPDIR missing: %v, want it named", gzRef, err)
+	}
+	if _, err := oci.Get(context.Background(), gzRef, oci.Remote{ArchiveTempDir: own, MaxArchiveFile: 100}); err == nil || !strings.Contains(err.Error(), "bytes, over the bound of 100 a file") {
+		t.Errorf("oci.Get(%s) with files of at most 100 bytes: %v, want the first larger one named", gzRef, err)
+	}
+	if left, _ := os.ReadDir(own); len(left) != 0 {
+		t.Errorf("left %d files in ArchiveTempDir", len(left))
+	}
 	for p, want := range map[string]string{cutPath: "copying the archive into " + tmp + ": unexpected EOF", dir: "a directory: docker-archive reads a file"} {
 		r, err := oci.ParseRef("docker-archive:"+p, false)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := oci.Get(context.Background(), r, oci.Remote{}); err == nil || !strings.Contains(err.Error(), want) {
+		if _, err := oci.Get(context.Background(), r, oci.Remote{ArchiveTempDir: tmp}); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("oci.Get(%s): %v, want %q", r, err, want)
 		}
 	}

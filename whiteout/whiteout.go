@@ -107,12 +107,17 @@ func (t *Translator) MakeOpaque(dir string) {
 // Device records a character device 0:0 at p, which overlayfs takes for a
 // whiteout wherever it finds one: in a layer of the stack, and in the
 // upper directory a runtime extracts a layer into. Unless whiteouts are
-// kept, the layer has whited out p (WhitedOut), and Device returns true;
-// the device stays as the tar has it, as mkfs.erofs --aufs keeps it.
+// kept, the layer has whited out p (WhitedOut), its directory gets the
+// origin marker as for a .wh. entry (else overlayfs would list the device
+// in a directory it does not merge), and Device returns true; the device
+// stays as the tar has it, as mkfs.erofs --aufs keeps it.
 func (t *Translator) Device(p string) bool {
 	if t.mode == Keep {
 		return false
 	}
+	dir, _ := path.Split(p)
+	dir = strings.TrimSuffix(dir, "/")
+	t.whiteouts[dir] = append(t.whiteouts[dir], p)
 	t.whited[p] = true
 	return true
 }

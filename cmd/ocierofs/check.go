@@ -51,7 +51,7 @@ func runCheck(ctx context.Context, c *cli.Context, converted, source string) err
 	}
 	// Credentials are asked for once (a prompt, stdin): for both images
 	// where SOURCE is given, else for CONVERTED's registry, SOURCE's too.
-	rem := oci.Remote{Insecure: c.Bool("insecure")}
+	rem := oci.Remote{Insecure: c.Bool("insecure"), ArchiveTempDir: c.String("tmpdir")}
 	var src oci.Ref
 	var convRem, srcRem oci.Remote
 	if source != "" {

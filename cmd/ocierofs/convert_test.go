@@ -989,4 +989,14 @@ func TestConvertCLIArchiveStream(t *testing.T) {
 	if got := convertTo(nil, "docker-archive:"+gzPath+":"+tag.String()); got != want {
 		t.Errorf("gzipped: %s, want %s", got, want)
 	}
+	// The copy goes to --tmpdir, bounded by --max-layer-size.
+	t.Setenv("TMPDIR", filepath.Join(dir, "missing"))
+	_, stderr, code := runStdin(t, bytes.NewReader(raw), b, "convert", "--tmpdir", t.TempDir(), "--max-layer-size", "1K",
+		"docker-archive:/dev/stdin", "oci:"+filepath.Join(dir, "small"))
+	if code != 1 || !strings.Contains(stderr, "over the bound of 1024 a file") || !strings.Contains(stderr, "raise --max-layer-size") {
+		t.Errorf("a pipe of files over --max-layer-size: exit %d: %s", code, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "small")); err == nil {
+		t.Error("a refused archive left its target layout")
+	}
 }

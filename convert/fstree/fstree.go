@@ -60,7 +60,7 @@ type Node struct {
 	Implied bool
 
 	link     int  // hard-link group id; 0 = none
-	whiteout bool // FromTar: a char device made from a .wh. entry
+	whiteout bool // FromTar: a char device made from a .wh. entry, or 0:0 in the tar
 }
 
 // IsDir reports whether n is a directory.

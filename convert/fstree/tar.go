@@ -62,8 +62,9 @@ type TarOptions struct {
 //     permission bits, as mkfs.erofs and containerd's and docker's appliers
 //     make it (mknod(S_IFCHR, 0)), and the entry's uid, gid and mtime (no
 //     xattrs), replacing what the tar put there before; a char device 0:0
-//     in the tar stays as it is, but is such a whiteout to overlayfs; other
-//     .wh..wh.* names are dropped;
+//     in the tar stays as it is, but is such a whiteout to overlayfs (and
+//     gets its directory the origin marker too); other .wh..wh.* names are
+//     dropped;
 //     every directory that in the end holds such a whiteout device gets an
 //     empty trusted.overlay.origin; a directory that replaces a whiteout or
 //     another non-directory gets trusted.overlay.opaque=y; and the tar's own
@@ -249,6 +250,7 @@ func (b *tarBuilder) entry(hdr *tar.Header, data *fileData, overlay bool) error 
 			return b.whiteout(hdr, dir, joinPath(dir, name))
 		}
 	}
+	dev0 := false
 	if overlay && p != "." && hdr.Typeflag == tar.TypeChar && hdr.Devmajor == 0 && hdr.Devminor == 0 {
 		// overlayfs takes a character device 0:0 for a whiteout in
 		// a layer, and in the upper directory a runtime extracts the
@@ -258,13 +260,14 @@ func (b *tarBuilder) entry(hdr *tar.Header, data *fileData, overlay bool) error 
 			return b.whiteout(hdr, parentOf(p), p)
 		}
 		b.whited[p] = true
+		dev0 = true
 	}
 
 	if hdr.Typeflag == tar.TypeLink {
 		return b.hardLink(p, hdr.Linkname)
 	}
 
-	n := &Node{Path: p, Mtime: hdr.ModTime}
+	n := &Node{Path: p, Mtime: hdr.ModTime, whiteout: dev0}
 	perm := uint32(hdr.Mode) & permMask
 	if n.Uid, n.Gid, err = owner(hdr); err != nil {
 		return err
@@ -388,7 +391,7 @@ func tarXattrs(hdr *tar.Header, overlay bool) (map[string]string, error) {
 // implied directories where missing.
 func (b *tarBuilder) ensureDir(p string) error {
 	n := b.t.nodes[p]
-	if n != nil && (n.whiteout || b.whited[p] && n.Mode&S_IFMT == S_IFCHR && n.Devmajor == 0 && n.Devminor == 0) {
+	if n != nil && n.whiteout {
 		// Whited out, then a parent of an entry of the same layer: a
 		// new directory, which hides what was below.
 		b.opaque[p] = true

@@ -82,7 +82,7 @@ func SourceFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "plain-http", Usage: "allow plain HTTP registries"},
 		&cli.BoolFlag{Name: "insecure", Usage: "skip TLS verification, and allow plain HTTP (as crane's --insecure)"},
 		&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "text", Usage: "text or json (target, digests, sizes, per-layer timings on stdout)"},
-		&cli.StringFlag{Name: "tmpdir", Usage: "where converted layers wait to be published (default $TMPDIR)"},
+		&cli.StringFlag{Name: "tmpdir", Usage: "where converted layers wait to be published, and a docker-archive from a pipe or compressed is copied (default $TMPDIR)"},
 		&cli.StringFlag{Name: "max-layer-size", Usage: "fail a layer whose uncompressed tar is larger than `SIZE` (K, M, G, T): a bound on the disk a small compressed layer can fill (default: none)"},
 	}
 }
@@ -249,6 +249,9 @@ func Image(c *cli.Context) (opt convert.ImageOptions, rem oci.Remote, done func(
 			return opt, rem, done, fmt.Errorf("--max-layer-size: %w", err)
 		}
 	}
+	// A docker-archive from a pipe, or compressed, is copied first: into
+	// --tmpdir too, and as bounded.
+	rem.ArchiveTempDir, rem.MaxArchiveFile = opt.TempDir, opt.Layer.MaxTarSize
 	if p := c.String("platform"); p != "all" && p != "" {
 		for _, s := range strings.Split(p, ",") {
 			pl, err := ParsePlatform(strings.TrimSpace(s))

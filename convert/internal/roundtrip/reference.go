@@ -46,12 +46,13 @@ func Shorten(b []byte) string {
 // (as containerd's and docker's appliers mknod it), with the .wh. entry's
 // owner and mtime; .wh..wh..opq becomes trusted.overlay.opaque=y on its
 // directory; other .wh..wh.* names go; a directory holding a whiteout
-// device gets an empty trusted.overlay.origin. The mtimes of directories
+// device (also a char device 0:0 of the tar) gets an empty
+// trusted.overlay.origin. The mtimes of directories
 // the mapping touched are set back from want (the expected tree), except
 // for implied directories, whose mtime no entry gives.
 func MapWhiteouts(t testing.TB, root string, want *fstree.Tree) {
 	t.Helper()
-	var whs []string
+	var whs, devs []string
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -60,6 +61,13 @@ func MapWhiteouts(t testing.TB, root string, want *fstree.Tree) {
 			whs = append(whs, p)
 			if d.IsDir() {
 				return fs.SkipDir
+			}
+		}
+		if d.Type()&fs.ModeCharDevice != 0 {
+			// A char device 0:0 of the tar is a whiteout too.
+			var st unix.Stat_t
+			if err := unix.Lstat(p, &st); err == nil && st.Rdev == 0 {
+				devs = append(devs, p)
 			}
 		}
 		return nil
@@ -92,6 +100,9 @@ func MapWhiteouts(t testing.TB, root string, want *fstree.Tree) {
 			Must(t, unix.UtimesNanoAt(unix.AT_FDCWD, dev, []unix.Timespec{st.Mtim, st.Mtim}, unix.AT_SYMLINK_NOFOLLOW))
 			origin[dir] = true
 		}
+	}
+	for _, p := range devs {
+		origin[filepath.Dir(p)] = true
 	}
 	for dir := range origin {
 		Must(t, unix.Lsetxattr(dir, "trusted.overlay.origin", []byte{}, 0))
