@@ -291,10 +291,10 @@ func (l *tarLayer) addFlat(hdr *tar.Header, p string, kind whiteout.Kind, target
 		// What the layer itself put at the path before goes too, as
 		// docker, containerd and mkfs.erofs --aufs apply a whiteout
 		// (the image spec would keep it).
+		l.unlinkedAt(target)
 		if err := l.b.Remove(target); err != nil {
 			return err
 		}
-		f.unlinked(target, true)
 		// Its directory is there, as in the layer's own image (and
 		// containerd's applier makes it), even if nothing else is in it.
 		if dir := path.Dir(target); dir != "." {
@@ -349,7 +349,11 @@ func (l *tarLayer) addFlat(hdr *tar.Header, p string, kind whiteout.Kind, target
 		}
 		return l.linkPending(p, e.HardLink)
 	}
-	f.unlinked(p, !e.IsDir())
+	if e.IsDir() {
+		f.unlinked(p, false) // a directory over a directory keeps what is in it
+	} else {
+		l.unlinkedAt(p)
+	}
 	if err := l.b.Add(e, data); err != nil {
 		return err
 	}
@@ -365,10 +369,10 @@ func (l *tarLayer) addFlat(hdr *tar.Header, p string, kind whiteout.Kind, target
 func (l *tarLayer) takeBack(p string) error {
 	remove, imply := l.flat.takeBack(p, l.rank)
 	for _, q := range remove {
+		l.unlinkedAt(q)
 		if err := l.b.Remove(q); err != nil {
 			return err
 		}
-		l.flat.unlinked(q, true)
 	}
 	for _, q := range imply {
 		if err := l.b.Imply(q); err != nil {
@@ -386,7 +390,7 @@ func (l *tarLayer) addLink(e erofs.Entry) error {
 		e.HardLink = t
 	}
 	if h := f.hidden[e.HardLink]; h != nil {
-		f.unlinked(e.Path, true)
+		l.unlinkedAt(e.Path)
 		if len(h.linked) > 0 {
 			e.HardLink = h.linked[0]
 		} else {
@@ -408,7 +412,7 @@ func (l *tarLayer) addLink(e erofs.Entry) error {
 		f.pending[e.HardLink] = append(f.pending[e.HardLink], e)
 		return nil
 	}
-	f.unlinked(e.Path, true)
+	l.unlinkedAt(e.Path)
 	return l.b.Add(e, nil)
 }
 
@@ -433,6 +437,17 @@ func (f *flattener) unlinked(p string, below bool) {
 			}
 		}
 	}
+}
+
+// unlinkedAt is unlinked for p, which the layer replaces with a
+// non-directory or removes: what is below it goes too, if it is a
+// directory.
+func (l *tarLayer) unlinkedAt(p string) {
+	if len(l.flat.linkedAt) == 0 {
+		return
+	}
+	_, isDir := l.b.Lookup(p)
+	l.flat.unlinked(p, isDir)
 }
 
 // linkPending adds the links of upper layers waiting for p, which the layer

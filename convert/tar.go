@@ -213,8 +213,8 @@ func (l *tarLayer) addEntry(hdr *tar.Header, data io.Reader) error {
 // it looks up, never on the root): the layer gets a whiteout, with the
 // marker's owner and time, for each name the layers below have at the
 // root and the layer has not, and its own directories there are opaque.
-// Without the layers below (mkfs, a cache
-// entry made of the layer alone) it can only warn.
+// Without the layers below (mkfs, a cache entry made of the layer alone)
+// it can only warn.
 func (l *tarLayer) whiteOutLowerRoot() error {
 	if l.lowerRoot == nil {
 		l.warnings = append(l.warnings, "an opaque marker on the root: overlayfs ignores it there, and the layers below are not known here: what they have at the root shows through")

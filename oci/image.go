@@ -394,14 +394,14 @@ func archiveOpener(ctx context.Context, p, dir string, maxFile int64) (tarball.O
 	return func() (io.ReadCloser, error) { return io.NopCloser(io.NewSectionReader(tmp, 0, n)), nil }, nil
 }
 
-// copyArchive copies the tar stream r to w and returns its size. With
+// copyArchive copies the tar stream r to f and returns its size. With
 // maxFile, it reads the tar headers on the way and stops at a file larger
 // than maxFile, or at more than MaxArchiveLayers such files in all,
 // before the copy is larger than that.
-func copyArchive(w io.Writer, r io.Reader, maxFile int64) (int64, error) {
-	cw := &countWriter{w: w}
+func copyArchive(f *os.File, r io.Reader, maxFile int64) (int64, error) {
+	at := func() int64 { n, _ := f.Seek(0, io.SeekCurrent); return n }
 	if maxFile > 0 {
-		tr := tar.NewReader(io.TeeReader(r, cw))
+		tr := tar.NewReader(io.TeeReader(r, f))
 		var total int64
 		for {
 			hdr, err := tr.Next()
@@ -409,30 +409,19 @@ func copyArchive(w io.Writer, r io.Reader, maxFile int64) (int64, error) {
 				break
 			}
 			if err != nil {
-				return cw.n, fmt.Errorf("the archive, at offset %d: %w", cw.n, err)
+				return at(), fmt.Errorf("the archive, at offset %d: %w", at(), err)
 			}
 			if total += hdr.Size; hdr.Size > maxFile || total > MaxArchiveLayers*maxFile {
-				return cw.n, fmt.Errorf("the archive's %q (at offset %d): %d bytes, over the bound of %d a file (%d in all): raise --max-layer-size", hdr.Name, cw.n, hdr.Size, maxFile, MaxArchiveLayers*maxFile)
+				return at(), fmt.Errorf("the archive's %q (at offset %d): %d bytes, over the bound of %d a file (%d in all): raise --max-layer-size", hdr.Name, at(), hdr.Size, maxFile, MaxArchiveLayers*maxFile)
 			}
 			if _, err := io.Copy(io.Discard, tr); err != nil {
-				return cw.n, fmt.Errorf("the archive's %q: %w", hdr.Name, err)
+				return at(), fmt.Errorf("the archive's %q: %w", hdr.Name, err)
 			}
 		}
 	}
 	// What follows the end marker too (it is the archive's).
-	_, err := io.Copy(cw, r)
-	return cw.n, err
-}
-
-type countWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
+	_, err := io.Copy(f, r)
+	return at(), err
 }
 
 // ContextReader is r, ended with ctx: each read fails with ctx's error
