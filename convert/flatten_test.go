@@ -197,6 +197,25 @@ func stackEdgeCases(t testing.TB) []stackCase {
 			e2eLayer(t, eFile("b", 0o644, []byte("b\n")), eFile("d/y", 0o644, []byte("y\n")), eFile("./.wh..wh..opq", 0, nil)),
 			e2eLayer(t, eFile("c", 0o644, []byte("c\n"))),
 		}},
+		// Campaign 22: a directory a layer implies, then declares,
+		// under its own opaque marker: the declared metadata.
+		{"implied then declared under an opaque marker", []v1.Layer{
+			e2eLayer(t, root, eDir("d", 0o755), eDir("d/b", 0o755), eFile("d/b/w", 0o644, nil)),
+			e2eLayer(t, eFile("d/b/x", 0o644, nil), eOpaque("d"), eDir("d/b", 0o711)),
+		}},
+		// Campaign 22: a layer with an opaque root over another; the
+		// lower one's d, made by its marker, goes too.
+		{"opaque root over an opaque root", []v1.Layer{
+			e2eLayer(t, root, eFile("x", 0o644, nil)),
+			e2eLayer(t, eFile("a", 0o644, nil), eOpaque("d"), eFile("./.wh..wh..opq", 0, nil)),
+			e2eLayer(t, eFile("./.wh..wh..opq", 0, nil), eFile("e", 0o644, []byte("e\n")), eFile("f", 0o644, nil)),
+		}},
+		// Campaign 22: an opaque marker in a directory its layer whited
+		// out: a new, empty directory (the stacked conversion failed).
+		{"opaque marker under its own whiteout", []v1.Layer{
+			e2eLayer(t, root, eDir("b", 0o700), eFile("b/x", 0o644, nil)),
+			e2eLayer(t, eWhiteout("b"), eOpaque("b"), eFile("c", 0o644, nil)),
+		}},
 		// 21-b's F: a character device 0:0 is what overlayfs takes for
 		// a whiteout, in the stacked image and below a container's
 		// upper directory alike: it deletes the lower x and does not show.

@@ -123,7 +123,8 @@ type dirTree struct {
 	meta     *erofs.Entry // nil: no entry declared it
 	children map[string]*dirTree
 	// names, of the root only, are all its entries, directories or not
-	// (lowerDirs.rootNames).
+	// (lowerDirs.rootNames): a layer's opaque marker on the root clears
+	// those of the layers below, and its entries add theirs.
 	names map[string]bool
 }
 
@@ -167,26 +168,24 @@ func (t *dirTree) applyLayer(ops []dirOp) {
 			t.apply(op)
 		}
 	}
+	if t.names == nil {
+		t.names = map[string]bool{}
+	}
 	for _, op := range ops {
 		if op.kind != opOpaque {
 			t.apply(op)
+		}
+		switch first, _, deeper := strings.Cut(op.path, "/"); {
+		case op.path == "":
+		case op.kind == opWhiteout && !deeper:
+			delete(t.names, first)
+		default: // an entry at first, or below it, which makes it a directory
+			t.names[first] = true
 		}
 	}
 }
 
 func (t *dirTree) apply(op dirOp) {
-	if t.names == nil {
-		t.names = map[string]bool{}
-	}
-	switch first, _, deeper := strings.Cut(op.path, "/"); {
-	case op.path == "" && op.kind == opOpaque:
-		clear(t.names)
-	case op.path == "":
-	case op.kind == opWhiteout && !deeper:
-		delete(t.names, first)
-	default: // an entry at first, or below it, which makes it a directory
-		t.names[first] = true
-	}
 	switch op.kind {
 	case opDir:
 		_, n, _ := t.walk(op.path, true)
@@ -201,6 +200,9 @@ func (t *dirTree) apply(op dirOp) {
 	case opOpaque:
 		if _, n, _ := t.walk(op.path, false); n != nil {
 			n.children = nil
+		}
+		if op.path == "" {
+			clear(t.names) // the layers below: the layer's own names come after
 		}
 	}
 }

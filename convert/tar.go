@@ -155,7 +155,10 @@ func (l *tarLayer) addEntry(hdr *tar.Header, data io.Reader) error {
 		}
 		return l.addFlat(hdr, p, kind, target, data)
 	}
-	if kind != whiteout.Drop {
+	switch kind {
+	case whiteout.Opaque:
+		l.remake(target + "/") // the marker's directory itself too
+	case whiteout.Plain, whiteout.Whiteout:
 		l.remake(target)
 	}
 	switch kind {

@@ -310,6 +310,7 @@ func (b *tarBuilder) entry(hdr *tar.Header, data *fileData, overlay bool) error 
 			return err
 		}
 	}
+	delete(b.fromLower, p) // declared now: its own metadata
 	if old := b.t.nodes[p]; overlay && !b.stack && n.IsDir() && (b.whited[p] || old != nil && !old.IsDir()) {
 		// Deleted or replaced, and made again (also with another
 		// entry between): nothing below shows through, as the
