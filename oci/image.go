@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -396,32 +397,58 @@ func archiveOpener(ctx context.Context, p, dir string, maxFile int64) (tarball.O
 
 // copyArchive copies the tar stream r to f and returns its size. With
 // maxFile, it reads the tar headers on the way and stops at a file larger
-// than maxFile, or at more than MaxArchiveLayers such files in all,
-// before the copy is larger than that.
+// than maxFile, and at a copy larger than MaxArchiveLayers such files (its
+// headers and padding counted), of which at most a tar record follows the
+// end-of-archive marker.
 func copyArchive(f *os.File, r io.Reader, maxFile int64) (int64, error) {
-	at := func() int64 { n, _ := f.Seek(0, io.SeekCurrent); return n }
-	if maxFile > 0 {
-		tr := tar.NewReader(io.TeeReader(r, f))
-		var total int64
-		for {
-			hdr, err := tr.Next()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				return at(), fmt.Errorf("the archive, at offset %d: %w", at(), err)
-			}
-			if total += hdr.Size; hdr.Size > maxFile || total > MaxArchiveLayers*maxFile {
-				return at(), fmt.Errorf("the archive's %q (at offset %d): %d bytes, over the bound of %d a file (%d in all): raise --max-layer-size", hdr.Name, at(), hdr.Size, maxFile, MaxArchiveLayers*maxFile)
-			}
-			if _, err := io.Copy(io.Discard, tr); err != nil {
-				return at(), fmt.Errorf("the archive's %q: %w", hdr.Name, err)
-			}
+	if maxFile <= 0 {
+		return io.Copy(f, r)
+	}
+	total := int64(math.MaxInt64)
+	if maxFile <= math.MaxInt64/(MaxArchiveLayers+1) {
+		total = (MaxArchiveLayers + 1) * maxFile // the layers, and the rest
+	}
+	w := &boundWriter{f: f, max: total}
+	tr := tar.NewReader(io.TeeReader(r, w))
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return w.n, fmt.Errorf("the archive, at offset %d: %w", w.n, err)
+		}
+		if hdr.Size > maxFile {
+			return w.n, fmt.Errorf("the archive's %q (at offset %d): %d bytes, over the bound of %d a file: raise --max-layer-size", hdr.Name, w.n, hdr.Size, maxFile)
+		}
+		if _, err := io.Copy(io.Discard, tr); err != nil {
+			return w.n, fmt.Errorf("the archive's %q: %w", hdr.Name, err)
 		}
 	}
-	// What follows the end marker too (it is the archive's).
-	_, err := io.Copy(f, r)
-	return at(), err
+	// The rest of the last record, which tar pads to 10 KiB with zeros.
+	const record = 10 << 10
+	if _, err := io.Copy(w, io.LimitReader(r, record)); err != nil {
+		return w.n, err
+	}
+	if n, _ := io.CopyN(io.Discard, r, 1); n > 0 {
+		return w.n, fmt.Errorf("the archive: more than a tar record after its end, at offset %d", w.n)
+	}
+	return w.n, nil
+}
+
+// boundWriter writes to f until max bytes.
+type boundWriter struct {
+	f      *os.File
+	n, max int64
+}
+
+func (w *boundWriter) Write(p []byte) (int, error) {
+	if int64(len(p)) > w.max-w.n {
+		return 0, fmt.Errorf("over the bound of %d bytes in all (%d files of --max-layer-size): raise --max-layer-size", w.max, MaxArchiveLayers+1)
+	}
+	n, err := w.f.Write(p)
+	w.n += int64(n)
+	return n, err
 }
 
 // ContextReader is r, ended with ctx: each read fails with ctx's error

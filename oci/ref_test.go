@@ -1,6 +1,7 @@
 package oci_test
 
 import (
+	"archive/tar"
 	"bytes"
 	"compress/gzip"
 	"context"
@@ -405,6 +406,56 @@ func TestDockerArchiveTag(t *testing.T) {
 		if _, err := oci.Get(context.Background(), r, oci.Remote{ArchiveTempDir: tmp}); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("oci.Get(%s): %v, want %q", r, err, want)
 		}
+	}
+}
+
+// TestDockerArchiveBomb: with MaxArchiveFile, a small compressed archive
+// cannot fill the disk with what its headers do not declare: zeros after
+// the end of the archive, or many small files (review 22-d). Nothing is
+// left in the directory.
+func TestDockerArchiveBomb(t *testing.T) {
+	dir := t.TempDir()
+	tmp := t.TempDir()
+	archive := func(name string, files int, trailing int) string {
+		var raw bytes.Buffer
+		tw := tar.NewWriter(&raw)
+		for i := 0; i < files; i++ {
+			tw.WriteHeader(&tar.Header{Name: strings.Repeat("f", 1+i%90) + ".json", Mode: 0o644, Size: 1, Typeflag: tar.TypeReg})
+			tw.Write([]byte("x"))
+		}
+		tw.Close()
+		raw.Write(make([]byte, trailing))
+		var gz bytes.Buffer
+		zw := gzip.NewWriter(&gz)
+		zw.Write(raw.Bytes())
+		zw.Close()
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, gz.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		path, want string
+	}{
+		{archive("zeros.tar.gz", 1, 64<<20), "more than a tar record after its end"},
+		{archive("many.tar.gz", 40, 0), "over the bound of 32064 bytes in all"},
+	} {
+		r, err := oci.ParseRef("docker-archive:"+tc.path, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := oci.Get(context.Background(), r, oci.Remote{ArchiveTempDir: tmp, MaxArchiveFile: 64}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", filepath.Base(tc.path), err, tc.want)
+		}
+	}
+	// A tar record of padding is the archive's.
+	r, _ := oci.ParseRef("docker-archive:"+archive("padded.tar.gz", 1, 9<<10), false)
+	if _, err := oci.Get(context.Background(), r, oci.Remote{ArchiveTempDir: tmp, MaxArchiveFile: 64}); err == nil || strings.Contains(err.Error(), "after its end") || strings.Contains(err.Error(), "bound") {
+		t.Errorf("a padded archive: %v, want it copied (and refused as no docker save archive)", err)
+	}
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		t.Errorf("left %d files", len(left))
 	}
 }
 

@@ -29,7 +29,7 @@ var checkCommand = &cli.Command{
 		"platforms of an index. Exits 1 if there is any difference. Layers are read as\n" +
 		"overlayfs stacks them: images converted with --whiteouts keep do not match.",
 	Flags: slices.Concat(options.Only(options.SourceFlags(), "username", "password", "plain-http", "insecure"), options.LoginFlags(), []cli.Flag{
-		&cli.StringFlag{Name: "tmpdir", Usage: "where each EROFS layer is copied to be read, one at a time (default $TMPDIR)"},
+		&cli.StringFlag{Name: "tmpdir", Usage: "where each EROFS layer is copied to be read, one at a time, and a docker-archive from a pipe or compressed (default $TMPDIR)"},
 		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print only differences"},
 	}),
 	Action: func(c *cli.Context) error {
