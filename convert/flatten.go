@@ -220,6 +220,21 @@ func (f *flattener) takeBack(p string, rank int) (remove, imply []string) {
 	return remove, imply
 }
 
+// lastWhiteout reports whether the layer of rank, which whited out p,
+// has not put anything there since (a hidden entry, or one it claimed).
+func (f *flattener) lastWhiteout(p string, rank int) bool {
+	if _, ok := f.hiddenLinks[p]; ok || f.hidden[p] != nil {
+		return false
+	}
+	n := f.root
+	for _, c := range strings.Split(p, "/") {
+		if n = n.children[c]; n == nil {
+			return true
+		}
+	}
+	return n.explicit != rank || n.gone
+}
+
 // listed is the rank of the layer that lists p itself; -1 for none so far.
 func (f *flattener) listed(p string) int {
 	n := f.root

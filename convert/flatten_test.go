@@ -229,6 +229,13 @@ func stackEdgeCases(t testing.TB) []stackCase {
 				// (its directory gets the origin marker).
 				eDir("n", 0o755), eNode("n/w", tar.TypeChar, 0o600, 0, 0), eFile("n/f", 0o644, []byte("f\n"))),
 		}},
+		// Review 22-d: a hard link to a whiteout, as overlayfs makes
+		// them (a tar of an upper directory), is a whiteout too.
+		{"hard links to whiteouts", []v1.Layer{
+			e2eLayer(t, root, eFile("a", 0o644, nil), eFile("z", 0o644, []byte("z\n")), eDir("m", 0o755), eFile("m/k", 0o644, nil)),
+			e2eLayer(t, eNode("x", tar.TypeChar, 0o600, 0, 0), eDir("n", 0o755), eLink("n/y", "x"), eFile("n/f", 0o644, nil),
+				eWhiteout("z"), eLink("m/k", "z"), eLink("n/w", "m/k")),
+		}},
 		// Review 22-b: the flattener materializes a hidden file at its
 		// first link; the layer then removes or replaces that link, and
 		// the next links still get the hidden content.

@@ -145,9 +145,17 @@ func (l *tarLayer) addEntry(hdr *tar.Header, data io.Reader) error {
 	if err != nil {
 		return err
 	}
-	dev0 := kind == whiteout.Plain && hdr.Typeflag == tar.TypeChar && hdr.Devmajor == 0 && hdr.Devminor == 0 && l.wt.Device(p)
-	if dev0 {
-		l.warnings = append(l.warnings, fmt.Sprintf("%s: a character device 0:0 is an overlayfs whiteout: it deletes %s of the layers below and does not show", p, p))
+	// A char device 0:0, or a hard link to a whiteout (overlayfs makes
+	// its whiteouts links of one inode), is a whiteout of p to overlayfs.
+	dev0 := false
+	switch {
+	case kind != whiteout.Plain:
+	case hdr.Typeflag == tar.TypeChar && hdr.Devmajor == 0 && hdr.Devminor == 0:
+		if dev0 = l.wt.Device(p); dev0 {
+			l.warnings = append(l.warnings, fmt.Sprintf("%s: a character device 0:0 is an overlayfs whiteout: it deletes %s of the layers below and does not show", p, p))
+		}
+	case hdr.Typeflag == tar.TypeLink && l.linksWhiteout(hdr.Linkname):
+		dev0 = l.wt.Device(p)
 	}
 	if l.flat != nil {
 		if dev0 {
@@ -253,6 +261,19 @@ func (l *tarLayer) whiteOutLowerRoot() error {
 		}
 	}
 	return nil
+}
+
+// linksWhiteout reports whether a hard link to name links to a whiteout
+// of the layer: the layer's last word on name was one.
+func (l *tarLayer) linksWhiteout(name string) bool {
+	p, err := erofs.CleanPath(name)
+	if err != nil || !l.wt.WhitedOut(p) {
+		return false
+	}
+	if l.flat != nil {
+		return l.flat.lastWhiteout(p, l.rank)
+	}
+	return l.b.IsWhiteout(p)
 }
 
 // replacesNonDir reports whether the layer has a non-directory at p, which

@@ -130,6 +130,9 @@ type tarBuilder struct {
 	// current layer has put, which they never delete.
 	stack bool
 	layer map[string]bool
+	// gone are the paths the current layer whited out and has not put
+	// again (Stack), for hard links to its whiteouts.
+	gone map[string]bool
 	// whited are the paths the layer whites out (overlay whiteouts).
 	whited map[string]bool
 	// lower, if set, is the stack below the layer: the directories the
@@ -331,6 +334,7 @@ func (b *tarBuilder) whiteout(hdr *tar.Header, dir, p string) error {
 	}
 	if b.stack {
 		b.remove(p)
+		b.gone[p] = true
 		return nil
 	}
 	b.whited[p] = true
@@ -426,6 +430,7 @@ func (b *tarBuilder) put(n *Node) {
 	b.t.nodes[p] = n
 	if b.stack {
 		b.layer[p] = true
+		delete(b.gone, p)
 	}
 	if p == "." {
 		return
@@ -512,6 +517,11 @@ func (b *tarBuilder) hardLink(p, target string) error {
 		return fmt.Errorf("link target %q: %w", target, err)
 	}
 	t := b.t.nodes[tp]
+	if t == nil && b.gone[tp] {
+		// A link to the layer's whiteout (overlayfs makes them links
+		// of one inode) is a whiteout too.
+		return b.whiteout(nil, parentOf(p), p)
+	}
 	if t == nil {
 		return fmt.Errorf("link target %q does not exist", target)
 	}
@@ -526,10 +536,11 @@ func (b *tarBuilder) hardLink(p, target string) error {
 	}
 	n := *t
 	n.Path = p
-	// A link to a whiteout is a char device 0:0 like it, but the whiteout
-	// is its target's: its directory gets no trusted.overlay.origin, as
-	// mkfs.erofs --aufs and mkfs make it.
-	n.whiteout = false
+	// A link to a whiteout is a whiteout too, as overlayfs makes them
+	// (links of one inode): its directory gets trusted.overlay.origin.
+	if t.whiteout {
+		b.whited[p] = true
+	}
 	if t.Xattrs != nil {
 		n.Xattrs = make(map[string]string, len(t.Xattrs))
 		for k, v := range t.Xattrs {
