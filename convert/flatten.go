@@ -84,6 +84,10 @@ type flattener struct {
 	// pending are the hard links of upper layers to files of lower
 	// ones, by target.
 	pending map[string][]erofs.Entry
+	// needed are the targets of hidden hard links that a lower layer
+	// must give (docker applies the link there and fails without it),
+	// with the first such link.
+	needed map[string]string
 }
 
 type hiddenEntry struct {
@@ -99,7 +103,7 @@ func newFlattener(tmp string) (*flattener, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &flattener{root: newFlatNode(0), spool: f, pending: map[string][]erofs.Entry{}}, nil
+	return &flattener{root: newFlatNode(0), spool: f, pending: map[string][]erofs.Entry{}, needed: map[string]string{}}, nil
 }
 
 func (f *flattener) close() { f.spool.Close() }
@@ -256,6 +260,11 @@ func (f *flattener) unresolved() error {
 			}
 		}
 	}
+	for target, link := range f.needed {
+		if first == nil || link < first.Path {
+			first = &erofs.Entry{Path: link, HardLink: target}
+		}
+	}
 	if first == nil {
 		return nil
 	}
@@ -337,10 +346,14 @@ func (l *tarLayer) addFlat(hdr *tar.Header, p string, kind whiteout.Kind, target
 		if e.HardLink != "" {
 			// Hidden, but what links to it links to its target.
 			t := e.HardLink
-			if r, ok := f.hiddenLinks[t]; ok {
+			r, isLink := f.hiddenLinks[t]
+			if isLink {
 				t = r // a link to a hidden link: its target
 			}
 			f.hiddenLinks[p] = t
+			if !isLink && f.hidden[t] == nil && f.listed(t) != l.rank && f.needed[t] == "" {
+				f.needed[t] = p // a lower layer's, or nobody's
+			}
 			return l.linkPending(p, e.HardLink)
 		}
 		h := &hiddenEntry{entry: e, off: f.off}
@@ -468,6 +481,7 @@ func (l *tarLayer) unlinkedAt(p string) {
 // linkPending adds the links of upper layers waiting for p, which the layer
 // being read has just given: as links to target (p, or what p links to).
 func (l *tarLayer) linkPending(p, target string) error {
+	delete(l.flat.needed, p)
 	links := l.flat.pending[p]
 	if links == nil {
 		return nil

@@ -383,6 +383,15 @@ func TestE2EFlatten(t *testing.T) {
 			t.Errorf("flattening a link to nothing: err = %v", err)
 		}
 		requireAbsent(t, ref(t, reg.host, repo+":bad-flat"))
+		// Also where an upper layer hides the link: docker applies the
+		// layer below it first, and fails (campaign 22).
+		hidden := e2eImage(t, "amd64", e2eLayer(t, eDir(".", 0o755)), e2eLayer(t, eLink("d/d", "b")), e2eLayer(t, eWhiteout("d/d")))
+		hiddenRef := ref(t, reg.host, repo+":hidden")
+		pushImage(t, hiddenRef, hidden)
+		_, err = convertRef(context.Background(), t, hiddenRef.String(), reg.host+"/"+repo+":hidden-flat", convert.ImageOptions{Flatten: true}, oci.Remote{})
+		if err == nil || !strings.Contains(err.Error(), `entry "d/d": hard link to "b", which no layer has`) {
+			t.Errorf("flattening a hidden link to nothing: err = %v", err)
+		}
 	})
 
 	// Content repeated across layers is stored once: whole files by
