@@ -224,37 +224,6 @@ func (f *flattener) takeBack(p string, rank int) (remove, imply []string) {
 	return remove, imply
 }
 
-// underNonDir is the error of an entry at p below a non-directory that
-// the layer of rank itself put there: the image builder finds it for the
-// entries it takes, but a layer is refused also where an upper layer hides
-// the entry, as docker applies the layer before the upper ones.
-func (f *flattener) underNonDir(p string, rank int) error {
-	n := f.root
-	for i := 0; i < len(p); i++ {
-		if p[i] != '/' {
-			continue
-		}
-		q := p[:i]
-		_, bad := f.hiddenLinks[q]
-		bad = bad || f.hidden[q] != nil
-		if n != nil {
-			n = n.children[q[strings.LastIndexByte(q, '/')+1:]]
-			bad = bad || n != nil && n.explicit == rank && n.nondir && !n.gone
-		}
-		if bad {
-			return fmt.Errorf("parent %q is not a directory", q)
-		}
-	}
-	return nil
-}
-
-// forgetHidden drops p from the layer's hidden entries: the layer puts a
-// directory or a whiteout there.
-func (f *flattener) forgetHidden(p string) {
-	delete(f.hidden, p)
-	delete(f.hiddenLinks, p)
-}
-
 // lastWhiteout reports whether the layer of rank, which whited out p,
 // has not put anything there since (a hidden entry, or one it claimed).
 func (f *flattener) lastWhiteout(p string, rank int) bool {
@@ -336,16 +305,10 @@ func (f *flattener) markOpaque(dir string, rank int) bool {
 // addFlat is addEntry for a flattened image.
 func (l *tarLayer) addFlat(hdr *tar.Header, p string, kind whiteout.Kind, target string, data io.Reader) error {
 	f := l.flat
-	if kind != whiteout.Drop {
-		if err := f.underNonDir(target, l.rank); err != nil {
-			return err
-		}
-	}
 	switch kind {
 	case whiteout.Drop:
 		return nil
 	case whiteout.Whiteout:
-		f.forgetHidden(target)
 		if !f.claim(target, l.rank, false, true) {
 			return l.takeBack(target)
 		}
@@ -373,9 +336,6 @@ func (l *tarLayer) addFlat(hdr *tar.Header, p string, kind whiteout.Kind, target
 		return err
 	}
 	l.entries++
-	if e.IsDir() {
-		f.forgetHidden(p) // a directory now, where links cannot go
-	}
 	if !f.claim(p, l.rank, e.IsDir(), false) {
 		if e.IsDir() {
 			return nil
