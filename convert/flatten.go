@@ -196,11 +196,9 @@ func (f *flattener) claim(p string, rank int, isDir, gone bool) bool {
 // image and the directories to make implied again (their metadata was
 // the layer's).
 func (f *flattener) takeBack(p string, rank int) (remove, imply []string) {
-	n := f.root
-	for _, c := range strings.Split(p, "/") {
-		if n = n.children[c]; n == nil {
-			return nil, nil
-		}
+	n := f.node(p)
+	if n == nil {
+		return nil, nil
 	}
 	var walk func(p string, n *flatNode)
 	walk = func(p string, n *flatNode) {
@@ -230,24 +228,27 @@ func (f *flattener) lastWhiteout(p string, rank int) bool {
 	if _, ok := f.hiddenLinks[p]; ok || f.hidden[p] != nil {
 		return false
 	}
-	n := f.root
-	for _, c := range strings.Split(p, "/") {
-		if n = n.children[c]; n == nil {
-			return true
-		}
-	}
-	return n.explicit != rank || n.gone
+	n := f.node(p)
+	return n == nil || n.explicit != rank || n.gone
 }
 
 // listed is the rank of the layer that lists p itself; -1 for none so far.
 func (f *flattener) listed(p string) int {
+	if n := f.node(p); n != nil {
+		return n.explicit
+	}
+	return -1
+}
+
+// node is the node of the path p (not the root), or nil.
+func (f *flattener) node(p string) *flatNode {
 	n := f.root
-	for _, c := range strings.Split(p, "/") {
+	for c := range strings.SplitSeq(p, "/") {
 		if n = n.children[c]; n == nil {
-			return -1
+			return nil
 		}
 	}
-	return n.explicit
+	return n
 }
 
 // unresolved is the error of hard links whose target no layer has.

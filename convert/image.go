@@ -934,10 +934,10 @@ const maxIndexDepth = 4
 // 9.4 GB).
 const maxIndexManifests = 256
 
-// MaxLayers bounds the layers of an image: overlayfs stacks at most 500
-// (OVL_MAX_STACK), so an image of more runs nowhere, and the converter's
-// work for the layers below each layer grows with their square.
-const MaxLayers = 500
+// MaxLayers bounds the layers of an image (oci.MaxLayers: overlayfs
+// stacks no more); the converter's work for the layers below each layer
+// also grows with their square.
+const MaxLayers = oci.MaxLayers
 
 // checkLayers refuses a manifest of more than MaxLayers layers.
 func checkLayers(m *v1.Manifest, d v1.Descriptor) error {

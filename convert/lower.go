@@ -285,13 +285,9 @@ func (l *lowerDirs) impliedFor(i int) func(string) (erofs.Entry, bool) {
 		}
 		e := *n.meta
 		e.Path = p
-		// Not the lower directory's overlay xattrs (a tar may carry
-		// trusted.overlay.opaque): overlayfs reads them itself, and on a
-		// directory the layer only implies, an opaque one would hide
-		// what the layers below have in it.
-		e.Xattrs = slices.DeleteFunc(slices.Clone(e.Xattrs), func(x erofs.Xattr) bool {
-			return strings.HasPrefix(x.Name, "trusted.overlay.")
-		})
+		// A tar's trusted.overlay.* xattrs never got here (headerMeta
+		// leaves them out, unless whiteouts are kept as they are).
+		e.Xattrs = slices.Clone(e.Xattrs)
 		return e, true
 	}
 }

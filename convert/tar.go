@@ -205,8 +205,7 @@ func (l *tarLayer) addEntry(hdr *tar.Header, data io.Reader) error {
 			// Deleted or replaced, and made again in one layer:
 			// nothing of the layers below shows through it (also
 			// where an entry of another type came in between).
-			l.wt.MakeOpaque(e.Path)
-			l.ops.add(opOpaque, e.Path, nil)
+			l.makeOpaque(e.Path)
 		}
 	} else if dev0 {
 		l.ops.add(opWhiteout, e.Path, nil)
@@ -243,8 +242,7 @@ func (l *tarLayer) whiteOutLowerRoot() error {
 	for _, name := range names {
 		if exists, isDir := l.b.Lookup(name); isDir {
 			// The layer's own directory there hides the one below.
-			l.wt.MakeOpaque(name)
-			l.ops.add(opOpaque, name, nil)
+			l.makeOpaque(name)
 			continue
 		} else if exists {
 			continue
@@ -276,6 +274,13 @@ func (l *tarLayer) linksWhiteout(name string) bool {
 	return l.b.IsWhiteout(p)
 }
 
+// makeOpaque makes dir opaque once the layer is read, for the layers
+// below (Translator.MakeOpaque) and the layers above (dirOps).
+func (l *tarLayer) makeOpaque(dir string) {
+	l.wt.MakeOpaque(dir)
+	l.ops.add(opOpaque, dir, nil)
+}
+
 // replacesNonDir reports whether the layer has a non-directory at p, which
 // a directory entry for p replaces: the file replaced whatever the layers
 // below had there, as applying the tar in order leaves it.
@@ -294,8 +299,7 @@ func (l *tarLayer) remake(p string) {
 	}
 	for i := 0; i < len(p); i++ {
 		if p[i] == '/' && l.wt.WhitedOut(p[:i]) && l.b.ReplaceWhiteout(p[:i]) {
-			l.wt.MakeOpaque(p[:i])
-			l.ops.add(opOpaque, p[:i], nil)
+			l.makeOpaque(p[:i])
 		}
 	}
 }

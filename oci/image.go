@@ -62,15 +62,15 @@ type Remote struct {
 	// compressed, is copied to be read (default $TMPDIR).
 	ArchiveTempDir string
 	// MaxArchiveFile, if positive, bounds each file of such a copy (a
-	// layer's tar is one), and the copy to MaxArchiveLayers of them: a
-	// bound on the disk a small compressed archive can fill, as
-	// convert's MaxTarSize is for a layer.
+	// layer's tar is one), and the copy to MaxLayers+1 of them (the
+	// layers and the rest): a bound on the disk a small compressed
+	// archive can fill, as convert's MaxTarSize is for a layer.
 	MaxArchiveFile int64
 }
 
-// MaxArchiveLayers is how many files of MaxArchiveFile bytes a copied
-// docker-archive may hold: overlayfs stacks no more layers than that.
-const MaxArchiveLayers = 500
+// MaxLayers bounds the layers of an image: overlayfs stacks at most 500
+// (OVL_MAX_STACK), so an image of more runs nowhere.
+const MaxLayers = 500
 
 // Options returns go-containerregistry options for ctx.
 func (r Remote) Options(ctx context.Context) []remote.Option {
@@ -342,7 +342,7 @@ func getArchive(ctx context.Context, r Ref, rem Remote) (*Artifact, error) {
 // zstd file is first copied, decompressed, into a file of dir ($TMPDIR if
 // empty) that is removed at once and lives while it is open, as skopeo
 // reads them; with maxFile, no file in it may be larger, and all of them
-// together no larger than MaxArchiveLayers such files.
+// together no larger than MaxLayers+1 such files.
 func archiveOpener(ctx context.Context, p, dir string, maxFile int64) (tarball.Opener, error) {
 	fi, err := os.Stat(p)
 	if err != nil {
@@ -397,7 +397,7 @@ func archiveOpener(ctx context.Context, p, dir string, maxFile int64) (tarball.O
 
 // copyArchive copies the tar stream r to f and returns its size. With
 // maxFile, it reads the tar headers on the way and stops at a file larger
-// than maxFile, and at a copy larger than MaxArchiveLayers such files (its
+// than maxFile, and at a copy larger than MaxLayers+1 such files (its
 // headers and padding counted), of which at most a tar record follows the
 // end-of-archive marker.
 func copyArchive(f *os.File, r io.Reader, maxFile int64) (int64, error) {
@@ -405,8 +405,8 @@ func copyArchive(f *os.File, r io.Reader, maxFile int64) (int64, error) {
 		return io.Copy(f, r)
 	}
 	total := int64(math.MaxInt64)
-	if maxFile <= math.MaxInt64/(MaxArchiveLayers+1) {
-		total = (MaxArchiveLayers + 1) * maxFile // the layers, and the rest
+	if maxFile <= math.MaxInt64/(MaxLayers+1) {
+		total = (MaxLayers + 1) * maxFile // the layers, and the rest
 	}
 	w := &boundWriter{f: f, max: total}
 	tr := tar.NewReader(io.TeeReader(r, w))
@@ -444,7 +444,7 @@ type boundWriter struct {
 
 func (w *boundWriter) Write(p []byte) (int, error) {
 	if int64(len(p)) > w.max-w.n {
-		return 0, fmt.Errorf("over the bound of %d bytes in all (%d files of --max-layer-size): raise --max-layer-size", w.max, MaxArchiveLayers+1)
+		return 0, fmt.Errorf("over the bound of %d bytes in all (%d files of --max-layer-size): raise --max-layer-size", w.max, MaxLayers+1)
 	}
 	n, err := w.f.Write(p)
 	w.n += int64(n)

@@ -4,7 +4,6 @@ import (
 	"archive/tar"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 )
 
@@ -111,20 +110,4 @@ func (b *tarBuilder) rootOpaque(lower []string) error {
 		}
 	}
 	return nil
-}
-
-// withoutOverlayXattrs is x without the trusted.overlay.* names, which
-// overlayfs reads and does not show.
-func withoutOverlayXattrs(x map[string]string) map[string]string {
-	var out map[string]string
-	for k, v := range x {
-		if strings.HasPrefix(k, "trusted.overlay.") {
-			continue
-		}
-		if out == nil {
-			out = map[string]string{}
-		}
-		out[k] = v
-	}
-	return out
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
 	"path"
 	"strings"
@@ -204,7 +205,7 @@ func escapes(name string) bool {
 func (b *tarBuilder) impliedDir(p string) *Node {
 	if l := b.lower.Node(p); l != nil && l.IsDir() && !l.Implied {
 		b.fromLower[p] = true
-		return &Node{Path: p, Mode: l.Mode, Uid: l.Uid, Gid: l.Gid, Mtime: l.Mtime, Xattrs: withoutOverlayXattrs(l.Xattrs)}
+		return &Node{Path: p, Mode: l.Mode, Uid: l.Uid, Gid: l.Gid, Mtime: l.Mtime, Xattrs: maps.Clone(l.Xattrs)}
 	}
 	return b.defaultDir(p)
 }
