@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -30,6 +31,11 @@ type CheckOptions struct {
 	TempDir string
 	// Report receives each difference found, one line each.
 	Report func(string)
+	// MaxLayerSize, if positive, bounds each source layer's uncompressed
+	// tar and each converted layer's raw image (Options.MaxTarSize): a
+	// small compressed blob cannot fill TempDir, or run the check on
+	// without end.
+	MaxLayerSize int64
 }
 
 // CheckResult counts what Check compared and what differed.
@@ -290,7 +296,15 @@ func (c *checker) sourceLayer(src v1.Image, d v1.Descriptor, stack *fstree.Stack
 		return nil, nil, err
 	}
 	defer tar.Close()
-	return stack.Layer(tar)
+	return stack.Layer(c.capped(tar))
+}
+
+// capped bounds r by MaxLayerSize, if set.
+func (c *checker) capped(r io.Reader) io.Reader {
+	if c.opt.MaxLayerSize <= 0 {
+		return r
+	}
+	return &capReader{r: r, max: c.opt.MaxLayerSize}
 }
 
 // layer checks one converted layer d against want, the tree of its source
@@ -361,9 +375,12 @@ func (c *checker) spool(l v1.Layer) (*os.File, int64, v1.Hash, Compression, erro
 		return nil, 0, v1.Hash{}, "", err
 	}
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(f, h), dec)
+	n, err := io.Copy(io.MultiWriter(f, h), c.capped(dec))
 	if err != nil {
 		f.Close()
+		if errors.As(err, new(*TooLargeError)) {
+			err = fmt.Errorf("the raw EROFS image is larger than the %d bytes a layer may have", c.opt.MaxLayerSize)
+		}
 		return nil, 0, v1.Hash{}, "", err
 	}
 	return f, n, v1.Hash{Algorithm: "sha256", Hex: fmt.Sprintf("%x", h.Sum(nil))}, comp, nil

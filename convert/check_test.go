@@ -180,3 +180,44 @@ func TestCheck(t *testing.T) {
 		t.Errorf("an image against an index: %q", diffs)
 	}
 }
+
+// TestCheckMaxLayerSize: with MaxLayerSize, Check refuses a source layer
+// whose tar is larger, and a converted layer whose raw image is (here a
+// flattened one of two source layers within the bound), naming it.
+func TestCheckMaxLayerSize(t *testing.T) {
+	reg := sharedRegistry(t)
+	repo := uniq("e2e/check-max")
+	srcRef := ref(t, reg.host, repo+":v1")
+	pushImage(t, srcRef, e2eImage(t, "amd64",
+		e2eLayer(t, eDir(".", 0o755), eFile("a", 0o644, randomBytes(31, 600<<10))),
+		e2eLayer(t, eFile("b", 0o644, randomBytes(32, 600<<10)))))
+	stacked, flat := reg.host+"/"+repo+":erofs", reg.host+"/"+repo+":flat"
+	mustConvert(t, srcRef.String(), stacked, convert.ImageOptions{LayerZstd: true}, oci.Remote{})
+	mustConvert(t, srcRef.String(), flat, convert.ImageOptions{Flatten: true, LayerZstd: true}, oci.Remote{})
+	check := func(conv string, max int64) error {
+		get := func(s string) *oci.Artifact {
+			r, err := oci.ParseRef(s, false)
+			must(t, err)
+			a, err := oci.Get(context.Background(), r, oci.Remote{})
+			must(t, err)
+			return a
+		}
+		res, err := convert.Check(context.Background(), get(conv), get(srcRef.String()), convert.CheckOptions{TempDir: t.TempDir(), MaxLayerSize: max, Report: func(s string) { t.Log(s) }})
+		if err == nil && res.Differences > 0 {
+			t.Errorf("check %s: %d differences", conv, res.Differences)
+		}
+		return err
+	}
+	if err := check(stacked, 1<<20); err != nil {
+		t.Errorf("stacked, layers within 1 MiB: %v", err)
+	}
+	if err := check(flat, 1<<20); err == nil || !strings.Contains(err.Error(), "flattened layer") || !strings.Contains(err.Error(), "the raw EROFS image is larger than the 1048576 bytes a layer may have") {
+		t.Errorf("flattened, 1.2 MB in one layer, bound 1 MiB: %v", err)
+	}
+	if err := check(flat, 2<<20); err != nil {
+		t.Errorf("flattened, bound 2 MiB: %v", err)
+	}
+	if err := check(stacked, 500<<10); err == nil || !strings.Contains(err.Error(), "layer 1: source layer sha256:") || !strings.Contains(err.Error(), "the uncompressed tar is larger than the 512000 bytes") {
+		t.Errorf("stacked, bound 500 KiB: %v", err)
+	}
+}

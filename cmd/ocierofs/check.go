@@ -27,8 +27,9 @@ var checkCommand = &cli.Command{
 		"image: the source's layers stacked), each diff_id against the raw EROFS image,\n" +
 		"the config but for what conversion changes, the source annotations and the\n" +
 		"platforms of an index. Exits 1 if there is any difference. Layers are read as\n" +
-		"overlayfs stacks them: images converted with --whiteouts keep do not match.",
-	Flags: slices.Concat(options.Only(options.SourceFlags(), "username", "password", "plain-http", "insecure"), options.LoginFlags(), []cli.Flag{
+		"overlayfs stacks them: images converted with --whiteouts keep do not match.\n" +
+		"--max-layer-size bounds each source layer's tar and each converted layer's raw image.",
+	Flags: slices.Concat(options.Only(options.SourceFlags(), "username", "password", "plain-http", "insecure", "max-layer-size"), options.LoginFlags(), []cli.Flag{
 		&cli.StringFlag{Name: "tmpdir", Usage: "where each EROFS layer is copied to be read, one at a time, and a docker-archive from a pipe or compressed (default $TMPDIR)"},
 		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print only differences"},
 	}),
@@ -51,7 +52,11 @@ func runCheck(ctx context.Context, c *cli.Context, converted, source string) err
 	}
 	// Credentials are asked for once (a prompt, stdin): for both images
 	// where SOURCE is given, else for CONVERTED's registry, SOURCE's too.
-	rem := oci.Remote{Insecure: c.Bool("insecure"), ArchiveTempDir: c.String("tmpdir")}
+	maxLayer, err := options.MaxLayerSize(c)
+	if err != nil {
+		return err
+	}
+	rem := oci.Remote{Insecure: c.Bool("insecure"), ArchiveTempDir: c.String("tmpdir"), MaxArchiveFile: maxLayer}
 	var src oci.Ref
 	var convRem, srcRem oci.Remote
 	if source != "" {
@@ -98,8 +103,9 @@ func runCheck(ctx context.Context, c *cli.Context, converted, source string) err
 		return err
 	}
 	res, err := convert.Check(ctx, art, sart, convert.CheckOptions{
-		TempDir: c.String("tmpdir"),
-		Report:  func(s string) { fmt.Fprintln(c.App.Writer, s) },
+		TempDir:      c.String("tmpdir"),
+		Report:       func(s string) { fmt.Fprintln(c.App.Writer, s) },
+		MaxLayerSize: maxLayer,
 	})
 	if err != nil {
 		return err

@@ -35,6 +35,13 @@ func TestCheckCLI(t *testing.T) {
 	if out, e, code := run(t, b, "check", "-q", layout, src.String()); code != 0 || out != "" {
 		t.Errorf("check -q %s %s: exit %d: %q %s", layout, src, code, out, e)
 	}
+	// busybox's one layer is a 2 MB tar.
+	if out, e, code := run(t, b, "check", "--max-layer-size", "1M", target); code != 1 || !strings.Contains(e, "layer 1: source layer sha256:") || !strings.Contains(e, "larger than the 1048576 bytes a layer may have") {
+		t.Errorf("check --max-layer-size 1M: exit %d: %s%s", code, out, e)
+	}
+	if out, e, code := run(t, b, "check", "-q", "--max-layer-size", "4M", target); code != 0 {
+		t.Errorf("check --max-layer-size 4M: exit %d: %s%s", code, out, e)
+	}
 
 	// Another source: one more layer, with a file.
 	img, err := remote.Image(src)

@@ -244,10 +244,8 @@ func Image(c *cli.Context) (opt convert.ImageOptions, rem oci.Remote, done func(
 		return opt, rem, done, err
 	}
 	opt = convert.ImageOptions{Layer: lopt, Jobs: c.Int("jobs"), TempDir: c.String("tmpdir")}
-	if s := c.String("max-layer-size"); s != "" {
-		if opt.Layer.MaxTarSize, err = parseBytes(s); err != nil {
-			return opt, rem, done, fmt.Errorf("--max-layer-size: %w", err)
-		}
+	if opt.Layer.MaxTarSize, err = MaxLayerSize(c); err != nil {
+		return opt, rem, done, err
 	}
 	// A docker-archive from a pipe, or compressed, is copied first: into
 	// --tmpdir too, and as bounded.
@@ -466,6 +464,19 @@ func compression(c *cli.Context, bs int, k erofs.Kernel) (*erofs.Compression, er
 	}
 	z.PclusterSize = max(z.PclusterSize, bs)
 	return z, nil
+}
+
+// MaxLayerSize is --max-layer-size in bytes; 0 where it is not given.
+func MaxLayerSize(c *cli.Context) (int64, error) {
+	s := c.String("max-layer-size")
+	if s == "" {
+		return 0, nil
+	}
+	n, err := parseBytes(s)
+	if err != nil {
+		return 0, fmt.Errorf("--max-layer-size: %w", err)
+	}
+	return n, nil
 }
 
 // ParseSize reads a byte count with an optional K or M suffix (powers of
