@@ -80,7 +80,7 @@ type flattener struct {
 	// linkedAt are the hidden entries by the paths they are linked at
 	// (hiddenEntry.linked), so that a path the layer replaces or removes
 	// afterwards is no longer taken for one.
-	linkedAt map[string]*hiddenEntry
+	linkedAt linkIndex
 	// pending are the hard links of upper layers to files of lower
 	// ones, by target.
 	pending map[string][]erofs.Entry
@@ -88,14 +88,103 @@ type flattener struct {
 	// must give (docker applies the link there and fails without it),
 	// with the first such link.
 	needed map[string]string
+	// own is where the current layer has non-directories, hidden or not.
+	own ownShape
 }
 
 type hiddenEntry struct {
 	entry     erofs.Entry
 	off, size int64 // of the content in the spool
 	// linked are the paths it was materialized at by a first link, and
-	// linked to by the next ones, while they still hold it.
+	// linked to by the next ones, in that order; at holds the index of
+	// each while it still holds the content (a path the layer removes
+	// leaves its index behind, skipped by first).
 	linked []string
+	at     map[string]int
+	head   int
+}
+
+// first is the first path still linked to h; false if none.
+func (h *hiddenEntry) first() (string, bool) {
+	for ; h.head < len(h.linked); h.head++ {
+		if i, ok := h.at[h.linked[h.head]]; ok && i == h.head {
+			return h.linked[h.head], true
+		}
+	}
+	return "", false
+}
+
+func (h *hiddenEntry) link(p string) {
+	if h.at == nil {
+		h.at = map[string]int{}
+	}
+	h.at[p] = len(h.linked)
+	h.linked = append(h.linked, p)
+}
+
+// linkIndex is a tree of the paths hidden entries are linked at: removing
+// a directory finds the links below it in as many steps as there are,
+// not as there are links in the layer.
+type linkIndex struct {
+	root linkNode
+	n    int // paths held
+}
+
+type linkNode struct {
+	kids map[string]*linkNode
+	h    *hiddenEntry
+}
+
+func (x *linkIndex) put(p string, h *hiddenEntry) {
+	n := &x.root
+	for c := range strings.SplitSeq(p, "/") {
+		k := n.kids[c]
+		if k == nil {
+			if n.kids == nil {
+				n.kids = map[string]*linkNode{}
+			}
+			k = &linkNode{}
+			n.kids[c] = k
+		}
+		n = k
+	}
+	if n.h == nil {
+		x.n++
+	}
+	n.h = h
+}
+
+// take removes p, and with below the paths under it, calling fn for each
+// that was held.
+func (x *linkIndex) take(p string, below bool, fn func(q string, h *hiddenEntry)) {
+	if x.n == 0 {
+		return
+	}
+	parent, n := &x.root, &x.root
+	name := ""
+	for c := range strings.SplitSeq(p, "/") {
+		if parent, n, name = n, n.kids[c], c; n == nil {
+			return
+		}
+	}
+	var walk func(q string, n *linkNode)
+	walk = func(q string, n *linkNode) {
+		if n.h != nil {
+			fn(q, n.h)
+			n.h = nil
+			x.n--
+		}
+		if !below {
+			return
+		}
+		for c, k := range n.kids {
+			walk(q+"/"+c, k)
+		}
+	}
+	walk(p, n)
+	if below || len(n.kids) == 0 {
+		delete(parent.kids, name)
+	}
 }
 
 func newFlattener(tmp string) (*flattener, error) {
@@ -113,8 +202,77 @@ func (f *flattener) close() { f.spool.Close() }
 func (f *flattener) startLayer() {
 	f.hidden = map[string]*hiddenEntry{}
 	f.hiddenLinks = map[string]string{}
-	f.linkedAt = map[string]*hiddenEntry{}
+	f.linkedAt = linkIndex{}
+	f.own = ownShape{nondir: map[string]int{}, gone: map[string]int{}}
 	f.off = 0
+}
+
+// ownShape follows where the layer being read has a file, symlink or
+// other non-directory, as applying its entries in order leaves them.
+// Docker and containerd fail at an entry below one, as do the stacked
+// conversion (its builder) and fstree.Stack; the flattener must find it
+// itself, as the builder never sees an entry an upper layer hides.
+//
+// Removals are not carried down the tree: a whiteout at p, or a
+// non-directory there, removes what the layer had below p at that step,
+// and a non-directory below p counts only if it came after every removal
+// above it.
+type ownShape struct {
+	step   int
+	nondir map[string]int // path → the step that put a non-directory there
+	gone   map[string]int // path → the last step that removed what was below it
+}
+
+// under reports the non-directory of the layer at a parent of p, or at p
+// too with self (an opaque marker's directory).
+func (s *ownShape) under(p string, self bool) (string, bool) {
+	if len(s.nondir) == 0 {
+		return "", false
+	}
+	removed := 0
+	for i := 0; i <= len(p); i++ {
+		if i < len(p) && p[i] != '/' || i == len(p) && !self {
+			continue
+		}
+		q := p[:i]
+		t, ok := s.nondir[q]
+		if ok && t > removed {
+			return q, true
+		}
+		removed = max(removed, t, s.gone[q])
+	}
+	return "", false
+}
+
+// put records the layer's entry at p.
+func (s *ownShape) put(p string, isDir bool) {
+	s.step++
+	if isDir {
+		// A directory replaces the layer's non-directory there; what
+		// was below it before that stays removed.
+		if t, ok := s.nondir[p]; ok {
+			s.gone[p] = max(s.gone[p], t)
+			delete(s.nondir, p)
+		}
+		return
+	}
+	s.nondir[p] = s.step
+}
+
+// remove records the layer's whiteout of p.
+func (s *ownShape) remove(p string) {
+	s.step++
+	s.gone[p] = s.step
+	delete(s.nondir, p)
+}
+
+// refuse is the error of an entry of the layer below one of its own
+// non-directories.
+func (s *ownShape) refuse(p string, self bool) error {
+	if q, ok := s.under(p, self); ok {
+		return fmt.Errorf("entry %q: parent %q is not a directory", p, q)
+	}
+	return nil
 }
 
 // claim decides whether the layer of rank may put an entry at p (a
@@ -310,6 +468,10 @@ func (l *tarLayer) addFlat(hdr *tar.Header, p string, kind whiteout.Kind, target
 	case whiteout.Drop:
 		return nil
 	case whiteout.Whiteout:
+		if err := f.own.refuse(target, false); err != nil {
+			return err
+		}
+		f.own.remove(target)
 		if !f.claim(target, l.rank, false, true) {
 			return l.takeBack(target)
 		}
@@ -327,16 +489,23 @@ func (l *tarLayer) addFlat(hdr *tar.Header, p string, kind whiteout.Kind, target
 		}
 		return nil
 	case whiteout.Opaque:
+		if err := f.own.refuse(target, true); err != nil {
+			return err
+		}
 		if f.markOpaque(target, l.rank) {
 			return l.b.MkdirAll(target)
 		}
 		return nil
+	}
+	if err := f.own.refuse(p, false); err != nil {
+		return err
 	}
 	e, ok, err := l.entryOf(hdr, p)
 	if err != nil || !ok {
 		return err
 	}
 	l.entries++
+	f.own.put(p, e.IsDir())
 	if !f.claim(p, l.rank, e.IsDir(), false) {
 		if e.IsDir() {
 			return nil
@@ -420,22 +589,17 @@ func (l *tarLayer) addLink(e erofs.Entry) error {
 	}
 	if h := f.hidden[e.HardLink]; h != nil {
 		l.unlinkedAt(e.Path)
-		if len(h.linked) > 0 {
-			e.HardLink = h.linked[0]
-		} else {
-			// The first link to a hidden file takes its content.
-			he := h.entry
-			he.Path = e.Path
-			if err := l.b.Add(he, io.NewSectionReader(f.spool, h.off, h.size)); err != nil {
-				return err
-			}
+		first, ok := h.first()
+		h.link(e.Path)
+		f.linkedAt.put(e.Path, h)
+		if ok {
+			e.HardLink = first
+			return l.b.Add(e, nil)
 		}
-		h.linked = append(h.linked, e.Path)
-		f.linkedAt[e.Path] = h
-		if len(h.linked) == 1 {
-			return nil
-		}
-		return l.b.Add(e, nil)
+		// The first link to a hidden file takes its content.
+		he := h.entry
+		he.Path = e.Path
+		return l.b.Add(he, io.NewSectionReader(f.spool, h.off, h.size))
 	}
 	if f.listed(e.HardLink) != l.rank {
 		f.pending[e.HardLink] = append(f.pending[e.HardLink], e)
@@ -449,30 +613,14 @@ func (l *tarLayer) addLink(e erofs.Entry) error {
 // hidden entry is linked at: the layer puts another entry there or
 // removes it.
 func (f *flattener) unlinked(p string, below bool) {
-	if len(f.linkedAt) == 0 {
-		return
-	}
-	drop := func(q string, h *hiddenEntry) {
-		delete(f.linkedAt, q)
-		h.linked = slices.DeleteFunc(h.linked, func(x string) bool { return x == q })
-	}
-	if h := f.linkedAt[p]; h != nil {
-		drop(p, h)
-	}
-	if below {
-		for q, h := range f.linkedAt {
-			if strings.HasPrefix(q, p+"/") {
-				drop(q, h)
-			}
-		}
-	}
+	f.linkedAt.take(p, below, func(q string, h *hiddenEntry) { delete(h.at, q) })
 }
 
 // unlinkedAt is unlinked for p, which the layer replaces with a
 // non-directory or removes: what is below it goes too, if it is a
 // directory.
 func (l *tarLayer) unlinkedAt(p string) {
-	if len(l.flat.linkedAt) == 0 {
+	if l.flat.linkedAt.n == 0 {
 		return
 	}
 	_, isDir := l.b.Lookup(p)

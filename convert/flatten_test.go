@@ -247,6 +247,28 @@ func stackEdgeCases(t testing.TB) []stackCase {
 				eLink("o", "h"), eLink("p", "o")),
 			e2eLayer(t, eFile("h", 0o644, []byte("h2\n"))),
 		}},
+		// Campaign 22's class A, the valid side: entries below a path
+		// where the layer had a file or symlink, which it removed or
+		// replaced by a directory first (also a directory above it), and
+		// which an upper layer hides (d, p) or not (e, s).
+		{"entries where the layer removed its file", []v1.Layer{
+			e2eLayer(t, root, eFile("a", 0o644, nil)),
+			e2eLayer(t, eFile("d", 0o644, nil), eWhiteout("d"), eFile("d/x", 0o644, []byte("x\n")),
+				eSym("e", "x"), eDir("e", 0o755), eFile("e/y", 0o644, []byte("y\n")),
+				eDir("p", 0o755), eFile("p/q", 0o644, nil), eWhiteout("p"), eFile("p/q/r", 0o644, []byte("r\n")),
+				eFile("s/t", 0o644, nil), eFile("s", 0o644, nil), eDir("s", 0o755), eFile("s/t/u", 0o644, []byte("u\n"))),
+			e2eLayer(t, eWhiteout("d"), eFile("p", 0o644, []byte("p\n"))),
+		}},
+		// Campaign 22's class G: a directory that holds only a whiteout
+		// or an opaque marker of the layer, below its opaque marker (in
+		// either order): it is in the layer's tree, and overlayfs shows
+		// it, empty, as containerd's overlay applier and mkfs.erofs
+		// --aufs leave it (docker's applier removes it).
+		{"whiteouts and markers below an opaque marker", []v1.Layer{
+			e2eLayer(t, root, eDir("p", 0o755), eDir("p/c", 0o700), eFile("p/c/b", 0o644, nil), eFile("p/c/x", 0o644, nil),
+				eDir("p/e", 0o700), eFile("p/e/y", 0o644, nil), eDir("p/f", 0o700), eFile("p/f/z", 0o644, nil), eFile("p/w", 0o644, nil)),
+			e2eLayer(t, eWhiteout("p/c/b"), eOpaque("p/e"), eOpaque("p"), eWhiteout("p/f/z"), eWhiteout("p/g/h")),
+		}},
 	}
 }
 
@@ -391,6 +413,23 @@ func TestE2EFlatten(t *testing.T) {
 		_, err = convertRef(context.Background(), t, hiddenRef.String(), reg.host+"/"+repo+":hidden-flat", convert.ImageOptions{Flatten: true}, oci.Remote{})
 		if err == nil || !strings.Contains(err.Error(), `entry "d/d": hard link to "b", which no layer has`) {
 			t.Errorf("flattening a hidden link to nothing: err = %v", err)
+		}
+		// An entry below a non-directory of its own layer, where an
+		// upper layer hides both: docker applies the layer first, and
+		// fails there; so do the stacked conversion and fstree.Stack.
+		for i, bad := range [][]e2eEntry{
+			{eSym("d", "x/y"), eFile("d/c", 0o644, nil)},
+			{eDir("d", 0o755), eFile("d/c", 0o644, nil), eWhiteout("d"), eFile("d", 0o644, nil), eWhiteout("d/c")},
+			{eFile("d", 0o644, nil), eOpaque("d")},
+		} {
+			under := e2eImage(t, "amd64", e2eLayer(t, append([]e2eEntry{eDir(".", 0o755)}, bad...)...), e2eLayer(t, eFile("d", 0o644, nil)))
+			tag := fmt.Sprintf(":under%d", i)
+			underRef := ref(t, reg.host, repo+tag)
+			pushImage(t, underRef, under)
+			_, err = convertRef(context.Background(), t, underRef.String(), reg.host+"/"+repo+tag+"-flat", convert.ImageOptions{Flatten: true}, oci.Remote{})
+			if err == nil || !strings.Contains(err.Error(), `parent "d" is not a directory`) {
+				t.Errorf("flattening an entry under a hidden non-directory of its layer (%d): err = %v", i, err)
+			}
 		}
 	})
 

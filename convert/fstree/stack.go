@@ -61,6 +61,7 @@ func (s *Stack) Layer(r io.Reader) (own *Tree, ownErr, err error) {
 	b.put(b.impliedDir("."))
 	s.b.layer = make(map[string]bool)
 	s.b.gone = make(map[string]bool)
+	s.b.held = make(map[string]bool)
 	// What the layers below have at the root, for an opaque marker on
 	// it (rootOpaque).
 	var lowerRoot []string

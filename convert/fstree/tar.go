@@ -134,6 +134,11 @@ type tarBuilder struct {
 	// gone are the paths the current layer whited out and has not put
 	// again (Stack), for hard links to its whiteouts.
 	gone map[string]bool
+	// held are the directories the current layer has a whiteout or an
+	// opaque marker in (Stack): they are in its own tree, so an opaque
+	// marker above keeps them as the layer's, as overlayfs shows the
+	// layer's tree over the ones below.
+	held map[string]bool
 	// whited are the paths the layer whites out (overlay whiteouts).
 	whited map[string]bool
 	// lower, if set, is the stack below the layer: the directories the
@@ -233,6 +238,7 @@ func (b *tarBuilder) entry(hdr *tar.Header, data *fileData, overlay bool) error 
 			if err := b.ensureDir(dir); err != nil {
 				return err
 			}
+			b.held[dir] = true
 			b.hideLower(dir)
 			return nil
 		case base == whOpaque:
@@ -336,6 +342,7 @@ func (b *tarBuilder) whiteout(hdr *tar.Header, dir, p string) error {
 	if b.stack {
 		b.remove(p)
 		b.gone[p] = true
+		b.held[dir] = true
 		return nil
 	}
 	b.whited[p] = true
@@ -489,8 +496,12 @@ func (b *tarBuilder) hideLower(p string) {
 	}
 }
 
-// holdsLayer reports whether the current layer put anything below p.
+// holdsLayer reports whether the current layer put anything below p,
+// or a whiteout or opaque marker in it.
 func (b *tarBuilder) holdsLayer(p string) bool {
+	if b.held[p] {
+		return true
+	}
 	for kid := range b.children[p] {
 		if b.layer[kid] || b.holdsLayer(kid) {
 			return true
