@@ -32,9 +32,12 @@ type CheckOptions struct {
 	// Report receives each difference found, one line each.
 	Report func(string)
 	// MaxLayerSize, if positive, bounds each source layer's uncompressed
-	// tar and each converted layer's raw image (Options.MaxTarSize): a
-	// small compressed blob cannot fill TempDir, or run the check on
-	// without end.
+	// tar (Options.MaxTarSize) and the raw image in each zstd-compressed
+	// EROFS layer: a small compressed blob cannot fill TempDir, or run
+	// the check on without end. An uncompressed EROFS blob is not
+	// bounded: it takes the disk its descriptor says, and it may be
+	// larger than the tar it was made from (small files in whole
+	// blocks; a flattened image holds all layers).
 	MaxLayerSize int64
 }
 
@@ -375,11 +378,15 @@ func (c *checker) spool(l v1.Layer) (*os.File, int64, v1.Hash, Compression, erro
 		return nil, 0, v1.Hash{}, "", err
 	}
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(f, h), c.capped(dec))
+	var raw io.Reader = dec
+	if comp != Uncompressed {
+		raw = c.capped(dec)
+	}
+	n, err := io.Copy(io.MultiWriter(f, h), raw)
 	if err != nil {
 		f.Close()
 		if errors.As(err, new(*TooLargeError)) {
-			err = fmt.Errorf("the raw EROFS image is larger than the %d bytes a layer may have", c.opt.MaxLayerSize)
+			err = fmt.Errorf("the raw EROFS image in the %s blob is larger than the %d bytes a layer may have", comp, c.opt.MaxLayerSize)
 		}
 		return nil, 0, v1.Hash{}, "", err
 	}

@@ -182,8 +182,9 @@ func TestCheck(t *testing.T) {
 }
 
 // TestCheckMaxLayerSize: with MaxLayerSize, Check refuses a source layer
-// whose tar is larger, and a converted layer whose raw image is (here a
-// flattened one of two source layers within the bound), naming it.
+// whose tar is larger, and a zstd-compressed converted layer whose raw
+// image is (here a flattened one of two source layers within the bound),
+// naming it; an uncompressed EROFS blob is not bounded.
 func TestCheckMaxLayerSize(t *testing.T) {
 	reg := sharedRegistry(t)
 	repo := uniq("e2e/check-max")
@@ -191,9 +192,10 @@ func TestCheckMaxLayerSize(t *testing.T) {
 	pushImage(t, srcRef, e2eImage(t, "amd64",
 		e2eLayer(t, eDir(".", 0o755), eFile("a", 0o644, randomBytes(31, 600<<10))),
 		e2eLayer(t, eFile("b", 0o644, randomBytes(32, 600<<10)))))
-	stacked, flat := reg.host+"/"+repo+":erofs", reg.host+"/"+repo+":flat"
+	stacked, flat, flatRaw := reg.host+"/"+repo+":erofs", reg.host+"/"+repo+":flat", reg.host+"/"+repo+":flat-raw"
 	mustConvert(t, srcRef.String(), stacked, convert.ImageOptions{LayerZstd: true}, oci.Remote{})
 	mustConvert(t, srcRef.String(), flat, convert.ImageOptions{Flatten: true, LayerZstd: true}, oci.Remote{})
+	mustConvert(t, srcRef.String(), flatRaw, convert.ImageOptions{Flatten: true}, oci.Remote{})
 	check := func(conv string, max int64) error {
 		get := func(s string) *oci.Artifact {
 			r, err := oci.ParseRef(s, false)
@@ -211,8 +213,11 @@ func TestCheckMaxLayerSize(t *testing.T) {
 	if err := check(stacked, 1<<20); err != nil {
 		t.Errorf("stacked, layers within 1 MiB: %v", err)
 	}
-	if err := check(flat, 1<<20); err == nil || !strings.Contains(err.Error(), "flattened layer") || !strings.Contains(err.Error(), "the raw EROFS image is larger than the 1048576 bytes a layer may have") {
+	if err := check(flat, 1<<20); err == nil || !strings.Contains(err.Error(), "flattened layer") || !strings.Contains(err.Error(), "the raw EROFS image in the zstd blob is larger than the 1048576 bytes a layer may have") {
 		t.Errorf("flattened, 1.2 MB in one layer, bound 1 MiB: %v", err)
+	}
+	if err := check(flatRaw, 1<<20); err != nil {
+		t.Errorf("flattened, uncompressed, bound 1 MiB: %v", err)
 	}
 	if err := check(flat, 2<<20); err != nil {
 		t.Errorf("flattened, bound 2 MiB: %v", err)

@@ -497,11 +497,11 @@ func (l *tarLayer) addFlat(hdr *tar.Header, p string, kind whiteout.Kind, target
 		}
 		return nil
 	}
-	if err := f.own.refuse(p, false); err != nil {
-		return err
-	}
 	e, ok, err := l.entryOf(hdr, p)
 	if err != nil || !ok {
+		return err // or an entry left out (a PAX global header)
+	}
+	if err := f.own.refuse(p, false); err != nil {
 		return err
 	}
 	l.entries++

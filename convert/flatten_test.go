@@ -2,6 +2,7 @@ package convert_test
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/ocierofs/ocierofs/convert"
 	"github.com/ocierofs/ocierofs/convert/fstree"
@@ -430,6 +432,20 @@ func TestE2EFlatten(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), `parent "d" is not a directory`) {
 				t.Errorf("flattening an entry under a hidden non-directory of its layer (%d): err = %v", i, err)
 			}
+		}
+		// A PAX global header names no file, so one named below a file
+		// is no entry there (the stacked conversion and fstree take it).
+		var buf bytes.Buffer
+		tw := tar.NewWriter(&buf)
+		must(t, tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: "./", Mode: 0o755}))
+		must(t, tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "f", Mode: 0o644}))
+		must(t, tw.WriteHeader(&tar.Header{Typeflag: tar.TypeXGlobalHeader, Name: "f/g", Format: tar.FormatPAX, PAXRecords: map[string]string{"comment": "x"}}))
+		must(t, tw.Close())
+		global := &blobLayer{blob: gzipBytes(t, buf.Bytes()), diffID: sha256Of(buf.Bytes()), mt: types.OCILayer}
+		globalRef := ref(t, reg.host, repo+":global")
+		pushImage(t, globalRef, e2eImage(t, "amd64", global))
+		if _, err := convertRef(context.Background(), t, globalRef.String(), reg.host+"/"+repo+":global-flat", convert.ImageOptions{Flatten: true}, oci.Remote{}); err != nil {
+			t.Errorf("flattening a global header below a file: %v", err)
 		}
 	})
 

@@ -28,7 +28,7 @@ var checkCommand = &cli.Command{
 		"the config but for what conversion changes, the source annotations and the\n" +
 		"platforms of an index. Exits 1 if there is any difference. Layers are read as\n" +
 		"overlayfs stacks them: images converted with --whiteouts keep do not match.\n" +
-		"--max-layer-size bounds each source layer's tar and each converted layer's raw image.",
+		"--max-layer-size bounds each source layer's tar and the raw image in each +zstd EROFS layer.",
 	Flags: slices.Concat(options.Only(options.SourceFlags(), "username", "password", "plain-http", "insecure", "max-layer-size"), options.LoginFlags(), []cli.Flag{
 		&cli.StringFlag{Name: "tmpdir", Usage: "where each EROFS layer is copied to be read, one at a time, and a docker-archive from a pipe or compressed (default $TMPDIR)"},
 		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print only differences"},
