@@ -504,6 +504,10 @@ func (l *tarLayer) addFlat(hdr *tar.Header, p string, kind whiteout.Kind, target
 	if err := f.own.refuse(p, false); err != nil {
 		return err
 	}
+	if p == "" && !e.IsDir() {
+		// Also where an upper layer lists the root and hides this one.
+		return errors.New("the root must be a directory")
+	}
 	l.entries++
 	f.own.put(p, e.IsDir())
 	if !f.claim(p, l.rank, e.IsDir(), false) {

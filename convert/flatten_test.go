@@ -433,6 +433,14 @@ func TestE2EFlatten(t *testing.T) {
 				t.Errorf("flattening an entry under a hidden non-directory of its layer (%d): err = %v", i, err)
 			}
 		}
+		// A lower layer whose root is a file, under an upper layer that
+		// lists the root: docker fails at it, as the others do.
+		rootFile := e2eImage(t, "amd64", e2eLayer(t, eFile(".", 0o644, []byte("r\n"))), e2eLayer(t, eDir(".", 0o755), eFile("a", 0o644, nil)))
+		rootRef := ref(t, reg.host, repo+":root-file")
+		pushImage(t, rootRef, rootFile)
+		if _, err := convertRef(context.Background(), t, rootRef.String(), reg.host+"/"+repo+":root-file-flat", convert.ImageOptions{Flatten: true}, oci.Remote{}); err == nil || !strings.Contains(err.Error(), "the root must be a directory") {
+			t.Errorf("flattening over a root that is a file: %v", err)
+		}
 		// A PAX global header names no file, so one named below a file
 		// is no entry there (the stacked conversion and fstree take it).
 		var buf bytes.Buffer

@@ -222,8 +222,8 @@ func (b *tarBuilder) defaultDir(p string) *Node {
 
 func (b *tarBuilder) entry(hdr *tar.Header, data *fileData, overlay bool) error {
 	switch hdr.Typeflag {
-	case tar.TypeXGlobalHeader:
-		return nil // PAX global records carry no file
+	case tar.TypeXGlobalHeader, 'V':
+		return nil // PAX global records, a GNU volume label: no file, as converters take them
 	}
 	p, err := cleanName(hdr.Name)
 	if err != nil {

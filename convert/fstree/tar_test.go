@@ -305,3 +305,18 @@ func TestFromTarXattrsLeftOut(t *testing.T) {
 		t.Errorf("xattrs %v, want user.ok alone", x)
 	}
 }
+
+// TestFromTarVolumeLabel: a GNU volume label names no file, as the
+// converters take it; Stack too.
+func TestFromTarVolumeLabel(t *testing.T) {
+	raw := mkTar(t, tarEntry{tar.Header{Name: "VOL", Typeflag: 'V'}, ""}, reg("a", "a\n"))
+	tr, err := FromTar(bytes.NewReader(raw), TarOptions{})
+	check(t, err)
+	if tr.Node("VOL") != nil || tr.Node("a") == nil {
+		t.Errorf("paths %v, want . and a", tr.Paths())
+	}
+	s := NewStack(time.Time{})
+	if _, ownErr, err := s.Layer(bytes.NewReader(raw)); err != nil || ownErr != nil {
+		t.Errorf("Stack.Layer: %v, %v", err, ownErr)
+	}
+}
