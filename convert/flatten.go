@@ -80,16 +80,32 @@ type flattener struct {
 	// linkedAt are the hidden entries by the paths they are linked at
 	// (hiddenEntry.linked), so that a path the layer replaces or removes
 	// afterwards is no longer taken for one.
-	linkedAt linkIndex
+	linkedAt pathIndex[*hiddenEntry]
 	// pending are the hard links of upper layers to files of lower
 	// ones, by target.
-	pending map[string][]erofs.Entry
+	pending map[string][]*pendingLink
+	// ownPending are the current layer's pending links by path, so that
+	// the layer can take one back (an entry or a whiteout at its path).
+	ownPending pathIndex[*pendingLink]
 	// needed are the targets of hidden hard links that a lower layer
 	// must give (docker applies the link there and fails without it),
 	// with the first such link.
-	needed map[string]string
+	needed map[string]neededLink
 	// own is where the current layer has non-directories, hidden or not.
 	own ownShape
+}
+
+// pendingLink is a hard link waiting for a lower layer's file.
+type pendingLink struct {
+	entry erofs.Entry
+	rank  int  // of its layer: that layer's own later entries do not give its target
+	gone  bool // its layer took it back
+}
+
+// neededLink is the first hidden link to a target a lower layer must give.
+type neededLink struct {
+	path string
+	rank int
 }
 
 type hiddenEntry struct {
@@ -122,41 +138,43 @@ func (h *hiddenEntry) link(p string) {
 	h.linked = append(h.linked, p)
 }
 
-// linkIndex is a tree of the paths hidden entries are linked at: removing
-// a directory finds the links below it in as many steps as there are,
-// not as there are links in the layer.
-type linkIndex struct {
-	root linkNode
+// pathIndex is a tree of paths with a value each (the paths hidden
+// entries are linked at, the layer's pending links): removing a directory
+// finds the paths below it in as many steps as there are, not as there
+// are paths held.
+type pathIndex[V any] struct {
+	root pathNode[V]
 	n    int // paths held
 }
 
-type linkNode struct {
-	kids map[string]*linkNode
-	h    *hiddenEntry
+type pathNode[V any] struct {
+	kids map[string]*pathNode[V]
+	v    V
+	set  bool
 }
 
-func (x *linkIndex) put(p string, h *hiddenEntry) {
+func (x *pathIndex[V]) put(p string, v V) {
 	n := &x.root
 	for c := range strings.SplitSeq(p, "/") {
 		k := n.kids[c]
 		if k == nil {
 			if n.kids == nil {
-				n.kids = map[string]*linkNode{}
+				n.kids = map[string]*pathNode[V]{}
 			}
-			k = &linkNode{}
+			k = &pathNode[V]{}
 			n.kids[c] = k
 		}
 		n = k
 	}
-	if n.h == nil {
+	if !n.set {
 		x.n++
 	}
-	n.h = h
+	n.v, n.set = v, true
 }
 
 // take removes p, and with below the paths under it, calling fn for each
 // that was held.
-func (x *linkIndex) take(p string, below bool, fn func(q string, h *hiddenEntry)) {
+func (x *pathIndex[V]) take(p string, below bool, fn func(q string, v V)) {
 	if x.n == 0 {
 		return
 	}
@@ -167,11 +185,12 @@ func (x *linkIndex) take(p string, below bool, fn func(q string, h *hiddenEntry)
 			return
 		}
 	}
-	var walk func(q string, n *linkNode)
-	walk = func(q string, n *linkNode) {
-		if n.h != nil {
-			fn(q, n.h)
-			n.h = nil
+	var walk func(q string, n *pathNode[V])
+	walk = func(q string, n *pathNode[V]) {
+		if n.set {
+			fn(q, n.v)
+			var zero V
+			n.v, n.set = zero, false
 			x.n--
 		}
 		if !below {
@@ -192,7 +211,7 @@ func newFlattener(tmp string) (*flattener, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &flattener{root: newFlatNode(0), spool: f, pending: map[string][]erofs.Entry{}, needed: map[string]string{}}, nil
+	return &flattener{root: newFlatNode(0), spool: f, pending: map[string][]*pendingLink{}, needed: map[string]neededLink{}}, nil
 }
 
 func (f *flattener) close() { f.spool.Close() }
@@ -202,16 +221,20 @@ func (f *flattener) close() { f.spool.Close() }
 func (f *flattener) startLayer() {
 	f.hidden = map[string]*hiddenEntry{}
 	f.hiddenLinks = map[string]string{}
-	f.linkedAt = linkIndex{}
-	f.own = ownShape{nondir: map[string]int{}, gone: map[string]int{}}
+	f.linkedAt = pathIndex[*hiddenEntry]{}
+	f.ownPending = pathIndex[*pendingLink]{}
+	f.own = ownShape{nondir: map[string]int{}, dir: map[string]int{}, gone: map[string]int{}}
 	f.off = 0
 }
 
 // ownShape follows where the layer being read has a file, symlink or
-// other non-directory, as applying its entries in order leaves them.
-// Docker and containerd fail at an entry below one, as do the stacked
-// conversion (its builder) and fstree.Stack; the flattener must find it
-// itself, as the builder never sees an entry an upper layer hides.
+// other non-directory, and a directory, as applying its entries in order
+// leaves them. Docker and containerd fail at an entry below one of its
+// non-directories, and at a hard link to a file the layer removed or to
+// a directory, as do the stacked conversion (its builder) and
+// fstree.Stack; the flattener must find it itself, as the builder never
+// sees an entry an upper layer hides, and a link to a lower layer's file
+// waits for that layer.
 //
 // Removals are not carried down the tree: a whiteout at p, or a
 // non-directory there, removes what the layer had below p at that step,
@@ -220,7 +243,10 @@ func (f *flattener) startLayer() {
 type ownShape struct {
 	step   int
 	nondir map[string]int // path → the step that put a non-directory there
-	gone   map[string]int // path → the last step that removed what was below it
+	// dir: path → the last step that put a directory there, or an
+	// entry, whiteout or opaque marker below it (which makes it one).
+	dir  map[string]int
+	gone map[string]int // path → the last step that removed what was below it
 }
 
 // under reports the non-directory of the layer at a parent of p, or at p
@@ -244,9 +270,35 @@ func (s *ownShape) under(p string, self bool) (string, bool) {
 	return "", false
 }
 
+// removed is the last step that removed what the layers below have at p:
+// a whiteout at p or above it, a non-directory above it; 0 if none.
+func (s *ownShape) removed(p string) int {
+	last := s.gone[p]
+	for i := 0; i < len(p); i++ {
+		if p[i] == '/' {
+			last = max(last, s.gone[p[:i]], s.nondir[p[:i]])
+		}
+	}
+	return last
+}
+
+// step records a step of the layer at p, which makes the directories
+// above p (and p itself, with self) the layer's.
+func (s *ownShape) next(p string, self bool) {
+	s.step++
+	for i := 0; i < len(p); i++ {
+		if p[i] == '/' {
+			s.dir[p[:i]] = s.step
+		}
+	}
+	if self {
+		s.dir[p] = s.step
+	}
+}
+
 // put records the layer's entry at p.
 func (s *ownShape) put(p string, isDir bool) {
-	s.step++
+	s.next(p, isDir)
 	if isDir {
 		// A directory replaces the layer's non-directory there; what
 		// was below it before that stays removed.
@@ -261,9 +313,15 @@ func (s *ownShape) put(p string, isDir bool) {
 
 // remove records the layer's whiteout of p.
 func (s *ownShape) remove(p string) {
-	s.step++
+	s.next(p, false)
 	s.gone[p] = s.step
 	delete(s.nondir, p)
+}
+
+// isDir reports whether the layer's last word on p made it a directory.
+func (s *ownShape) isDir(p string) bool {
+	d := s.dir[p]
+	return d > 0 && d > s.removed(p) && d > s.nondir[p]
 }
 
 // refuse is the error of an entry of the layer below one of its own
@@ -271,6 +329,22 @@ func (s *ownShape) remove(p string) {
 func (s *ownShape) refuse(p string, self bool) error {
 	if q, ok := s.under(p, self); ok {
 		return fmt.Errorf("entry %q: parent %q is not a directory", p, q)
+	}
+	return nil
+}
+
+// refuseLink is the error of the layer's hard link at p to t, a path where
+// the layer has no file of its own, so a lower layer's: docker fails where
+// the layer has removed it, or made it a directory, or put a
+// non-directory above it.
+func (s *ownShape) refuseLink(p, t string) error {
+	switch q, ok := s.under(t, false); {
+	case ok:
+		return fmt.Errorf("entry %q: hard link to %q: %q is not a directory", p, t, q)
+	case s.isDir(t):
+		return fmt.Errorf("entry %q: hard link to the directory %q", p, t)
+	case s.removed(t) > 0:
+		return fmt.Errorf("entry %q: hard link to %q, which its layer removed", p, t)
 	}
 	return nil
 }
@@ -383,8 +457,8 @@ func (f *flattener) takeBack(p string, rank int) (remove, imply []string) {
 // lastWhiteout reports whether the layer of rank, which whited out p,
 // has not put anything there since (a hidden entry, or one it claimed).
 func (f *flattener) lastWhiteout(p string, rank int) bool {
-	if _, ok := f.hiddenLinks[p]; ok || f.hidden[p] != nil {
-		return false
+	if _, ok := f.hiddenLinks[p]; ok || f.hidden[p] != nil || f.own.isDir(p) {
+		return false // a file, or a directory (an entry below p) since
 	}
 	n := f.node(p)
 	return n == nil || n.explicit != rank || n.gone
@@ -413,15 +487,15 @@ func (f *flattener) node(p string) *flatNode {
 func (f *flattener) unresolved() error {
 	var first *erofs.Entry
 	for _, links := range f.pending {
-		for i := range links {
-			if first == nil || links[i].Path < first.Path {
-				first = &links[i]
+		for _, pl := range links {
+			if !pl.gone && (first == nil || pl.entry.Path < first.Path) {
+				first = &pl.entry
 			}
 		}
 	}
 	for target, link := range f.needed {
-		if first == nil || link < first.Path {
-			first = &erofs.Entry{Path: link, HardLink: target}
+		if first == nil || link.path < first.Path {
+			first = &erofs.Entry{Path: link.path, HardLink: target}
 		}
 	}
 	if first == nil {
@@ -472,6 +546,7 @@ func (l *tarLayer) addFlat(hdr *tar.Header, p string, kind whiteout.Kind, target
 			return err
 		}
 		f.own.remove(target)
+		f.takePending(target, true)
 		if !f.claim(target, l.rank, false, true) {
 			return l.takeBack(target)
 		}
@@ -492,6 +567,7 @@ func (l *tarLayer) addFlat(hdr *tar.Header, p string, kind whiteout.Kind, target
 		if err := f.own.refuse(target, true); err != nil {
 			return err
 		}
+		f.own.next(target, true)
 		if f.markOpaque(target, l.rank) {
 			return l.b.MkdirAll(target)
 		}
@@ -510,6 +586,7 @@ func (l *tarLayer) addFlat(hdr *tar.Header, p string, kind whiteout.Kind, target
 	}
 	l.entries++
 	f.own.put(p, e.IsDir())
+	f.takePending(p, !e.IsDir())
 	if !f.claim(p, l.rank, e.IsDir(), false) {
 		if e.IsDir() {
 			return nil
@@ -525,8 +602,14 @@ func (l *tarLayer) addFlat(hdr *tar.Header, p string, kind whiteout.Kind, target
 				t = r // a link to a hidden link: its target
 			}
 			f.hiddenLinks[p] = t
-			if !isLink && f.hidden[t] == nil && f.listed(t) != l.rank && f.needed[t] == "" {
-				f.needed[t] = p // a lower layer's, or nobody's
+			if !isLink && f.hidden[t] == nil && f.listed(t) != l.rank {
+				// A lower layer's, or nobody's.
+				if err := f.own.refuseLink(p, t); err != nil {
+					return err
+				}
+				if _, ok := f.needed[t]; !ok {
+					f.needed[t] = neededLink{p, l.rank}
+				}
 			}
 			return l.linkPending(p, e.HardLink)
 		}
@@ -546,7 +629,7 @@ func (l *tarLayer) addFlat(hdr *tar.Header, p string, kind whiteout.Kind, target
 	}
 	if e.HardLink != "" {
 		// What links to p from above links to p's target.
-		if err := l.addLink(e); err != nil {
+		if err := l.addLink(e, l.rank); err != nil {
 			return err
 		}
 		return l.linkPending(p, e.HardLink)
@@ -584,9 +667,10 @@ func (l *tarLayer) takeBack(p string) error {
 	return nil
 }
 
-// addLink adds the hard link e of the layer being read, or makes it
-// pending when its target is in a lower layer.
-func (l *tarLayer) addLink(e erofs.Entry) error {
+// addLink adds the hard link e of the layer of rank (the one being read,
+// or an upper one whose link waited for it), or makes it pending when its
+// target is in a lower layer.
+func (l *tarLayer) addLink(e erofs.Entry, rank int) error {
 	f := l.flat
 	if t, ok := f.hiddenLinks[e.HardLink]; ok {
 		e.HardLink = t
@@ -606,11 +690,31 @@ func (l *tarLayer) addLink(e erofs.Entry) error {
 		return l.b.Add(he, io.NewSectionReader(f.spool, h.off, h.size))
 	}
 	if f.listed(e.HardLink) != l.rank {
-		f.pending[e.HardLink] = append(f.pending[e.HardLink], e)
+		pl := &pendingLink{entry: e, rank: rank}
+		if rank == l.rank {
+			if err := f.own.refuseLink(e.Path, e.HardLink); err != nil {
+				return err
+			}
+			f.ownPending.put(e.Path, pl)
+		}
+		f.pending[e.HardLink] = append(f.pending[e.HardLink], pl)
 		return nil
 	}
 	l.unlinkedAt(e.Path)
 	return l.b.Add(e, nil)
+}
+
+// takePending takes back the layer's pending links at p (and below it,
+// with below): it puts another entry there or removes it. Docker applied
+// each when it was read, so its target must still come from a lower
+// layer (needed).
+func (f *flattener) takePending(p string, below bool) {
+	f.ownPending.take(p, below, func(q string, pl *pendingLink) {
+		pl.gone = true
+		if _, ok := f.needed[pl.entry.HardLink]; !ok {
+			f.needed[pl.entry.HardLink] = neededLink{q, pl.rank}
+		}
+	})
 }
 
 // unlinked forgets p (and, with below, what is below it) as a path a
@@ -633,18 +737,34 @@ func (l *tarLayer) unlinkedAt(p string) {
 
 // linkPending adds the links of upper layers waiting for p, which the layer
 // being read has just given: as links to target (p, or what p links to).
+// The layer's own links to p wait on: made before p, they link to a lower
+// layer's p, as docker applies them.
 func (l *tarLayer) linkPending(p, target string) error {
-	delete(l.flat.needed, p)
-	links := l.flat.pending[p]
+	f := l.flat
+	if n, ok := f.needed[p]; ok && n.rank != l.rank {
+		delete(f.needed, p)
+	}
+	links := f.pending[p]
 	if links == nil {
 		return nil
 	}
-	delete(l.flat.pending, p)
-	for _, e := range links {
-		e.HardLink = target
-		if err := l.addLink(e); err != nil {
-			return err
+	delete(f.pending, p)
+	var own []*pendingLink
+	for _, pl := range links {
+		switch {
+		case pl.gone:
+		case pl.rank == l.rank:
+			own = append(own, pl)
+		default:
+			e := pl.entry
+			e.HardLink = target
+			if err := l.addLink(e, pl.rank); err != nil {
+				return err
+			}
 		}
+	}
+	if own != nil {
+		f.pending[p] = append(own, f.pending[p]...)
 	}
 	return nil
 }

@@ -288,16 +288,7 @@ func TestStackEdges(t *testing.T) {
 			repo := uniq("e2e/stack")
 			srcRef := ref(t, reg.host, repo+":v1")
 			pushImage(t, srcRef, src)
-			stack := fstree.NewStack(time.Time{})
-			for _, l := range tc.layers {
-				rc, err := l.Compressed()
-				must(t, err)
-				tr, _, err := convert.Decompress(rc)
-				must(t, err)
-				_, _, err = stack.Layer(tr)
-				rc.Close()
-				must(t, err)
-			}
+			want := stackTree(t, tc.layers)
 			ignore := fstree.DiffOptions{IgnoreImpliedMtime: true, Ignore: func(p, field string) bool {
 				return strings.HasPrefix(field, "xattr:trusted.overlay.")
 			}}
@@ -307,12 +298,27 @@ func TestStackEdges(t *testing.T) {
 				mustConvert(t, srcRef.String(), target, opt, oci.Remote{})
 				img, _ := remoteImage(t, ref(t, reg.host, strings.TrimPrefix(target, reg.host+"/")))
 				got := treeFromDir(t, mountStack(t, rawLayers(t, img, t.TempDir())))
-				reportDiff(t, fmt.Sprintf("fstree.Stack vs the mounted conversion (flatten %v)", opt.Flatten), fstree.Diff(stack.Tree(), got, ignore))
+				reportDiff(t, fmt.Sprintf("fstree.Stack vs the mounted conversion (flatten %v)", opt.Flatten), fstree.Diff(want, got, ignore))
 				mounted = append(mounted, got)
 			}
 			reportDiff(t, "stacked vs flattened, mounted", fstree.Diff(mounted[0], mounted[1], fstree.DiffOptions{Ignore: ignore.Ignore}))
 		})
 	}
+}
+
+// stackTree is fstree.Stack's tree of layers.
+func stackTree(t testing.TB, layers []v1.Layer) *fstree.Tree {
+	stack := fstree.NewStack(time.Time{})
+	for _, l := range layers {
+		rc, err := l.Compressed()
+		must(t, err)
+		tr, _, err := convert.Decompress(rc)
+		must(t, err)
+		_, _, err = stack.Layer(tr)
+		rc.Close()
+		must(t, err)
+	}
+	return stack.Tree()
 }
 
 func TestE2EFlatten(t *testing.T) {
@@ -431,6 +437,53 @@ func TestE2EFlatten(t *testing.T) {
 			_, err = convertRef(context.Background(), t, underRef.String(), reg.host+"/"+repo+tag+"-flat", convert.ImageOptions{Flatten: true}, oci.Remote{})
 			if err == nil || !strings.Contains(err.Error(), `parent "d" is not a directory`) {
 				t.Errorf("flattening an entry under a hidden non-directory of its layer (%d): err = %v", i, err)
+			}
+		}
+		// Links to a lower layer's file that their layer takes back
+		// (review 23): a file, a whiteout or a file over their directory
+		// after them; a link made before its layer's own file at the
+		// target links to the lower one. The kernel shows what
+		// fstree.Stack makes of them (umoci keeps entries before a
+		// whiteout of their own layer).
+		takenLayers := []v1.Layer{
+			e2eLayer(t, eDir(".", 0o755), eFile("t", 0o644, []byte("t\n")), eFile("u", 0o644, []byte("u\n")),
+				eFile("v", 0o644, []byte("v\n")), eFile("w", 0o644, []byte("old w\n"))),
+			e2eLayer(t, eLink("l", "t"), eFile("l", 0o644, []byte("new l\n")), eLink("m", "u"), eWhiteout("m"),
+				eLink("d/k", "v"), eFile("d", 0o644, []byte("d\n")), eLink("x", "w"), eFile("w", 0o644, []byte("new w\n"))),
+		}
+		takenRef := ref(t, reg.host, repo+":taken")
+		pushImage(t, takenRef, e2eImage(t, "amd64", takenLayers...))
+		mustConvert(t, takenRef.String(), reg.host+"/"+repo+":taken-flat", convert.ImageOptions{Flatten: true}, oci.Remote{})
+		takenImg, _ := remoteImage(t, ref(t, reg.host, repo+":taken-flat"))
+		takenTree := treeFromDir(t, mountStack(t, rawLayers(t, takenImg, t.TempDir())))
+		reportDiff(t, "fstree.Stack vs the mounted flattened links", fstree.Diff(stackTree(t, takenLayers), takenTree, fstree.DiffOptions{IgnoreImpliedMtime: true}))
+		if x := takenTree.Node("x"); x == nil || x.Digest != sha256.Sum256([]byte("old w\n")) {
+			t.Errorf("x, linked to the lower w before its layer replaced w: %+v", x)
+		}
+		// Links to what their layer removed, made a directory, or gives
+		// only after them: docker fails at each (review 23), also where
+		// an upper layer hides it all.
+		for i, tc := range []struct {
+			lower, upper []e2eEntry
+			want         string
+		}{
+			{[]e2eEntry{eDir("d", 0o755), eFile("d/x", 0o644, nil)}, []e2eEntry{eWhiteout("d"), eLink("l", "d/x")}, `hard link to "d/x", which its layer removed`},
+			{[]e2eEntry{eDir("d", 0o755), eFile("d/x", 0o644, nil)}, []e2eEntry{eFile("d", 0o644, nil), eLink("l", "d/x")}, `hard link to "d/x": "d" is not a directory`},
+			{[]e2eEntry{eFile("x", 0o644, nil)}, []e2eEntry{eDir("x", 0o755), eLink("l", "x")}, `directory "x"`},
+			{[]e2eEntry{eFile("x", 0o644, nil)}, []e2eEntry{eWhiteout("x"), eFile("x/y", 0o644, nil), eLink("l", "x")}, `directory "x"`},
+			{[]e2eEntry{eFile("a", 0o644, nil)}, []e2eEntry{eLink("l", "t"), eFile("t", 0o644, nil)}, `entry "l": hard link to "t", which no layer has`},
+		} {
+			for _, hidden := range []bool{false, true} {
+				layers := []v1.Layer{e2eLayer(t, append([]e2eEntry{eDir(".", 0o755)}, tc.lower...)...), e2eLayer(t, tc.upper...)}
+				if hidden {
+					layers = append(layers, e2eLayer(t, eWhiteout("l"), eWhiteout("d"), eWhiteout("x"), eWhiteout("t")))
+				}
+				tag := fmt.Sprintf(":link%d-%v", i, hidden)
+				pushImage(t, ref(t, reg.host, repo+tag), e2eImage(t, "amd64", layers...))
+				_, err = convertRef(context.Background(), t, reg.host+"/"+repo+tag, reg.host+"/"+repo+tag+"-flat", convert.ImageOptions{Flatten: true}, oci.Remote{})
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Errorf("flattening link case %d (hidden above: %v): err = %v, want %s", i, hidden, err, tc.want)
+				}
 			}
 		}
 		// A lower layer whose root is a file, under an upper layer that
