@@ -1,0 +1,1027 @@
+package convert_test
+
+// TestStackRandom is a randomized differential test of how layers stack.
+// Each seed makes a stack of 2 to 5 small layers (files, directories,
+// symlinks, hard links, whiteouts, opaque markers, character devices 0:0,
+// fifos, entries listed twice, paths that change type within a layer) and
+// compares, for the same layers:
+//
+//   - the stacked conversion, mounted and stacked with overlayfs, and the
+//     flattened conversion, mounted, with fstree.Stack and with each other;
+//   - convert.Check of either conversion against the source;
+//   - fstree.Stack with naiveFS, an applier of its own that takes the tars
+//     in order, as docker and containerd do, with the README's choices
+//     where they differ;
+//   - fstree.Stack with a second run of it, and, every 4th seed, each
+//     conversion's digest with a second conversion's.
+//
+// A stack may be refused, but only by all four alike (the two conversions,
+// fstree.Stack, naiveFS). A failing seed is printed as a stackCase of
+// stackEdgeCases (TestStackEdges), to paste there once fixed.
+//
+//	STACK_RANDOM_SEEDS=0-999 go test ./convert -run 'TestStackRandom$' -count=1 -timeout 2h
+//	STACK_RANDOM_SHRINK=SEED[:KEY] go test ./convert -run 'TestStackRandomShrink$' -count=1 -v
+//
+// LO-HI includes both ends; a single number is one seed. With -v, or on a
+// failure, the test logs the seeds, the images built, the stacks refused by
+// all and the time. The shrinker drops layers and entries, and makes
+// owners, modes and xattrs plainer, for as long as a failure remains whose
+// comparison, or one of whose differences, contains KEY (any failure,
+// without KEY); it logs the smallest stack. Both need what TestStackEdges
+// needs: root, EROFS, overlayfs and docker-registry.
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/ocierofs/ocierofs/convert"
+	"github.com/ocierofs/ocierofs/convert/fstree"
+	"github.com/ocierofs/ocierofs/convert/internal/roundtrip"
+	"github.com/ocierofs/ocierofs/oci"
+)
+
+// stackRandomDefaultSeeds take about 35 s on a machine of 2 CPUs.
+const stackRandomDefaultSeeds = "0-59"
+
+func TestStackRandom(t *testing.T) {
+	lo, hi := stackRandomSeeds(t, os.Getenv("STACK_RANDOM_SEEDS"))
+	// The reason, once, rather than a skip in every seed.
+	roundtrip.RequireMount(t)
+	reg := sharedRegistry(t)
+	start := time.Now()
+	images, refused := 0, 0
+	for seed := lo; seed <= hi; seed++ {
+		layers := randomStack(seed)
+		var o *stackOutcome
+		skipped := false
+		ok := t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			defer func() { skipped = t.Skipped() }()
+			o = runStackCase(t, reg, layers, seed%4 == 0)
+			if len(o.errs) == 4 {
+				t.Logf("refused by all: %s", o.errList())
+			}
+		})
+		if skipped {
+			// mountStack's overlay check, in each seed alike.
+			t.Skipf("seed %d skipped (its log says why)", seed)
+		}
+		name := fmt.Sprintf("seed %d", seed)
+		switch {
+		case o != nil && len(o.fails) > 0:
+			t.Errorf("%s fails: %s\n%s%s", name, strings.Join(o.keys(), "; "), o.report(12), stackCode(name, layers))
+		case !ok:
+			t.Errorf("%s fails (its log says why):\n%s", name, stackCode(name, layers))
+		}
+		if o != nil {
+			images += o.images
+			if len(o.errs) == 4 {
+				refused++
+			}
+		}
+	}
+	t.Logf("seeds %d-%d: %d images built, %d stacks refused by all, %s", lo, hi, images, refused, time.Since(start).Round(time.Millisecond))
+}
+
+// TestStackRandomShrink makes a failing seed of TestStackRandom small.
+func TestStackRandomShrink(t *testing.T) {
+	s := os.Getenv("STACK_RANDOM_SHRINK")
+	if s == "" {
+		t.Skip("STACK_RANDOM_SHRINK=SEED[:KEY] is not set")
+	}
+	seedS, key, _ := strings.Cut(s, ":")
+	seed, err := strconv.ParseUint(seedS, 10, 64)
+	if err != nil {
+		t.Fatalf("STACK_RANDOM_SHRINK=%s: want SEED or SEED:KEY", s)
+	}
+	roundtrip.RequireMount(t)
+	reg := sharedRegistry(t)
+	try := func(layers [][]e2eEntry) *stackOutcome {
+		var o *stackOutcome
+		t.Run("try", func(t *testing.T) { o = runStackCase(t, reg, layers, false) })
+		return o // nil if the candidate stopped its subtest: not the failure sought
+	}
+	fails := func(o *stackOutcome) bool {
+		if o == nil {
+			return false
+		}
+		for k, ls := range o.fails {
+			if strings.Contains(k, key) {
+				return true
+			}
+			for _, l := range ls {
+				if strings.Contains(l, key) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	layers := randomStack(seed)
+	if !fails(try(layers)) {
+		t.Fatalf("seed %d does not fail with %q", seed, key)
+	}
+	for changed := true; changed; {
+		changed = false
+		// Layer 1 stays: it has the root directory.
+		for li := len(layers) - 1; li >= 1 && len(layers) > 2; li-- {
+			cand := append(append([][]e2eEntry{}, layers[:li]...), layers[li+1:]...)
+			if fails(try(cand)) {
+				layers, changed = cand, true
+			}
+		}
+		for li := len(layers) - 1; li >= 0; li-- {
+			for ei := len(layers[li]) - 1; ei >= 0; ei-- {
+				if li == 0 && ei == 0 {
+					continue
+				}
+				cand := append([][]e2eEntry{}, layers...)
+				cand[li] = append(append([]e2eEntry{}, layers[li][:ei]...), layers[li][ei+1:]...)
+				if fails(try(cand)) {
+					layers, changed = cand, true
+				}
+			}
+		}
+		for li := range layers {
+			for ei := range layers[li] {
+				e := layers[li][ei]
+				for _, plainer := range []func(e2eEntry) e2eEntry{
+					func(e e2eEntry) e2eEntry { e.hdr.PAXRecords = nil; return e },
+					func(e e2eEntry) e2eEntry { e.hdr.Uid, e.hdr.Gid = 0, 0; return e },
+					func(e e2eEntry) e2eEntry {
+						if e.hdr.Typeflag == tar.TypeDir {
+							e.hdr.Mode = 0o755
+						} else if e.hdr.Typeflag == tar.TypeReg && e.hdr.Mode != 0 {
+							e.hdr.Mode = 0o644
+						}
+						return e
+					},
+				} {
+					p := plainer(e)
+					if entryCode(p) == entryCode(e) {
+						continue
+					}
+					cand := append([][]e2eEntry{}, layers...)
+					cand[li] = append([]e2eEntry{}, layers[li]...)
+					cand[li][ei] = p
+					if fails(try(cand)) {
+						layers, e, changed = cand, p, true
+					}
+				}
+			}
+		}
+	}
+	o := try(layers)
+	if o == nil {
+		t.Fatalf("seed %d: the shrunk stack no longer fails:\n%s", seed, stackCode("shrunk", layers))
+	}
+	var b strings.Builder
+	b.WriteString(o.report(-1))
+	for _, x := range []struct {
+		name string
+		tr   *fstree.Tree
+	}{{"fstree.Stack", o.stack}, {"stacked", o.stacked}, {"flattened", o.flat}, {"naive", o.naive}} {
+		fmt.Fprintf(&b, "%s:", x.name)
+		if x.tr == nil {
+			b.WriteString(" (none)\n")
+			continue
+		}
+		for _, p := range x.tr.Paths() {
+			n := x.tr.Node(p)
+			fmt.Fprintf(&b, " %s(%o %d:%d", p, n.Mode, n.Uid, n.Gid)
+			if n.Size > 0 {
+				fmt.Fprintf(&b, " %dB", n.Size)
+			}
+			var ks []string
+			for k := range n.Xattrs {
+				ks = append(ks, k)
+			}
+			sort.Strings(ks)
+			for _, k := range ks {
+				fmt.Fprintf(&b, " %s=%q", k, n.Xattrs[k])
+			}
+			b.WriteString(")")
+		}
+		b.WriteString("\n")
+	}
+	if len(o.errs) > 0 {
+		fmt.Fprintf(&b, "refused by %s\n", o.errList())
+	}
+	t.Logf("seed %d shrunk, key %q:\n%s\n%s", seed, key, stackCode(fmt.Sprintf("seed %d shrunk", seed), layers), b.String())
+}
+
+// stackRandomSeeds reads LO-HI or SEED, or gives the default range.
+func stackRandomSeeds(t *testing.T, s string) (lo, hi uint64) {
+	if s == "" {
+		s = stackRandomDefaultSeeds
+	}
+	a, b, ok := strings.Cut(s, "-")
+	if !ok {
+		b = a
+	}
+	lo, err1 := strconv.ParseUint(a, 10, 64)
+	hi, err2 := strconv.ParseUint(b, 10, 64)
+	if err1 != nil || err2 != nil || lo > hi {
+		t.Fatalf("STACK_RANDOM_SEEDS=%s: want LO-HI or SEED", s)
+	}
+	return lo, hi
+}
+
+// ---------------------------------------------------------------------------
+// Generating stacks.
+
+// stackGenContents are the files' contents, with their Go code; one is
+// over a block, so that not every file is inline.
+var stackGenContents = []struct {
+	data []byte
+	code string
+}{
+	{nil, "nil"},
+	{[]byte("x\n"), `[]byte("x\n")`},
+	{[]byte("y\n"), `[]byte("y\n")`},
+	{[]byte("zz\n"), `[]byte("zz\n")`},
+	{randomBytes(77, 5000), "randomBytes(77, 5000)"},
+}
+
+// stackGenNames are few, so that layers meet at the same paths.
+var stackGenNames = []string{"a", "b", "c", "d"}
+
+type stackGen struct {
+	r     *rand.Rand
+	known []string // paths of any layer so far, to come back to
+}
+
+func (g *stackGen) randPath() string {
+	if len(g.known) > 0 && g.r.IntN(2) == 0 {
+		p := g.known[g.r.IntN(len(g.known))]
+		if strings.Count(p, "/") < 2 && g.r.IntN(3) == 0 {
+			p += "/" + stackGenNames[g.r.IntN(len(stackGenNames))]
+		}
+		return p
+	}
+	depth := 1 + g.r.IntN(3)
+	if g.r.IntN(2) == 0 {
+		depth = 1 + g.r.IntN(2)
+	}
+	var parts []string
+	for i := 0; i < depth; i++ {
+		parts = append(parts, stackGenNames[g.r.IntN(len(stackGenNames))])
+	}
+	return strings.Join(parts, "/")
+}
+
+func (g *stackGen) remember(p string) {
+	for _, k := range g.known {
+		if k == p {
+			return
+		}
+	}
+	g.known = append(g.known, p)
+}
+
+func (g *stackGen) pick(xs ...int64) int64 { return xs[g.r.IntN(len(xs))] }
+
+// decorate gives some entries an owner or an xattr, and a few directories
+// a trusted.overlay.* xattr of the tar's own, which must neither make them
+// opaque nor be kept.
+func (g *stackGen) decorate(e e2eEntry, dir bool) e2eEntry {
+	if g.r.IntN(4) == 0 {
+		e = e.own(int(g.pick(1, 1000)), int(g.pick(0, 2)))
+	}
+	if g.r.IntN(7) == 0 {
+		e = e.xattr("user.k", fmt.Sprint(g.r.IntN(2)))
+	}
+	if dir && g.r.IntN(20) == 0 {
+		if g.r.IntN(2) == 0 {
+			e = e.xattr("trusted.overlay.opaque", "y")
+		} else {
+			e = e.xattr("trusted.overlay.redirect", "/"+stackGenNames[g.r.IntN(4)])
+		}
+	}
+	return e
+}
+
+func (g *stackGen) file(p string) e2eEntry {
+	c := stackGenContents[g.r.IntN(len(stackGenContents))]
+	if len(c.data) > 100 && g.r.IntN(3) != 0 {
+		c = stackGenContents[1] // the big one costs time: rarer
+	}
+	return g.decorate(eFile(p, g.pick(0o644, 0o644, 0o600, 0o755, 0o4755), c.data), false)
+}
+
+func (g *stackGen) dir(p string) e2eEntry {
+	return g.decorate(eDir(p, g.pick(0o755, 0o755, 0o700, 0o711, 0o750, 0o1777)), true)
+}
+
+// genLayerState is what the layer being made has put, so that no entry
+// gets a non-directory of its own layer for a parent (which every
+// applier refuses, and would leave little else tested) and hard links
+// name a file of the same layer.
+type genLayerState struct {
+	nondir map[string]bool // non-directories the layer put that still stand
+}
+
+// pathWithin reports whether p is q or below it.
+func pathWithin(p, q string) bool { return p == q || strings.HasPrefix(p, q+"/") }
+
+func (s *genLayerState) drop(p string) {
+	for q := range s.nondir {
+		if pathWithin(q, p) {
+			delete(s.nondir, q)
+		}
+	}
+}
+
+func (s *genLayerState) parentOK(p string) bool {
+	for q := path.Dir(p); q != "."; q = path.Dir(q) {
+		if s.nondir[q] {
+			return false
+		}
+	}
+	return true
+}
+
+// randomStack is seed's stack, the same on every machine.
+func randomStack(seed uint64) [][]e2eEntry {
+	g := &stackGen{r: rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))}
+	nl := 2 + g.r.IntN(4)
+	var layers [][]e2eEntry
+	for li := 0; li < nl; li++ {
+		var es []e2eEntry
+		if li == 0 {
+			es = append(es, eDir(".", g.pick(0o755, 0o755, 0o700)))
+		} else if g.r.IntN(15) == 0 {
+			es = append(es, eDir(".", g.pick(0o755, 0o711)))
+		}
+		st := &genLayerState{nondir: map[string]bool{}}
+		n := 1 + g.r.IntN(15)
+		for tries := 0; len(es) < n+1 && tries < 200; tries++ {
+			p := g.randPath()
+			if !st.parentOK(p) {
+				continue
+			}
+			add := func(e ...e2eEntry) { es = append(es, e...) }
+			switch k := g.r.IntN(100); {
+			case k < 24:
+				add(g.file(p))
+				st.drop(p)
+				st.nondir[p] = true
+				g.remember(p)
+			case k < 42:
+				add(g.dir(p))
+				st.drop(p) // a directory over a file of the layer replaces it
+				g.remember(p)
+			case k < 47:
+				add(eSym(p, []string{"a", "../b", "/c/d", "x/y"}[g.r.IntN(4)]))
+				st.drop(p)
+				st.nondir[p] = true
+				g.remember(p)
+			case k < 53: // a hard link to a non-directory of the layer
+				var ts []string
+				for q := range st.nondir {
+					if q != p && !pathWithin(q, p) {
+						ts = append(ts, q)
+					}
+				}
+				if len(ts) == 0 {
+					continue
+				}
+				sort.Strings(ts) // the map's order is not the seed's
+				add(eLink(p, ts[g.r.IntN(len(ts))]))
+				st.drop(p)
+				st.nondir[p] = true
+				g.remember(p)
+			case k < 66:
+				add(eWhiteout(p))
+				st.drop(p)
+				g.remember(p)
+			case k < 75: // an opaque marker, in p's directory or the root
+				d := path.Dir(p)
+				if g.r.IntN(6) == 0 {
+					d = "."
+				}
+				if d != "." && !st.parentOK(d+"/x") {
+					continue
+				}
+				if d == "." {
+					add(eFile("./.wh..wh..opq", 0, nil))
+				} else {
+					add(eOpaque(d))
+				}
+			case k < 80: // a character device 0:0: a whiteout to overlayfs
+				add(eNode(p, tar.TypeChar, 0o600, 0, 0))
+				st.drop(p)
+				g.remember(p)
+			case k < 82:
+				add(eNode(p, tar.TypeFifo, 0o644, 0, 0))
+				st.drop(p)
+				st.nondir[p] = true
+				g.remember(p)
+			case k < 86: // an entry of the layer, again
+				if len(es) == 0 {
+					continue
+				}
+				e := es[g.r.IntN(len(es))]
+				q, _ := strings.CutSuffix(e.hdr.Name, "/")
+				if e.hdr.Name == "./" || !st.parentOK(q) || e.hdr.Typeflag == tar.TypeLink && !st.nondir[path.Clean(e.hdr.Linkname)] {
+					continue
+				}
+				add(e)
+				b := path.Base(q)
+				switch {
+				case strings.HasPrefix(b, ".wh.") && b != ".wh..wh..opq":
+					st.drop(path.Join(path.Dir(q), b[4:]))
+				case strings.Contains(q, ".wh."):
+				case e.hdr.Typeflag == tar.TypeChar && e.hdr.Devmajor == 0 && e.hdr.Devminor == 0:
+					st.drop(q)
+				case e.hdr.Typeflag == tar.TypeDir:
+					st.drop(q)
+				default:
+					st.drop(q)
+					st.nondir[q] = true
+				}
+			default: // a path that changes type within the layer
+				kid := p + "/" + stackGenNames[g.r.IntN(4)]
+				c := g.r.IntN(6)
+				if c == 5 && !st.parentOK(kid) {
+					continue
+				}
+				switch c {
+				case 0:
+					add(g.file(p), g.dir(p))
+					st.drop(p)
+				case 1:
+					add(g.dir(p), g.file(kid), g.file(p))
+					st.drop(p)
+					st.nondir[p] = true
+				case 2:
+					add(eWhiteout(p), g.file(p))
+					st.drop(p)
+					st.nondir[p] = true
+				case 3:
+					add(eWhiteout(p), g.dir(p))
+					st.drop(p)
+				case 4:
+					add(eWhiteout(p), g.file(kid))
+					st.drop(p)
+					st.nondir[kid] = true
+				case 5:
+					add(g.file(kid), eOpaque(p), g.dir(p))
+					st.drop(p)
+					st.nondir[kid] = true
+				}
+				g.remember(p)
+				g.remember(kid)
+			}
+		}
+		layers = append(layers, es)
+	}
+	return layers
+}
+
+// ---------------------------------------------------------------------------
+// A stack as Go code.
+
+// stackCode is layers as a stackCase of stackEdgeCases (which has root).
+func stackCode(name string, layers [][]e2eEntry) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "{%q, []v1.Layer{\n", name)
+	for _, es := range layers {
+		b.WriteString("\te2eLayer(t,")
+		for i, e := range es {
+			if i > 0 {
+				b.WriteString(",")
+			}
+			b.WriteString("\n\t\t" + entryCode(e))
+		}
+		b.WriteString("),\n")
+	}
+	b.WriteString("}},")
+	return b.String()
+}
+
+// entryCode is e as the e* helpers make it.
+func entryCode(e e2eEntry) string {
+	h := e.hdr
+	var s string
+	base := path.Base(h.Name)
+	switch h.Typeflag {
+	case tar.TypeDir:
+		n := strings.TrimSuffix(h.Name, "/")
+		if n == "" {
+			n = "."
+		}
+		s = fmt.Sprintf("eDir(%q, 0o%o)", n, h.Mode)
+		if s == `eDir(".", 0o755)` {
+			s = "root"
+		}
+	case tar.TypeReg:
+		switch {
+		case h.Name == "./.wh..wh..opq":
+			s = `eFile("./.wh..wh..opq", 0, nil)`
+		case base == ".wh..wh..opq":
+			s = fmt.Sprintf("eOpaque(%q)", path.Dir(h.Name))
+		case strings.HasPrefix(base, ".wh."):
+			s = fmt.Sprintf("eWhiteout(%q)", path.Join(path.Dir(h.Name), base[4:]))
+		default:
+			code := fmt.Sprintf("[]byte(%q)", e.data)
+			for _, c := range stackGenContents {
+				if bytes.Equal(c.data, e.data) {
+					code = c.code
+				}
+			}
+			s = fmt.Sprintf("eFile(%q, 0o%o, %s)", h.Name, h.Mode, code)
+		}
+	case tar.TypeSymlink:
+		s = fmt.Sprintf("eSym(%q, %q)", h.Name, h.Linkname)
+	case tar.TypeLink:
+		s = fmt.Sprintf("eLink(%q, %q)", h.Name, h.Linkname)
+	case tar.TypeChar:
+		s = fmt.Sprintf("eNode(%q, tar.TypeChar, 0o%o, %d, %d)", h.Name, h.Mode, h.Devmajor, h.Devminor)
+	case tar.TypeFifo:
+		s = fmt.Sprintf("eNode(%q, tar.TypeFifo, 0o%o, 0, 0)", h.Name, h.Mode)
+	default:
+		s = fmt.Sprintf("/* type %c */ %q", h.Typeflag, h.Name)
+	}
+	if h.Uid != 0 || h.Gid != 0 {
+		if s == "root" {
+			s = `eDir(".", 0o755)`
+		}
+		s += fmt.Sprintf(".own(%d, %d)", h.Uid, h.Gid)
+	}
+	var ks []string
+	for k := range h.PAXRecords {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	for _, k := range ks {
+		if n, ok := strings.CutPrefix(k, "SCHILY.xattr."); ok {
+			if s == "root" {
+				s = `eDir(".", 0o755)`
+			}
+			s += fmt.Sprintf(".xattr(%q, %q)", n, h.PAXRecords[k])
+		}
+	}
+	return s
+}
+
+// ---------------------------------------------------------------------------
+// naiveFS applies the tars in order, one entry after the other, as docker
+// and containerd apply them, with the README's choices where they differ:
+// a directory a layer implies over a lower non-directory is a new one, with
+// default metadata; an opaque marker keeps the layer's own entries, and the
+// lower directories that hold them, with default metadata. It shares no
+// code with fstree, and keeps no more than a map of paths.
+
+type naiveInode struct {
+	hdr  tar.Header
+	data []byte
+}
+
+type naiveNode struct {
+	ino      *naiveInode // shared by hard links; nil for a directory
+	dir      tar.Header
+	implied  bool
+	children map[string]bool
+}
+
+type naiveFS struct {
+	nodes map[string]*naiveNode
+	put   map[string]bool // the paths the current layer put
+	// held are the directories that hold a whiteout or an opaque marker
+	// of the current layer: they are in the layer's tree (overlayfs shows
+	// them under a later opaque marker), as if they held an entry of it.
+	held map[string]bool
+}
+
+func naiveDir(mode int64) *naiveNode {
+	return &naiveNode{dir: tar.Header{Typeflag: tar.TypeDir, Mode: mode}, implied: true, children: map[string]bool{}}
+}
+
+func naiveApply(layers [][]e2eEntry) (*fstree.Tree, error) {
+	f := &naiveFS{nodes: map[string]*naiveNode{".": naiveDir(0o755)}}
+	for li, es := range layers {
+		f.put, f.held = map[string]bool{}, map[string]bool{}
+		for _, e := range es {
+			h := e.hdr
+			if err := f.entry(&h, e.data); err != nil {
+				return nil, fmt.Errorf("layer %d: entry %q: %w", li+1, h.Name, err)
+			}
+		}
+	}
+	return f.tree()
+}
+
+func (f *naiveFS) remove(p string) {
+	n := f.nodes[p]
+	if n == nil {
+		return
+	}
+	for k := range n.children {
+		f.remove(k)
+	}
+	delete(f.nodes, p)
+	delete(f.put, p)
+	if p != "." {
+		delete(f.nodes[path.Dir(p)].children, p)
+	}
+}
+
+func (f *naiveFS) set(p string, n *naiveNode) {
+	f.nodes[p] = n
+	f.put[p] = true
+	if p != "." {
+		f.nodes[path.Dir(p)].children[p] = true
+	}
+}
+
+// ensureDir makes p a directory: a lower non-directory gives way to a new
+// one; one of the current layer is an error, as it is to tar.
+func (f *naiveFS) ensureDir(p string) error {
+	if p == "." {
+		return nil
+	}
+	n := f.nodes[p]
+	if n != nil && n.ino == nil {
+		return nil
+	}
+	if n != nil {
+		if f.put[p] {
+			return fmt.Errorf("parent %q is not a directory", p)
+		}
+		f.remove(p)
+	}
+	if err := f.ensureDir(path.Dir(p)); err != nil {
+		return err
+	}
+	f.set(p, naiveDir(0o755))
+	return nil
+}
+
+// holds reports whether the directory p has something of the current layer
+// below it.
+func (f *naiveFS) holds(p string) bool {
+	if f.held[p] {
+		return true
+	}
+	for k := range f.nodes[p].children {
+		if f.put[k] || f.holds(k) {
+			return true
+		}
+	}
+	return false
+}
+
+// hideLower is an opaque marker in p: what lower layers have below p goes,
+// but for the directories that hold the layer's entries, which lose
+// their lower metadata.
+func (f *naiveFS) hideLower(p string) {
+	for k := range f.nodes[p].children {
+		n := f.nodes[k]
+		switch {
+		case f.put[k] && n.ino != nil:
+		case f.put[k]:
+			f.hideLower(k)
+		case n.ino == nil && f.holds(k):
+			kids := n.children
+			*n = *naiveDir(0o755)
+			n.children = kids
+			f.hideLower(k)
+		default:
+			f.remove(k)
+		}
+	}
+}
+
+// naiveClean drops the tar's trusted.overlay.* xattrs, as the readers do.
+func naiveClean(h tar.Header) tar.Header {
+	var recs map[string]string
+	for k, v := range h.PAXRecords {
+		if strings.HasPrefix(k, "SCHILY.xattr.trusted.overlay.") {
+			continue
+		}
+		if recs == nil {
+			recs = map[string]string{}
+		}
+		recs[k] = v
+	}
+	h.PAXRecords = recs
+	return h
+}
+
+func (f *naiveFS) entry(h *tar.Header, data []byte) error {
+	p := path.Clean("/" + h.Name)[1:]
+	if p == "" {
+		p = "."
+	}
+	base, dir := path.Base(p), path.Dir(p)
+	if p != "." {
+		switch {
+		case base == ".wh..wh..opq":
+			if err := f.ensureDir(dir); err != nil {
+				return err
+			}
+			f.held[dir] = true
+			f.hideLower(dir)
+			return nil
+		case strings.HasPrefix(base, ".wh..wh."):
+			return nil
+		case strings.HasPrefix(base, ".wh."):
+			if err := f.ensureDir(dir); err != nil {
+				return err
+			}
+			f.held[dir] = true
+			f.remove(path.Join(dir, base[4:]))
+			return nil
+		case h.Typeflag == tar.TypeChar && h.Devmajor == 0 && h.Devminor == 0:
+			if err := f.ensureDir(dir); err != nil {
+				return err
+			}
+			f.held[dir] = true
+			f.remove(p)
+			return nil
+		}
+		if err := f.ensureDir(dir); err != nil {
+			return err
+		}
+	}
+	var n *naiveNode
+	switch h.Typeflag {
+	case tar.TypeDir:
+		if old := f.nodes[p]; old != nil && old.ino == nil {
+			old.dir, old.implied = naiveClean(*h), false
+			f.put[p] = true
+			return nil
+		}
+		n = &naiveNode{dir: naiveClean(*h), children: map[string]bool{}}
+	case tar.TypeLink:
+		t := f.nodes[path.Clean(h.Linkname)]
+		if t == nil || t.ino == nil {
+			return fmt.Errorf("link target %q missing or a directory", h.Linkname)
+		}
+		n = &naiveNode{ino: t.ino}
+	default:
+		n = &naiveNode{ino: &naiveInode{hdr: naiveClean(*h), data: data}}
+	}
+	if p == "." {
+		return fmt.Errorf("root not a directory")
+	}
+	f.remove(p)
+	f.set(p, n)
+	return nil
+}
+
+// tree writes the naive tree into a tar, parents first, and reads it back
+// as it is (whiteouts kept, were there any).
+func (f *naiveFS) tree() (*fstree.Tree, error) {
+	var ps []string
+	for p := range f.nodes {
+		ps = append(ps, p)
+	}
+	sort.Slice(ps, func(i, j int) bool {
+		if ps[i] == "." || ps[j] == "." {
+			return ps[i] == "."
+		}
+		if ci, cj := strings.Count(ps[i], "/"), strings.Count(ps[j], "/"); ci != cj {
+			return ci < cj
+		}
+		return ps[i] < ps[j]
+	})
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	first := map[*naiveInode]string{}
+	for _, p := range ps {
+		n := f.nodes[p]
+		var h tar.Header
+		var data []byte
+		if n.ino == nil {
+			h = n.dir
+			h.Typeflag = tar.TypeDir
+			h.Name = p + "/"
+		} else if q, ok := first[n.ino]; ok {
+			h = tar.Header{Typeflag: tar.TypeLink, Name: p, Linkname: q}
+		} else {
+			first[n.ino] = p
+			h = n.ino.hdr
+			h.Name = p
+			data = n.ino.data
+		}
+		h.ModTime = e2eTime
+		h.Format = tar.FormatPAX
+		if err := tw.WriteHeader(&h); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(data); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return fstree.FromTar(&buf, fstree.TarOptions{Whiteouts: fstree.WhiteoutsKeep})
+}
+
+// ---------------------------------------------------------------------------
+// One stack.
+
+// stackOutcome is what one stack came to.
+type stackOutcome struct {
+	fails  map[string][]string // failed comparison → its differences
+	errs   map[string]string   // who refused the stack → why
+	images int                 // converted images built
+	// What each shows, for the shrinker's report.
+	stack, stacked, flat, naive *fstree.Tree
+}
+
+func (o *stackOutcome) fail(key string, lines ...string) {
+	if o.fails == nil {
+		o.fails = map[string][]string{}
+	}
+	o.fails[key] = append(o.fails[key], lines...)
+}
+
+func (o *stackOutcome) keys() []string {
+	var ks []string
+	for k := range o.fails {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+func (o *stackOutcome) errList() string {
+	var ls []string
+	for k, v := range o.errs {
+		ls = append(ls, k+": "+v)
+	}
+	sort.Strings(ls)
+	return strings.Join(ls, "; ")
+}
+
+// report lists the failed comparisons, up to max differences each (all,
+// if max < 0).
+func (o *stackOutcome) report(max int) string {
+	var b strings.Builder
+	for _, k := range o.keys() {
+		fmt.Fprintf(&b, "  [%s]\n", k)
+		for i, l := range o.fails[k] {
+			if i == max {
+				fmt.Fprintf(&b, "    … %d more\n", len(o.fails[k])-max)
+				break
+			}
+			fmt.Fprintf(&b, "    %s\n", l)
+		}
+	}
+	return b.String()
+}
+
+// runStackCase pushes layers as an image, converts it stacked and
+// flattened, and compares; determinism converts each once more. It fails
+// t only where it cannot go on (a helper's t.Fatal): the differences are
+// the outcome's.
+func runStackCase(t *testing.T, reg *testRegistry, layers [][]e2eEntry, determinism bool) *stackOutcome {
+	o := &stackOutcome{errs: map[string]string{}}
+	var vl []v1.Layer
+	for _, es := range layers {
+		vl = append(vl, e2eLayer(t, es...))
+	}
+	repo := uniq("e2e/stackrandom")
+	srcRef := ref(t, reg.host, repo+":v1")
+	pushImage(t, srcRef, e2eImage(t, "amd64", vl...))
+
+	stackOf := func() (*fstree.Tree, error) {
+		stack := fstree.NewStack(time.Time{})
+		for i, l := range vl {
+			rc, err := l.Compressed()
+			must(t, err)
+			tr, _, err := convert.Decompress(rc)
+			must(t, err)
+			_, _, err = stack.Layer(tr)
+			rc.Close()
+			if err != nil {
+				return nil, fmt.Errorf("layer %d: %w", i+1, err)
+			}
+		}
+		return stack.Tree(), nil
+	}
+	if stack, err := stackOf(); err != nil {
+		o.errs["fstree.Stack"] = err.Error()
+	} else {
+		o.stack = stack
+		if again, err := stackOf(); err != nil {
+			o.fail("nondeterministic fstree.Stack", "the second run: "+err.Error())
+		} else if d := fstree.Diff(stack, again, fstree.DiffOptions{}); len(d) > 0 {
+			o.fail("nondeterministic fstree.Stack", d...)
+		}
+	}
+	if naive, err := naiveApply(layers); err != nil {
+		o.errs["naive"] = err.Error()
+	} else {
+		o.naive = naive
+	}
+	if o.naive != nil && o.stack != nil {
+		// The naive tree has e2eTime on every directory, the ones no
+		// entry gave an mtime too. Neither tree has a mount's hidden
+		// xattrs: a trusted.overlay.* of the tar's that fstree.Stack
+		// kept would show here only.
+		if d := fstree.Diff(o.stack, o.naive, fstree.DiffOptions{IgnoreImpliedMtime: true, Want: "stack", Got: "naive"}); len(d) > 0 {
+			o.fail("naive vs fstree.Stack", d...)
+		}
+	}
+
+	// overlayfs hides its trusted.overlay.* from listxattr.
+	ignoreOverlay := func(p, field string) bool { return strings.HasPrefix(field, "xattr:trusted.overlay.") }
+	for _, flat := range []bool{false, true} {
+		who := map[bool]string{false: "stacked", true: "flattened"}[flat]
+		tag := fmt.Sprintf("flat-%v", flat)
+		target := reg.host + "/" + repo + ":" + tag
+		// Quiet: a seed's log is for what it found.
+		opt := convert.ImageOptions{Flatten: flat, Log: func(string) {}}
+		res, err := convertRef(context.Background(), t, srcRef.String(), target, opt, oci.Remote{})
+		if err != nil {
+			o.errs[who] = err.Error()
+			continue
+		}
+		o.images++
+		img, _ := remoteImage(t, ref(t, reg.host, repo+":"+tag))
+		got, err := fstree.FromDir(mountStack(t, rawLayers(t, img, t.TempDir())))
+		if err != nil {
+			o.fail("mount unreadable "+who, err.Error())
+			continue
+		}
+		if flat {
+			o.flat = got
+		} else {
+			o.stacked = got
+		}
+		if o.stack != nil {
+			if d := fstree.Diff(o.stack, got, fstree.DiffOptions{IgnoreImpliedMtime: true, Ignore: ignoreOverlay, Want: "stack", Got: who}); len(d) > 0 {
+				o.fail("fstree.Stack vs "+who, d...)
+			}
+		}
+		if diffs, err := checkAgainstSource(t, target, srcRef.String()); err != nil {
+			o.fail("check "+who+" error", err.Error())
+		} else if len(diffs) > 0 {
+			o.fail("check "+who, diffs...)
+		}
+		if determinism {
+			res2, err := convertRef(context.Background(), t, srcRef.String(), target+"-again", opt, oci.Remote{})
+			if err != nil {
+				o.fail("second conversion "+who, err.Error())
+			} else if res2.digest != res.digest {
+				o.fail("nondeterministic "+who, res.digest+" then "+res2.digest)
+			}
+			o.images++
+		}
+	}
+	if o.stacked != nil && o.flat != nil {
+		if d := fstree.Diff(o.stacked, o.flat, fstree.DiffOptions{Ignore: ignoreOverlay, Want: "stacked", Got: "flattened"}); len(d) > 0 {
+			o.fail("stacked vs flattened", d...)
+		}
+	}
+	if len(o.errs) > 0 && len(o.errs) < 4 {
+		o.fail("refused by some", o.errList())
+	}
+	return o
+}
+
+// checkAgainstSource is convert.Check of the converted image at conv
+// against src, as `ocierofs check` runs it, with the differences it
+// reports; that it counts as many as it reports is checked too.
+func checkAgainstSource(t *testing.T, conv, src string) ([]string, error) {
+	get := func(s string) (*oci.Artifact, error) {
+		r, err := oci.ParseRef(s, false)
+		if err != nil {
+			return nil, err
+		}
+		return oci.Get(context.Background(), r, oci.Remote{})
+	}
+	ca, err := get(conv)
+	if err != nil {
+		return nil, err
+	}
+	sa, err := get(src)
+	if err != nil {
+		return nil, err
+	}
+	var diffs []string
+	res, err := convert.Check(context.Background(), ca, sa, convert.CheckOptions{
+		TempDir: t.TempDir(),
+		Report:  func(s string) { diffs = append(diffs, s) },
+	})
+	if err == nil && res.Differences != len(diffs) {
+		diffs = append(diffs, fmt.Sprintf("%d differences counted, %d reported", res.Differences, len(diffs)))
+	}
+	return diffs, err
+}
