@@ -308,17 +308,29 @@ func TestStackEdges(t *testing.T) {
 
 // stackTree is fstree.Stack's tree of layers.
 func stackTree(t testing.TB, layers []v1.Layer) *fstree.Tree {
+	tr, err := stackLayers(layers)
+	must(t, err)
+	return tr
+}
+
+// stackLayers is fstree.Stack's tree of layers, or its error.
+func stackLayers(layers []v1.Layer) (*fstree.Tree, error) {
 	stack := fstree.NewStack(time.Time{})
-	for _, l := range layers {
+	for i, l := range layers {
 		rc, err := l.Compressed()
-		must(t, err)
+		if err != nil {
+			return nil, err
+		}
 		tr, _, err := convert.Decompress(rc)
-		must(t, err)
-		_, _, err = stack.Layer(tr)
+		if err == nil {
+			_, _, err = stack.Layer(tr)
+		}
 		rc.Close()
-		must(t, err)
+		if err != nil {
+			return nil, fmt.Errorf("layer %d: %w", i+1, err)
+		}
 	}
-	return stack.Tree()
+	return stack.Tree(), nil
 }
 
 func TestE2EFlatten(t *testing.T) {

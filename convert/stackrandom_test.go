@@ -900,26 +900,11 @@ func runStackCase(t *testing.T, reg *testRegistry, layers [][]e2eEntry, determin
 	srcRef := ref(t, reg.host, repo+":v1")
 	pushImage(t, srcRef, e2eImage(t, "amd64", vl...))
 
-	stackOf := func() (*fstree.Tree, error) {
-		stack := fstree.NewStack(time.Time{})
-		for i, l := range vl {
-			rc, err := l.Compressed()
-			must(t, err)
-			tr, _, err := convert.Decompress(rc)
-			must(t, err)
-			_, _, err = stack.Layer(tr)
-			rc.Close()
-			if err != nil {
-				return nil, fmt.Errorf("layer %d: %w", i+1, err)
-			}
-		}
-		return stack.Tree(), nil
-	}
-	if stack, err := stackOf(); err != nil {
+	if stack, err := stackLayers(vl); err != nil {
 		o.errs["fstree.Stack"] = err.Error()
 	} else {
 		o.stack = stack
-		if again, err := stackOf(); err != nil {
+		if again, err := stackLayers(vl); err != nil {
 			o.fail("nondeterministic fstree.Stack", "the second run: "+err.Error())
 		} else if d := fstree.Diff(stack, again, fstree.DiffOptions{}); len(d) > 0 {
 			o.fail("nondeterministic fstree.Stack", d...)
@@ -1000,28 +985,6 @@ func runStackCase(t *testing.T, reg *testRegistry, layers [][]e2eEntry, determin
 // against src, as `ocierofs check` runs it, with the differences it
 // reports; that it counts as many as it reports is checked too.
 func checkAgainstSource(t *testing.T, conv, src string) ([]string, error) {
-	get := func(s string) (*oci.Artifact, error) {
-		r, err := oci.ParseRef(s, false)
-		if err != nil {
-			return nil, err
-		}
-		return oci.Get(context.Background(), r, oci.Remote{})
-	}
-	ca, err := get(conv)
-	if err != nil {
-		return nil, err
-	}
-	sa, err := get(src)
-	if err != nil {
-		return nil, err
-	}
-	var diffs []string
-	res, err := convert.Check(context.Background(), ca, sa, convert.CheckOptions{
-		TempDir: t.TempDir(),
-		Report:  func(s string) { diffs = append(diffs, s) },
-	})
-	if err == nil && res.Differences != len(diffs) {
-		diffs = append(diffs, fmt.Sprintf("%d differences counted, %d reported", res.Differences, len(diffs)))
-	}
+	diffs, _, err := runCheck(t, conv, src, 0)
 	return diffs, err
 }
