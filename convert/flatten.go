@@ -87,11 +87,12 @@ type flattener struct {
 	// ownPending are the current layer's pending links by path, so that
 	// the layer can take one back (an entry or a whiteout at its path).
 	ownPending pathIndex[*pendingLink]
-	// needed are the targets of hidden hard links that a lower layer
-	// must give (docker applies the link there and fails without it),
-	// with the first such link.
+	// needed are the targets that a lower layer must give (docker
+	// applied a hard link to each there, and fails without it): of
+	// hidden links, and of links their layer took back (need).
 	needed map[string]neededLink
-	// own is where the current layer has non-directories, hidden or not.
+	// own is the current layer's own shape, hidden or not, as applying
+	// it in order leaves it.
 	own ownShape
 }
 
@@ -102,7 +103,7 @@ type pendingLink struct {
 	gone  bool // its layer took it back
 }
 
-// neededLink is the first hidden link to a target a lower layer must give.
+// neededLink is a link to a target that a layer below its own must give.
 type neededLink struct {
 	path string
 	rank int
@@ -282,7 +283,7 @@ func (s *ownShape) removed(p string) int {
 	return last
 }
 
-// step records a step of the layer at p, which makes the directories
+// next records a step of the layer at p, which makes the directories
 // above p (and p itself, with self) the layer's.
 func (s *ownShape) next(p string, self bool) {
 	s.step++
@@ -607,9 +608,7 @@ func (l *tarLayer) addFlat(hdr *tar.Header, p string, kind whiteout.Kind, target
 				if err := f.own.refuseLink(p, t); err != nil {
 					return err
 				}
-				if _, ok := f.needed[t]; !ok {
-					f.needed[t] = neededLink{p, l.rank}
-				}
+				f.need(t, p, l.rank)
 			}
 			return l.linkPending(p, e.HardLink)
 		}
@@ -711,10 +710,17 @@ func (l *tarLayer) addLink(e erofs.Entry, rank int) error {
 func (f *flattener) takePending(p string, below bool) {
 	f.ownPending.take(p, below, func(q string, pl *pendingLink) {
 		pl.gone = true
-		if _, ok := f.needed[pl.entry.HardLink]; !ok {
-			f.needed[pl.entry.HardLink] = neededLink{q, pl.rank}
-		}
+		f.need(pl.entry.HardLink, q, pl.rank)
 	})
+}
+
+// need records that a layer below the one of rank must give t, for the
+// link at p. Of several, the lowest layer's stays: a layer that gives t
+// below it gives it to the upper ones too.
+func (f *flattener) need(t, p string, rank int) {
+	if n, ok := f.needed[t]; !ok || n.rank < rank {
+		f.needed[t] = neededLink{p, rank}
+	}
 }
 
 // unlinked forgets p (and, with below, what is below it) as a path a
