@@ -498,6 +498,15 @@ func TestE2EFlatten(t *testing.T) {
 				}
 			}
 		}
+		// The same, where an upper layer's hidden link needs t too: that
+		// the layer gives t serves the upper link, not its own.
+		needs := e2eImage(t, "amd64", e2eLayer(t, eDir(".", 0o755), eFile("a", 0o644, nil)),
+			e2eLayer(t, eLink("l", "t"), eFile("t", 0o644, nil)), e2eLayer(t, eLink("m", "t")), e2eLayer(t, eWhiteout("m"), eWhiteout("l")))
+		pushImage(t, ref(t, reg.host, repo+":needs"), needs)
+		_, err = convertRef(context.Background(), t, reg.host+"/"+repo+":needs", reg.host+"/"+repo+":needs-flat", convert.ImageOptions{Flatten: true}, oci.Remote{})
+		if err == nil || !strings.Contains(err.Error(), `entry "l": hard link to "t", which no layer has`) {
+			t.Errorf("flattening a hidden link to its layer's later file, needed above too: err = %v", err)
+		}
 		// A lower layer whose root is a file, under an upper layer that
 		// lists the root: docker fails at it, as the others do.
 		rootFile := e2eImage(t, "amd64", e2eLayer(t, eFile(".", 0o644, []byte("r\n"))), e2eLayer(t, eDir(".", 0o755), eFile("a", 0o644, nil)))
