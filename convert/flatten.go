@@ -224,7 +224,7 @@ func (f *flattener) startLayer() {
 	f.hiddenLinks = map[string]string{}
 	f.linkedAt = pathIndex[*hiddenEntry]{}
 	f.ownPending = pathIndex[*pendingLink]{}
-	f.own = ownShape{nondir: map[string]int{}, dir: map[string]int{}, gone: map[string]int{}}
+	f.own = ownShape{nondir: map[string]int{}, dir: map[string]int{}, gone: map[string]int{}, opaque: map[string]bool{}}
 	f.off = 0
 }
 
@@ -248,6 +248,9 @@ type ownShape struct {
 	// entry, whiteout or opaque marker below it (which makes it one).
 	dir  map[string]int
 	gone map[string]int // path → the last step that removed what was below it
+	// opaque are the directories the layer put an opaque marker on:
+	// what the layers below have in them is gone for the layer's links.
+	opaque map[string]bool
 }
 
 // under reports the non-directory of the layer at a parent of p, or at p
@@ -319,6 +322,29 @@ func (s *ownShape) remove(p string) {
 	delete(s.nondir, p)
 }
 
+// hasFile reports whether the layer's last word on p is a non-directory
+// (a hidden one, too).
+func (s *ownShape) hasFile(p string) bool {
+	t, ok := s.nondir[p]
+	return ok && t > s.removed(p)
+}
+
+// marked reports whether the layer put an opaque marker above p.
+func (s *ownShape) marked(p string) bool {
+	if len(s.opaque) == 0 {
+		return false
+	}
+	if s.opaque[""] {
+		return true // the root's: whiteouts of what the layers below have there
+	}
+	for i := 0; i < len(p); i++ {
+		if p[i] == '/' && s.opaque[p[:i]] {
+			return true
+		}
+	}
+	return false
+}
+
 // isDir reports whether the layer's last word on p made it a directory.
 func (s *ownShape) isDir(p string) bool {
 	d := s.dir[p]
@@ -336,15 +362,15 @@ func (s *ownShape) refuse(p string, self bool) error {
 
 // refuseLink is the error of the layer's hard link at p to t, a path where
 // the layer has no file of its own, so a lower layer's: docker fails where
-// the layer has removed it, or made it a directory, or put a
-// non-directory above it.
+// the layer has removed it (also by an opaque marker above it), or made it
+// a directory, or put a non-directory above it.
 func (s *ownShape) refuseLink(p, t string) error {
 	switch q, ok := s.under(t, false); {
 	case ok:
 		return fmt.Errorf("entry %q: hard link to %q: %q is not a directory", p, t, q)
 	case s.isDir(t):
 		return fmt.Errorf("entry %q: hard link to the directory %q", p, t)
-	case s.removed(t) > 0:
+	case s.removed(t) > 0 || s.marked(t):
 		return fmt.Errorf("entry %q: hard link to %q, which its layer removed", p, t)
 	}
 	return nil
@@ -458,8 +484,8 @@ func (f *flattener) takeBack(p string, rank int) (remove, imply []string) {
 // lastWhiteout reports whether the layer of rank, which whited out p,
 // has not put anything there since (a hidden entry, or one it claimed).
 func (f *flattener) lastWhiteout(p string, rank int) bool {
-	if _, ok := f.hiddenLinks[p]; ok || f.hidden[p] != nil || f.own.isDir(p) {
-		return false // a file, or a directory (an entry below p) since
+	if f.own.hasFile(p) || f.own.isDir(p) {
+		return false // a file, hidden too, or a directory (an entry below p) since
 	}
 	n := f.node(p)
 	return n == nil || n.explicit != rank || n.gone
@@ -471,6 +497,22 @@ func (f *flattener) listed(p string) int {
 		return n.explicit
 	}
 	return -1
+}
+
+// hiddenAt is the layer's hidden entry at p, while the layer still has it
+// there (it may since have removed or replaced it).
+func (f *flattener) hiddenAt(p string) *hiddenEntry {
+	if h := f.hidden[p]; h != nil && f.own.hasFile(p) {
+		return h
+	}
+	return nil
+}
+
+// hiddenLinkAt is the target of the layer's hidden hard link at p, while
+// the layer still has it there.
+func (f *flattener) hiddenLinkAt(p string) (string, bool) {
+	t, ok := f.hiddenLinks[p]
+	return t, ok && f.own.hasFile(p)
 }
 
 // node is the node of the path p (not the root), or nil.
@@ -569,6 +611,7 @@ func (l *tarLayer) addFlat(hdr *tar.Header, p string, kind whiteout.Kind, target
 			return err
 		}
 		f.own.next(target, true)
+		f.own.opaque[target] = true
 		if f.markOpaque(target, l.rank) {
 			return l.b.MkdirAll(target)
 		}
@@ -586,6 +629,9 @@ func (l *tarLayer) addFlat(hdr *tar.Header, p string, kind whiteout.Kind, target
 		return errors.New("the root must be a directory")
 	}
 	l.entries++
+	// Whether a link's target is the layer's own, before the link
+	// itself counts (a link to itself is to nothing).
+	ownTarget := e.HardLink != "" && f.own.hasFile(e.HardLink)
 	f.own.put(p, e.IsDir())
 	f.takePending(p, !e.IsDir())
 	if !f.claim(p, l.rank, e.IsDir(), false) {
@@ -598,12 +644,12 @@ func (l *tarLayer) addFlat(hdr *tar.Header, p string, kind whiteout.Kind, target
 		if e.HardLink != "" {
 			// Hidden, but what links to it links to its target.
 			t := e.HardLink
-			r, isLink := f.hiddenLinks[t]
+			r, isLink := f.hiddenLinkAt(t)
 			if isLink {
 				t = r // a link to a hidden link: its target
 			}
 			f.hiddenLinks[p] = t
-			if !isLink && f.hidden[t] == nil && f.listed(t) != l.rank {
+			if !isLink && !ownTarget {
 				// A lower layer's, or nobody's.
 				if err := f.own.refuseLink(p, t); err != nil {
 					return err
@@ -671,10 +717,10 @@ func (l *tarLayer) takeBack(p string) error {
 // target is in a lower layer.
 func (l *tarLayer) addLink(e erofs.Entry, rank int) error {
 	f := l.flat
-	if t, ok := f.hiddenLinks[e.HardLink]; ok {
+	if t, ok := f.hiddenLinkAt(e.HardLink); ok {
 		e.HardLink = t
 	}
-	if h := f.hidden[e.HardLink]; h != nil {
+	if h := f.hiddenAt(e.HardLink); h != nil {
 		l.unlinkedAt(e.Path)
 		first, ok := h.first()
 		h.link(e.Path)

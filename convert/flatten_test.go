@@ -498,6 +498,34 @@ func TestE2EFlatten(t *testing.T) {
 				}
 			}
 		}
+		// Review 23v: what the layer did to a hidden link's target, or to
+		// a hidden file, counts too; so does its opaque marker above a
+		// link's target.
+		for i, tc := range []struct {
+			layers []v1.Layer
+			want   string // "": valid, the mount must show fstree.Stack's tree
+		}{
+			{[]v1.Layer{e2eLayer(t, eDir(".", 0o755), eDir("b", 0o755), eLink("a", "b")), e2eLayer(t, eFile("a", 0o644, nil))}, `hard link to the directory "b"`},
+			{[]v1.Layer{e2eLayer(t, eDir(".", 0o755), eFile("d/x", 0o644, nil), eWhiteout("d"), eLink("l", "d/x")), e2eLayer(t, eDir("d/x", 0o755))}, `hard link to "d/x", which its layer removed`},
+			{[]v1.Layer{e2eLayer(t, eDir(".", 0o755), eDir("d", 0o755), eFile("d/x", 0o644, nil)), e2eLayer(t, eOpaque("d"), eLink("l", "d/x"))}, `hard link to "d/x", which its layer removed`},
+			// A link to a file the layer replaced by a device 0:0 is a
+			// whiteout, also where the file was hidden.
+			{[]v1.Layer{e2eLayer(t, eDir(".", 0o755), eFile("a", 0o644, nil)),
+				e2eLayer(t, eFile("d/x", 0o644, []byte("x\n")), eNode("d/x", tar.TypeChar, 0o644, 0, 0), eLink("b", "d/x")), e2eLayer(t, eWhiteout("d"))}, ""},
+		} {
+			tag := fmt.Sprintf(":v%d", i)
+			pushImage(t, ref(t, reg.host, repo+tag), e2eImage(t, "amd64", tc.layers...))
+			_, err = convertRef(context.Background(), t, reg.host+"/"+repo+tag, reg.host+"/"+repo+tag+"-flat", convert.ImageOptions{Flatten: true}, oci.Remote{})
+			if tc.want != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Errorf("flattening case v%d: err = %v, want %s", i, err, tc.want)
+				}
+				continue
+			}
+			must(t, err)
+			img, _ := remoteImage(t, ref(t, reg.host, repo+tag+"-flat"))
+			reportDiff(t, fmt.Sprintf("case v%d: fstree.Stack vs the mounted flattened image", i), fstree.Diff(stackTree(t, tc.layers), treeFromDir(t, mountStack(t, rawLayers(t, img, t.TempDir()))), fstree.DiffOptions{IgnoreImpliedMtime: true}))
+		}
 		// The same, where an upper layer's hidden link needs t too: that
 		// the layer gives t serves the upper link, not its own.
 		needs := e2eImage(t, "amd64", e2eLayer(t, eDir(".", 0o755), eFile("a", 0o644, nil)),
