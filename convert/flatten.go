@@ -76,17 +76,14 @@ type flattener struct {
 	hidden map[string]*hiddenEntry
 	// hiddenLinks are the current layer's hard links that upper layers
 	// hide: their targets, by path, for links to them.
-	hiddenLinks map[string]string
-	// linkedAt are the hidden entries by the paths they are linked at
-	// (hiddenEntry.linked), so that a path the layer replaces or removes
-	// afterwards is no longer taken for one.
-	linkedAt pathIndex[*hiddenEntry]
+	hiddenLinks map[string]hiddenLink
 	// pending are the hard links of upper layers to files of lower
 	// ones, by target.
 	pending map[string][]*pendingLink
-	// ownPending are the current layer's pending links by path, so that
-	// the layer can take one back (an entry or a whiteout at its path).
-	ownPending pathIndex[*pendingLink]
+	// ownPending are the current layer's pending links: at its end,
+	// those it took back (an entry or a whiteout at their path since)
+	// are gone (endLayer).
+	ownPending []*pendingLink
 	// needed are the targets that a lower layer must give (docker
 	// applied a hard link to each there, and fails without it): of
 	// hidden links, and of links their layer took back (need).
@@ -100,7 +97,14 @@ type flattener struct {
 type pendingLink struct {
 	entry erofs.Entry
 	rank  int  // of its layer: that layer's own later entries do not give its target
+	step  int  // of its layer's ownShape, that put it
 	gone  bool // its layer took it back
+}
+
+// hiddenLink is a hidden hard link of the current layer.
+type hiddenLink struct {
+	target string
+	step   int // of the layer's ownShape, that put it
 }
 
 // neededLink is a link to a target that a layer below its own must give.
@@ -112,99 +116,29 @@ type neededLink struct {
 type hiddenEntry struct {
 	entry     erofs.Entry
 	off, size int64 // of the content in the spool
-	// linked are the paths it was materialized at by a first link, and
-	// linked to by the next ones, in that order; at holds the index of
-	// each while it still holds the content (a path the layer removes
-	// leaves its index behind, skipped by first).
-	linked []string
-	at     map[string]int
+	step      int   // of the layer's ownShape, that put it
+	// linked are the links to it, in order: the first one still there
+	// holds its content, the next ones link to that. head skips those
+	// gone, which never come back.
+	linked []linkedAt
 	head   int
 }
 
+// linkedAt is a path a hidden entry is linked at, by the layer's step
+// that put it there; 0 for an upper layer's link, which stays.
+type linkedAt struct {
+	path string
+	step int
+}
+
 // first is the first path still linked to h; false if none.
-func (h *hiddenEntry) first() (string, bool) {
+func (f *flattener) first(h *hiddenEntry) (string, bool) {
 	for ; h.head < len(h.linked); h.head++ {
-		if i, ok := h.at[h.linked[h.head]]; ok && i == h.head {
-			return h.linked[h.head], true
+		if l := h.linked[h.head]; l.step == 0 || f.own.still(l.path, l.step) {
+			return l.path, true
 		}
 	}
 	return "", false
-}
-
-func (h *hiddenEntry) link(p string) {
-	if h.at == nil {
-		h.at = map[string]int{}
-	}
-	h.at[p] = len(h.linked)
-	h.linked = append(h.linked, p)
-}
-
-// pathIndex is a tree of paths with a value each (the paths hidden
-// entries are linked at, the layer's pending links): removing a directory
-// finds the paths below it in as many steps as there are, not as there
-// are paths held.
-type pathIndex[V any] struct {
-	root pathNode[V]
-	n    int // paths held
-}
-
-type pathNode[V any] struct {
-	kids map[string]*pathNode[V]
-	v    V
-	set  bool
-}
-
-func (x *pathIndex[V]) put(p string, v V) {
-	n := &x.root
-	for c := range strings.SplitSeq(p, "/") {
-		k := n.kids[c]
-		if k == nil {
-			if n.kids == nil {
-				n.kids = map[string]*pathNode[V]{}
-			}
-			k = &pathNode[V]{}
-			n.kids[c] = k
-		}
-		n = k
-	}
-	if !n.set {
-		x.n++
-	}
-	n.v, n.set = v, true
-}
-
-// take removes p, and with below the paths under it, calling fn for each
-// that was held.
-func (x *pathIndex[V]) take(p string, below bool, fn func(q string, v V)) {
-	if x.n == 0 {
-		return
-	}
-	parent, n := &x.root, &x.root
-	name := ""
-	for c := range strings.SplitSeq(p, "/") {
-		if parent, n, name = n, n.kids[c], c; n == nil {
-			return
-		}
-	}
-	var walk func(q string, n *pathNode[V])
-	walk = func(q string, n *pathNode[V]) {
-		if n.set {
-			fn(q, n.v)
-			var zero V
-			n.v, n.set = zero, false
-			x.n--
-		}
-		if !below {
-			return
-		}
-		for c, k := range n.kids {
-			walk(q+"/"+c, k)
-		}
-	}
-	walk(p, n)
-	if below || len(n.kids) == 0 {
-		delete(parent.kids, name)
-	}
 }
 
 func newFlattener(tmp string) (*flattener, error) {
@@ -221,9 +155,8 @@ func (f *flattener) close() { f.spool.Close() }
 // an upper layer to one was made pending when it was read.
 func (f *flattener) startLayer() {
 	f.hidden = map[string]*hiddenEntry{}
-	f.hiddenLinks = map[string]string{}
-	f.linkedAt = pathIndex[*hiddenEntry]{}
-	f.ownPending = pathIndex[*pendingLink]{}
+	f.hiddenLinks = map[string]hiddenLink{}
+	f.ownPending = nil
 	f.own = ownShape{nondir: map[string]int{}, dir: map[string]int{}, gone: map[string]int{}, opaque: map[string]bool{}}
 	f.off = 0
 }
@@ -324,9 +257,12 @@ func (s *ownShape) remove(p string) {
 
 // hasFile reports whether the layer's last word on p is a non-directory
 // (a hidden one, too).
-func (s *ownShape) hasFile(p string) bool {
-	t, ok := s.nondir[p]
-	return ok && t > s.removed(p)
+func (s *ownShape) hasFile(p string) bool { return s.still(p, s.nondir[p]) }
+
+// still reports whether the non-directory the layer put at p at step is
+// still there: not replaced, removed, or below a removal since.
+func (s *ownShape) still(p string, step int) bool {
+	return step > 0 && s.nondir[p] == step && step > s.removed(p)
 }
 
 // marked reports whether the layer put an opaque marker above p.
@@ -502,7 +438,7 @@ func (f *flattener) listed(p string) int {
 // hiddenAt is the layer's hidden entry at p, while the layer still has it
 // there (it may since have removed or replaced it).
 func (f *flattener) hiddenAt(p string) *hiddenEntry {
-	if h := f.hidden[p]; h != nil && f.own.hasFile(p) {
+	if h := f.hidden[p]; h != nil && f.own.still(p, h.step) {
 		return h
 	}
 	return nil
@@ -511,8 +447,8 @@ func (f *flattener) hiddenAt(p string) *hiddenEntry {
 // hiddenLinkAt is the target of the layer's hidden hard link at p, while
 // the layer still has it there.
 func (f *flattener) hiddenLinkAt(p string) (string, bool) {
-	t, ok := f.hiddenLinks[p]
-	return t, ok && f.own.hasFile(p)
+	l, ok := f.hiddenLinks[p]
+	return l.target, ok && f.own.still(p, l.step)
 }
 
 // node is the node of the path p (not the root), or nil.
@@ -589,14 +525,12 @@ func (l *tarLayer) addFlat(hdr *tar.Header, p string, kind whiteout.Kind, target
 			return err
 		}
 		f.own.remove(target)
-		f.takePending(target, true)
 		if !f.claim(target, l.rank, false, true) {
 			return l.takeBack(target)
 		}
 		// What the layer itself put at the path before goes too, as
 		// docker, containerd and mkfs.erofs --aufs apply a whiteout
 		// (the image spec would keep it).
-		l.unlinkedAt(target)
 		if err := l.b.Remove(target); err != nil {
 			return err
 		}
@@ -633,7 +567,6 @@ func (l *tarLayer) addFlat(hdr *tar.Header, p string, kind whiteout.Kind, target
 	// itself counts (a link to itself is to nothing).
 	ownTarget := e.HardLink != "" && f.own.hasFile(e.HardLink)
 	f.own.put(p, e.IsDir())
-	f.takePending(p, !e.IsDir())
 	if !f.claim(p, l.rank, e.IsDir(), false) {
 		if e.IsDir() {
 			return nil
@@ -648,7 +581,7 @@ func (l *tarLayer) addFlat(hdr *tar.Header, p string, kind whiteout.Kind, target
 			if isLink {
 				t = r // a link to a hidden link: its target
 			}
-			f.hiddenLinks[p] = t
+			f.hiddenLinks[p] = hiddenLink{t, f.own.step}
 			if !isLink && !ownTarget {
 				// A lower layer's, or nobody's.
 				if err := f.own.refuseLink(p, t); err != nil {
@@ -658,7 +591,7 @@ func (l *tarLayer) addFlat(hdr *tar.Header, p string, kind whiteout.Kind, target
 			}
 			return l.linkPending(p, e.HardLink)
 		}
-		h := &hiddenEntry{entry: e, off: f.off}
+		h := &hiddenEntry{entry: e, off: f.off, step: f.own.step}
 		if e.Mode&erofs.S_IFMT == erofs.S_IFREG && e.Size > 0 {
 			// At f.off, not at the file's position: each layer's
 			// spool starts at 0 again.
@@ -679,11 +612,6 @@ func (l *tarLayer) addFlat(hdr *tar.Header, p string, kind whiteout.Kind, target
 		}
 		return l.linkPending(p, e.HardLink)
 	}
-	if e.IsDir() {
-		f.unlinked(p, false) // a directory over a directory keeps what is in it
-	} else {
-		l.unlinkedAt(p)
-	}
 	if err := l.b.Add(e, data); err != nil {
 		return err
 	}
@@ -699,7 +627,6 @@ func (l *tarLayer) addFlat(hdr *tar.Header, p string, kind whiteout.Kind, target
 func (l *tarLayer) takeBack(p string) error {
 	remove, imply := l.flat.takeBack(p, l.rank)
 	for _, q := range remove {
-		l.unlinkedAt(q)
 		if err := l.b.Remove(q); err != nil {
 			return err
 		}
@@ -720,11 +647,14 @@ func (l *tarLayer) addLink(e erofs.Entry, rank int) error {
 	if t, ok := f.hiddenLinkAt(e.HardLink); ok {
 		e.HardLink = t
 	}
+	// The layer's step that put the link; an upper layer's link stays.
+	step := 0
+	if rank == l.rank {
+		step = f.own.step
+	}
 	if h := f.hiddenAt(e.HardLink); h != nil {
-		l.unlinkedAt(e.Path)
-		first, ok := h.first()
-		h.link(e.Path)
-		f.linkedAt.put(e.Path, h)
+		first, ok := f.first(h)
+		h.linked = append(h.linked, linkedAt{e.Path, step})
 		if ok {
 			e.HardLink = first
 			return l.b.Add(e, nil)
@@ -735,29 +665,30 @@ func (l *tarLayer) addLink(e erofs.Entry, rank int) error {
 		return l.b.Add(he, io.NewSectionReader(f.spool, h.off, h.size))
 	}
 	if f.listed(e.HardLink) != l.rank {
-		pl := &pendingLink{entry: e, rank: rank}
+		pl := &pendingLink{entry: e, rank: rank, step: step}
 		if rank == l.rank {
 			if err := f.own.refuseLink(e.Path, e.HardLink); err != nil {
 				return err
 			}
-			f.ownPending.put(e.Path, pl)
+			f.ownPending = append(f.ownPending, pl)
 		}
 		f.pending[e.HardLink] = append(f.pending[e.HardLink], pl)
 		return nil
 	}
-	l.unlinkedAt(e.Path)
 	return l.b.Add(e, nil)
 }
 
-// takePending takes back the layer's pending links at p (and below it,
-// with below): it puts another entry there or removes it. Docker applied
-// each when it was read, so its target must still come from a lower
-// layer (needed).
-func (f *flattener) takePending(p string, below bool) {
-	f.ownPending.take(p, below, func(q string, pl *pendingLink) {
-		pl.gone = true
-		f.need(pl.entry.HardLink, q, pl.rank)
-	})
+// endLayer takes back the layer's pending links that it replaced or
+// removed since (an entry or a whiteout at their path, or above it).
+// Docker applied each when it was read, so its target must still come
+// from a lower layer (need).
+func (f *flattener) endLayer() {
+	for _, pl := range f.ownPending {
+		if !f.own.still(pl.entry.Path, pl.step) {
+			pl.gone = true
+			f.need(pl.entry.HardLink, pl.entry.Path, pl.rank)
+		}
+	}
 }
 
 // need records that a layer below the one of rank must give t, for the
@@ -767,24 +698,6 @@ func (f *flattener) need(t, p string, rank int) {
 	if n, ok := f.needed[t]; !ok || n.rank < rank {
 		f.needed[t] = neededLink{p, rank}
 	}
-}
-
-// unlinked forgets p (and, with below, what is below it) as a path a
-// hidden entry is linked at: the layer puts another entry there or
-// removes it.
-func (f *flattener) unlinked(p string, below bool) {
-	f.linkedAt.take(p, below, func(q string, h *hiddenEntry) { delete(h.at, q) })
-}
-
-// unlinkedAt is unlinked for p, which the layer replaces with a
-// non-directory or removes: what is below it goes too, if it is a
-// directory.
-func (l *tarLayer) unlinkedAt(p string) {
-	if l.flat.linkedAt.n == 0 {
-		return
-	}
-	_, isDir := l.b.Lookup(p)
-	l.flat.unlinked(p, isDir)
 }
 
 // linkPending adds the links of upper layers waiting for p, which the layer
@@ -973,6 +886,7 @@ func flatLayer(ctx context.Context, tl *tarLayer, s layerSource, base, maxTar in
 	if err := tl.addTar(tarStream, h, comp != Uncompressed); err != nil {
 		return broken(err)
 	}
+	tl.flat.endLayer()
 	res := &Result{DiffID: "sha256:" + hex.EncodeToString(h.Sum(nil))}
 	if err := checkSource(in, res, s); err != nil {
 		return broken(err)
