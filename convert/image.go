@@ -674,7 +674,10 @@ func (c *Converter) buildLayer(ctx context.Context, j *layerJob, src layerSource
 			return nil, in.err
 		}
 		if in.err != nil && oci.Transient(in.err) {
-			return nil, &downloadError{fmt.Errorf("%w (stream error: %v)", err, in.err)}
+			if !errors.Is(err, in.err) { // the tar reader may have said it already
+				err = fmt.Errorf("%w (stream error: %v)", err, in.err)
+			}
+			return nil, &downloadError{err}
 		}
 		return nil, err
 	}

@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"math/big"
 	"math/rand/v2"
 	"net"
@@ -398,10 +399,14 @@ type faultProxy struct {
 	// drop, if set, says whether to drop the connection in the middle of
 	// the body of a blob download.
 	drop func(rq faultRequest) bool
+	// stall, if set, says whether to send half of a blob download and then
+	// nothing more, until the client goes away.
+	stall func(rq faultRequest) bool
 
 	mu      sync.Mutex
 	seen    map[string]int
 	dropped map[string]int // blob digest → connections dropped
+	stalled map[string]int // blob digest → downloads stalled
 	failed  []string       // "METHOD path → status" of each injected error
 }
 
@@ -418,7 +423,7 @@ func newFaultProxy(t testing.TB, upstream string) *faultProxy {
 	t.Helper()
 	target, err := url.Parse("http://" + upstream)
 	must(t, err)
-	p := &faultProxy{seen: map[string]int{}, dropped: map[string]int{}}
+	p := &faultProxy{seen: map[string]int{}, dropped: map[string]int{}, stalled: map[string]int{}}
 	p.rp = httputil.NewSingleHostReverseProxy(target)
 	// Write through at once, so that a dropped connection has delivered
 	// the headers and a part of the body.
@@ -432,6 +437,12 @@ func newFaultProxy(t testing.TB, upstream string) *faultProxy {
 			p.dropped[dg]++
 			p.mu.Unlock()
 		}
+		if dg, ok := resp.Request.Context().Value(stallKey{}).(string); ok && resp.StatusCode == http.StatusOK {
+			resp.Body = &droppingBody{rc: resp.Body, left: resp.ContentLength / 2, stall: resp.Request.Context()}
+			p.mu.Lock()
+			p.stalled[dg]++
+			p.mu.Unlock()
+		}
 		return nil
 	}
 	p.srv = httptest.NewServer(p)
@@ -442,15 +453,25 @@ func newFaultProxy(t testing.TB, upstream string) *faultProxy {
 
 type dropKey struct{}
 
+type stallKey struct{}
+
 // droppingBody ends with an error after left bytes; the reverse proxy then
 // aborts the response, which closes the client's connection in the middle
 // of the body.
+//
+// With stall set it sends nothing more instead, until stall is done (the
+// client went away).
 type droppingBody struct {
-	rc   io.ReadCloser
-	left int64
+	rc    io.ReadCloser
+	left  int64
+	stall context.Context
 }
 
 func (d *droppingBody) Read(b []byte) (int, error) {
+	if d.left <= 0 && d.stall != nil {
+		<-d.stall.Done()
+		return 0, errors.New("fault proxy: the client gave up on a stalled download")
+	}
 	if d.left <= 0 {
 		return 0, errors.New("fault proxy: connection dropped")
 	}
@@ -507,6 +528,9 @@ func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if p.drop != nil && r.Method == http.MethodGet && class == "blob" && p.drop(rq) {
 		r = r.WithContext(context.WithValue(r.Context(), dropKey{}, dg))
 	}
+	if p.stall != nil && r.Method == http.MethodGet && class == "blob" && p.stall(rq) {
+		r = r.WithContext(context.WithValue(r.Context(), stallKey{}, dg))
+	}
 	p.rp.ServeHTTP(w, r)
 }
 
@@ -518,6 +542,12 @@ func (p *faultProxy) stats() (dropped map[string]int, failed []string) {
 		d[k] = v
 	}
 	return d, append([]string(nil), p.failed...)
+}
+
+func (p *faultProxy) stalls() map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return maps.Clone(p.stalled)
 }
 
 // countingTransport counts the requests that upload blobs (POST, PATCH and

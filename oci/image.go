@@ -56,7 +56,11 @@ type Remote struct {
 	Retries int
 	// Transport, if set, is the base HTTP transport (tests use it).
 	Transport http.RoundTripper
-	UserAgent string
+	// StallTimeout fails a request that moves no bytes for this long, with
+	// a StallError that the retries take (default DefaultStallTimeout;
+	// negative: never).
+	StallTimeout time.Duration
+	UserAgent    string
 
 	// ArchiveTempDir is where a docker-archive that comes from a pipe, or
 	// compressed, is copied to be read (default $TMPDIR).
@@ -175,16 +179,21 @@ func (k keychain) Resolve(res authn.Resource) (authn.Authenticator, error) {
 }
 
 // transport is r.Transport, or else go-containerregistry's default
-// transport, without TLS verification if r.Insecure.
+// transport, without TLS verification if r.Insecure; either bounded by
+// the stall timeout, and in the size of the manifests it reads.
 func (r Remote) transport() http.RoundTripper {
-	if r.Transport != nil {
-		return r.Transport
+	base := r.Transport
+	if base == nil {
+		t := remote.DefaultTransport.(*http.Transport).Clone()
+		if r.Insecure {
+			t.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // asked for by --insecure
+		}
+		base = t
 	}
-	base := remote.DefaultTransport.(*http.Transport).Clone()
-	if r.Insecure {
-		base.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // asked for by --insecure
+	if d := cmp.Or(r.StallTimeout, DefaultStallTimeout); d > 0 {
+		base = stallTransport{base: base, d: d}
 	}
-	return base
+	return manifestBound{base}
 }
 
 // Transient reports errors worth retrying: broken or refused connections,

@@ -152,13 +152,14 @@ func mirrorConfig(c *cli.Context) (*mirror.Config, error) {
 
 // mirrorTwins makes the converter of serve and sync from the convert flags.
 func mirrorTwins(c *cli.Context, cfg *mirror.Config, cache mirror.LayerCache, logger *log.Logger) (*mirror.Twins, error) {
-	opt, _, done, err := options.Conversion(c)
+	opt, optRem, done, err := options.Conversion(c)
 	if err != nil {
 		return nil, err
 	}
 	done()
 	opt.Progress = nil
 	rem := cfg.Remote()
+	rem.StallTimeout = optRem.StallTimeout
 	rem.UserAgent = "ocierofs-mirror"
 	t := &mirror.Twins{Registry: cfg.Registry, PlainHTTP: cfg.PlainHTTP, Suffix: cfg.Suffix, Remote: rem,
 		Options: opt, Cache: cache, ClaimRefresh: time.Duration(cfg.Queue.AckWait) / 3}

@@ -29,7 +29,7 @@ var checkCommand = &cli.Command{
 		"platforms of an index. Exits 1 if there is any difference. Layers are read as\n" +
 		"overlayfs stacks them: images converted with --whiteouts keep do not match.\n" +
 		"--max-layer-size bounds each source layer's tar and the raw image in each +zstd EROFS layer.",
-	Flags: slices.Concat(options.Only(options.SourceFlags(), "username", "password", "plain-http", "insecure", "max-layer-size"), options.LoginFlags(), []cli.Flag{
+	Flags: slices.Concat(options.Only(options.SourceFlags(), "username", "password", "plain-http", "insecure", "max-layer-size", "stall-timeout"), options.LoginFlags(), []cli.Flag{
 		&cli.StringFlag{Name: "tmpdir", Usage: "where each EROFS layer is copied to be read, one at a time, and a docker-archive from a pipe or compressed (default $TMPDIR)"},
 		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print only differences"},
 	}),
@@ -56,7 +56,7 @@ func runCheck(ctx context.Context, c *cli.Context, converted, source string) err
 	if err != nil {
 		return err
 	}
-	rem := oci.Remote{Insecure: c.Bool("insecure"), ArchiveTempDir: c.String("tmpdir"), MaxArchiveFile: maxLayer}
+	rem := oci.Remote{Insecure: c.Bool("insecure"), StallTimeout: options.StallTimeout(c), ArchiveTempDir: c.String("tmpdir"), MaxArchiveFile: maxLayer}
 	var src oci.Ref
 	var convRem, srcRem oci.Remote
 	if source != "" {

@@ -84,7 +84,16 @@ func SourceFlags() []cli.Flag {
 		&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "text", Usage: "text or json (target, digests, sizes, per-layer timings on stdout)"},
 		&cli.StringFlag{Name: "tmpdir", Usage: "where converted layers wait to be published, and a docker-archive from a pipe or compressed is copied (default $TMPDIR)"},
 		&cli.StringFlag{Name: "max-layer-size", Usage: "fail a layer whose uncompressed tar is larger than `SIZE` (K, M, G, T): a bound on the disk a small compressed layer can fill (default: none)"},
+		&cli.DurationFlag{Name: "stall-timeout", Value: oci.DefaultStallTimeout, Usage: "fail a registry download or upload that moves no bytes for this long; it is then retried"},
 	}
+}
+
+// StallTimeout is --stall-timeout, as oci.Remote takes it (0 is never).
+func StallTimeout(c *cli.Context) time.Duration {
+	if d := c.Duration("stall-timeout"); d > 0 {
+		return d
+	}
+	return -1
 }
 
 // Only is the flags of flags with the names given, in that order.
@@ -238,7 +247,7 @@ func Credentials(ctx context.Context, c *cli.Context, rem oci.Remote, src oci.Re
 // credentials yet: Credentials gives them.
 func Image(c *cli.Context) (opt convert.ImageOptions, rem oci.Remote, done func(), err error) {
 	done = func() {}
-	rem = oci.Remote{Insecure: c.Bool("insecure")}
+	rem = oci.Remote{Insecure: c.Bool("insecure"), StallTimeout: StallTimeout(c)}
 	lopt, err := Layer(c)
 	if err != nil {
 		return opt, rem, done, err
