@@ -23,7 +23,7 @@ var mkfsCommand = &cli.Command{
 		"as mkfs.erofs --tar=f --aufs does. The output appears only when complete: a file\n" +
 		"(or a symbolic link's target) is replaced then, keeping its permissions and owner;\n" +
 		"a block device or FIFO is written then.",
-	Flags: append(options.ErofsFlags(),
+	Flags: append(append(options.ErofsFlags(), options.Only(options.SourceFlags(), "max-layer-size")...),
 		&cli.StringFlag{Name: "blobdev", Usage: "write all file data, chunk-deduplicated, to this blob file: the image holds metadata only (mount with -o device=BLOB, or cat IMAGE BLOB)"},
 		&cli.StringSliceFlag{Name: "chunk-dict", Usage: "with --blobdev: an image of a lower layer built with --blobdev (repeatable); chunks it holds are referred to in its blob, not stored again"},
 		&cli.BoolFlag{Name: "tar-index", Usage: "metadata-only image whose file data stays in the uncompressed INPUT tar (512-byte blocks, Linux 6.4+; mount with -o device=TAR)"},
@@ -68,8 +68,12 @@ var mkfsCommand = &cli.Command{
 	},
 }
 
-// mkfsOptions reads the flags only mkfs has: a blob, a tar index.
-func mkfsOptions(c *cli.Context, opt *convert.Options) error {
+// mkfsOptions reads the flags only mkfs has: a bound on the tar, a blob,
+// a tar index.
+func mkfsOptions(c *cli.Context, opt *convert.Options) (err error) {
+	if opt.MaxTarSize, err = options.MaxLayerSize(c); err != nil {
+		return err
+	}
 	// A given UUID needs no diffID; nor does mkfs, which only prints it
 	// (containerd, which passes -U, knows its layers' digests already).
 	opt.NoDiffID = opt.KeepUUID

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"archive/tar"
+	"compress/gzip"
 	"io"
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -76,3 +79,64 @@ func TestConvertCLIStall(t *testing.T) {
 		t.Errorf("%d lines on stderr, want one", lines)
 	}
 }
+
+// TestMkfsMaxLayerSize: mkfs takes convert's --max-layer-size, so that a
+// small gzip of zeros does not become a huge image; the tar's size is
+// bounded from a file and from stdin, with exit 1 and no output.
+func TestMkfsMaxLayerSize(t *testing.T) {
+	b := bin(t)
+	dir := t.TempDir()
+	bomb := filepath.Join(dir, "bomb.tar.gz")
+	writeGzipTar(t, bomb, "zeros", 64<<20)
+	for _, input := range []string{bomb, "-"} {
+		out := filepath.Join(dir, "out.erofs")
+		var stdin io.Reader
+		if input == "-" {
+			f, err := os.Open(bomb)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			stdin = f
+		}
+		_, e, code := runStdin(t, stdin, b, "mkfs", "--max-layer-size", "1M", out, input)
+		if code != 1 || !strings.Contains(e, "larger than the 1048576 bytes a layer may have") {
+			t.Errorf("mkfs %s: exit %d: %s", input, code, e)
+		}
+		if _, err := os.Stat(out); !os.IsNotExist(err) {
+			t.Errorf("mkfs %s: the output is there after the refusal", input)
+		}
+		if _, e, code := runStdin(t, nil, b, "mkfs", "-q", "--max-layer-size", "65M", out, bomb); code != 0 {
+			t.Errorf("mkfs under the bound: exit %d: %s", code, e)
+		}
+		os.Remove(out)
+	}
+}
+
+// writeGzipTar writes a gzip'ed tar of one file of size zero bytes.
+func writeGzipTar(t *testing.T, path, name string, size int64) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zw := gzip.NewWriter(f)
+	tw := tar.NewWriter(zw)
+	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: size, Typeflag: tar.TypeReg}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.CopyN(tw, zeroReader{}, size); err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type zeroReader struct{}
+
+func (zeroReader) Read(p []byte) (int, error) { clear(p); return len(p), nil }
