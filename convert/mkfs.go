@@ -421,10 +421,23 @@ func (o *outputs) create(name string) (*os.File, error) {
 	}
 	f, unnamed, err := createUnnamed(dir, "."+filepath.Base(target)+".tmp-")
 	if err != nil {
-		return nil, err
+		// The temporary file's name means nothing to the user: name the
+		// directory.
+		if _, serr := os.Stat(dir); serr != nil {
+			return nil, fmt.Errorf("cannot write %s: directory %s: %w", name, dir, pathErr(serr))
+		}
+		return nil, fmt.Errorf("cannot write %s in %s: %w", name, dir, pathErr(err))
 	}
 	*o = append(*o, output{f: f, name: target, special: special, unnamed: unnamed, old: fi})
 	return f, nil
+}
+
+// pathErr is the cause of a PathError, without the path.
+func pathErr(err error) error {
+	if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }
 
 // TooLargeError is the error of a tar larger than Options.MaxTarSize.

@@ -197,6 +197,9 @@ func ReadSuper(r io.ReaderAt, size int64) (SuperInfo, error) {
 }
 
 // openSuper reads and checks the superblock: Open without devices and root.
+// ErrNotImage is the error of opening what is not an EROFS image.
+var ErrNotImage = errors.New("not an EROFS image")
+
 func openSuper(r io.ReaderAt, size int64, cfg openConfig) (*Image, error) {
 	if size < SuperOffset+SuperSize {
 		return nil, fmt.Errorf("erofs: image of %d bytes is too small for a superblock", size)
@@ -209,7 +212,7 @@ func openSuper(r io.ReaderAt, size int64, cfg openConfig) (*Image, error) {
 	sb := &img.sb
 	sb.unmarshal(raw)
 	if sb.Magic != SuperMagic {
-		return nil, fmt.Errorf("erofs: bad magic %#x", sb.Magic)
+		return nil, fmt.Errorf("%w (no EROFS magic at byte %d)", ErrNotImage, SuperOffset)
 	}
 	// The kernel accepts 9..PAGE_SHIFT; 16 covers 64 KiB pages and keeps
 	// block buffers small.

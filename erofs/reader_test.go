@@ -496,7 +496,7 @@ func TestReaderCorrupt(t *testing.T) {
 		f    func([]byte)
 		sub  string
 	}{
-		{"magic", func(b []byte) { b[SuperOffset] = 0 }, "bad magic"},
+		{"magic", func(b []byte) { b[SuperOffset] = 0 }, "not an EROFS image"},
 		{"blkszbits", func(b []byte) { b[SuperOffset+0x0C] = 30 }, "block size"},
 		{"dirblkbits", func(b []byte) { b[SuperOffset+0x5A] = 1 }, "dirblkbits"},
 		{"incompat", func(b []byte) { b[SuperOffset+0x53] = 0x80 }, "incompatible"},

@@ -216,6 +216,17 @@ func Transient(err error) bool {
 	return false
 }
 
+// ErrNotFound is the error of a reference to nothing.
+var ErrNotFound = errors.New("not found")
+
+// identifier says what a reference names in its repository.
+func identifier(n name.Reference) string {
+	if d, ok := n.(name.Digest); ok {
+		return "manifest " + d.DigestStr()
+	}
+	return fmt.Sprintf("tag %q", n.Identifier())
+}
+
 // Artifact is what a reference points at: an index or a single image.
 type Artifact struct {
 	Ref        Ref
@@ -233,6 +244,10 @@ func Get(ctx context.Context, r Ref, rem Remote) (*Artifact, error) {
 		return getArchive(ctx, r, rem)
 	}
 	desc, err := remote.Get(r.Name, rem.Options(ctx)...)
+	if te := (*transport.Error)(nil); errors.As(err, &te) && te.StatusCode == http.StatusNotFound {
+		return nil, fmt.Errorf("%s: %w: repository %s on %s has no %s", r, ErrNotFound,
+			r.Name.Context().RepositoryStr(), r.Name.Context().RegistryStr(), identifier(r.Name))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", r, err)
 	}

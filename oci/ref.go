@@ -54,6 +54,9 @@ func ParseRef(s string, insecure bool) (Ref, error) {
 		}
 		return Ref{Kind: DockerArchive, Path: p, Tag: tag}, nil
 	}
+	if i := strings.Index(s, "://"); i >= 0 {
+		return Ref{}, fmt.Errorf("reference %q: a reference has no scheme: give %s (with --plain-http for a registry over plain HTTP)", s, s[i+3:])
+	}
 	var opts []name.Option
 	if insecure {
 		opts = append(opts, name.Insecure)

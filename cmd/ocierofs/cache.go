@@ -150,7 +150,7 @@ func runCache(ctx context.Context, c *cli.Context, source, dir string) (err erro
 		if skipped > 0 {
 			sk = fmt.Sprintf(", %d skipped (not tar layers)", skipped)
 		}
-		fmt.Fprintf(os.Stderr, "%s: %d layers converted into %s, %d were there%s, in %.2fs\n", rep.Source, made, dir, had, sk, rep.Seconds)
+		fmt.Fprintf(os.Stderr, "%s: %s converted into %s, %d were there%s, in %.2fs\n", rep.Source, count(made, "layer"), dir, had, sk, rep.Seconds)
 	}
 	return nil
 }

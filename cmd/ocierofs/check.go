@@ -111,11 +111,11 @@ func runCheck(ctx context.Context, c *cli.Context, converted, source string) err
 		return err
 	}
 	if res.Differences > 0 {
-		return cli.Exit(fmt.Sprintf("check: %d differences between %s and its source %s", res.Differences, conv, src), 1)
+		return cli.Exit(fmt.Sprintf("check: %s between %s and its source %s", count(res.Differences, "difference"), conv, src), 1)
 	}
 	if !c.Bool("quiet") {
-		fmt.Fprintf(c.App.Writer, "%s matches its source %s: %d images, %d layers, %d paths (%.1f s)\n",
-			conv, src, res.Images, res.Layers, res.Paths, time.Since(start).Seconds())
+		fmt.Fprintf(c.App.Writer, "%s matches its source %s: %s, %s, %s (%.1f s)\n",
+			conv, src, count(res.Images, "image"), count(res.Layers, "layer"), count(res.Paths, "path"), time.Since(start).Seconds())
 	}
 	return nil
 }

@@ -101,6 +101,11 @@ func TestCLI(t *testing.T) {
 	if out, _, code := run(t, b, "cat", img, "/etc/hostname", "etc/hostname"); code != 0 || out != "demo\ndemo\n" {
 		t.Errorf("cat of two paths: %q exit %d", out, code)
 	}
+	// As GNU cat, the paths after a missing one are still written.
+	if out, e, code := run(t, b, "cat", img, "/nope", "/etc/hostname", "/etc"); code != 1 || out != "demo\n" ||
+		e != "ocierofs: "+img+": /nope: no such file or directory\nocierofs: "+img+": /etc: is a directory\n" {
+		t.Errorf("cat past a missing path: exit %d, %q, %q", code, out, e)
+	}
 	for _, tc := range []struct{ cmd, path, want string }{
 		{"cat", "/nope", img + ": /nope: no such file or directory"},
 		{"ls", "nope/x", img + ": /nope/x: no such file or directory"},

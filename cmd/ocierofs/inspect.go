@@ -545,11 +545,18 @@ var catCommand = &cli.Command{
 			return err
 		}
 		defer f.Close()
+		// As GNU cat: a path that cannot be written is reported, the
+		// others are still written, and the exit status says so.
+		failed := false
 		for _, arg := range c.Args().Slice()[1:] {
 			p := imagePath(arg)
 			if err := catFile(c.App.Writer, img, p); err != nil {
-				return pathError(c.Args().First(), p, err)
+				fmt.Fprintf(c.App.ErrWriter, "ocierofs: %v\n", pathError(c.Args().First(), p, err))
+				failed = true
 			}
+		}
+		if failed {
+			return cli.Exit("", 1) // said above
 		}
 		return nil
 	},

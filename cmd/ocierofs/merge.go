@@ -33,7 +33,7 @@ var mergeCommand = &cli.Command{
 	},
 	Action: func(c *cli.Context) error {
 		if c.NArg() < 2 {
-			return fmt.Errorf("merge: want OUTPUT and at least one LAYER, got %d arguments", c.NArg())
+			return fmt.Errorf("merge: want OUTPUT and at least one LAYER, got %s", count(c.NArg(), "argument"))
 		}
 		var opt convert.MergeOptions
 		opt.Blob = c.String("blobdev")

@@ -31,7 +31,7 @@ var mkfsCommand = &cli.Command{
 	),
 	Action: func(c *cli.Context) error {
 		if c.NArg() != 2 {
-			return fmt.Errorf("mkfs: want OUTPUT and INPUT, got %d arguments", c.NArg())
+			return fmt.Errorf("mkfs: want OUTPUT and INPUT, got %s", count(c.NArg(), "argument"))
 		}
 		opt, err := options.Layer(c)
 		if err != nil {

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"io"
+	"log"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/registry"
+)
+
+// TestMessages: errors a user meets first say what to do in the terms of
+// this tool, not of the libraries under it.
+func TestMessages(t *testing.T) {
+	b := bin(t)
+	dir := t.TempDir()
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	notErofs := filepath.Join(dir, "not.erofs")
+	if err := os.WriteFile(notErofs, make([]byte, 8192), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	layer := "../../testdata/demo-layer.tar.gz"
+	for _, tc := range []struct {
+		name      string
+		args      []string
+		want, not []string
+	}{
+		{"a scheme", []string{"convert", "http://" + host + "/x:y"},
+			[]string{"give " + host + "/x:y", "--plain-http"}, []string{"name.Insecure"}},
+		{"a missing tag", []string{"convert", "--plain-http", host + "/none/such:v9"},
+			[]string{"not found", `none/such on ` + host + ` has no tag "v9"`}, []string{"map[", "MANIFEST_UNKNOWN"}},
+		{"mkfs into a missing directory", []string{"mkfs", filepath.Join(dir, "no/such/out.erofs"), layer},
+			[]string{"directory " + filepath.Join(dir, "no/such") + ": no such file or directory"}, []string{".tmp-"}},
+		{"not an image", []string{"inspect", notErofs},
+			[]string{notErofs + ": not an EROFS image"}, []string{"magic 0x"}},
+		{"one argument", []string{"mkfs", "out.erofs"}, []string{"got 1 argument"}, []string{"arguments"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, e, code := run(t, b, tc.args...)
+			if code != 1 || strings.Count(e, "\n") != 1 {
+				t.Errorf("exit %d, want 1 and one line: %q", code, e)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(e, w) {
+					t.Errorf("%q does not say %q", e, w)
+				}
+			}
+			for _, n := range tc.not {
+				if strings.Contains(e, n) {
+					t.Errorf("%q says %q", e, n)
+				}
+			}
+		})
+	}
+}
