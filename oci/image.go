@@ -98,9 +98,9 @@ func (r Remote) Options(ctx context.Context) []remote.Option {
 
 // CheckPush reports whether r may push to the repository of ref (a
 // registry reference), by starting an upload there and cancelling it:
-// before a conversion, so that a target without a login fails at once, not
-// after every layer is converted. Only a refusal is an error; a registry
-// that cannot be asked now is left for the push itself, which retries.
+// before a conversion, so that a target that cannot be reached or written
+// fails at once, not after every layer is converted. A registry that
+// answers 429 or 5xx is left for the push itself, which retries.
 func (r Remote) CheckPush(ctx context.Context, ref Ref) error {
 	// go-containerregistry's check takes no context: it runs beside the
 	// caller, who waits for its answer, ctx's end, or a minute.
@@ -115,11 +115,16 @@ func (r Remote) CheckPush(ctx context.Context, ref Ref) error {
 		return nil // the push will tell
 	}
 	var te *transport.Error
-	if err == nil || !errors.As(err, &te) || (te.StatusCode != http.StatusUnauthorized && te.StatusCode != http.StatusForbidden) {
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &te) && (te.StatusCode == http.StatusUnauthorized || te.StatusCode == http.StatusForbidden):
+		reg := ref.Name.Context().RegistryStr()
+		return fmt.Errorf("cannot push to %s: %w (log in with docker login %s, or give --dest-creds USER:PASSWORD)", ref.Name.Context(), err, reg)
+	case errors.As(err, &te) && (te.StatusCode == http.StatusTooManyRequests || te.StatusCode >= 500):
 		return nil
 	}
-	reg := ref.Name.Context().RegistryStr()
-	return fmt.Errorf("cannot push to %s: %w (log in with docker login %s, or give --dest-creds USER:PASSWORD)", ref.Name.Context(), err, reg)
+	return fmt.Errorf("cannot push to %s: %w", ref.Name.Context(), err)
 }
 
 // WithCredential returns r with c as the credential of registry (a name

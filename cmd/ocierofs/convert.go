@@ -101,6 +101,14 @@ func runConvert(ctx context.Context, c *cli.Context, source, target string) erro
 	if why := convert.Converted(art); why != "" {
 		return fmt.Errorf("%s is %s: refusing to convert it again", src, why)
 	}
+	if dst.Kind == oci.Registry {
+		// Before the conversion, not after it: a target one cannot push
+		// to (no login, Docker Hub's library/) fails at once,
+		// before it is asked whether it holds the source.
+		if err := dstRem.CheckPush(ctx, dst); err != nil {
+			return err
+		}
+	}
 	if dst.Kind == oci.Registry || dst.Tag != "" {
 		// The target holds the very image being converted, however
 		// spelt (oci:./bb and oci:$PWD/bb:latest, repo:tag@digest and
@@ -113,13 +121,6 @@ func runConvert(ctx context.Context, c *cli.Context, source, target string) erro
 		cancel()
 		if err == nil && there.Descriptor.Digest == art.Descriptor.Digest {
 			return fmt.Errorf("target %s holds the source image %s: converting would replace it with its EROFS twin (give another tag)", dst, art.Descriptor.Digest)
-		}
-	}
-	if dst.Kind == oci.Registry {
-		// Before the conversion, not after it: a target one cannot push
-		// to (no login, Docker Hub's library/) fails at once.
-		if err := dstRem.CheckPush(ctx, dst); err != nil {
-			return err
 		}
 	}
 	if target == "" && src.Kind == oci.Layout && src.Tag == "" {

@@ -38,6 +38,8 @@ func TestMessages(t *testing.T) {
 			[]string{"directory " + filepath.Join(dir, "no/such") + ": no such file or directory"}, []string{".tmp-"}},
 		{"not an image", []string{"inspect", notErofs},
 			[]string{notErofs + ": not an EROFS image"}, []string{"magic 0x"}},
+		{"an unreachable target", []string{"convert", "oci:../../testdata/busybox:latest", "127.0.0.1:1/x:y"},
+			[]string{"cannot push to 127.0.0.1:1/x: ", "connection refused"}, []string{"layer sha256:"}},
 		{"one argument", []string{"mkfs", "out.erofs"}, []string{"got 1 argument"}, []string{"arguments"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
