@@ -17,10 +17,12 @@ import (
 	"os"
 	"path"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/docker/cli/cli/config"
+	"github.com/docker/cli/cli/config/configfile"
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -159,14 +161,9 @@ func (k keychain) Resolve(res authn.Resource) (authn.Authenticator, error) {
 	if k.authFile == "" {
 		return authn.DefaultKeychain.Resolve(res)
 	}
-	f, err := os.Open(k.authFile)
+	cf, err := authFiles.load(k.authFile)
 	if err != nil {
-		return nil, fmt.Errorf("auth file: %w", err)
-	}
-	defer f.Close()
-	cf, err := config.LoadFromReader(f)
-	if err != nil {
-		return nil, fmt.Errorf("auth file %s: %w", k.authFile, err)
+		return nil, err
 	}
 	key := res.RegistryStr()
 	if key == name.DefaultRegistry {
@@ -201,22 +198,60 @@ func (r Remote) transport() http.RoundTripper {
 	return manifestBound{base}
 }
 
-// Transient reports errors worth retrying: broken or refused connections,
-// timeouts, unexpected ends of a stream.
-func Transient(err error) bool {
-	if err == nil {
-		return false
+// authFiles holds the auth files read, so that each is parsed once, not
+// at every request; a file changed since is read again.
+var authFiles = authFileCache{m: map[string]authFile{}}
+
+type authFileCache struct {
+	mu sync.Mutex
+	m  map[string]authFile
+}
+
+type authFile struct {
+	mod  time.Time
+	size int64
+	cf   *configfile.ConfigFile
+}
+
+func (c *authFileCache) load(path string) (*configfile.ConfigFile, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("auth file: %w", err)
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if a, ok := c.m[path]; ok && a.mod.Equal(fi.ModTime()) && a.size == fi.Size() {
+		return a.cf, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("auth file: %w", err)
+	}
+	defer f.Close()
+	cf, err := config.LoadFromReader(f)
+	if err != nil {
+		return nil, fmt.Errorf("auth file %s: %w", path, err)
+	}
+	c.m[path] = authFile{fi.ModTime(), fi.Size(), cf}
+	return cf, nil
+}
+
+// Transient reports errors worth retrying: broken or refused connections,
+// timeouts (a StallError among them), unexpected ends of a stream, and a
+// registry's 429 and 5xx answers.
+func Transient(err error) bool {
 	var ne net.Error
-	var te interface{ Temporary() bool }
+	var te *transport.Error
 	switch {
+	case err == nil:
+		return false
 	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.EPIPE),
 		errors.Is(err, io.ErrUnexpectedEOF):
 		return true
 	case errors.As(err, &ne) && ne.Timeout():
 		return true
-	case errors.As(err, &te) && te.Temporary():
-		return true
+	case errors.As(err, &te):
+		return te.StatusCode == http.StatusTooManyRequests || te.StatusCode >= 500
 	}
 	return false
 }

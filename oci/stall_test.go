@@ -3,12 +3,17 @@ package oci
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 )
 
 const stallBlob = "/v2/library/x/blobs/sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
@@ -156,5 +161,27 @@ func TestStallReaderPauses(t *testing.T) {
 	}
 	if !bytes.Equal(got, []byte{1, 2, 3, 4}) {
 		t.Errorf("read %v", got)
+	}
+}
+
+func TestTransient(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"nil", nil, false},
+		{"a stall", &StallError{Method: "GET", URL: "http://h/v2/r/blobs/sha256:00", Idle: time.Second}, true},
+		{"cut stream", fmt.Errorf("tar: %w", io.ErrUnexpectedEOF), true},
+		{"refused", &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, true},
+		{"429", &transport.Error{StatusCode: http.StatusTooManyRequests}, true},
+		{"503", &transport.Error{StatusCode: http.StatusServiceUnavailable}, true},
+		{"404", &transport.Error{StatusCode: http.StatusNotFound}, false},
+		{"401", &transport.Error{StatusCode: http.StatusUnauthorized}, false},
+		{"bad content", errors.New("digest does not match"), false},
+	} {
+		if got := Transient(tc.err); got != tc.want {
+			t.Errorf("%s: Transient = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

@@ -6,9 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 
-	"golang.org/x/sys/unix"
+	"golang.org/x/term"
 )
 
 // errNoTerminal: a password is missing and there is no terminal to ask it on.
@@ -24,64 +23,38 @@ func askPassword(ctx context.Context, user, registry string) (string, error) {
 }
 
 // readHidden writes prompt to out and reads one line from the terminal in
-// with its echo off (the Enter still moves to the next line). The terminal
-// is given back as it was, also when ctx ends first (SIGINT: the reading
-// goes on until the process exits, which it then does).
+// with its echo off. The terminal is given back as it was, also when ctx
+// ends first (SIGINT: the reading goes on until the process exits, which
+// it then does).
 func readHidden(ctx context.Context, in *os.File, out io.Writer, prompt string) (string, error) {
 	fd := int(in.Fd())
-	old, err := unix.IoctlGetTermios(fd, unix.TCGETS)
+	if !term.IsTerminal(fd) {
+		return "", errNoTerminal
+	}
+	old, err := term.GetState(fd)
 	if err != nil {
 		return "", errNoTerminal
 	}
-	hidden := *old
-	hidden.Lflag &^= unix.ECHO
-	// Line by line, with the terminal's own editing (backspace, ^U) and
-	// ^C; the newline echoed although the rest is not.
-	hidden.Lflag |= unix.ICANON | unix.ISIG | unix.ECHONL
-	if err := unix.IoctlSetTermios(fd, unix.TCSETS, &hidden); err != nil {
-		return "", fmt.Errorf("turning off the terminal's echo: %w", err)
-	}
-	defer unix.IoctlSetTermios(fd, unix.TCSETS, old)
 	fmt.Fprint(out, prompt)
-
 	type answer struct {
-		line string
+		line []byte
 		err  error
 	}
 	got := make(chan answer, 1)
 	go func() {
-		line, err := readLine(in)
+		line, err := term.ReadPassword(fd)
 		got <- answer{line, err}
 	}()
 	select {
 	case a := <-got:
-		return a.line, a.err
+		fmt.Fprintln(out) // the Enter, which was not echoed
+		if a.err == io.EOF {
+			return "", errors.New("no password given")
+		}
+		return string(a.line), a.err
 	case <-ctx.Done():
+		term.Restore(fd, old)
 		fmt.Fprintln(out)
 		return "", ctx.Err()
 	}
-}
-
-// readLine reads up to a newline, which it drops (with a carriage return
-// before it). A terminal in canonical mode hands over a line per read; the
-// loop is for lines longer than a read. End of input (^D) before any
-// newline is an error: no password was given.
-func readLine(r io.Reader) (string, error) {
-	var b strings.Builder
-	buf := make([]byte, 256)
-	for b.Len() < 64<<10 {
-		n, err := r.Read(buf)
-		b.Write(buf[:n])
-		if s := b.String(); strings.Contains(s, "\n") {
-			line, _, _ := strings.Cut(s, "\n")
-			return strings.TrimSuffix(line, "\r"), nil
-		}
-		if err == io.EOF || (err == nil && n == 0) {
-			return "", errors.New("no password given")
-		}
-		if err != nil {
-			return "", err
-		}
-	}
-	return "", errors.New("the password is longer than 64 KiB")
 }

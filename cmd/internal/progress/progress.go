@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"golang.org/x/term"
 
 	"github.com/ocierofs/ocierofs/convert"
 )
@@ -21,8 +21,7 @@ func IsTerminal(f *os.File) bool {
 	if os.Getenv("TERM") == "dumb" { // no cursor movement (Emacs shells, CI logs)
 		return false
 	}
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
+	return term.IsTerminal(int(f.Fd()))
 }
 
 // View draws one line per layer — stage, bytes read of the source
