@@ -44,18 +44,16 @@ func IsEROFS(mt types.MediaType) bool {
 // fileLayer is a converted layer kept in temp files: raw holds the EROFS
 // image, blob what is published (raw itself, or its zstd form).
 type fileLayer struct {
-	raw, blob        string
-	diffID, digest   v1.Hash
-	size             int64
-	mediaType        types.MediaType
-	rawSize          int64
-	sourceDigest     v1.Hash
-	entries          int
-	warnings         []string
-	convertSeconds   float64
-	compressSeconds  float64
-	uploadSeconds    float64
-	alreadyPublished bool
+	raw, blob      string
+	diffID, digest v1.Hash
+	size           int64
+	mediaType      types.MediaType
+	rawSize        int64
+	sourceDigest   v1.Hash
+	entries        int
+	warnings       []string
+	convertSeconds float64
+	uploadSeconds  float64
 	// implied are the directories the layer implies, whose metadata came
 	// from the layers below (the cache records them).
 	implied []string

@@ -149,10 +149,11 @@ const readerIncompat = FeatureIncompatZeroPadding | FeatureIncompatComprCfgs |
 	FeatureIncompatZTailPacking | FeatureIncompatFragments |
 	FeatureIncompatXattrPrefixes | FeatureIncompat48Bit
 
+const featureCompatPlainXattrPfx uint32 = 0x10
+
 const (
-	featureCompatPlainXattrPfx uint32 = 0x10
-	deviceSlotSize                    = 128
-	deviceTagSize                     = 64
+	deviceSlotSize = 128
+	deviceTagSize  = 64
 )
 
 // Open reads the superblock and root inode of an image of the given size.

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"time"
@@ -174,7 +173,7 @@ func (g *generator) textSources() (string, []string, error) {
 	}
 	dir, exts := filepath.Join(g.root, "linux"), []string{".c", ".h"}
 	if !exists(filepath.Join(g.root, ".stamp", "linux")) {
-		dir, exts = filepath.Join(runtime.GOROOT(), "src"), []string{".go"}
+		dir, exts = filepath.Join(goroot(), "src"), []string{".go"}
 		g.logf("no Linux tree: src256 is built from %s/**/*.go", dir)
 	}
 	var files []string
@@ -417,4 +416,13 @@ func (l *limitWriter) Write(p []byte) (int, error) {
 	n, err := l.w.Write(p)
 	l.left -= int64(n)
 	return n, err
+}
+
+// goroot is the GOROOT of the go command on PATH, or "" without one.
+func goroot() string {
+	out, err := exec.Command("go", "env", "GOROOT").Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
 }

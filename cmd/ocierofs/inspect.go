@@ -538,7 +538,7 @@ var catCommand = &cli.Command{
 	ArgsUsage: "IMAGE PATH...",
 	Action: func(c *cli.Context) error {
 		if c.NArg() < 2 {
-			return fmt.Errorf("cat: want IMAGE PATH...")
+			return errors.New("cat: want IMAGE and at least one PATH")
 		}
 		img, f, err := openImage(c.Args().First())
 		if err != nil {

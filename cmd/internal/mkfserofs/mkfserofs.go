@@ -263,22 +263,22 @@ func (p *parser) long(s string, next func() (string, bool)) error {
 	return o.set(p, v, given)
 }
 
-// short handles a cluster of short options: "-Vh", "-b4096", "-b".
+// short handles a short option: "-b4096", "-b 4096", "-h". Of a cluster
+// such as "-Vh" the first letter decides, as with mkfs.erofs: -h and -V
+// end the run, and every other option takes the rest as its value.
 func (p *parser) short(s string, next func() (string, bool)) error {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch c {
-		case 'h':
-			p.cmd.Help = true
-			return nil
-		case 'V':
-			p.cmd.Version = true
-			return nil
-		case 'b', 'd', 'x', 'z', 'C', 'E', 'L', 'T', 'U', 'm':
-		default:
-			return fmt.Errorf("invalid option -- '%c'", c)
-		}
-		v := s[i+1:]
+	if s == "" {
+		return nil
+	}
+	switch c := s[0]; c {
+	case 'h':
+		p.cmd.Help = true
+		return nil
+	case 'V':
+		p.cmd.Version = true
+		return nil
+	case 'b', 'd', 'x', 'z', 'C', 'E', 'L', 'T', 'U', 'm':
+		v := s[1:]
 		if v == "" {
 			var ok bool
 			if v, ok = next(); !ok {
@@ -286,8 +286,9 @@ func (p *parser) short(s string, next func() (string, bool)) error {
 			}
 		}
 		return p.shortValue(c, v)
+	default:
+		return fmt.Errorf("invalid option -- '%c'", c)
 	}
-	return nil
 }
 
 func (p *parser) shortValue(c byte, v string) (err error) {

@@ -124,10 +124,6 @@ type token uint32
 
 const matchFlag = 1 << 31
 
-func matchToken(length, dist int) token {
-	return token(matchFlag | uint32(length-3)<<16 | uint32(dist-1))
-}
-
 // block collects the symbol statistics of the block being built.
 type block struct {
 	lit   [numLitLen]uint32
@@ -143,21 +139,7 @@ func (b *block) reset() {
 	b.lit[endOfBlock] = 1
 }
 
-// add counts token t; remove uncounts it.
-func (b *block) add(t token) {
-	if t < matchFlag {
-		b.lit[t]++
-		return
-	}
-	l := t >> 16 & 0xff
-	ds, dx := distSym(uint32(t) & 0xffff)
-	b.lit[257+int(lenSym[l])]++
-	b.dist[ds]++
-	b.extra += int(lenExtra[l]) + int(dx)
-	b.matched += int(l) + 3
-	b.matches++
-}
-
+// remove uncounts token t.
 func (b *block) remove(t token) {
 	if t < matchFlag {
 		b.lit[t]--

@@ -157,13 +157,12 @@ func TestTinyBudgets(t *testing.T) {
 func TestDeterministic(t *testing.T) {
 	text := testInputs()["text"]
 	e1, _ := NewEncoder(6)
-	e2, _ := NewEncoder(6)
 	d1, d2 := make([]byte, 4096), make([]byte, 4096)
 	// e1 has history of other calls; e2 is fresh for every piece.
 	for off := 0; off < 200000; off += 7919 {
 		e1.CompressDestSize(d1, text[off+100:])
 		w1, c1 := e1.CompressDestSize(d1, text[off:])
-		e2, _ = NewEncoder(6)
+		e2, _ := NewEncoder(6)
 		w2, c2 := e2.CompressDestSize(d2, text[off:])
 		if w1 != w2 || c1 != c2 || !bytes.Equal(d1[:w1], d2[:w2]) {
 			t.Fatalf("at %d: reused encoder %d/%d, fresh %d/%d", off, w1, c1, w2, c2)

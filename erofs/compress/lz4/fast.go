@@ -186,19 +186,3 @@ func fastSearch(t *fastTable, sp unsafe.Pointer, ip, limit, probes int) (start, 
 	return ip, cand
 }
 
-// matchLen counts the bytes at a that equal those at b (a < b), up to limit.
-func matchLen(src []byte, a, b, limit int) int {
-	start := b
-	for b+8 <= limit {
-		if x := le64(src, a) ^ le64(src, b); x != 0 {
-			return b - start + bits.TrailingZeros64(x)>>3
-		}
-		a += 8
-		b += 8
-	}
-	for b < limit && src[a] == src[b] {
-		a++
-		b++
-	}
-	return b - start
-}

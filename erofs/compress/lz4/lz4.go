@@ -38,7 +38,6 @@
 package lz4
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 )
@@ -282,12 +281,6 @@ func emitSeq(dst []byte, di int, src []byte, anchor, ip, offset, ml int) (ndi, e
 	return di, ip + ml, true, full
 }
 
-// le32 and le64 load little-endian words at b[i:]. Slicing to the word's
-// length compiles to one bounds check and a load; b[i:] would add the
-// pointer masking of a possibly empty slice.
-func le16(b []byte, i int) uint16 { return binary.LittleEndian.Uint16(b[i : i+2]) }
-func le32(b []byte, i int) uint32 { return binary.LittleEndian.Uint32(b[i : i+4]) }
-func le64(b []byte, i int) uint64 { return binary.LittleEndian.Uint64(b[i : i+8]) }
 
 // Errors returned by the decoder.
 var (

@@ -8,8 +8,8 @@ import (
 	"io/fs"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 )
@@ -19,7 +19,7 @@ import (
 func GoSource(size int) []byte {
 	var buf bytes.Buffer
 	var files []string
-	filepath.WalkDir(filepath.Join(runtime.GOROOT(), "src"), func(p string, d fs.DirEntry, err error) error {
+	filepath.WalkDir(filepath.Join(goroot(), "src"), func(p string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".go") {
 			files = append(files, p)
 		}
@@ -66,4 +66,14 @@ func Repetitive(size int) []byte {
 		}
 	}
 	return b
+}
+
+// goroot is the GOROOT of the go command on PATH (the sources of the
+// toolchain that runs the tests), or "" without one.
+func goroot() string {
+	out, err := exec.Command("go", "env", "GOROOT").Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
 }
