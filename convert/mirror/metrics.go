@@ -27,7 +27,7 @@ func NewMetrics(depth func(context.Context) (waiting, inProgress int, err error)
 		Registry: prometheus.NewRegistry(),
 		Events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ocierofs_mirror_events_total",
-			Help: "Pushed and deleted manifests reported by notifications, by what became of them (queued, duplicate, filtered, loop, untagged, invalid, unauthorized; prune or unpruned for a delete).",
+			Help: "Pushed and deleted manifests reported by notifications, by what became of them (queued, duplicate, filtered, loop, untagged, invalid, unauthorized, oversized: a body over 4 MiB; prune or unpruned for a delete).",
 		}, []string{"result"}),
 		Pruned: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ocierofs_mirror_pruned_total",

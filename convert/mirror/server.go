@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -221,10 +222,14 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request) {
 	http.Error(w, "unauthorized", http.StatusUnauthorized)
 }
 
+// maxNotification bounds a notification's body, which is read into
+// memory: distribution batches a few events of under a kilobyte each,
+// Harbor sends one; 4 MiB is also what registries accept of a manifest.
+const maxNotification = 4 << 20
+
 func (s *Server) notify(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, 4<<20))
+	body, err := s.readNotification(w, r)
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
 	kind, events, err := ParseNotification(body)
@@ -276,6 +281,30 @@ func (s *Server) notify(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(resp)
 }
+
+// readNotification reads r's body, or answers the request and returns an
+// error: a body over maxNotification gets 413 (a cut one would only fail
+// to parse as JSON, which names no cause), unread if its length says so.
+func (s *Server) readNotification(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	var body []byte
+	err := errTooLarge
+	if r.ContentLength <= maxNotification {
+		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, maxNotification))
+	}
+	if tooBig := new(http.MaxBytesError); errors.Is(err, errTooLarge) || errors.As(err, &tooBig) {
+		s.count("oversized", 1)
+		s.logf("notify from %s: body over %d bytes (4 MiB): refused with 413", r.RemoteAddr, maxNotification)
+		w.Header().Set("Connection", "close") // the rest of the body is not read
+		http.Error(w, fmt.Sprintf("notification body larger than %d bytes (4 MiB): refused", maxNotification), http.StatusRequestEntityTooLarge)
+		return nil, err
+	}
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+	}
+	return body, err
+}
+
+var errTooLarge = errors.New("notification too large")
 
 // triage returns why an event is not queued ("" if it is).
 func (s *Server) triage(e Event) string {

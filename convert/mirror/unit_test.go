@@ -9,10 +9,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -531,5 +534,47 @@ func TestClassifyTooLarge(t *testing.T) {
 	err := fmt.Errorf("layer sha256:ab: tar entry \"big\": %w", &convert.TooLargeError{Max: 1 << 20})
 	if _, ok := (&twinJob{}).classify(err).(errPermanent); !ok {
 		t.Errorf("%v: not permanent", err)
+	}
+}
+
+// A notification over 4 MiB gets 413 and a line in the log, whether its
+// length is announced or it comes chunked; one of exactly 4 MiB is read
+// whole (it parses: this server only converts, so 503). The body used to
+// be cut at 4 MiB and refused as "unexpected end of JSON input".
+func TestNotifyTooLarge(t *testing.T) {
+	var logged strings.Builder
+	var mu sync.Mutex
+	logf := func(f string, a ...any) { mu.Lock(); fmt.Fprintf(&logged, f+"\n", a...); mu.Unlock() }
+	s := NewServer(&Config{}, nil, nil, logf)
+	defer s.Close()
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	// An envelope of n bytes, padded inside: cut short, it is no JSON.
+	body := func(n int) []byte {
+		return slices.Concat([]byte(`{"events":[`), bytes.Repeat([]byte(" "), n-len(`{"events":[]}`)), []byte(`]}`))
+	}
+	post := func(r io.Reader) (int, string) {
+		resp, err := http.Post(srv.URL+"/notify", "application/json", r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, msg := post(bytes.NewReader(body(maxNotification))); code != http.StatusServiceUnavailable {
+		t.Errorf("a body of exactly 4 MiB: %d %q, want it read and parsed (503: no queue)", code, msg)
+	}
+	chunked := struct{ io.Reader }{bytes.NewReader(body(maxNotification + 1))} // no length: sent chunked
+	for what, r := range map[string]io.Reader{"announced": bytes.NewReader(body(maxNotification + 1)), "chunked": chunked} {
+		code, msg := post(r)
+		if code != http.StatusRequestEntityTooLarge || !strings.Contains(msg, "larger than 4194304 bytes") {
+			t.Errorf("a body of 4 MiB + 1, length %s: %d %q, want 413 naming the bound", what, code, msg)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n := strings.Count(logged.String(), "refused with 413"); n != 2 {
+		t.Errorf("%d log lines for two refused bodies:\n%s", n, logged.String())
 	}
 }
