@@ -33,8 +33,11 @@ type LayerCache interface {
 	// the caller its converter (claimed true) — waiting, while another
 	// owner's claim is fresh, for that owner's entry.
 	Claim(ctx context.Context, key, owner string) (e *LayerEntry, claimed bool, err error)
-	// Refresh keeps the caller's claims alive while it converts.
-	Refresh(ctx context.Context, keys []string, owner string)
+	// Refresh keeps the caller's claims on keys alive while it converts.
+	// It returns the claims it found lost, by key, with who has the key
+	// now: another worker took the claim over after the caller went the
+	// ttl without a refresh (or stored the layer since).
+	Refresh(ctx context.Context, keys []string, owner string) (lost map[string]string)
 	// Store records the entry of a claimed key.
 	Store(ctx context.Context, key string, e LayerEntry) error
 	// Release gives up a claim (the conversion failed), so another worker
@@ -61,28 +64,40 @@ type claim struct {
 
 // kvCache keeps the layer cache in a JetStream key-value bucket.
 type kvCache struct {
-	kv    jetstream.KeyValue
-	obj   jetstream.ObjectStore // skeletons
-	ttl   time.Duration         // a claim not refreshed for this long is dead
-	poll  time.Duration
-	mu    sync.Mutex
-	revs  map[string]uint64 // revisions of our claims
-	waits func()            // test hook: called when Claim waits
+	kv   jetstream.KeyValue
+	obj  jetstream.ObjectStore // skeletons
+	ttl  time.Duration         // a claim not refreshed for this long is dead
+	poll time.Duration
+	mu   sync.Mutex
+	revs map[string]uint64 // revisions of our claims
+	// now stamps claims when they are written and judges their age
+	// (TestClaimTakeover turns it by hand).
+	now   func() time.Time
+	waits func(owner string) // test hook: called each time Claim waits
 }
 
 // NewKVCache returns the queue's layer cache; claims expire after ttl
 // without a refresh (the queue's ack wait: the time after which a task is
 // thought lost).
 func (q *Queue) LayerCache() LayerCache {
-	return &kvCache{kv: q.layers, obj: q.skeletons, ttl: time.Duration(q.cfg.Queue.AckWait), poll: 200 * time.Millisecond, revs: map[string]uint64{}}
+	return &kvCache{kv: q.layers, obj: q.skeletons, ttl: time.Duration(q.cfg.Queue.AckWait), poll: 200 * time.Millisecond,
+		revs: map[string]uint64{}, now: time.Now}
+}
+
+// claimOf is owner's claim as of now. A claim is made just before it is
+// written: one made when Claim began to wait would be as old as the wait
+// when it takes over a dead owner's, and the next waiter would take it
+// over at once (TestClaimTakeover).
+func (c *kvCache) claimOf(owner string) []byte {
+	b, _ := json.Marshal(cacheValue{Claim: &claim{Owner: owner, At: c.now().UTC()}})
+	return b
 }
 
 func (c *kvCache) Claim(ctx context.Context, key, owner string) (*LayerEntry, bool, error) {
-	mine, _ := json.Marshal(cacheValue{Claim: &claim{Owner: owner, At: time.Now().UTC()}})
 	for {
 		e, err := c.kv.Get(ctx, key)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			rev, err := c.kv.Create(ctx, key, mine)
+			rev, err := c.kv.Create(ctx, key, c.claimOf(owner))
 			if err == nil {
 				c.setRev(key, rev)
 				return nil, true, nil
@@ -102,8 +117,8 @@ func (c *kvCache) Claim(ctx context.Context, key, owner string) (*LayerEntry, bo
 		if v.Entry != nil {
 			return v.Entry, false, nil
 		}
-		if v.Claim.Owner == owner || time.Since(v.Claim.At) > c.ttl {
-			rev, err := c.kv.Update(ctx, key, mine, e.Revision())
+		if v.Claim.Owner == owner || c.now().Sub(v.Claim.At) > c.ttl {
+			rev, err := c.kv.Update(ctx, key, c.claimOf(owner), e.Revision())
 			if err == nil {
 				c.setRev(key, rev)
 				return nil, true, nil
@@ -111,7 +126,7 @@ func (c *kvCache) Claim(ctx context.Context, key, owner string) (*LayerEntry, bo
 			continue
 		}
 		if c.waits != nil {
-			c.waits()
+			c.waits(owner)
 		}
 		select {
 		case <-ctx.Done():
@@ -134,15 +149,60 @@ func (c *kvCache) rev(key string) (uint64, bool) {
 	return r, ok
 }
 
-func (c *kvCache) Refresh(ctx context.Context, keys []string, owner string) {
-	val, _ := json.Marshal(cacheValue{Claim: &claim{Owner: owner, At: time.Now().UTC()}})
+// Refresh rewrites each claim at the revision it was last written at; one
+// rewritten since by someone else is lost. A failed write whose key still
+// holds our claim went through unanswered: its revision is taken. A key
+// that cannot be read is tried again next time.
+func (c *kvCache) Refresh(ctx context.Context, keys []string, owner string) map[string]string {
+	var lost map[string]string
 	for _, k := range keys {
-		if rev, ok := c.rev(k); ok {
-			if nrev, err := c.kv.Update(ctx, k, val, rev); err == nil {
-				c.setRev(k, nrev)
-			}
+		rev, ok := c.rev(k)
+		if !ok {
+			continue
 		}
+		nrev, err := c.kv.Update(ctx, k, c.claimOf(owner), rev)
+		if err == nil {
+			c.setRev(k, nrev)
+			continue
+		}
+		holder, rev, err := c.holder(ctx, k)
+		switch {
+		case err != nil:
+			continue
+		case holder == owner:
+			c.setRev(k, rev)
+			continue
+		}
+		if lost == nil {
+			lost = map[string]string{}
+		}
+		lost[k] = holder
+		c.mu.Lock()
+		delete(c.revs, k)
+		c.mu.Unlock()
 	}
+	return lost
+}
+
+// holder says who has key now: the owner of its claim, the worker whose
+// entry it holds, or nobody; with the key's revision.
+func (c *kvCache) holder(ctx context.Context, key string) (string, uint64, error) {
+	e, err := c.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return "nobody (the key was deleted)", 0, nil
+	}
+	if err != nil {
+		return "", 0, err
+	}
+	var v cacheValue
+	json.Unmarshal(e.Value(), &v)
+	switch {
+	case v.Claim != nil:
+		return v.Claim.Owner, e.Revision(), nil
+	case v.Entry != nil:
+		return fmt.Sprintf("%s, which stored the layer", v.Entry.Worker), e.Revision(), nil
+	}
+	return "nobody (an unreadable value)", e.Revision(), nil
 }
 
 func (c *kvCache) Store(ctx context.Context, key string, e LayerEntry) error {
@@ -229,7 +289,8 @@ func (c *memCache) Claim(ctx context.Context, key, owner string) (*LayerEntry, b
 	}
 }
 
-func (c *memCache) Refresh(context.Context, []string, string) {}
+// Refresh has nothing to do: one process's claims do not expire.
+func (c *memCache) Refresh(context.Context, []string, string) map[string]string { return nil }
 
 func (c *memCache) Store(_ context.Context, key string, e LayerEntry) error {
 	c.mu.Lock()

@@ -324,6 +324,20 @@ func (j *twinJob) cleanup() {
 	}
 }
 
+// lostClaim notes that the claim on key went to by: this worker went the
+// ack wait without a refresh reaching the queue (paused, cut off), and by
+// took the layer over. The conversion goes on: by began later, so this
+// one is the nearer to done, and both make the same bytes; stopping it
+// would save only its remaining part and need a way back into waiting.
+// Both store an entry of the same blob. Seen often, the ack wait is too short for
+// the queue's latency.
+func (j *twinJob) lostClaim(key, by string) {
+	j.mu.Lock()
+	delete(j.claimed, key)
+	j.mu.Unlock()
+	j.t.logf("layer cache %s: claim lost to %s (no refresh reached the queue for the ack wait); converting the layer anyway, to the same bytes", key, by)
+}
+
 // refreshClaims keeps the claims alive until the job ends.
 func (j *twinJob) refreshClaims() {
 	if j.stopRefresh != nil {
@@ -348,7 +362,9 @@ func (j *twinJob) refreshClaims() {
 					keys = append(keys, k)
 				}
 				j.mu.Unlock()
-				j.t.Cache.Refresh(j.ctx, keys, j.owner)
+				for k, by := range j.t.Cache.Refresh(j.ctx, keys, j.owner) {
+					j.lostClaim(k, by)
+				}
 			}
 		}
 	}()
