@@ -881,6 +881,7 @@ func flatLayer(ctx context.Context, tl *tarLayer, s layerSource, base, maxTar in
 	if maxTar > 0 {
 		tarStream = &capReader{r: dec, max: maxTar}
 	}
+	tl.maxTar = maxTar
 	tl.flat.startLayer()
 	h := sha256.New()
 	if err := tl.addTar(tarStream, h, comp != Uncompressed); err != nil {

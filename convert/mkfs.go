@@ -149,7 +149,7 @@ func buildTar(w io.WriterAt, r io.Reader, opt Options, ops *dirOps) (*Result, er
 	if !opt.NoDiffID {
 		h = sha256.New()
 	}
-	l := &tarLayer{b: b, wt: whiteout.NewTranslator(opt.Whiteouts), ops: ops, tarIndex: opt.TarIndex, lowerRoot: opt.lowerRoot}
+	l := &tarLayer{b: b, wt: whiteout.NewTranslator(opt.Whiteouts), ops: ops, tarIndex: opt.TarIndex, lowerRoot: opt.lowerRoot, maxTar: opt.MaxTarSize}
 	if err := l.addTar(src, h, comp != Uncompressed); err != nil {
 		return nil, err
 	}

@@ -57,6 +57,9 @@ type tarLayer struct {
 	// layer's opaque marker on the root, if it has one.
 	lowerRoot  func() ([]string, bool)
 	rootOpaque *tar.Header
+	// maxTar is Options.MaxTarSize: a file whose header alone puts the
+	// tar past it fails there, before its data is read.
+	maxTar int64
 }
 
 // addTar reads an uncompressed tar stream to its end, adding every entry.
@@ -95,6 +98,9 @@ func (l *tarLayer) addTar(r io.Reader, h hash.Hash, compressed bool) error {
 		}
 		// The header is the last 512-byte block read so far.
 		off := src.offset() - 512
+		if l.maxTar > 0 && hdr.Typeflag == tar.TypeReg && !isSparse(hdr) && hdr.Size > l.maxTar-src.offset() {
+			return fmt.Errorf("tar entry %q at offset %d: %d bytes: %w", hdr.Name, off, hdr.Size, &TooLargeError{Max: l.maxTar})
+		}
 		var data io.Reader = tr
 		if tf != nil && hdr.Typeflag == tar.TypeReg && !isSparse(hdr) {
 			data = tf.data(tr, hdr.Size)
