@@ -43,7 +43,7 @@ var serveCommand = &cli.Command{
 		&cli.BoolFlag{Name: "worker", Usage: "only take tasks from --nats (no notifications); health and metrics still on --listen"},
 		&cli.IntFlag{Name: "tasks", Value: 1, Usage: "images converted at once by this process (0: only receive notifications)"},
 		&cli.StringFlag{Name: "name", DefaultText: "host:pid", Usage: "this worker's name in /status"},
-	}, options.ErofsFlags(), options.SourceFlags(), options.ConvertFlags()),
+	}, options.ErofsFlags(), mirrorSourceFlags(), options.ConvertFlags()),
 	Action: func(c *cli.Context) error {
 		if c.NArg() != 0 {
 			return fmt.Errorf("serve: no arguments expected (got %q)", c.Args().Slice())
@@ -68,6 +68,21 @@ func mirrorFlags() []cli.Flag {
 		&cli.IntFlag{Name: "max-deliver", DefaultText: "5", Usage: "attempts per task"},
 		&cli.DurationFlag{Name: "backoff", DefaultText: "10s", Usage: "delay before the first retry, doubled each time"},
 	}
+}
+
+// mirrorSourceFlags are convert's SourceFlags with the mirror's default
+// bound on a layer (mirror.DefaultMaxLayerSize).
+func mirrorSourceFlags() []cli.Flag {
+	out := slices.Clone(options.SourceFlags())
+	for i, f := range out {
+		if sf, ok := f.(*cli.StringFlag); ok && sf.Name == "max-layer-size" {
+			c := *sf
+			c.Value = fmt.Sprintf("%dG", mirror.DefaultMaxLayerSize>>30)
+			c.Usage = "fail a layer whose uncompressed tar is larger than `SIZE` (K, M, G, T): a mirror converts what anyone may push, and a gzip of zeros expands 1000:1; raise it for larger layers"
+			out[i] = &c
+		}
+	}
+	return out
 }
 
 // mirrorConfig reads --config, lets the flags override it, applies its

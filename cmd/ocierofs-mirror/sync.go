@@ -31,7 +31,7 @@ var syncCommand = &cli.Command{
 		&cli.BoolFlag{Name: "dry-run", Usage: "print what would be converted (and pruned) and change nothing"},
 		&cli.BoolFlag{Name: "prune", Usage: "delete the twins whose source image or tag is gone from the registry"},
 		&cli.IntFlag{Name: "images", Value: 1, Usage: "images converted at once"},
-	}, options.ErofsFlags(), options.SourceFlags(), options.ConvertFlags()),
+	}, options.ErofsFlags(), mirrorSourceFlags(), options.ConvertFlags()),
 	Action: func(c *cli.Context) error {
 		if c.NArg() != 0 {
 			return fmt.Errorf("sync: no arguments expected (got %q)", c.Args().Slice())

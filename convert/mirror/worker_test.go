@@ -1,7 +1,9 @@
 package mirror_test
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -422,4 +424,53 @@ func selfSigned(t testing.TB, dir string) (cert, key string) {
 	must(t, os.WriteFile(cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644))
 	must(t, os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600))
 	return cert, key
+}
+
+// bombLayer is a gzip of a tar whose first file claims size bytes and
+// stops after 64 KiB: over any bound below size, it is refused at that
+// header (and without a bound, it is a truncated tar).
+func bombLayer(t testing.TB, size int64) *blobLayer {
+	var raw, gz bytes.Buffer
+	tw := tar.NewWriter(&raw)
+	must(t, tw.WriteHeader(&tar.Header{Name: "zeros", Typeflag: tar.TypeReg, Mode: 0o644, Size: size, ModTime: testTime}))
+	_, err := tw.Write(make([]byte, 64<<10))
+	must(t, err)
+	zw := gzip.NewWriter(&gz)
+	zw.Write(raw.Bytes())
+	must(t, zw.Close())
+	return &blobLayer{blob: gz.Bytes(), diffID: sha256Of(raw.Bytes())}
+}
+
+// serve and sync bound a layer without --max-layer-size: a layer over
+// mirror.DefaultMaxLayerSize fails its task on the first attempt (no
+// retry would download less), naming the bound.
+func TestDefaultMaxLayerSize(t *testing.T) {
+	bin := mirrorBinary(t)
+	h := newHarness(t, "m", nil)
+	var logs lockedBuffer
+	w := exec.Command(bin, "serve", "--worker", "--nats", h.q.WorkerURL(), "--registry", h.reg.host, "--plain-http",
+		"--listen", "127.0.0.1:0", "--name", "W", "-j", "1")
+	w.Stdout, w.Stderr = &logs, &logs
+	w.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	must(t, w.Start())
+	t.Cleanup(func() {
+		w.Process.Kill()
+		w.Wait()
+		if t.Failed() {
+			t.Logf("the worker's log:\n%s", logs.String())
+		}
+	})
+	d := h.reg.push(t, "bomb/zeros:1", image(t, bombLayer(t, mirror.DefaultMaxLayerSize+1<<30)))
+	want := fmt.Sprintf("larger than the %d bytes", mirror.DefaultMaxLayerSize)
+	r := h.waitRecord(t, "bomb/zeros", "1", d, time.Minute, func(r *mirror.Record) bool { return r.State == mirror.StateFailed })
+	if r.Attempts != 1 || !strings.Contains(r.Error, want) {
+		t.Errorf("serve: task failed on attempt %d with %q, want attempt 1 and %q", r.Attempts, r.Error, want)
+	}
+
+	list := filepath.Join(t.TempDir(), "list")
+	must(t, os.WriteFile(list, []byte("bomb/zeros:1\n"), 0o644))
+	out, err := exec.Command(bin, "sync", "--registry", h.reg.host, "--plain-http", "--list-file", list, "-q").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "failed: ") || !strings.Contains(string(out), want) {
+		t.Errorf("sync: %v, %s; want the image failed with %q", err, out, want)
+	}
 }
