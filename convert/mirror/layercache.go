@@ -76,7 +76,7 @@ type kvCache struct {
 	waits func(owner string) // test hook: called each time Claim waits
 }
 
-// NewKVCache returns the queue's layer cache; claims expire after ttl
+// LayerCache returns the queue's layer cache; claims expire after ttl
 // without a refresh (the queue's ack wait: the time after which a task is
 // thought lost).
 func (q *Queue) LayerCache() LayerCache {

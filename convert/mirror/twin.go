@@ -327,10 +327,10 @@ func (j *twinJob) cleanup() {
 // lostClaim notes that the claim on key went to by: this worker went the
 // ack wait without a refresh reaching the queue (paused, cut off), and by
 // took the layer over. The conversion goes on: by began later, so this
-// one is the nearer to done, and both make the same bytes; stopping it
-// would save only its remaining part and need a way back into waiting.
-// Both store an entry of the same blob. Seen often, the ack wait is too short for
-// the queue's latency.
+// one is the nearer to done, and both make the same bytes (and store
+// entries of the same blob); stopping it would save only its remaining
+// part and need a way back into waiting. Seen often, the ack wait is too
+// short for the queue's latency.
 func (j *twinJob) lostClaim(key, by string) {
 	j.mu.Lock()
 	delete(j.claimed, key)
