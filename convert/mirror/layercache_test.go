@@ -2,6 +2,7 @@ package mirror
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -172,5 +173,44 @@ func TestRefreshUnanswered(t *testing.T) {
 	}
 	if rev, _ := c.rev(key); rev != e.Revision() {
 		t.Errorf("after the refreshes: our revision %d, the key's %d", rev, e.Revision())
+	}
+}
+
+// A job whose claim was taken over while it converted says so in its log
+// at its next refresh, naming the taker, and no longer counts the claim
+// as its own (cleanup does not release it).
+func TestJobNoticesLostClaim(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := testQueue(ctx, t).LayerCache().(*kvCache)
+	const key = "k"
+	if _, claimed, err := c.Claim(ctx, key, "A/task"); err != nil || !claimed {
+		t.Fatalf("claim: %v, %v", claimed, err)
+	}
+	logged := make(chan string, 1)
+	tw := &Twins{Cache: c, ClaimRefresh: time.Millisecond, Log: func(s string) {
+		select {
+		case logged <- s:
+		default:
+		}
+	}}
+	j := &twinJob{t: tw, ctx: ctx, owner: "A/task", claimed: map[string]bool{key: true}}
+	defer j.cleanup()
+	if _, err := c.kv.Put(ctx, key, c.claimOf("B/task")); err != nil { // B took it over
+		t.Fatal(err)
+	}
+	j.refreshClaims()
+	select {
+	case line := <-logged:
+		if !strings.Contains(line, "claim lost to B/task") {
+			t.Errorf("log: %q, want the claim lost to B/task", line)
+		}
+	case <-ctx.Done():
+		t.Fatal("the job never noticed")
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.claimed[key] {
+		t.Error("the job still counts the lost claim as its own")
 	}
 }
