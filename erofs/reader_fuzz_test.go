@@ -3,19 +3,24 @@ package erofs
 import (
 	"bytes"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"testing/fstest"
 	"time"
+
+	"github.com/ocierofs/ocierofs/internal/fuzzcorpus"
 )
 
 // FuzzReader feeds arbitrary bytes to the reader: Open, then everything a
-// caller may do to every file. Errors are fine; panics, hangs and runaway
-// allocations are not.
+// caller may do to every file, reading each from the start and at offsets
+// drawn from a hash of the input (so a crasher replays). Errors are fine;
+// panics, hangs and runaway allocations are not.
 func FuzzReader(f *testing.F) {
 	for _, name := range []string{"plain.img", "chunk.img", "blob.img"} {
 		b, err := os.ReadFile(filepath.Join("testdata", name))
@@ -36,19 +41,19 @@ func FuzzReader(f *testing.F) {
 		if err != nil {
 			return
 		}
-		exerciseImage(img)
+		exerciseImage(img, data)
 		// The same image with its extra devices read flat, and with the
 		// image itself standing in for every extra device.
 		if n := img.Super().ExtraDevices; n > 0 {
 			if img, err := Open(r, size, WithFlatDevices()); err == nil {
-				exerciseImage(img)
+				exerciseImage(img, data)
 			}
 			opts := make([]OpenOption, n)
 			for i := range opts {
 				opts[i] = WithDevice(r, size)
 			}
 			if img, err := Open(r, size, opts...); err == nil {
-				exerciseImage(img)
+				exerciseImage(img, data)
 			}
 		}
 	})
@@ -85,8 +90,12 @@ func compressedSeeds(t testing.TB) [][]byte {
 // exerciseImage walks the whole tree and reads everything, within a budget:
 // a crafted image may hold directories that share children, whose walk grows
 // exponentially without any cycle. Each inode's data is read once (through
-// its first path), which keeps hard-link farms cheap.
-func exerciseImage(img *Image) {
+// its first path), which keeps hard-link farms cheap, and then at offsets
+// drawn from a hash of data.
+func exerciseImage(img *Image, data []byte) {
+	h := fnv.New64a()
+	h.Write(data)
+	rng := rand.New(rand.NewPCG(h.Sum64(), 0))
 	budget := 2000
 	seen := make(map[uint64]bool)
 	_ = fs.WalkDir(img, ".", func(p string, d fs.DirEntry, err error) error {
@@ -134,6 +143,7 @@ func exerciseImage(img *Image) {
 				var b [100]byte
 				_, _ = ra.ReadAt(b[:], ino.Size-50)
 				_, _ = ra.ReadAt(b[:], ino.Size/2)
+				readAtRandom(ra, ino.Size, img.Super().BlockSize, rng)
 			}
 			_ = f.Close()
 		}
@@ -163,6 +173,23 @@ func exerciseImage(img *Image) {
 				_, _ = io.CopyN(io.Discard, dr, 1<<16)
 			}
 		}
+	}
+}
+
+// readAtRandom reads ra at 8 offsets of a file of size bytes drawn from
+// rng, in no order: anywhere, or next to a block boundary, where extents
+// and chunks begin and end; 1 byte to two blocks each.
+func readAtRandom(ra io.ReaderAt, size int64, bs int, rng *rand.Rand) {
+	if size <= 0 || bs == 0 {
+		return
+	}
+	buf := make([]byte, 2*bs)
+	for range 8 {
+		off := rng.Int64N(size + 1)
+		if rng.IntN(2) == 0 {
+			off = off&^int64(bs-1) + int64(rng.IntN(3)) - 1
+		}
+		_, _ = ra.ReadAt(buf[:1+rng.IntN(len(buf))], off)
 	}
 }
 
@@ -301,5 +328,55 @@ func TestReaderWriteSeeds(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestReaderCorruptOffsets reads FuzzReader's crashers at every block
+// boundary of file b and one byte either side, from its end down: its
+// first extent (bytes 0..4095) reads, and each offset after fails with an
+// error naming its inode, never a panic. In these two, b's lookback from
+// lcluster 2 passes the HEAD at lcluster 1, and lcluster 1's extent is
+// longer than its block.
+func TestReaderCorruptOffsets(t *testing.T) {
+	for _, name := range []string{"FuzzReader_7abe3a1c4c058695", "FuzzReader_8a8a20cad216875c"} {
+		vals, err := fuzzcorpus.Values(filepath.Join("testdata", "fuzz", "FuzzReader", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		img := openBytes(t, vals[0])
+		ino, err := img.Lstat("b")
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		f, err := img.Open("b")
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		ra := f.(io.ReaderAt)
+		for blk := ino.Size &^ 4095; blk >= 0; blk -= 4096 {
+			for _, off := range []int64{blk + 1, blk, blk - 1} {
+				var b [1]byte
+				n, err := ra.ReadAt(b[:], off)
+				var want string
+				switch {
+				case off < 0:
+					continue
+				case off < 4096:
+					if n != 1 || err != nil {
+						t.Errorf("%s: ReadAt(b, %d) = %d, %v; the first extent reads", name, off, n, err)
+					}
+					continue
+				case off < 8192:
+					want = fmt.Sprintf("nid %d: lcluster 1: plain extent", ino.Nid)
+				default:
+					want = fmt.Sprintf("nid %d: lcluster 0: extent 0..4096 ends before offset %d", ino.Nid, off)
+				}
+				if n != 0 || err == nil || !strings.Contains(err.Error(), want) {
+					t.Errorf("%s: ReadAt(b, %d) = %d, %v; want %q", name, off, n, err, want)
+				}
+			}
+		}
+		// And every file of the image, read through and at random.
+		exerciseImage(img, vals[0])
 	}
 }
