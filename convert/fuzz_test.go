@@ -33,8 +33,23 @@ func seedTar(f *testing.F, entries func(tw *tar.Writer)) {
 	f.Add(buf.Bytes())
 }
 
+// archiveTarFails says whether archive/tar fails on the tar in data (plain,
+// gzip or zstd, as BuildTar takes it), reading every entry and its data up
+// to the end-of-archive marker: BuildTar must then fail too.
+func archiveTarFails(data []byte) bool {
+	rc, _, err := Decompress(bytes.NewReader(data))
+	if err != nil {
+		return false // not a tar stream: BuildTar's own error
+	}
+	defer rc.Close()
+	ref := tar.NewReader(rc)
+	ev := readTarEvents(ref.Next, ref, nil)
+	return ev[len(ev)-1].err == "error"
+}
+
 // FuzzTar feeds arbitrary bytes to the tar path: it must fail cleanly or
-// produce an image that our reader walks without error.
+// produce an image that our reader walks without error, and fail where
+// archive/tar fails.
 func FuzzTar(f *testing.F) {
 	seedTar(f, func(tw *tar.Writer) {
 		tw.WriteHeader(&tar.Header{Name: "a/", Typeflag: tar.TypeDir, Mode: 0o755})
@@ -60,6 +75,9 @@ func FuzzTar(f *testing.F) {
 		if err != nil {
 			return
 		}
+		if archiveTarFails(data) {
+			t.Fatal("BuildTar accepts a tar that archive/tar refuses")
+		}
 		img, err := erofs.Open(m, int64(len(m.b)))
 		if err != nil {
 			t.Fatalf("image of an accepted tar does not open: %v", err)
@@ -81,7 +99,7 @@ func FuzzTar(f *testing.F) {
 
 // FuzzTarFile: a tar read from a file with pread, the workers reading the
 // data of its files, gives what the same bytes read as a stream give: both
-// fail, or both make the same image.
+// fail, or both make the same image; both fail where archive/tar fails.
 func FuzzTarFile(f *testing.F) {
 	seedTar(f, func(tw *tar.Writer) {
 		tw.WriteHeader(&tar.Header{Name: "a/", Typeflag: tar.TypeDir, Mode: 0o755})
@@ -119,6 +137,9 @@ func FuzzTarFile(f *testing.F) {
 		}
 		if serr == nil && !bytes.Equal(stream.b, file.b) {
 			t.Fatalf("the file's image differs from the stream's (%d vs %d bytes)", len(file.b), len(stream.b))
+		}
+		if serr == nil && archiveTarFails(data) {
+			t.Fatal("BuildTar accepts a tar that archive/tar refuses")
 		}
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"strconv"
 	"strings"
@@ -18,7 +19,9 @@ import (
 // so that what this reader returns is what archive/tar returns: the same
 // headers and data, and an error or the end at the same entry (FuzzTarReader
 // compares them; the error itself may differ, e.g. for a PAX header over
-// 1 MiB cut short).
+// 1 MiB cut short). It is stricter in one place: a stream that ends after
+// a PAX header or GNU long name, before their entry, is cut short
+// (errEndAfterMeta), where archive/tar sees the end of the archive.
 //
 // Why: archive/tar decodes every USTAR header as UTF-8 to guess its format
 // (bytes.IndexFunc over 512 bytes), which this project never asks for, and
@@ -62,6 +65,13 @@ func newTarReader(r io.Reader) *tarReader {
 // errFallback says that the entry is for archive/tar.
 var errFallback = errors.New("tar entry for archive/tar")
 
+// errEndAfterMeta: the stream ends (or its end-of-archive marker comes)
+// after a PAX header or GNU long name, before the entry it describes.
+// archive/tar (and GNU tar 1.34) take that for the end of the archive;
+// Python's tarfile does not, nor does this reader: no writer ends an
+// archive there, the stream was cut (TestTarReaderEndAfterMeta).
+var errEndAfterMeta = fmt.Errorf("%w: the archive ends after a PAX header or GNU long name, before its entry", io.ErrUnexpectedEOF)
+
 // maxSpecialFile bounds PAX records and GNU long names, as in archive/tar.
 const maxSpecialFile = 1 << 20
 
@@ -90,10 +100,13 @@ func (tr *tarReader) next() (*tar.Header, error) {
 	}
 	var pax map[string]string
 	var longName, longLink string
-	for {
+	for meta := false; ; meta = true {
 		hdr, err := tr.readHeader()
 		if err == errFallback {
 			return tr.fallback(tr.blk[:])
+		}
+		if err == io.EOF && meta {
+			return nil, errEndAfterMeta
 		}
 		if err != nil {
 			return nil, err
@@ -279,6 +292,9 @@ func (tr *tarReader) special(slot int, n int64) ([]byte, error) {
 		return nil, err
 	}
 	if _, err := tryReadFull(tr.r, m[tarBlock+int(n):]); err != nil {
+		if err == io.EOF {
+			err = errEndAfterMeta // in its padding
+		}
 		return nil, err
 	}
 	return buf, nil
@@ -299,7 +315,13 @@ func (tr *tarReader) fallback(last []byte) (*tar.Header, error) {
 	}
 	tr.fbRead = &countingReader{r: tr.r}
 	tr.fb = tar.NewReader(io.MultiReader(append(replay, tr.fbRead)...))
-	return tr.fb.Next()
+	hdr, err := tr.fb.Next()
+	if err == io.EOF && last == nil {
+		// Only meta blocks were replayed (the PAX records of a sparse
+		// file): archive/tar found no entry after them.
+		err = errEndAfterMeta
+	}
+	return hdr, err
 }
 
 // Read reads the current entry's data, as tar.Reader.Read.
