@@ -5,7 +5,7 @@ MIRROR  := bin/ocierofs-mirror
 PKGS    := ./...
 FUZZTIME ?= 15s
 
-.PHONY: build test bench bench-mkfs fuzz demo lint clean
+.PHONY: build test bench bench-mkfs fuzz fuzz-short demo lint clean
 
 # Two programs: ocierofs, and the registry mirror (serve, sync) that
 # `ocierofs serve|sync` runs from the same directory or PATH.
@@ -26,9 +26,11 @@ build:
 	CGO_ENABLED=0 $(GO) build $(BUILDFLAGS) -ldflags '$(LDFLAGS)' -o $(MIRROR) ./cmd/ocierofs-mirror
 
 # Every test, including the ones that mount images (they need root and
-# skip with a reason elsewhere).
+# skip with a reason elsewhere), then every fuzz target for a few seconds,
+# so that a parser's regression shows on the next submission.
 test: lint
 	$(GO) test -count=1 -timeout 30m $(PKGS)
+	$(MAKE) fuzz-short
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3x -timeout 30m ./erofs/... ./convert/...
@@ -55,21 +57,30 @@ bench-dedupe: build
 	$(GO) build -o bin/erofsbench ./cmd/erofsbench
 	bin/erofsbench -suite dedupe -data $(BENCHDATA) -ocierofs $(BIN) -mkfs-erofs "$(MKFS_EROFS)" -img-dir /dev/shm/erofsbench-img -verify -out $(BENCHDATA)/results-dedupe.md $(BENCHFLAGS)
 
-# A short run of every fuzz target.
+# Every fuzz target, as package:Target, found in the sources, so that a
+# new one runs without being listed anywhere.
+FUZZ_TARGETS := $(shell grep -rHo --include='*_test.go' --exclude-dir=testdata '^func Fuzz[A-Za-z0-9_]*' . | sed 's,/[^/]*:func ,:,' | LC_ALL=C sort)
+# FUZZFLAGS adds flags to each run, e.g. -parallel 1 on a shared machine.
+FUZZFLAGS ?=
+
+# A run of FUZZTIME of every fuzz target, one after the other; each
+# target runs even if one before failed, and at the end the inputs that
+# failed are listed: go test wrote them to the package's
+# testdata/fuzz/<target>/, where they are to be committed with the fix
+# (go test replays them from there on every run).
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzReader$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./erofs
-	$(GO) test -run '^$$' -fuzz '^FuzzTar$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./convert
-	$(GO) test -run '^$$' -fuzz '^FuzzTarFile$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./convert
-	$(GO) test -run '^$$' -fuzz '^FuzzTarReader$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./convert
-	$(GO) test -run '^$$' -fuzz '^FuzzLZ4$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./erofs/compress/lz4
-	$(GO) test -run '^$$' -fuzz '^FuzzDeflate$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./erofs/compress/deflate
-	$(GO) test -run '^$$' -fuzz '^FuzzDecompress$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./erofs/compress/deflate
-	$(GO) test -run '^$$' -fuzz '^FuzzZstd$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./erofs/compress/zstd
-	$(GO) test -run '^$$' -fuzz '^FuzzLZMA$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./erofs/compress/lzma
-	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./cmd/internal/mkfserofs
-	$(GO) test -run '^$$' -fuzz '^FuzzCleanPath$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./erofs
-	$(GO) test -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./convert/dmverity
-	$(GO) test -run '^$$' -fuzz '^FuzzParseNotification$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s ./convert/mirror
+	@failed=; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; echo "== $$name ($$pkg), $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 3s $(FUZZFLAGS) $$pkg || failed="$$failed $$name"; \
+	done; \
+	if [ -n "$$failed" ]; then \
+		echo "fuzz targets failing:$$failed; their inputs, to commit with the fix:"; \
+		git status --short --untracked-files=all -- '*testdata/fuzz/*'; exit 1; \
+	fi
+
+# Every fuzz target for a few seconds: part of make test.
+fuzz-short:
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=4s
 
 # The main job on data shipped in testdata: a layer tar (with whiteouts, an
 # opaque directory, a hard link, xattrs) into an image, then a look inside.
