@@ -60,7 +60,9 @@ bench-dedupe: build
 # Every fuzz target, as package:Target, found in the sources, so that a
 # new one runs without being listed anywhere.
 FUZZ_TARGETS := $(shell grep -rHo --include='*_test.go' --exclude-dir=testdata '^func Fuzz[A-Za-z0-9_]*' . | sed 's,/[^/]*:func ,:,' | LC_ALL=C sort)
-# FUZZFLAGS adds flags to each run, e.g. -parallel 1 on a shared machine.
+# FUZZFLAGS adds flags to each run, e.g. -parallel 1 on a shared machine,
+# and -timeout 20m for a FUZZTIME of 10m (go test stops at its default
+# timeout, 10m, fuzzing or not).
 FUZZFLAGS ?=
 
 # A run of FUZZTIME of every fuzz target, one after the other; each
