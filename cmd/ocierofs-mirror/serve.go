@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,18 +33,19 @@ var serveCommand = &cli.Command{
 		"embedded NATS server storing the queue in --nats-store. With --nats URL the queue\n" +
 		"is an external cluster, and `serve --worker` processes anywhere take its tasks.\n" +
 		"Also GET /healthz, /readyz, /metrics (Prometheus) and /status (the tasks).",
-	Flags: slices.Concat(mirrorFlags(), []cli.Flag{
+	Flags: slices.Concat(mirrorFlags(), options.InCategory("HTTP",
 		&cli.StringFlag{Name: "listen", DefaultText: ":8080", Usage: "HTTP address"},
 		&cli.StringFlag{Name: "secret", EnvVars: []string{"OCIEROFS_WEBHOOK_SECRET"}, Usage: "shared secret every notification must carry (bare or as \"Bearer SECRET\")"},
 		&cli.StringFlag{Name: "secret-header", DefaultText: "Authorization", Usage: "header holding the secret"},
 		&cli.StringFlag{Name: "tls-cert", Usage: "serve HTTPS with this PEM certificate (and --tls-key)"},
 		&cli.StringFlag{Name: "tls-key", Usage: "PEM key of --tls-cert"},
-		&cli.StringFlag{Name: "nats-store", Usage: "JetStream directory of the embedded NATS server"},
+	), options.InCategory("Queue",
+		&cli.StringFlag{Name: "nats-store", DefaultText: defaultStateDir() + "/nats", Usage: "JetStream directory of the embedded NATS server"},
 		&cli.StringFlag{Name: "nats-listen", DefaultText: "127.0.0.1:4222", Usage: "client address of the embedded NATS server, for remote workers"},
 		&cli.BoolFlag{Name: "worker", Usage: "only take tasks from --nats (no notifications); health and metrics still on --listen"},
 		&cli.IntFlag{Name: "tasks", Value: 1, Usage: "images converted at once by this process (0: only receive notifications)"},
 		&cli.StringFlag{Name: "name", DefaultText: "host:pid", Usage: "this worker's name in /status"},
-	}, options.ErofsFlags(), mirrorSourceFlags(), options.ConvertFlags()),
+	), options.ErofsFlags(), mirrorSourceFlags(), options.ConvertFlags()),
 	Action: func(c *cli.Context) error {
 		if c.NArg() != 0 {
 			return fmt.Errorf("serve: no arguments expected (got %q)", c.Args().Slice())
@@ -54,20 +56,37 @@ var serveCommand = &cli.Command{
 	},
 }
 
+// defaultStateDir is where serve keeps its state unless told:
+// $XDG_STATE_HOME/ocierofs where it is set, /var/lib/ocierofs for root (a
+// system service), else ~/.local/state/ocierofs.
+func defaultStateDir() string {
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "ocierofs")
+	}
+	if os.Geteuid() == 0 {
+		return "/var/lib/ocierofs"
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(h, ".local", "state", "ocierofs")
+	}
+	return filepath.Join(os.TempDir(), "ocierofs")
+}
+
 // mirrorFlags are the settings serve and sync share (a config file may
 // hold them all; flags win over it).
 func mirrorFlags() []cli.Flag {
-	return []cli.Flag{
-		&cli.StringFlag{Name: "config", Usage: "configuration `FILE` (NATS syntax: JSON, or key: value lines; see the README)"},
+	return slices.Concat(options.InCategory("Mirror",
+		&cli.StringFlag{Name: "config", Usage: "configuration `FILE` (NATS syntax: JSON, or key: value lines; see docs/mirror.md)"},
 		&cli.StringFlag{Name: "registry", Usage: "HOST[:PORT] of the registry to mirror"},
 		&cli.StringSliceFlag{Name: "include", Usage: "convert only REPO[:TAG] matching this glob (* within a path element, ** across; repeatable)"},
 		&cli.StringSliceFlag{Name: "exclude", Usage: "never convert REPO[:TAG] matching this glob (repeatable)"},
+	), options.InCategory("Queue",
 		&cli.StringFlag{Name: "nats", EnvVars: []string{"OCIEROFS_NATS"}, Usage: "URL of an external NATS cluster, or of another serve's embedded server: nats://TOKEN@HOST:PORT (default: the embedded server; the environment variable keeps the token out of ps)"},
 		&cli.StringFlag{Name: "nats-creds", Usage: "NATS credentials file"},
 		&cli.DurationFlag{Name: "ack-wait", DefaultText: "1m", Usage: "a task without progress for this long goes to another worker"},
 		&cli.IntFlag{Name: "max-deliver", DefaultText: "5", Usage: "attempts per task"},
 		&cli.DurationFlag{Name: "backoff", DefaultText: "10s", Usage: "delay before the first retry, doubled each time"},
-	}
+	))
 }
 
 // mirrorSourceFlags are convert's SourceFlags with the mirror's default
@@ -78,7 +97,7 @@ func mirrorSourceFlags() []cli.Flag {
 		if sf, ok := f.(*cli.StringFlag); ok && sf.Name == "max-layer-size" {
 			c := *sf
 			c.Value = fmt.Sprintf("%dG", mirror.DefaultMaxLayerSize>>30)
-			c.Usage = "fail a layer whose uncompressed tar is larger than `SIZE` (K, M, G, T): a mirror converts what anyone may push, and a gzip of zeros expands 1000:1; raise it for larger layers"
+			c.Usage = "fail a layer whose uncompressed tar is larger than this size (K, M, G, T): a mirror converts what anyone may push, and a gzip of zeros expands 1000:1; raise it for larger layers"
 			out[i] = &c
 		}
 	}
@@ -199,7 +218,8 @@ func runServe(ctx context.Context, c *cli.Context) error {
 		return errors.New("serve --worker --tasks 0 would do nothing")
 	}
 	if cfg.NATS.URL == "" && cfg.NATS.StoreDir == "" {
-		return errors.New("serve: the embedded NATS server keeps the queue on disk: give --nats-store DIR (or nats.storeDir), or --nats URL")
+		cfg.NATS.StoreDir = filepath.Join(defaultStateDir(), "nats")
+		logf("the embedded NATS server keeps the queue in %s", cfg.NATS.StoreDir)
 	}
 	q, err := mirror.OpenQueue(ctx, cfg, logf)
 	if err != nil {

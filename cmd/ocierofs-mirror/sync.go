@@ -26,12 +26,12 @@ var syncCommand = &cli.Command{
 		"to the queue of a serve cluster instead. --prune also deletes the twins whose\n" +
 		"source image (or tag) was deleted, so that what was taken down is not pulled\n" +
 		"as its twin.",
-	Flags: slices.Concat(mirrorFlags(), []cli.Flag{
+	Flags: slices.Concat(mirrorFlags(), options.InCategory("Mirror",
 		&cli.StringFlag{Name: "list-file", Usage: "REPO:TAG lines to consider instead of the registry's catalog"},
 		&cli.BoolFlag{Name: "dry-run", Usage: "print what would be converted (and pruned) and change nothing"},
 		&cli.BoolFlag{Name: "prune", Usage: "delete the twins whose source image or tag is gone from the registry"},
 		&cli.IntFlag{Name: "images", Value: 1, Usage: "images converted at once"},
-	}, options.ErofsFlags(), mirrorSourceFlags(), options.ConvertFlags()),
+	), options.ErofsFlags(), mirrorSourceFlags(), options.ConvertFlags()),
 	Action: func(c *cli.Context) error {
 		if c.NArg() != 0 {
 			return fmt.Errorf("sync: no arguments expected (got %q)", c.Args().Slice())

@@ -60,3 +60,21 @@ func TestMessages(t *testing.T) {
 		})
 	}
 }
+
+// TestHelpFlags: each flag shows one default, and placeholders alike.
+func TestHelpFlags(t *testing.T) {
+	out, _, code := run(t, bin(t), "convert", "--help")
+	if code != 0 {
+		t.Fatalf("convert --help: exit %d", code)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Count(line, "(default:") > 1 {
+			t.Errorf("two defaults: %s", line)
+		}
+	}
+	for _, want := range []string{"--workers value ", "(default: the number of CPUs)", "--max-layer-size value ", "(default: none)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("convert --help does not show %q", want)
+		}
+	}
+}

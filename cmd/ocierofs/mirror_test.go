@@ -41,6 +41,12 @@ func TestMirrorCommands(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "ocierofs serve [command options]") || !strings.Contains(out, "--nats-store") {
 		t.Errorf("ocierofs serve --help: exit %d, printed\n%s", code, out)
 	}
+	// Its fifty flags in groups, each under its heading.
+	for _, heading := range []string{"Mirror", "Queue", "HTTP", "Source and registry", "EROFS image", "Converted image"} {
+		if !strings.Contains(out, "\n   "+heading+"\n") {
+			t.Errorf("ocierofs serve --help has no group %q", heading)
+		}
+	}
 	out, _, code = run(t, filepath.Join(dir, "ocierofs-mirror"), "serve", "--help")
 	if code != 0 || !strings.Contains(out, "ocierofs-mirror serve [command options]") {
 		t.Errorf("ocierofs-mirror serve --help: exit %d, printed\n%s", code, out)

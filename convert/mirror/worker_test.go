@@ -474,3 +474,35 @@ func TestDefaultMaxLayerSize(t *testing.T) {
 		t.Errorf("sync: %v, %s; want the image failed with %q", err, out, want)
 	}
 }
+
+// TestServeDefaultStore: `serve --registry HOST` starts as it is, with the
+// embedded queue in the state directory ($XDG_STATE_HOME/ocierofs/nats).
+func TestServeDefaultStore(t *testing.T) {
+	bin := mirrorBinary(t)
+	state := t.TempDir()
+	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	var logs lockedBuffer
+	cmd := exec.Command(bin, "serve", "--registry", "127.0.0.1:1", "--nats-listen", "127.0.0.1:0", "--listen", listen, "--tasks", "0")
+	cmd.Env = append(os.Environ(), "XDG_STATE_HOME="+state)
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	must(t, cmd.Start())
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get("http://" + listen + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve without --nats-store not ready in 30s:\n%s", logs.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, err := os.Stat(filepath.Join(state, "ocierofs", "nats", "jetstream")); err != nil {
+		t.Errorf("no queue in the state directory: %v\n%s", err, logs.String())
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -146,4 +147,19 @@ func takesValue(flags []cli.Flag, a string) bool {
 		return takesValue(flags, "-"+name[len(name)-1:])
 	}
 	return false
+}
+
+// InCategory returns copies of flags under the help heading cat, so that
+// a command with many flags lists them in groups (the shared definitions
+// are left as they are). Every urfave/cli flag type has a Category field.
+func InCategory(cat string, flags ...cli.Flag) []cli.Flag {
+	out := make([]cli.Flag, len(flags))
+	for i, f := range flags {
+		v := reflect.ValueOf(f).Elem()
+		c := reflect.New(v.Type())
+		c.Elem().Set(v)
+		c.Elem().FieldByName("Category").SetString(cat)
+		out[i] = c.Interface().(cli.Flag)
+	}
+	return out
 }

@@ -31,14 +31,14 @@ import (
 // ConvertFlags are the flags that shape a converted image beyond its
 // layers: convert's, and the mirror's (serve, sync).
 func ConvertFlags() []cli.Flag {
-	return []cli.Flag{
+	return InCategory("Converted image",
 		&cli.StringFlag{Name: "suffix", Value: "-erofs", Usage: "tag suffix of the default target; a source whose tag has it is refused"},
 		&cli.StringFlag{Name: "layer-compression", Value: "none", Usage: "none, or zstd to wrap each EROFS layer in zstd (…layer.v1+zstd)"},
 		&cli.StringFlag{Name: "media-type", Value: "containerd", Usage: "containerd (application/vnd.erofs.layer.v1) or spec (the draft EROFS image spec's application/vnd.erofs)"},
 		&cli.BoolFlag{Name: "flatten", Usage: "one EROFS layer holding the merged filesystem of all layers"},
 		&cli.BoolFlag{Name: "no-index-os-features", Usage: "leave platform.os.features out of index entries"},
 		&cli.BoolFlag{Name: "referrer", Usage: "set each converted manifest's subject to its source manifest"},
-	}
+	)
 }
 
 // HostPlatform is the platform this program runs on, as --platform takes
@@ -74,7 +74,7 @@ func CacheFlags(flags []cli.Flag) []cli.Flag {
 
 // SourceFlags are the flags of every command that reads images.
 func SourceFlags() []cli.Flag {
-	return []cli.Flag{
+	return InCategory("Source and registry",
 		&cli.StringFlag{Name: "platform", Usage: "platforms of an index to convert: all, or a list like linux/amd64,linux/arm64/v8", Value: "all"},
 		&cli.IntFlag{Name: "jobs", Aliases: []string{"j"}, Value: runtime.NumCPU(), Usage: "layers converted at once"},
 		&cli.StringFlag{Name: "username", EnvVars: []string{"OCIEROFS_USERNAME"}, Usage: "user for the one registry the command reads and writes (default: docker's config.json and credential helpers, or podman's auth.json)"},
@@ -83,9 +83,9 @@ func SourceFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "insecure", Usage: "skip TLS verification, and allow plain HTTP (as crane's --insecure)"},
 		&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "text", Usage: "text or json (target, digests, sizes, per-layer timings on stdout)"},
 		&cli.StringFlag{Name: "tmpdir", Usage: "where converted layers wait to be published, and a docker-archive from a pipe or compressed is copied (default $TMPDIR)"},
-		&cli.StringFlag{Name: "max-layer-size", Usage: "fail a layer whose uncompressed tar is larger than `SIZE` (K, M, G, T): a bound on the disk a small compressed layer can fill (default: none)"},
+		&cli.StringFlag{Name: "max-layer-size", DefaultText: "none", Usage: "fail a layer whose uncompressed tar is larger than this size (K, M, G, T): a bound on the disk a small compressed layer can fill"},
 		&cli.DurationFlag{Name: "stall-timeout", Value: oci.DefaultStallTimeout, Usage: "fail a registry download or upload that moves no bytes for this long; it is then retried"},
-	}
+	)
 }
 
 // StallTimeout is --stall-timeout, as oci.Remote takes it (0 is never).
@@ -112,19 +112,19 @@ func Only(flags []cli.Flag, names ...string) []cli.Flag {
 // LoginFlags are convert's and cache's ways to log in besides --username:
 // docker login's --password-stdin and skopeo's --authfile.
 func LoginFlags() []cli.Flag {
-	return []cli.Flag{
+	return InCategory("Registry login",
 		&cli.BoolFlag{Name: "password-stdin", Usage: "read --username's password from stdin (as docker login does)"},
 		&cli.StringFlag{Name: "authfile", EnvVars: []string{"REGISTRY_AUTH_FILE"}, Usage: "the logins to use, a docker config.json or podman auth.json (as skopeo's --authfile), instead of docker's and podman's own"},
-	}
+	)
 }
 
 // CredentialFlags are convert's flags for a source and a target with
 // credentials of their own (skopeo's names).
 func CredentialFlags() []cli.Flag {
-	return []cli.Flag{
+	return InCategory("Registry login",
 		&cli.StringFlag{Name: "src-creds", EnvVars: []string{"OCIEROFS_SRC_CREDS"}, Usage: "USER:PASSWORD for reading SOURCE from its registry (the environment variable keeps it out of ps; USER alone: asked for the password on a terminal)"},
 		&cli.StringFlag{Name: "dest-creds", EnvVars: []string{"OCIEROFS_DEST_CREDS"}, Usage: "USER:PASSWORD for writing TARGET to its registry (USER alone: asked for the password on a terminal)"},
-	}
+	)
 }
 
 // Credentials returns the registry access for reading src and for writing
@@ -315,7 +315,7 @@ func Conversion(c *cli.Context) (opt convert.ImageOptions, rem oci.Remote, done 
 // ErofsFlags are the EROFS image options of every command that builds
 // images.
 func ErofsFlags() []cli.Flag {
-	return []cli.Flag{
+	return InCategory("EROFS image",
 		&cli.IntFlag{Name: "block-size", Aliases: []string{"b"}, Value: 4096, Usage: "block size: 512…65536, a power of two (kernels before 6.4 need the page size, and none mounts blocks larger than its pages)"},
 		&cli.StringFlag{Name: "uuid", Aliases: []string{"U"}, Usage: "superblock UUID (default: derived from the diffID as containerd does; given, the diffID is not computed)"},
 		&cli.StringFlag{Name: "build-time", Aliases: []string{"T"}, EnvVars: []string{"SOURCE_DATE_EPOCH"}, Usage: "build time in Unix seconds: recorded in the superblock, and the mtime of implied directories"},
@@ -331,9 +331,9 @@ func ErofsFlags() []cli.Flag {
 		&cli.StringFlag{Name: "min-kernel", Usage: "oldest Linux X.Y that must mount the image: refuse what it cannot mount"},
 		&cli.StringFlag{Name: "chunk-size", Usage: "store files of at least SIZE chunk-based in chunks of SIZE (a power of two ≥ the block size, e.g. 64K): each distinct chunk once, zero chunks as holes (uncompressed images; Linux 5.15+)"},
 		&cli.BoolFlag{Name: "no-file-dedupe", Usage: "store every file's data, even when an earlier file has the same content (by default they share its blocks)"},
-		&cli.IntFlag{Name: "workers", Usage: "goroutines compressing each image (default: the number of CPUs); the image does not depend on it"},
+		&cli.IntFlag{Name: "workers", DefaultText: "the number of CPUs", Usage: "goroutines compressing each image; the image does not depend on it"},
 		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print nothing but errors"},
-	}
+	)
 }
 
 // Layer reads ErofsFlags: how each layer becomes an image.
