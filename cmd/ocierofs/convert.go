@@ -30,7 +30,9 @@ var convertCommand = &cli.Command{
 		"with the tag plus --suffix. Layers become application/vnd.erofs.layer.v1; the\n" +
 		"config gets os.features [\"erofs\"] and the new diff_ids. Nothing is tagged until\n" +
 		"every layer is converted and uploaded.",
-	Flags: slices.Concat(options.ErofsFlags(), options.SourceFlags(), options.LoginFlags(), options.CredentialFlags(), options.ConvertFlags()),
+	Flags: slices.Concat([]cli.Flag{
+		&cli.BoolFlag{Name: "force", Usage: "convert even where the target holds what this conversion made before (up to date)"},
+	}, options.ErofsFlags(), options.SourceFlags(), options.LoginFlags(), options.CredentialFlags(), options.ConvertFlags()),
 	Action: func(c *cli.Context) error {
 		if c.NArg() < 1 || c.NArg() > 2 {
 			return fmt.Errorf("convert: want SOURCE [TARGET]")
@@ -42,12 +44,15 @@ var convertCommand = &cli.Command{
 }
 
 type convertReport struct {
-	Source  string                 `json:"source"`
-	Target  string                 `json:"target"`
-	Digest  string                 `json:"digest"`
-	Index   bool                   `json:"index"`
-	Images  []*convert.ImageReport `json:"images"`
-	Seconds float64                `json:"seconds"`
+	Source string `json:"source"`
+	Target string `json:"target"`
+	Digest string `json:"digest"`
+	Index  bool   `json:"index"`
+	// UpToDate: the target held the image this conversion made before,
+	// and nothing was converted (Images is empty).
+	UpToDate bool                   `json:"upToDate,omitempty"`
+	Images   []*convert.ImageReport `json:"images"`
+	Seconds  float64                `json:"seconds"`
 }
 
 func runConvert(ctx context.Context, c *cli.Context, source, target string) error {
@@ -109,6 +114,7 @@ func runConvert(ctx context.Context, c *cli.Context, source, target string) erro
 			return err
 		}
 	}
+	var record string // the twin record of this conversion (uptodate.go)
 	if dst.Kind == oci.Registry || dst.Tag != "" {
 		// The target holds the very image being converted, however
 		// spelt (oci:./bb and oci:$PWD/bb:latest, repo:tag@digest and
@@ -121,6 +127,11 @@ func runConvert(ctx context.Context, c *cli.Context, source, target string) erro
 		cancel()
 		if err == nil && there.Descriptor.Digest == art.Descriptor.Digest {
 			return fmt.Errorf("target %s holds the source image %s: converting would replace it with its EROFS twin (give another tag)", dst, art.Descriptor.Digest)
+		}
+		record = twinRecordPath(c, art.Descriptor.Digest.String(), dst.String())
+		if d := readTwinRecord(record); err == nil && !c.Bool("force") && d == there.Descriptor.Digest.String() {
+			return reportUpToDate(c, convertReport{Source: src.String(), Target: dst.String(), Digest: d,
+				Index: art.Index != nil, UpToDate: true, Seconds: time.Since(start).Seconds()}, jsonOut, quiet)
 		}
 	}
 	if target == "" && src.Kind == oci.Layout && src.Tag == "" {
@@ -161,6 +172,7 @@ func runConvert(ctx context.Context, c *cli.Context, source, target string) erro
 		rep.Digest, rep.Images = irep.Digest, []*convert.ImageReport{irep}
 	}
 	done()
+	writeTwinRecord(record, rep.Digest)
 	rep.Seconds = time.Since(start).Seconds()
 	if jsonOut {
 		enc := json.NewEncoder(c.App.Writer)
@@ -175,6 +187,21 @@ func runConvert(ctx context.Context, c *cli.Context, source, target string) erro
 			fmt.Fprintf(os.Stderr, "an index whose entries have os.features [\"erofs\"]: containerd takes them only when asked, "+
 				"ctr image pull and ctr run --platform 'linux(+erofs)/%s' (or convert with --no-index-os-features)\n", runtime.GOARCH)
 		}
+		fmt.Fprintf(c.App.Writer, "%s@%s\n", rep.Target, rep.Digest)
+	}
+	return nil
+}
+
+// reportUpToDate says that the target holds what this conversion made
+// before, as a conversion reports its result.
+func reportUpToDate(c *cli.Context, rep convertReport, jsonOut, quiet bool) error {
+	if jsonOut {
+		enc := json.NewEncoder(c.App.Writer)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	if !quiet {
+		fmt.Fprintf(os.Stderr, "%s: %s is up to date (converted from this source with these options; --force converts again)\n", rep.Source, rep.Target)
 		fmt.Fprintf(c.App.Writer, "%s@%s\n", rep.Target, rep.Digest)
 	}
 	return nil
