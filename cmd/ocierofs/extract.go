@@ -20,17 +20,19 @@ var extractCommand = &cli.Command{
 	Name:      "extract",
 	Usage:     "unpack an image into a directory (modes, owners, xattrs, devices and hard links when root)",
 	ArgsUsage: "IMAGE DIR",
+	Flags:     imageRefFlags(),
 	Description: "DIR must be empty or not exist yet. Nothing is written outside it, and on an\n" +
 		"error DIR is left as it was. All-zero runs of files and holes become holes.",
 	Action: func(c *cli.Context) error {
 		if c.NArg() != 2 {
 			return fmt.Errorf("extract: want IMAGE DIR")
 		}
-		img, f, err := openImage(c.Args().First())
+		oi, err := openImageArg(c, c.Args().First())
 		if err != nil {
 			return err
 		}
-		defer f.Close()
+		defer oi.Close()
+		img := oi.img
 		ctx, stop := interruptible(c.Context)
 		defer stop()
 		return extract(ctx, img, c.Args().Get(1), os.Geteuid() == 0)

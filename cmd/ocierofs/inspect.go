@@ -35,9 +35,9 @@ var inspectCommand = &cli.Command{
 	Name:      "inspect",
 	Usage:     "show an image's superblock, features, minimum kernel and inode statistics",
 	ArgsUsage: "IMAGE",
-	Flags: []cli.Flag{
+	Flags: append([]cli.Flag{
 		&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "text", Usage: "text, or json (the superblock and the statistics as one object)"},
-	},
+	}, imageRefFlags()...),
 	Action: func(c *cli.Context) error {
 		if c.NArg() != 1 {
 			return fmt.Errorf("inspect: want IMAGE")
@@ -51,7 +51,7 @@ var inspectCommand = &cli.Command{
 			return fmt.Errorf("--output %q: want text or json", c.String("output"))
 		}
 		name := c.Args().First()
-		img, f, err := openImage(name)
+		oi, err := openImageArg(c, name)
 		if err != nil {
 			// Too damaged to open (cut short, say): what its
 			// superblock tells, then why.
@@ -62,15 +62,11 @@ var inspectCommand = &cli.Command{
 			}
 			return err
 		}
-		defer f.Close()
-		fi, err := os.Stat(name)
-		if err != nil {
-			return err
-		}
+		defer oi.Close()
 		if jsonOut {
-			return inspectJSON(c.App.Writer, img, name, fi.Size())
+			return inspectJSON(c.App.Writer, oi.img, name, oi.size)
 		}
-		return inspect(c.App.Writer, img, name, fi.Size())
+		return inspect(c.App.Writer, oi.img, name, oi.size)
 	},
 }
 
@@ -437,19 +433,20 @@ var lsCommand = &cli.Command{
 	Name:      "ls",
 	Usage:     "list a directory of an image",
 	ArgsUsage: "IMAGE [PATH]",
-	Flags: []cli.Flag{
+	Flags: append([]cli.Flag{
 		&cli.BoolFlag{Name: "long", Aliases: []string{"l"}, Usage: "mode, owner, size, mtime, link target"},
 		&cli.BoolFlag{Name: "recursive", Aliases: []string{"R"}, Usage: "list subdirectories too"},
-	},
+	}, imageRefFlags()...),
 	Action: func(c *cli.Context) error {
 		if c.NArg() < 1 || c.NArg() > 2 {
 			return fmt.Errorf("ls: want IMAGE [PATH]")
 		}
-		img, f, err := openImage(c.Args().First())
+		oi, err := openImageArg(c, c.Args().First())
 		if err != nil {
 			return err
 		}
-		defer f.Close()
+		defer oi.Close()
+		img := oi.img
 		p := imagePath(c.Args().Get(1))
 		w := tabwriter.NewWriter(c.App.Writer, 0, 4, 1, ' ', 0)
 		defer w.Flush()
@@ -536,15 +533,17 @@ var catCommand = &cli.Command{
 	Name:      "cat",
 	Usage:     "write files of an image to stdout, one after another",
 	ArgsUsage: "IMAGE PATH...",
+	Flags:     imageRefFlags(),
 	Action: func(c *cli.Context) error {
 		if c.NArg() < 2 {
 			return errors.New("cat: want IMAGE and at least one PATH")
 		}
-		img, f, err := openImage(c.Args().First())
+		oi, err := openImageArg(c, c.Args().First())
 		if err != nil {
 			return err
 		}
-		defer f.Close()
+		defer oi.Close()
+		img := oi.img
 		// As GNU cat: a path that cannot be written is reported, the
 		// others are still written, and the exit status says so.
 		failed := false

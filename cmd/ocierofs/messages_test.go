@@ -78,3 +78,60 @@ func TestHelpFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestImageReference: inspect, ls, cat, extract and verify read a layer of
+// an image in an OCI layout or a registry (+zstd there), as a user looks
+// inside what was pushed; a file name is never taken for a reference.
+func TestImageReference(t *testing.T) {
+	b := bin(t)
+	dir := t.TempDir()
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	layout := "oci:" + filepath.Join(dir, "bb") + ":t"
+	pushed := host + "/e2e/bb:zstd"
+	for _, args := range [][]string{
+		{"convert", "-q", "oci:../../testdata/busybox:latest", layout},
+		{"convert", "-q", "--layer-compression", "zstd", "oci:../../testdata/busybox:latest", pushed},
+	} {
+		if _, e, code := run(t, b, args...); code != 0 {
+			t.Fatalf("%q: exit %d: %s", args, code, e)
+		}
+	}
+	var conf []string
+	for _, ref := range []string{layout, pushed} {
+		out, e, code := run(t, b, "cat", "--layer", "2", ref, "etc/apt/apt.conf")
+		if code != 0 || out == "" {
+			t.Fatalf("cat --layer 2 %s etc/apt/apt.conf: exit %d: %q %s", ref, code, out, e)
+		}
+		conf = append(conf, out)
+		if out, e, code := run(t, b, "ls", "-R", "--layer", "2", ref); code != 0 || !strings.Contains(out, "etc/apt/apt.conf\n") {
+			t.Errorf("ls -R --layer 2 %s: exit %d: %s%s", ref, code, out, e)
+		}
+		if out, e, code := run(t, b, "inspect", "--layer", "0", ref); code != 0 || !strings.Contains(out, "image:") || !strings.Contains(out, ref) {
+			t.Errorf("inspect --layer 0 %s: exit %d: %s%s", ref, code, out, e)
+		}
+		ex := filepath.Join(t.TempDir(), "x")
+		if _, e, code := run(t, b, "extract", "--layer", "2", ref, ex); code != 0 {
+			t.Errorf("extract --layer 2 %s: exit %d: %s", ref, code, e)
+		} else if got, err := os.ReadFile(filepath.Join(ex, "etc/apt/apt.conf")); err != nil || string(got) != out {
+			t.Errorf("extracted etc/apt/apt.conf %q (%v), cat gave %q", got, err, out)
+		}
+	}
+	if conf[0] != conf[1] {
+		t.Errorf("etc/apt/apt.conf from the layout %q, from the registry %q", conf[0], conf[1])
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"ls", layout}, "the image has 3 layers: give --layer"},
+		{[]string{"ls", "--layer", "0", "oci:../../testdata/busybox:latest"}, "not EROFS (convert the image first)"},
+		{[]string{"ls", "--layer", "sha256:00", layout}, "no layer of the image has that digest or diff_id"},
+		{[]string{"ls", "no-such.erofs"}, "open no-such.erofs: no such file or directory"},
+	} {
+		if _, e, code := run(t, b, tc.args...); code != 1 || !strings.Contains(e, tc.want) {
+			t.Errorf("%q: exit %d: %s; want %q", tc.args, code, e, tc.want)
+		}
+	}
+}

@@ -17,19 +17,20 @@ var verifyCommand = &cli.Command{
 	Description: "Reads both through ocierofs' own reader, without mounting, and prints every\n" +
 		"difference: type, mode, owner, size, mtime, content, symlink target, device\n" +
 		"number, xattrs and hard links. Exits 1 if there is any.",
-	Flags: []cli.Flag{
+	Flags: append([]cli.Flag{
 		&cli.StringFlag{Name: "whiteouts", Value: "overlay", Usage: "how the image was built: overlay or keep"},
 		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print only differences"},
-	},
+	}, imageRefFlags()...),
 	Action: func(c *cli.Context) error {
 		if c.NArg() != 2 {
 			return fmt.Errorf("verify: want IMAGE SOURCE")
 		}
-		img, f, err := openImage(c.Args().First())
+		oi, err := openImageArg(c, c.Args().First())
 		if err != nil {
 			return err
 		}
-		defer f.Close()
+		defer oi.Close()
+		img := oi.img
 		got, err := fstree.FromImage(img)
 		if err != nil {
 			return fmt.Errorf("reading %s: %w", c.Args().First(), err)
