@@ -86,11 +86,36 @@ const (
 	StageDone       Stage = "done"
 	StagePassed     Stage = "passed through"
 	StageFailed     Stage = "failed"
+	// StageInterrupted: the conversion was given up (its context ended:
+	// Ctrl-C, or a sibling failed) before the layer was done.
+	StageInterrupted Stage = "interrupted"
 )
+
+// failedStage is StageFailed, or StageInterrupted where ctx has ended.
+func failedStage(ctx context.Context) Stage {
+	if ctx.Err() != nil {
+		return StageInterrupted
+	}
+	return StageFailed
+}
+
+// uploadKey holds, in the context given to ImageOptions.Publish, the
+// function that ReportUpload calls.
+type uploadKey struct{}
+
+// ReportUpload tells the progress hook how far the upload under way in
+// ctx has got: sent of total bytes. Publish functions call it; elsewhere
+// it does nothing.
+func ReportUpload(ctx context.Context, sent, total int64) {
+	if f, ok := ctx.Value(uploadKey{}).(func(sent, total int64)); ok {
+		f(sent, total)
+	}
+}
 
 // Progress is the state of one layer: Source is the source layer's
 // digest (all of them, comma-separated, for a flattened image), Read the
-// bytes of the source blob read so far of Total.
+// bytes of the source blob read so far of Total; while uploading and
+// once done, the bytes of the converted layer sent of its size.
 type Progress struct {
 	Source      string
 	Stage       Stage
@@ -528,7 +553,7 @@ func (c *Converter) convertLayer(ctx context.Context, j *layerJob, src layerSour
 		}
 	}
 	if err != nil {
-		c.progress(Progress{Source: d.Digest.String(), Stage: StageFailed, Total: d.Size})
+		c.progress(Progress{Source: d.Digest.String(), Stage: failedStage(ctx), Total: d.Size})
 		return fmt.Errorf("layer %s: %w", d.Digest, err)
 	}
 	if src.scan {
@@ -543,7 +568,7 @@ func (c *Converter) convertLayer(ctx context.Context, j *layerJob, src layerSour
 // publish uploads a converted layer (if the target is a registry) and
 // fills in the job's report.
 func (c *Converter) publish(ctx context.Context, j *layerJob, fl *fileLayer) error {
-	p := Progress{Source: j.report.Source, Stage: StageUploading, Read: j.report.SourceSize, Total: j.report.SourceSize}
+	p := Progress{Source: j.report.Source, Stage: StageUploading, Total: fl.size}
 	if c.opt.Publish != nil {
 		// The upload need not hold up the next layer's conversion: with
 		// the slot kept, a four-layer image on two jobs converted its
@@ -558,15 +583,18 @@ func (c *Converter) publish(ctx context.Context, j *layerJob, fl *fileLayer) err
 		defer func() { <-c.up }()
 		c.progress(p)
 		t := time.Now()
-		if err := c.opt.Publish(ctx, fl); err != nil {
-			p.Stage = StageFailed
+		report := func(sent, total int64) {
+			c.progress(Progress{Source: p.Source, Stage: StageUploading, Read: sent, Total: total})
+		}
+		if err := c.opt.Publish(context.WithValue(ctx, uploadKey{}, report), fl); err != nil {
+			p.Stage = failedStage(ctx)
 			c.progress(p)
 			return fmt.Errorf("layer %s: upload: %w", fl.digest, err)
 		}
 		fl.uploadSeconds = time.Since(t).Seconds()
 		c.logf("layer %s: uploaded %s in %.2fs", short(fl.sourceDigest), short(fl.digest), fl.uploadSeconds)
 	}
-	p.Stage = StageDone
+	p.Stage, p.Read = StageDone, p.Total
 	c.progress(p)
 	j.layer = fl
 	j.report.Digest, j.report.DiffID = fl.digest.String(), fl.diffID.String()

@@ -92,7 +92,13 @@ func runConvert(ctx context.Context, c *cli.Context, source, target string) erro
 		repo := dst.Name.Context()
 		ropts := slices.Clip(dstRem.Options(ctx)) // appended to by concurrent uploads
 		opt.Publish = func(ctx context.Context, l v1.Layer) error {
-			if err := remote.WriteLayer(repo, l, append(ropts, remote.WithContext(ctx))...); err != nil {
+			updates := make(chan v1.Update, 16)
+			go func() { // until WriteLayer closes it
+				for u := range updates {
+					convert.ReportUpload(ctx, u.Complete, u.Total)
+				}
+			}()
+			if err := remote.WriteLayer(repo, l, append(ropts, remote.WithContext(ctx), remote.WithProgress(updates))...); err != nil {
 				return fmt.Errorf("push to %s: %w", repo, err)
 			}
 			return nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -119,7 +120,7 @@ func progressLine(p convert.Progress, width int, elapsed time.Duration) string {
 		frac = float64(p.Read) / float64(p.Total)
 	}
 	switch p.Stage {
-	case convert.StageUploading, convert.StageDone, convert.StagePassed:
+	case convert.StageDone, convert.StagePassed:
 		frac = 1
 	}
 	frac = min(max(frac, 0), 1)
@@ -128,7 +129,11 @@ func progressLine(p convert.Progress, width int, elapsed time.Duration) string {
 	if fill > 0 && fill < width {
 		bar = bar[:fill-1] + ">" + bar[fill:]
 	}
-	return fmt.Sprintf("%-19s %-14s [%s] %s/%s %5.1fs", name, p.Stage, bar, megabytes(p.Read), megabytes(p.Total), elapsed.Seconds())
+	stage := string(p.Stage)
+	if p.Stage == convert.StageWaiting {
+		stage = "waiting for a job" // all of --jobs are busy
+	}
+	return fmt.Sprintf("%-19s %-17s [%s] %s/%s %5.1fs", name, stage, bar, HumanSize(p.Read), HumanSize(p.Total), elapsed.Seconds())
 }
 
 // layerName is a layer's digest cut to "sha256:" and 12 hex digits, or
@@ -140,7 +145,18 @@ func layerName(source string) string {
 	return source[:min(len(source), 19)]
 }
 
-func megabytes(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
+// HumanSize writes n bytes as docker does: decimal units, three
+// significant digits ("512B", "12.3kB", "1.46GB").
+func HumanSize(n int64) string {
+	f := float64(n)
+	units := []string{"B", "kB", "MB", "GB", "TB", "PB"}
+	i := 0
+	for f >= 1000 && i < len(units)-1 {
+		f /= 1000
+		i++
+	}
+	return strconv.FormatFloat(f, 'g', 3, 64) + units[i]
+}
 
 // Every logs, through log, how far each layer that is converting has got,
 // at most once per interval per layer: off a terminal, where no bars are
@@ -164,6 +180,6 @@ func Every(interval time.Duration, log func(string)) func(convert.Progress) {
 			return
 		}
 		last[p.Source] = now
-		log(fmt.Sprintf("layer %s: converting, %s of %s read", layerName(p.Source), megabytes(p.Read), megabytes(p.Total)))
+		log(fmt.Sprintf("layer %s: converting, %s of %s read", layerName(p.Source), HumanSize(p.Read), HumanSize(p.Total)))
 	}
 }

@@ -22,17 +22,21 @@ func TestProgressLine(t *testing.T) {
 		p    convert.Progress
 		want string
 	}{
+		// A waiting layer says why; sizes are docker's.
 		{convert.Progress{Source: "sha256:0123456789abcdef0123", Stage: convert.StageWaiting, Total: 4e6},
-			"sha256:0123456789ab waiting        [          ] 0.0 MB/4.0 MB   0.0s"},
+			"sha256:0123456789ab waiting for a job [          ] 0B/4MB   0.0s"},
 		{convert.Progress{Source: "sha256:0123456789abcdef0123", Stage: convert.StageConverting, Read: 1e6, Total: 4e6},
-			"sha256:0123456789ab converting     [=>        ] 1.0 MB/4.0 MB   1.5s"},
-		{convert.Progress{Source: "sha256:a,sha256:b,sha256:c", Stage: convert.StageUploading, Read: 4e6, Total: 4e6},
-			"3 layers            uploading      [==========] 4.0 MB/4.0 MB   1.5s"},
+			"sha256:0123456789ab converting        [=>        ] 1MB/4MB   1.5s"},
+		// An upload shows the bytes sent.
+		{convert.Progress{Source: "sha256:a,sha256:b,sha256:c", Stage: convert.StageUploading, Read: 2e6, Total: 4e6},
+			"3 layers            uploading         [====>     ] 2MB/4MB   1.5s"},
 		{convert.Progress{Source: "sha256:ab", Stage: convert.StagePassed, Total: 2e6},
-			"sha256:ab           passed through [==========] 0.0 MB/2.0 MB   1.5s"},
+			"sha256:ab           passed through    [==========] 0B/2MB   1.5s"},
 		// A stream longer than its descriptor says does not overflow the bar.
 		{convert.Progress{Source: "sha256:ab", Stage: convert.StageConverting, Read: 9e6, Total: 2e6},
-			"sha256:ab           converting     [==========] 9.0 MB/2.0 MB   1.5s"},
+			"sha256:ab           converting        [==========] 9MB/2MB   1.5s"},
+		{convert.Progress{Source: "sha256:ab", Stage: convert.StageInterrupted, Read: 300, Total: 69_800_000},
+			"sha256:ab           interrupted       [          ] 300B/69.8MB   1.5s"},
 	} {
 		el := 1500 * time.Millisecond
 		if tc.p.Stage == convert.StageWaiting {
@@ -107,7 +111,8 @@ func TestProgressView(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conv.Close()
-	if _, _, err := conv.Image(context.Background(), img, im.Manifests[0]); err != nil {
+	_, rep, err := conv.Image(context.Background(), img, im.Manifests[0])
+	if err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(200 * time.Millisecond) // at least one redraw of a full frame
@@ -134,10 +139,10 @@ func TestProgressView(t *testing.T) {
 	last := lines[len(lines)-len(m.Layers):]
 	for i, l := range m.Layers {
 		line := last[i]
-		total := megabytes(l.Size)
+		total := HumanSize(rep.Layers[i].Size)
 		if !strings.HasPrefix(line, l.Digest.String()[:19]) || !strings.Contains(line, " done ") ||
 			!strings.Contains(line, total+"/"+total) {
-			t.Errorf("final line of layer %s: %q, want it done with %s read", l.Digest, line, total)
+			t.Errorf("final line of layer %s: %q, want it done with its %s sent", l.Digest, line, total)
 		}
 	}
 }
@@ -206,7 +211,15 @@ func TestEvery(t *testing.T) {
 	f(p)
 	f(p)
 	f(convert.Progress{Source: p.Source, Stage: convert.StageUploading})
-	if want := "layer sha256:0123456789ab: converting, 2.0 MB of 3.0 MB read"; len(lines) != 1 || lines[0] != want {
+	if want := "layer sha256:0123456789ab: converting, 2MB of 3MB read"; len(lines) != 1 || lines[0] != want {
 		t.Errorf("logged %q, want [%q]", lines, want)
+	}
+}
+
+func TestHumanSize(t *testing.T) {
+	for n, want := range map[int64]string{0: "0B", 999: "999B", 1000: "1kB", 12_345: "12.3kB", 69_800_000: "69.8MB", 1_460_000_000: "1.46GB"} {
+		if got := HumanSize(n); got != want {
+			t.Errorf("HumanSize(%d) = %q, want %q", n, got, want)
+		}
 	}
 }
