@@ -16,6 +16,25 @@ import (
 )
 
 func main() {
+	app := newApp()
+	if filepath.Base(os.Args[0]) == "ocierofs" {
+		// Run by `ocierofs serve|sync`: help and errors name that.
+		app.Name = "ocierofs"
+	}
+	args, err := options.Args(app, os.Args)
+	if err == nil {
+		err = app.Run(args)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", app.Name, err)
+		os.Exit(options.ExitCode(err))
+	}
+}
+
+// newApp returns the command line of ocierofs-mirror, set up as
+// options.Setup makes both programs take it. The reference
+// docs/cli-mirror.md is generated from it (TestCLIDoc).
+func newApp() *cli.App {
 	app := &cli.App{
 		Name:            "ocierofs-mirror",
 		Usage:           "keep a registry's images converted to EROFS",
@@ -25,17 +44,6 @@ func main() {
 		CommandNotFound: options.CommandNotFound,
 		ExitErrHandler:  func(*cli.Context, error) {},
 	}
-	if filepath.Base(os.Args[0]) == "ocierofs" {
-		// Run by `ocierofs serve|sync`: help and errors name that.
-		app.Name = "ocierofs"
-	}
 	options.Setup(app)
-	args, err := options.Args(app, os.Args)
-	if err == nil {
-		err = app.Run(args)
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", app.Name, err)
-		os.Exit(options.ExitCode(err))
-	}
+	return app
 }

@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -29,41 +30,7 @@ func main() {
 	if filepath.Base(os.Args[0]) == mkfsErofsName {
 		os.Exit(mkfsErofs(mkfsErofsName, os.Args[1:]))
 	}
-	app := &cli.App{
-		Name:  "ocierofs",
-		Usage: "convert container images and tar layers into EROFS",
-		Description: "ocierofs builds EROFS images from OCI/Docker tar layers, exactly as the Linux\n" +
-			"kernel mounts them, and reads them back for inspection and verification.",
-		Version:         version.String(),
-		HideHelpCommand: true,
-		Commands: []*cli.Command{
-			convertCommand,
-			cacheCommand,
-			serveCommand,
-			syncCommand,
-			mkfsCommand,
-			mkfsErofsCommand,
-			mergeCommand,
-			inspectCommand,
-			lsCommand,
-			catCommand,
-			extractCommand,
-			verifyCommand,
-			checkCommand,
-			version.Command,
-		},
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile (go tool pprof) to `FILE`"},
-			&cli.StringFlag{Name: "memprofile", Usage: "write a heap profile (go tool pprof -sample_index=alloc_space) to `FILE` at the end"},
-			&cli.StringFlag{Name: "trace", Usage: "write an execution trace (go tool trace: where goroutines wait, how busy the workers are) to `FILE`"},
-			&cli.BoolFlag{Name: "verbose", Usage: "log every registry request and response on stderr (credentials and tokens redacted)"},
-		},
-		Before:          startProfile,
-		After:           stopProfile,
-		CommandNotFound: options.CommandNotFound,
-		ExitErrHandler:  func(*cli.Context, error) {},
-	}
-	options.Setup(app)
+	app := newApp()
 	args, err := options.Args(app, os.Args)
 	if err == nil {
 		err = app.Run(args)
@@ -96,6 +63,89 @@ func main() {
 		}
 		os.Exit(options.ExitCode(err))
 	}
+}
+
+// newApp returns the command line of ocierofs: its commands and global
+// flags, set up as options.Setup makes both programs take them. The
+// reference docs/cli.md is generated from it (TestCLIDoc).
+func newApp() *cli.App {
+	app := &cli.App{
+		Name:  "ocierofs",
+		Usage: "convert container images and tar layers into EROFS",
+		Description: "ocierofs builds EROFS images from OCI/Docker tar layers, exactly as the Linux\n" +
+			"kernel mounts them, and reads them back for inspection and verification.",
+		Version:         version.String(),
+		HideHelpCommand: true,
+		Commands: []*cli.Command{
+			convertCommand,
+			cacheCommand,
+			serveCommand,
+			syncCommand,
+			mkfsCommand,
+			mkfsErofsCommand,
+			mergeCommand,
+			inspectCommand,
+			lsCommand,
+			catCommand,
+			extractCommand,
+			verifyCommand,
+			checkCommand,
+			version.Command,
+			helpCommand,
+		},
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile (go tool pprof) to `FILE`"},
+			&cli.StringFlag{Name: "memprofile", Usage: "write a heap profile (go tool pprof -sample_index=alloc_space) to `FILE` at the end"},
+			&cli.StringFlag{Name: "trace", Usage: "write an execution trace (go tool trace: where goroutines wait, how busy the workers are) to `FILE`"},
+			&cli.BoolFlag{Name: "verbose", Usage: "log every registry request and response on stderr (credentials and tokens redacted)"},
+			// urfave/cli adds --help itself only where no command is
+			// named help; helpCommand is.
+			cli.HelpFlag,
+		},
+		Before:          startProfile,
+		After:           stopProfile,
+		CommandNotFound: options.CommandNotFound,
+		ExitErrHandler:  func(*cli.Context, error) {},
+	}
+	options.Setup(app)
+	return app
+}
+
+// helpCommand is `help [COMMAND]`, as docker, crane and skopeo take it:
+// the list of commands, or what COMMAND --help prints. The forwarders
+// (serve, sync, mkfs.erofs) parse their own flags, so their help is what
+// they print for --help.
+var helpCommand = &cli.Command{
+	Name:      "help",
+	Usage:     "list the commands, or show one command's help",
+	ArgsUsage: "[COMMAND]",
+	// Else urfave/cli gives it a help subcommand of its own, and
+	// ShowCommandHelp would look for COMMAND among those.
+	HideHelpCommand: true,
+	Action: func(c *cli.Context) error {
+		switch c.NArg() {
+		case 0:
+			return cli.ShowAppHelp(c)
+		case 1:
+		default:
+			return fmt.Errorf("help takes one command, not %d words: %q", c.NArg(), c.Args().Slice())
+		}
+		name := c.Args().First()
+		cmd := c.App.Command(name)
+		if cmd == nil {
+			return fmt.Errorf("no command %q (%s help lists them)", name, c.App.Name)
+		}
+		if !cmd.SkipFlagParsing {
+			return cli.ShowCommandHelp(c, name)
+		}
+		set := flag.NewFlagSet(name, flag.ContinueOnError)
+		if err := set.Parse([]string{"--", "--help"}); err != nil {
+			return err
+		}
+		cc := cli.NewContext(c.App, set, c)
+		cc.Command = cmd
+		return cmd.Action(cc)
+	},
 }
 
 // startProfile starts the CPU profile of --cpuprofile; stopProfile (or an

@@ -1,0 +1,22 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/ocierofs/ocierofs/cmd/internal/clidoc"
+)
+
+// TestCLIDoc: docs/cli-mirror.md is what the definitions of serve and sync
+// say. After a change to one of their flags, `make docs` (UPDATE_DOCS=1)
+// rewrites it.
+func TestCLIDoc(t *testing.T) {
+	app := newApp()
+	app.Name = "ocierofs" // as users type it: ocierofs serve, ocierofs sync
+	intro := "`ocierofs serve` and `ocierofs sync` run the `ocierofs-mirror` program with the same arguments " +
+		"(`ocierofs-mirror serve` is the same command). How the mirror works: [mirror.md](mirror.md); " +
+		"the other commands: [cli.md](cli.md)."
+	md := clidoc.Markdown(app, "ocierofs serve and sync: command reference", intro)
+	if err := clidoc.Check("../../docs/cli-mirror.md", md); err != nil {
+		t.Error(err)
+	}
+}
