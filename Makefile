@@ -5,7 +5,7 @@ MIRROR  := bin/ocierofs-mirror
 PKGS    := ./...
 FUZZTIME ?= 15s
 
-.PHONY: build test bench bench-mkfs fuzz fuzz-short demo lint clean
+.PHONY: build install test test-deps docs bench bench-mkfs fuzz fuzz-short demo demo-registry lint clean
 
 # Two programs: ocierofs, and the registry mirror (serve, sync) that
 # `ocierofs serve|sync` runs from the same directory or PATH.
@@ -13,10 +13,8 @@ FUZZTIME ?= 15s
 # Built as release binaries are: static (no cgo: the pure-Go DNS resolver
 # and user lookup, no libc or ld.so mapped), without urfave/cli's Markdown
 # and man page writers (the urfave_cli_no_docs tag; ocierofs uses neither),
-# with no paths of this machine inside. Each build then maps 1.4 MiB less
-# (libc and ld.so) and initialises no Markdown renderer: peak RSS of src256
-# deflate, two workers, 19.2 -> 17.2 MiB, and `ocierofs --help` runs in
-# 19 ms, not 23.
+# with no paths of this machine inside (docs/performance.md has what that
+# saves).
 BUILDFLAGS ?= -trimpath -tags urfave_cli_no_docs
 # What --version prints: the tag or commit of this checkout.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
@@ -25,12 +23,61 @@ build:
 	CGO_ENABLED=0 $(GO) build $(BUILDFLAGS) -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/ocierofs
 	CGO_ENABLED=0 $(GO) build $(BUILDFLAGS) -ldflags '$(LDFLAGS)' -o $(MIRROR) ./cmd/ocierofs-mirror
 
+# Both programs into $(DESTDIR)$(PREFIX)/bin.
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+install: build
+	install -d $(DESTDIR)$(BINDIR)
+	install -m 0755 $(BIN) $(MIRROR) $(DESTDIR)$(BINDIR)/
+
 # Every test, including the ones that mount images (they need root and
 # skip with a reason elsewhere), then every fuzz target for a few seconds,
-# so that a parser's regression shows on the next submission.
+# so that a parser's regression shows on the next submission. On a fresh
+# machine, make test-deps first.
 test: lint
 	$(GO) test -count=1 -timeout 30m $(PKGS)
 	$(MAKE) fuzz-short
+
+# What the full tests need, installed without running them (Debian, as
+# root; .ci/run runs this, then make test):
+#
+# erofs-utils: Debian's fsck.erofs/mkfs.erofs 1.5, an independent checker and
+# image source; tar/gzip/zstd make and unpack test layers; xz decodes our
+# MicroLZMA streams as an independent LZMA reader; attr and acl for xattrs;
+# umoci unpacks images for the layer-stacking comparison; docker-registry is
+# the real registry the convert tests push to and pull from; runc and
+# busybox-static (a static /bin/busybox, the program of the test containers)
+# for the containerd end-to-end tests; cryptsetup-bin for veritysetup, which
+# checks our dm-verity trees (format, verify); GNU time, which erofsbench
+# measures peak RSS with (its test checks that).
+TEST_PACKAGES := erofs-utils tar gzip zstd xz-utils attr acl umoci docker-registry \
+	util-linux kmod ca-certificates git make cryptsetup-bin runc busybox-static time
+# containerd for the end-to-end tests (convert/containerd_test.go), built
+# once into the cache directory the tests look in, then reused.
+CONTAINERD_VERSION := v2.4.2
+test-deps:
+	@if [ "$$(id -u)" != 0 ]; then echo "make test-deps installs Debian packages and loads kernel modules: run it as root" >&2; exit 1; fi
+	DEBIAN_FRONTEND=noninteractive apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(TEST_PACKAGES) >/dev/null
+	@# The tests start their own registry; stop the one the package starts.
+	systemctl stop docker-registry 2>/dev/null || service docker-registry stop 2>/dev/null || true
+	modprobe erofs 2>/dev/null || true
+	modprobe loop 2>/dev/null || true
+	modprobe overlay 2>/dev/null || true
+	$(GO) version
+	$(GO) mod download
+	@set -e; dir="$${OCIEROFS_CACHE:-$${HOME:-/root}/.cache/ocierofs}/containerd-$(CONTAINERD_VERSION)"; \
+	if ! [ -x "$$dir/containerd" ] || ! [ -x "$$dir/ctr" ] || ! [ -x "$$dir/containerd-shim-runc-v2" ]; then \
+		echo "building containerd $(CONTAINERD_VERSION) into $$dir"; \
+		mkdir -p "$$dir"; \
+		GOBIN="$$dir" $(GO) install $(foreach c,containerd ctr containerd-shim-runc-v2,github.com/containerd/containerd/v2/cmd/$(c)@$(CONTAINERD_VERSION)); \
+	fi; \
+	"$$dir/containerd" --version
+
+# docs/cli.md and docs/cli-mirror.md, from the command definitions; their
+# test (TestCLIDoc) fails when a flag changed and this was not run.
+docs:
+	UPDATE_DOCS=1 $(GO) test -count=1 -run '^TestCLIDoc$$' ./cmd/ocierofs ./cmd/ocierofs-mirror
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3x -timeout 30m ./erofs/... ./convert/...
@@ -95,6 +142,13 @@ demo: build
 	rm -rf testdata/gen/busybox-erofs
 	$(BIN) convert oci:testdata/busybox:latest oci:testdata/gen/busybox-erofs:latest
 	$(BIN) convert -q -o json oci:testdata/busybox:latest oci:testdata/gen/busybox-erofs:latest
+
+# The same against a registry: one of its own (docker-registry) on
+# DEMO_REGISTRY, the demo image copied in with skopeo, converted there and
+# checked (testdata/demo-registry.sh).
+DEMO_REGISTRY ?= 127.0.0.1:5055
+demo-registry: build
+	BIN=$(BIN) DEMO_REGISTRY=$(DEMO_REGISTRY) bash testdata/demo-registry.sh
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
