@@ -59,7 +59,7 @@ func findMirror() (string, error) {
 	if err != nil {
 		if errors.Is(err, exec.ErrNotFound) {
 			return "", fmt.Errorf("the registry mirror is the %s program, found neither next to this one nor on PATH "+
-				"(go install github.com/ocierofs/ocierofs/cmd/%s@latest, or make build)", mirrorProgram, mirrorProgram)
+				"(make build or make install in a clone builds both)", mirrorProgram)
 		}
 		return "", err
 	}
