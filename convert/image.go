@@ -229,10 +229,10 @@ func (c *Converter) Image(ctx context.Context, src v1.Image, srcDesc v1.Descript
 	}
 	cfg, err := v1.ParseConfigFile(bytes.NewReader(rawCfg))
 	if err != nil {
-		return nil, nil, fmt.Errorf("config %s of %s: %w", m.Config.Digest, srcDesc.Digest, err)
+		return nil, nil, sourceError(m.Config.Digest, "config %s of %s: %w", m.Config.Digest, srcDesc.Digest, err)
 	}
 	if len(cfg.RootFS.DiffIDs) != len(m.Layers) {
-		return nil, nil, fmt.Errorf("image %s: %d layers but %d diff_ids", srcDesc.Digest, len(m.Layers), len(cfg.RootFS.DiffIDs))
+		return nil, nil, sourceError(srcDesc.Digest, "image %s: %d layers but %d diff_ids", srcDesc.Digest, len(m.Layers), len(cfg.RootFS.DiffIDs))
 	}
 	var jobs []*layerJob
 	var chain []string
@@ -368,7 +368,7 @@ func readConfig(ctx context.Context, src v1.Image, d v1.Descriptor) ([]byte, err
 			if matches(raw, d.Digest) {
 				return raw, nil
 			}
-			err = fmt.Errorf("config %s: content does not match its digest", d.Digest)
+			err = sourceError(d.Digest, "config %s: content does not match its digest", d.Digest)
 		}
 	}
 	return nil, err
@@ -401,7 +401,7 @@ const MaxConfigSize = 32 << 20
 // it larger than MaxConfigSize or gives it no size, before it is read.
 func CheckConfigSize(d v1.Descriptor) error {
 	if d.Size < 0 || d.Size > MaxConfigSize {
-		return fmt.Errorf("config %s: the manifest gives it %d bytes: a config has 0 to %d", d.Digest, d.Size, MaxConfigSize)
+		return sourceError(d.Digest, "config %s: the manifest gives it %d bytes: a config has 0 to %d", d.Digest, d.Size, MaxConfigSize)
 	}
 	return nil
 }
@@ -534,7 +534,7 @@ func (c *Converter) convertLayer(ctx context.Context, j *layerJob, src layerSour
 		c.progress(Progress{Source: d.Digest.String(), Stage: StagePassed, Total: d.Size})
 		return nil
 	case !isTarLayer(d.MediaType):
-		return fmt.Errorf("layer %s: unsupported media type %q", d.Digest, d.MediaType)
+		return sourceError(d.Digest, "layer %s: unsupported media type %q", d.Digest, d.MediaType)
 	}
 	start := time.Now()
 	var fl *fileLayer
@@ -602,6 +602,26 @@ func (c *Converter) publish(ctx context.Context, j *layerJob, fl *fileLayer) err
 	j.report.Entries, j.report.Warnings = fl.entries, fl.warnings
 	j.report.ConvertSeconds, j.report.UploadSeconds = fl.convertSeconds, fl.uploadSeconds
 	return nil
+}
+
+// SourceError is the error of a source image that is wrong in itself or
+// of a kind convert does not take: a blob that is not what its digest
+// names (a layer's, the config's), a layer's tar that is not the diff_id
+// the config gives it, a config that is no JSON or lists no diff_id per
+// layer, a layer's media type that is neither a tar's nor EROFS, more
+// than MaxLayers layers or indexes nested too deep. An image and its
+// blobs are named by their digests, so every attempt fails the same way:
+// the error is permanent. Its message is Err's.
+type SourceError struct {
+	Digest v1.Hash // the image, index, config or layer at fault
+	Err    error
+}
+
+func (e *SourceError) Error() string { return e.Err.Error() }
+func (e *SourceError) Unwrap() error { return e.Err }
+
+func sourceError(d v1.Hash, format string, args ...any) error {
+	return &SourceError{Digest: d, Err: fmt.Errorf(format, args...)}
 }
 
 // downloadError marks a failure of the source stream itself (as opposed to
@@ -707,6 +727,11 @@ func (c *Converter) buildLayer(ctx context.Context, j *layerJob, src layerSource
 			}
 			return nil, &downloadError{err}
 		}
+		if in.err != nil && in.n == d.Size {
+			// The whole blob came and was refused at its end: it is not
+			// what its digest names (TestMirrorBlobDigest).
+			return nil, &SourceError{Digest: d.Digest, Err: err}
+		}
 		return nil, err
 	}
 	if src.scan {
@@ -762,7 +787,7 @@ func checkSource(in io.Reader, res *Result, src layerSource) error {
 		return fmt.Errorf("after the end of the layer data: %w", err)
 	}
 	if res.DiffID != src.diffID.String() {
-		return fmt.Errorf("the uncompressed tar is %s, but the config gives diff_id %s", res.DiffID, src.diffID)
+		return sourceError(src.desc.Digest, "the uncompressed tar is %s, but the config gives diff_id %s", res.DiffID, src.diffID)
 	}
 	return nil
 }
@@ -973,7 +998,7 @@ const MaxLayers = oci.MaxLayers
 // checkLayers refuses a manifest of more than MaxLayers layers.
 func checkLayers(m *v1.Manifest, d v1.Descriptor) error {
 	if len(m.Layers) > MaxLayers {
-		return fmt.Errorf("image %s: %d layers: overlayfs stacks at most %d", d.Digest, len(m.Layers), MaxLayers)
+		return sourceError(d.Digest, "image %s: %d layers: overlayfs stacks at most %d", d.Digest, len(m.Layers), MaxLayers)
 	}
 	return nil
 }
@@ -1014,7 +1039,7 @@ func (c *Converter) selectManifests(src v1.ImageIndex, srcDesc v1.Descriptor, de
 		switch {
 		case d.MediaType.IsIndex():
 			if depth == maxIndexDepth {
-				return nil, fmt.Errorf("index %s: indexes nested more than %d deep", srcDesc.Digest, maxIndexDepth)
+				return nil, sourceError(srcDesc.Digest, "index %s: indexes nested more than %d deep", srcDesc.Digest, maxIndexDepth)
 			}
 			sub, err := src.ImageIndex(d.Digest)
 			if err != nil {

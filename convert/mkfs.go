@@ -4,6 +4,14 @@
 // mkfs.erofs --tar=f --aufs does; whiteouts become their overlayfs form.
 //
 //	res, err := convert.Mkfs("layer.erofs", "layer.tar.gz", convert.Options{})
+//
+// A caller that retries (the mirror) tells failures apart with errors.As:
+// a *SourceError (the source image is wrong, or of a kind this package
+// does not take) and a *TooLargeError (a layer over MaxTarSize) are
+// permanent, as the same source fails the same way on every attempt. A
+// download that broke (a reset or stalled connection, a stream cut short
+// before its digest was checked) is retried by the converter and, if it
+// still fails, returned as it is: worth trying again later.
 package convert
 
 import (
@@ -440,7 +448,8 @@ func pathErr(err error) error {
 	return err
 }
 
-// TooLargeError is the error of a tar larger than Options.MaxTarSize.
+// TooLargeError is the error of a tar larger than Options.MaxTarSize. It
+// is permanent: the next attempt would read the same tar.
 type TooLargeError struct{ Max int64 }
 
 func (e *TooLargeError) Error() string {

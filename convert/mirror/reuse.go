@@ -231,7 +231,7 @@ func (j *twinJob) convertMissing(src v1.Image, desc v1.Descriptor, s *sourceImag
 	defer conv.Close()
 	layers, err := conv.CacheImage(j.ctx, src, desc, dir)
 	if err != nil {
-		return j.classify(err)
+		return classify(err)
 	}
 	repo := j.dst.Name.Context().RepositoryStr()
 	for _, i := range misses {

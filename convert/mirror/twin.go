@@ -108,10 +108,7 @@ func (t *Twins) Convert(ctx context.Context, task Task, owner string) (*Outcome,
 	}
 	art, err := oci.Get(ctx, src, t.Remote)
 	if err != nil {
-		if isNotFound(err) {
-			return nil, errPermanent{err}
-		}
-		return nil, err
+		return nil, classify(err)
 	}
 	if why := convert.Converted(art); why != "" {
 		out.Skipped, out.Final, out.Reason = true, true, why
@@ -158,7 +155,7 @@ func (t *Twins) Convert(ctx context.Context, task Task, owner string) (*Outcome,
 		}
 		cidx, rep, err := conv.Index(ctx, idx, art.Descriptor)
 		if err != nil {
-			return nil, job.classify(err)
+			return nil, classify(err)
 		}
 		if err := job.storePlain(art, rep.Images); err != nil {
 			return nil, err
@@ -173,11 +170,11 @@ func (t *Twins) Convert(ctx context.Context, task Task, owner string) (*Outcome,
 	} else {
 		img, err := job.image(art.Image, art.Descriptor)
 		if err != nil {
-			return nil, job.classify(err)
+			return nil, classify(err)
 		}
 		cimg, rep, err := conv.Image(ctx, img, art.Descriptor)
 		if err != nil {
-			return nil, job.classify(err)
+			return nil, classify(err)
 		}
 		if err := job.storePlain(art, []*convert.ImageReport{rep}); err != nil {
 			return nil, err
@@ -290,15 +287,15 @@ func (j *twinJob) published(l v1.Layer) error {
 	return nil
 }
 
-// classify turns errors of the source's content into permanent ones.
-func (j *twinJob) classify(err error) error {
-	s := err.Error()
-	var big *convert.TooLargeError
-	if errors.As(err, &big) { // the next attempt would download it again
-		return errPermanent{err}
-	}
-	if strings.Contains(s, "does not match") || strings.Contains(s, "but the config gives diff_id") ||
-		strings.Contains(s, "unsupported media type") || strings.Contains(s, "diff_ids") {
+// classify marks as permanent the errors that convert and oci say no
+// retry can fix: the source image is wrong or of a kind convert does not
+// take, a layer is over the size bound (the next attempt would download
+// it again), the source is gone, or it is a converted image. Any other
+// error is worth another attempt.
+func classify(err error) error {
+	switch {
+	case errors.As(err, new(*convert.SourceError)), errors.As(err, new(*convert.TooLargeError)),
+		errors.Is(err, oci.ErrNotFound), errors.Is(err, oci.ErrLoop):
 		return errPermanent{err}
 	}
 	return err

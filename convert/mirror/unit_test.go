@@ -532,7 +532,7 @@ func TestRedactURL(t *testing.T) {
 // would download it again (review 20-d).
 func TestClassifyTooLarge(t *testing.T) {
 	err := fmt.Errorf("layer sha256:ab: tar entry \"big\": %w", &convert.TooLargeError{Max: 1 << 20})
-	if _, ok := (&twinJob{}).classify(err).(errPermanent); !ok {
+	if _, ok := classify(err).(errPermanent); !ok {
 		t.Errorf("%v: not permanent", err)
 	}
 }
