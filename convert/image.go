@@ -364,6 +364,11 @@ func readConfig(ctx context.Context, src v1.Image, d v1.Descriptor) ([]byte, err
 		case <-time.After(time.Duration(attempt-1) * 200 * time.Millisecond):
 		}
 		raw, err = readBlob(src, d.Digest)
+		if err != nil && !oci.Transient(err) && d.Size > 0 && int64(len(raw)) == d.Size {
+			// All of it came and was refused at its end: it is not
+			// what its digest names (TestClassifyRegistryErrors).
+			err = &SourceError{Digest: d.Digest, Err: err}
+		}
 		if err == nil {
 			if matches(raw, d.Digest) {
 				return raw, nil
@@ -727,9 +732,9 @@ func (c *Converter) buildLayer(ctx context.Context, j *layerJob, src layerSource
 			}
 			return nil, &downloadError{err}
 		}
-		if in.err != nil && in.n == d.Size {
-			// The whole blob came and was refused at its end: it is not
-			// what its digest names (TestMirrorBlobDigest).
+		if in.err != nil && d.Size > 0 && in.n == d.Size {
+			// All of it came and was refused at its end: it is not
+			// what its digest names (TestClassifyRegistryErrors).
 			return nil, &SourceError{Digest: d.Digest, Err: err}
 		}
 		return nil, err

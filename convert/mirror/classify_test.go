@@ -159,6 +159,17 @@ func TestClassifyRegistryErrors(t *testing.T) {
 	reg.push(t, "classify/app:1", image(t, layer))
 	ctx := withTimeout(t, time.Minute)
 
+	img := image(t, layer)
+	cd, err := img.ConfigName()
+	must(t, err)
+	host := blobProxy(t, reg.host, cd, false)
+	ref, err := oci.ParseRef(host+"/classify/app:1", true)
+	must(t, err)
+	art, err := oci.Get(ctx, ref, oci.Remote{})
+	must(t, err)
+	err = convertErr(t, convert.ImageOptions{}, art.Image)
+	wantClass(t, "a config blob with a byte changed", err, true, cd)
+
 	for _, cut := range []bool{false, true} {
 		host := blobProxy(t, reg.host, ld, cut)
 		ref, err := oci.ParseRef(host+"/classify/app:1", true)
@@ -173,7 +184,7 @@ func TestClassifyRegistryErrors(t *testing.T) {
 		}
 	}
 
-	ref, err := oci.ParseRef(reg.host+"/classify/app:missing", true)
+	ref, err = oci.ParseRef(reg.host+"/classify/app:missing", true)
 	must(t, err)
 	_, err = oci.Get(ctx, ref, oci.Remote{})
 	if !errors.Is(err, oci.ErrNotFound) {
