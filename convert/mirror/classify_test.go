@@ -223,3 +223,17 @@ func TestClassifyTable(t *testing.T) {
 		}
 	}
 }
+
+// A task whose source is wrong in itself fails on its first attempt,
+// through the layer cache's conversion (CacheImage) as through Image.
+func TestSourceErrorFailsAtOnce(t *testing.T) {
+	h := newHarness(t, "p", nil)
+	h.startWorker(t, "P")
+	good := appLayer(t, "permanent")
+	lie := &blobLayer{blob: good.blob, diffID: sha256Of([]byte("not the tar"))}
+	d := h.reg.push(t, "wrong/diffid:1", image(t, baseLayer(t, 40, 1000), lie))
+	r := h.waitRecord(t, "wrong/diffid", "1", d, time.Minute, func(r *mirror.Record) bool { return r.State == mirror.StateFailed })
+	if r.Attempts != 1 || !strings.Contains(r.Error, "but the config gives diff_id") {
+		t.Errorf("failed on attempt %d of %d with %q; want attempt 1, naming the diff_id", r.Attempts, h.cfg.Queue.MaxDeliver, r.Error)
+	}
+}
