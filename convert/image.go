@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -612,11 +614,12 @@ func (c *Converter) publish(ctx context.Context, j *layerJob, fl *fileLayer) err
 // SourceError is the error of a source image that is wrong in itself or
 // of a kind convert does not take: a blob that is not what its digest
 // names (a layer's, the config's), a layer's tar that is not the diff_id
-// the config gives it, a config that is no JSON or lists no diff_id per
-// layer, a layer's media type that is neither a tar's nor EROFS, more
-// than MaxLayers layers or indexes nested too deep. An image and its
-// blobs are named by their digests, so every attempt fails the same way:
-// the error is permanent. Its message is Err's.
+// the config gives it, a layer read whole whose compression or tar is
+// broken, a config that is no JSON or lists no diff_id per layer, a
+// layer's media type that is neither a tar's nor EROFS, more than
+// MaxLayers layers or indexes nested too deep. An image and its blobs
+// are named by their digests, so every attempt fails the same way: the
+// error is permanent. Its message is Err's.
 type SourceError struct {
 	Digest v1.Hash // the image, index, config or layer at fault
 	Err    error
@@ -627,6 +630,17 @@ func (e *SourceError) Unwrap() error { return e.Err }
 
 func sourceError(d v1.Hash, format string, args ...any) error {
 	return &SourceError{Digest: d, Err: fmt.Errorf(format, args...)}
+}
+
+var errLowerFailed = errors.New("a layer below it did not convert: the directories it implies have no metadata")
+
+// localError reports an error of this machine rather than of the source:
+// of a file or a system call (a full disk), a context that ended, a lower
+// layer that failed.
+func localError(err error) bool {
+	return errors.As(err, new(*fs.PathError)) || errors.As(err, new(*os.LinkError)) ||
+		errors.As(err, new(*os.SyscallError)) || errors.As(err, new(syscall.Errno)) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errLowerFailed)
 }
 
 // downloadError marks a failure of the source stream itself (as opposed to
@@ -642,6 +656,7 @@ type watchReader struct {
 	r      io.Reader
 	ctx    context.Context // once done, Read fails with its error
 	err    error
+	eof    bool // the stream ended cleanly (a registry's blob: digest checked)
 	n      int64
 	report func(read int64)
 }
@@ -657,6 +672,7 @@ func (w *watchReader) Read(p []byte) (int, error) {
 	if err != nil && err != io.EOF && w.err == nil {
 		w.err = err
 	}
+	w.eof = w.eof || err == io.EOF
 	w.n += int64(n)
 	if w.report != nil && n > 0 {
 		w.report(w.n)
@@ -713,7 +729,7 @@ func (c *Converter) buildLayer(ctx context.Context, j *layerJob, src layerSource
 	}
 	res, err := buildTar(f, in, opt, j.ops)
 	if err == nil && ld.failed() {
-		err = errors.New("a layer below it did not convert: the directories it implies have no metadata")
+		err = errLowerFailed
 	}
 	if err == nil {
 		err = checkSource(in, res, src)
@@ -723,21 +739,7 @@ func (c *Converter) buildLayer(ctx context.Context, j *layerJob, src layerSource
 	}
 	if err != nil {
 		os.Remove(raw)
-		if in.err != nil && in.err == ctx.Err() {
-			return nil, in.err
-		}
-		if in.err != nil && oci.Transient(in.err) {
-			if !errors.Is(err, in.err) { // the tar reader may have said it already
-				err = fmt.Errorf("%w (stream error: %v)", err, in.err)
-			}
-			return nil, &downloadError{err}
-		}
-		if in.err != nil && d.Size > 0 && in.n == d.Size {
-			// All of it came and was refused at its end: it is not
-			// what its digest names (TestClassifyRegistryErrors).
-			return nil, &SourceError{Digest: d.Digest, Err: err}
-		}
-		return nil, err
+		return nil, layerFailure(ctx, in, d, err)
 	}
 	if src.scan {
 		return &fileLayer{}, nil
@@ -747,6 +749,42 @@ func (c *Converter) buildLayer(ctx context.Context, j *layerJob, src layerSource
 		fl.implied, fl.rootOpaque = implied, res.rootOpaque
 	}
 	return fl, err
+}
+
+// layerFailure says what the failed conversion of the layer of descriptor
+// d, read through in, means: the caller gave up, the download broke (a
+// *downloadError, retried), or the source is wrong in itself (a
+// *SourceError). A failure of this machine (a full disk) is none of them.
+func layerFailure(ctx context.Context, in *watchReader, d v1.Descriptor, err error) error {
+	if in.err != nil && in.err == ctx.Err() {
+		return in.err
+	}
+	if in.err != nil && oci.Transient(in.err) {
+		if !errors.Is(err, in.err) { // the tar reader may have said it already
+			err = fmt.Errorf("%w (stream error: %v)", err, in.err)
+		}
+		return &downloadError{err}
+	}
+	if d.Size <= 0 || localError(err) {
+		return err
+	}
+	if in.err == nil && !in.eof && in.n == d.Size {
+		// All of it came: the read that ends it checks its digest.
+		io.CopyN(io.Discard, in, 1)
+	}
+	switch {
+	case in.err != nil && in.n == d.Size:
+		// All of it came and was refused at its end: it is not what
+		// its digest names (TestClassifyRegistryErrors).
+		return &SourceError{Digest: d.Digest, Err: err}
+	case in.err == nil && in.eof:
+		// Read whole (from a registry: its digest checked) and refused:
+		// the same bytes fail the same way on every attempt
+		// (TestClassifyConvertErrors). A layer refused before its blob's
+		// end is not known to be its digest's, and may be retried.
+		return &SourceError{Digest: d.Digest, Err: err}
+	}
+	return err
 }
 
 // fileLayer makes the layer to publish of the EROFS image in raw: hashed,

@@ -1,6 +1,8 @@
 package mirror_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -25,7 +27,7 @@ import (
 
 // convertErr converts img with a converter of its own (a converter shares
 // the jobs of layers with the same digests) and returns its error.
-func convertErr(t *testing.T, opt convert.ImageOptions, img v1.Image) error {
+func convertErr(t *testing.T, what string, opt convert.ImageOptions, img v1.Image) error {
 	t.Helper()
 	opt.TempDir = t.TempDir()
 	conv, err := convert.NewConverter(opt)
@@ -35,9 +37,19 @@ func convertErr(t *testing.T, opt convert.ImageOptions, img v1.Image) error {
 	must(t, err)
 	_, _, err = conv.Image(withTimeout(t, time.Minute), img, v1.Descriptor{MediaType: types.OCIManifestSchema1, Digest: d})
 	if err == nil {
-		t.Fatal("converted without an error")
+		t.Fatalf("%s: converted without an error", what)
 	}
 	return err
+}
+
+// gzipLayer is a gzip layer of raw, its diff_id raw's digest.
+func gzipLayer(t *testing.T, raw []byte) *blobLayer {
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	_, err := zw.Write(raw)
+	must(t, err)
+	must(t, zw.Close())
+	return &blobLayer{blob: b.Bytes(), diffID: sha256Of(raw)}
 }
 
 // otherMediaType is a layer of a media type convert does not take.
@@ -70,7 +82,7 @@ func TestClassifyConvertErrors(t *testing.T) {
 	must(t, err)
 	lie := &blobLayer{blob: good.blob, diffID: sha256Of([]byte("not the tar"))}
 
-	err = convertErr(t, convert.ImageOptions{}, image(t, lie))
+	err = convertErr(t, "wrong diff_id", convert.ImageOptions{}, image(t, lie))
 	wantClass(t, "a layer whose tar is not the config's diff_id", err, true, gd)
 
 	img := image(t, good)
@@ -82,10 +94,10 @@ func TestClassifyConvertErrors(t *testing.T) {
 	must(t, err)
 	id, err := img.Digest()
 	must(t, err)
-	wantClass(t, "two diff_ids for one layer", convertErr(t, convert.ImageOptions{}, img), true, id)
+	wantClass(t, "two diff_ids for one layer", convertErr(t, "diff_ids", convert.ImageOptions{}, img), true, id)
 
 	other := otherMediaType{good}
-	wantClass(t, "a layer of an unknown media type", convertErr(t, convert.ImageOptions{}, image(t, other)), true, gd)
+	wantClass(t, "a layer of an unknown media type", convertErr(t, "media type", convert.ImageOptions{}, image(t, other)), true, gd)
 
 	var many []v1.Layer
 	for range convert.MaxLayers + 1 {
@@ -94,9 +106,23 @@ func TestClassifyConvertErrors(t *testing.T) {
 	img = image(t, many...)
 	id, err = img.Digest()
 	must(t, err)
-	wantClass(t, "more layers than overlayfs stacks", convertErr(t, convert.ImageOptions{}, img), true, id)
+	wantClass(t, "more layers than overlayfs stacks", convertErr(t, "layers", convert.ImageOptions{}, img), true, id)
 
-	err = convertErr(t, convert.ImageOptions{Layer: convert.Options{MaxTarSize: 1024}}, image(t, good))
+	// Layers read whole and refused: the same bytes every time.
+	raw, err := io.ReadAll(must2(good.Uncompressed()))
+	must(t, err)
+	flipped := gzipLayer(t, raw)
+	flipped.blob[len(flipped.blob)/2] ^= 0xff
+	for what, l := range map[string]*blobLayer{
+		"a gzip of a tar cut short":  gzipLayer(t, raw[:700]),
+		"a gzip of no tar":           gzipLayer(t, randomBytes(3, 5000)),
+		"a gzip with a byte flipped": flipped,
+		"no gzip, no tar":            {blob: randomBytes(4, 5000), diffID: sha256Of(randomBytes(4, 5000))},
+	} {
+		wantClass(t, what, convertErr(t, what, convert.ImageOptions{}, image(t, l)), true, must2(l.Digest()))
+	}
+
+	err = convertErr(t, "MaxTarSize", convert.ImageOptions{Layer: convert.Options{MaxTarSize: 1024}}, image(t, good))
 	if !errors.As(err, new(*convert.TooLargeError)) {
 		t.Errorf("a tar over MaxTarSize: %v, want a *convert.TooLargeError", err)
 	}
@@ -167,7 +193,7 @@ func TestClassifyRegistryErrors(t *testing.T) {
 	must(t, err)
 	art, err := oci.Get(ctx, ref, oci.Remote{})
 	must(t, err)
-	err = convertErr(t, convert.ImageOptions{}, art.Image)
+	err = convertErr(t, "config", convert.ImageOptions{}, art.Image)
 	wantClass(t, "a config blob with a byte changed", err, true, cd)
 
 	for _, cut := range []bool{false, true} {
@@ -176,7 +202,7 @@ func TestClassifyRegistryErrors(t *testing.T) {
 		must(t, err)
 		art, err := oci.Get(ctx, ref, oci.Remote{})
 		must(t, err)
-		err = convertErr(t, convert.ImageOptions{}, art.Image)
+		err = convertErr(t, "layer", convert.ImageOptions{}, art.Image)
 		if cut {
 			wantClass(t, "a layer cut off in every download", err, false, v1.Hash{})
 		} else {
