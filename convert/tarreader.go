@@ -19,7 +19,7 @@ import (
 // so that what this reader returns is what archive/tar returns: the same
 // headers and data, and an error or the end at the same entry (FuzzTarReader
 // compares them; the error itself may differ, e.g. for a PAX header over
-// 1 MiB cut short). It is stricter in one place: a stream that ends after
+// archive/tar's size limit, cut short). It is stricter in one place: a stream that ends after
 // a PAX header or GNU long name, before their entry, is cut short
 // (errEndAfterMeta), where archive/tar sees the end of the archive.
 //

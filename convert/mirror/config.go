@@ -53,12 +53,10 @@ type Config struct {
 
 // DefaultMaxLayerSize is serve's and sync's bound on a layer's
 // uncompressed tar (--max-layer-size; convert has none by default): a
-// mirror converts what anyone may push, and a gzip of zeros expands
-// 1000:1. The registries that bound a layer take 10 GB of it compressed
-// (ECR Public, Huawei SWR; ECR 52,000 MiB, ACR 200 GiB, distribution
-// none), about 30 GB of tar at gzip's usual 3:1 on filesystem content:
-// 32 GiB lets such a layer through, and is the most disk one layer being
-// converted can fill.
+// mirror converts what anyone may push, and a gzip of zeros expands a
+// thousandfold. It lets through the largest layers that registries with
+// a bound accept, uncompressed (docs/mirror.md has their figures), and is
+// the most disk one layer being converted can fill.
 const DefaultMaxLayerSize = 32 << 30
 
 // NATSConfig says where the queue lives.

@@ -224,7 +224,7 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request) {
 
 // maxNotification bounds a notification's body, which is read into
 // memory: distribution batches a few events of under a kilobyte each,
-// Harbor sends one; 4 MiB is also what registries accept of a manifest.
+// Harbor sends one; the bound is that of a manifest (oci.MaxManifestSize).
 const maxNotification = 4 << 20
 
 func (s *Server) notify(w http.ResponseWriter, r *http.Request) {

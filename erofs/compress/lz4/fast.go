@@ -185,4 +185,3 @@ func fastSearch(t *fastTable, sp unsafe.Pointer, ip, limit, probes int) (start, 
 	}
 	return ip, cand
 }
-

@@ -281,7 +281,6 @@ func emitSeq(dst []byte, di int, src []byte, anchor, ip, offset, ml int) (ndi, e
 	return di, ip + ml, true, full
 }
 
-
 // Errors returned by the decoder.
 var (
 	ErrCorrupt  = errors.New("lz4: corrupt block")
