@@ -22,7 +22,7 @@ func TestE2EStall(t *testing.T) {
 	want := mustConvert(t, srcRef.String(), "", variant{}.options(), oci.Remote{})
 	m, err := src.Manifest()
 	must(t, err)
-	const bound = 2 * time.Second
+	const bound = 5 * time.Second
 	// One layer stalls, once: with two jobs, stalls of all four layers
 	// would add up to two bounds before any retry.
 	base := m.Layers[0].Digest.String()

@@ -67,7 +67,7 @@ func (s *stallingBody) Close() error { return s.rc.Close() }
 // bound and is retried, within the same attempt; a layer that always
 // stalls fails the attempt, and the task is retried and then failed.
 func TestServeStall(t *testing.T) {
-	const bound = 2 * time.Second
+	const bound = 5 * time.Second
 	h := newHarness(t, "st", nil)
 	base := baseLayer(t, 70, 300_000)
 	img := image(t, base, appLayer(t, "stall"))
