@@ -84,6 +84,11 @@ func compressedSeeds(t testing.TB) [][]byte {
 			out = append(out, buildFiles(t, Options{BlockSize: 4096, Compression: &c}, files))
 		}
 	}
+	// lclusters smaller than the 12 bits of a compact entry's offset.
+	for _, full := range []bool{false, true} {
+		c := Compression{Algorithm: AlgLZ4, FullIndexes: full}
+		out = append(out, buildFiles(t, Options{BlockSize: 512, Compression: &c}, files))
+	}
 	return out
 }
 
@@ -314,6 +319,7 @@ func TestReaderWriteSeeds(t *testing.T) {
 	seeds["zdedupe"] = buildFiles(t, Options{Compression: &Compression{Algorithm: AlgLZ4, PclusterSize: 4096, Dedupe: true}}, map[string][]byte{
 		"a": text, "b": near, "c": text[:9000],
 	})
+	seeds["compact-clusterofs"] = compactClusterOfsImage(t)
 	// A metadata-only image: device table, 8-byte chunk indexes.
 	var blob memWriterAt
 	seeds["blob-meta"] = buildFiles(t, Options{BlockSize: 512, Blob: &blob, Devices: []DeviceSlot{{Tag: "b"}}}, map[string][]byte{
@@ -379,4 +385,59 @@ func TestReaderCorruptOffsets(t *testing.T) {
 		// And every file of the image, read through and at random.
 		exerciseImage(img, vals[0])
 	}
+}
+
+// compactClusterOfsImage is a 512-byte-block image with one lz4 file, f,
+// whose compact index says: lcluster 0 is a PLAIN HEAD at cluster offset
+// 4000 (the 12 bits of a compact entry hold it; a 512-byte lcluster
+// cannot), lclusters 1-7 look back to it, 8 is a HEAD at 100, the rest
+// look back to 8. A read at 600 maps to an extent 4000..4196.
+func compactClusterOfsImage(t testing.TB) []byte {
+	text := bytes.Repeat([]byte("erofs pcluster lcluster nid diffID whiteout 0123456789\n"), 150)
+	b := buildFiles(t, Options{BlockSize: 512, Compression: &Compression{Algorithm: AlgLZ4, FullIndexes: true}}, map[string][]byte{"f": text})
+	img := openBytes(t, b)
+	ino, err := img.Lstat("f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same map header, with a compact index of 4-byte entries (two a
+	// pack, then the pack's block address) where the full one was.
+	iloc := img.meta + int64(ino.Nid)*SlotSize
+	le.PutUint16(b[iloc:], le.Uint16(b[iloc:])&^(7<<1)|LayoutCompressedCompact<<1)
+	ebase := (ino.tailOff()+7)&^7 + 8
+	total := (ino.Size + 511) / 512
+	for lcn := range total {
+		pos := ebase + 4*lcn
+		lo, typ := uint16(lcn-8), uint16(lclusterNonhead)
+		switch {
+		case lcn == 0:
+			lo, typ = 4000, lclusterPlain
+		case lcn == 8:
+			lo, typ = 100, lclusterHead1
+		case lcn < 8:
+			lo = uint16(lcn)
+		}
+		le.PutUint16(b[pos&^7+(pos&7)/2:], lo|typ<<12)
+	}
+	return b
+}
+
+// TestReaderCompactClusterOfs: a compact index entry's cluster offset past
+// its lcluster is refused, as a full index's is; it started an extent
+// after the offset read, which ReadAt then sliced at a negative index.
+func TestReaderCompactClusterOfs(t *testing.T) {
+	b := compactClusterOfsImage(t)
+	img := openBytes(t, b)
+	f, err := img.Open("f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, off := range []int64{600, 0, 4100} {
+		var x [1]byte
+		n, err := f.(io.ReaderAt).ReadAt(x[:], off)
+		if want := "lcluster 0: cluster offset 4000"; n != 0 || err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ReadAt(f, %d) = %d, %v; want %q", off, n, err, want)
+		}
+	}
+	exerciseImage(img, b)
 }

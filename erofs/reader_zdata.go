@@ -266,7 +266,13 @@ func (d *zData) loadCompact(lcn int64) (zlc, error) {
 		}
 		return l, nil
 	}
+	// lo has 12 bits even for smaller lclusters: an offset past the
+	// lcluster would start the extent after the bytes it maps
+	// (TestReaderCompactClusterOfs).
 	l.clusterofs = int64(lo)
+	if l.clusterofs >= 1<<d.lbits {
+		return zlc{}, d.corrupt(lcn, "cluster offset %d", l.clusterofs)
+	}
 	n, err := packBlocks(pack, i, vcnt, lobits, d.big)
 	if err != nil {
 		return zlc{}, d.corrupt(lcn, "%v", err)
@@ -338,9 +344,13 @@ func (d *zData) mapExtent(off int64) (zext, error) {
 		return zext{}, d.corrupt(e.headLcn, "extent of %d bytes", e.llen)
 	}
 	// A lookback distance that passes a HEAD maps off to an extent that
-	// ends before it (TestReaderCorruptOffsets).
-	if end <= off {
+	// ends before it (TestReaderCorruptOffsets); ReadAt slices the
+	// extent's bytes at off-e.la.
+	switch {
+	case end <= off:
 		return zext{}, d.corrupt(e.headLcn, "extent %d..%d ends before offset %d", e.la, end, off)
+	case e.la > off:
+		return zext{}, d.corrupt(e.headLcn, "extent %d..%d starts after offset %d", e.la, end, off)
 	}
 	switch e.headtype {
 	case lclusterHead1:
