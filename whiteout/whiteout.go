@@ -127,8 +127,13 @@ func (t *Translator) Device(p string) bool {
 // are not unless whiteouts are kept: overlayfs acts on them in a layer,
 // where only the tar's whiteouts may say what the layer hides, and an
 // upper layer's redirect could show a directory a whiteout deleted.
-func (t *Translator) KeepXattr(name string) bool {
-	return t.mode == Keep || !strings.HasPrefix(name, OverlayXattrPrefix)
+func (t *Translator) KeepXattr(name string) bool { return t.mode.KeepXattr(name) }
+
+// KeepXattr reports whether a layer read in mode m keeps an xattr of a
+// tar entry: not overlayfs's own (Translator.KeepXattr), unless
+// whiteouts are kept.
+func (m Mode) KeepXattr(name string) bool {
+	return m == Keep || !strings.HasPrefix(name, OverlayXattrPrefix)
 }
 
 // Classify looks at a cleaned entry path ("a/b/.wh.c"). For a Whiteout it

@@ -1,0 +1,392 @@
+package whiteout
+
+import (
+	"archive/tar"
+	"errors"
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+)
+
+// A Layer is one layer's change set: what applying its tar entries in
+// order, as docker and containerd apply them, does to the layers below.
+// It holds the headers only, as a tree of the paths the layer touches:
+// entries, whiteouts, and the directories it makes or implies, each
+// marked opaque where nothing below shows through it. Add takes the
+// entries; Tree.Apply lays the layer on a stack; Overlay is the layer as
+// overlayfs needs it stacked.
+//
+// The rules, decided here only:
+//
+//   - A later entry for a path replaces the earlier one; a directory over
+//     a directory keeps its children and takes the later header.
+//   - A whiteout (DIR/.wh.NAME, or a character device 0:0, which
+//     overlayfs takes for one) deletes NAME of the layers below, and what
+//     the layer itself put there before it (docker, containerd and
+//     mkfs.erofs --aufs apply it so; the image spec would keep it). A hard
+//     link to the layer's whiteout is one too (overlayfs makes them links
+//     of one inode).
+//   - An opaque marker (DIR/.wh..wh..opq) hides everything the layers
+//     below have under DIR, whatever its place in the tar; on the root
+//     too, where overlayfs ignores it (Overlay whites out each name
+//     instead).
+//   - A directory that replaces the layer's whiteout or non-directory
+//     (also by way of an entry below it) is new: nothing below shows
+//     through it, its metadata neither.
+//   - Parents are implied: made where missing, kept where the layers below
+//     have a directory. An entry below the layer's own non-directory is
+//     refused; below a lower one, the lower one gives way.
+//   - A hard link names a file the layer has at that point, or, where the
+//     layer has not touched the path, a file of the layers below (as it
+//     was before the layer); a link to the layer's directory, or to what
+//     the layer removed, is refused.
+//   - Other .wh..wh. names are no entries; a PAX global header or a GNU
+//     volume label is no file.
+type Layer struct {
+	mode Mode
+	root *Node
+	// rootMarker is the header of the layer's first opaque marker on the
+	// root.
+	rootMarker *tar.Header
+	// opaque and whited are the paths the layer made opaque (a marker,
+	// a directory made anew) and whited out, at any point: a directory
+	// it makes there later is opaque, as converters mark it (the markers
+	// are set once the layer is read, whatever came between).
+	opaque, whited map[string]bool
+}
+
+// A Node is one path of a Layer or a Tree.
+type Node struct {
+	// Hdr is the header that gives the node's metadata and, for a file,
+	// its content; nodes with one Hdr are hard links of one inode. It is
+	// nil for a directory no entry declared (an implied one: mode 0755,
+	// owner 0, as converters make it). For a whiteout, it is the .wh.
+	// entry's (a character device with no permission bits, of its owner
+	// and time) or the device 0:0's (as the tar has it).
+	Hdr *tar.Header
+	// Whiteout marks a whiteout: in a Layer, an overlay form (Overlay), a
+	// character device 0:0.
+	Whiteout bool
+	// Opaque marks a directory that hides what the layers below have in
+	// it: its layer put an opaque marker on it, or made it anew (in an
+	// overlay form: trusted.overlay.opaque="y").
+	Opaque bool
+	// Origin marks, in an overlay form, a directory that holds a
+	// whiteout: it gets an empty trusted.overlay.origin, as mkfs.erofs
+	// --aufs gives it, so overlayfs never lists the device through a
+	// directory it does not merge.
+	Origin bool
+
+	dir   bool
+	fresh bool   // a directory the layer made anew: nothing below shows through, metadata neither
+	lower string // a hard link to this path of the layers below
+	kids  map[string]*Node
+}
+
+// IsDir reports whether n is a directory.
+func (n *Node) IsDir() bool { return n.dir }
+
+// LowerLink is the path of the lower layers' file a hard link of a Layer
+// names; "" for any other node.
+func (n *Node) LowerLink() string { return n.lower }
+
+func newDir(h *tar.Header) *Node { return &Node{Hdr: h, dir: true, kids: map[string]*Node{}} }
+
+// NewLayer returns the change set of an empty layer. With Keep, the tar
+// is taken as it is: whiteouts and opaque markers are plain files, a
+// device 0:0 is a device.
+func NewLayer(m Mode) *Layer {
+	return &Layer{mode: m, root: newDir(nil), opaque: map[string]bool{}, whited: map[string]bool{}}
+}
+
+// Add takes the layer's next tar header, which the Layer keeps (do not
+// change it). Its error names the entry.
+func (l *Layer) Add(h *tar.Header) error {
+	if err := l.add(h); err != nil {
+		return fmt.Errorf("entry %q: %w", h.Name, err)
+	}
+	return nil
+}
+
+func (l *Layer) add(h *tar.Header) error {
+	switch h.Typeflag {
+	case tar.TypeXGlobalHeader, 'V':
+		return nil
+	}
+	p, err := Clean(h.Name)
+	if err != nil {
+		return err
+	}
+	dir, base := split(p)
+	if l.mode == Overlay && p != "." {
+		switch {
+		case base == OpaqueMarker:
+			d, err := l.dir(dir)
+			if err != nil {
+				return err
+			}
+			d.Opaque, l.opaque[dir] = true, true
+			if dir == "." && l.rootMarker == nil {
+				l.rootMarker = h
+			}
+			return nil
+		case strings.HasPrefix(base, MetaPrefix):
+			return nil
+		case strings.HasPrefix(base, Prefix):
+			name := base[len(Prefix):]
+			if name == "." || name == ".." {
+				return fmt.Errorf("whiteout %q names no entry", base)
+			}
+			return l.put(dir, name, &Node{Hdr: h, Whiteout: true})
+		case isDevice0(h):
+			return l.put(dir, base, &Node{Hdr: h, Whiteout: true})
+		}
+	}
+	if h.Typeflag == tar.TypeLink {
+		n, err := l.link(h)
+		if err != nil {
+			return err
+		}
+		return l.put(dir, base, n)
+	}
+	if p == "." {
+		if h.Typeflag != tar.TypeDir {
+			return errors.New("the root must be a directory")
+		}
+		l.root.Hdr = h
+		return nil
+	}
+	if h.Typeflag == tar.TypeDir {
+		return l.put(dir, base, newDir(h))
+	}
+	return l.put(dir, base, &Node{Hdr: h})
+}
+
+// put places n at dir/name. A directory over the layer's directory takes
+// its place's children and marks; over its whiteout or non-directory it
+// is a new one.
+func (l *Layer) put(dir, name string, n *Node) error {
+	d, err := l.dir(dir)
+	if err != nil {
+		return err
+	}
+	p := join(dir, name)
+	old := d.kids[name]
+	switch {
+	case n.Whiteout:
+		l.whited[p] = true
+	case n.dir && old != nil && old.dir:
+		old.Hdr = n.Hdr
+		return nil
+	case n.dir:
+		n.fresh = old != nil || l.whited[p]
+		l.opaque[p] = l.opaque[p] || n.fresh
+		n.Opaque = l.opaque[p]
+	}
+	d.kids[name] = n
+	return nil
+}
+
+// dir returns the layer's directory at p, implying it and its parents
+// where missing; one made where the layer whited out is a new one.
+func (l *Layer) dir(p string) (*Node, error) {
+	d := l.root
+	if p == "." {
+		return d, nil
+	}
+	for i, c := range strings.Split(p, "/") {
+		k := d.kids[c]
+		switch {
+		case k == nil || k.Whiteout:
+			q := prefix(p, i)
+			fresh := k != nil
+			l.opaque[q] = l.opaque[q] || fresh
+			k = newDir(nil)
+			k.fresh, k.Opaque = fresh, l.opaque[q]
+			d.kids[c] = k
+		case !k.dir:
+			return nil, fmt.Errorf("parent %q is not a directory", prefix(p, i))
+		}
+		d = k
+	}
+	return d, nil
+}
+
+// link is the node of the hard link h: the layer's file at its target, or
+// its whiteout there, or a link to the layers below where the layer has
+// not touched the target.
+func (l *Layer) link(h *tar.Header) (*Node, error) {
+	t, err := Clean(h.Linkname)
+	if err != nil {
+		return nil, fmt.Errorf("hard link target %q: %w", h.Linkname, err)
+	}
+	if t == "." {
+		return nil, errors.New("hard link to the root")
+	}
+	d, hidden := l.root, l.root.Opaque
+	parts := strings.Split(t, "/")
+	for i, c := range parts {
+		k := d.kids[c]
+		last := i == len(parts)-1
+		switch {
+		case k == nil && hidden:
+			return nil, fmt.Errorf("hard link to %q, which its layer removed", t)
+		case k == nil:
+			return &Node{Hdr: h, lower: t}, nil
+		case last && k.Whiteout:
+			return &Node{Hdr: k.Hdr, Whiteout: true}, nil
+		case last && k.dir:
+			return nil, fmt.Errorf("hard link to the directory %q", t)
+		case last:
+			return &Node{Hdr: k.Hdr, lower: k.lower}, nil
+		case k.Whiteout:
+			return nil, fmt.Errorf("hard link to %q, which its layer removed", t)
+		case !k.dir:
+			return nil, fmt.Errorf("hard link to %q: %q is not a directory", t, prefix(t, i))
+		}
+		d, hidden = k, hidden || k.Opaque || k.fresh
+	}
+	panic("unreachable")
+}
+
+// Overlay is the layer as overlayfs needs it over the layers below
+// (below: the stack of those, nil for none), the tree a converter writes
+// into the layer's image: the entries; whiteouts, which stay character
+// devices; markers Opaque and Origin for the xattrs; and the directories
+// the layer implies with the header of the one below, where that is a
+// declared directory and the layer does not hide it (a whiteout of it, an
+// opaque directory above it), since applying the tar over it keeps it.
+// An opaque marker on the root gives the layer a whiteout, with the
+// marker's header, of each name below it has not, and makes its own
+// directories there opaque. A hard link to a file below has no overlay
+// form (one layer's image cannot link into another's): that is an error.
+func (l *Layer) Overlay(below *Tree) (*Tree, error) {
+	var lower *Node
+	if below != nil {
+		lower = below.root
+	}
+	root := newDir(l.root.Hdr)
+	root.Opaque = l.root.Opaque
+	if root.Hdr == nil && lower != nil {
+		root.Hdr = lower.Hdr
+	}
+	if err := overlayDir(root, l.root, lower, l.root.Opaque); err != nil {
+		return nil, err
+	}
+	if l.rootMarker != nil && lower != nil {
+		for _, name := range sortedNames(lower.kids) {
+			switch k := root.kids[name]; {
+			case k == nil:
+				h := *l.rootMarker // one inode each
+				root.kids[name] = &Node{Hdr: &h, Whiteout: true}
+				root.Origin = true
+			case k.dir:
+				k.Opaque = true
+			}
+		}
+	}
+	return &Tree{root: root}, nil
+}
+
+// overlayDir fills out, the overlay form of the layer's directory d, over
+// lower (nil: none); hidden says that nothing below shows in d.
+func overlayDir(out, d, lower *Node, hidden bool) error {
+	for _, name := range sortedNames(d.kids) {
+		k := d.kids[name]
+		if k.lower != "" {
+			return fmt.Errorf("entry %q: hard link to %q, a file of a layer below", k.Hdr.Name, k.lower)
+		}
+		o := &Node{Hdr: k.Hdr, Whiteout: k.Whiteout, Opaque: k.Opaque || k.fresh, dir: k.dir}
+		out.kids[name] = o
+		if k.Whiteout {
+			out.Origin = true
+		}
+		if !k.dir {
+			continue
+		}
+		o.kids = map[string]*Node{}
+		var lk *Node
+		if lower != nil && !hidden && !k.fresh {
+			if lk = lower.kids[name]; lk != nil && !lk.dir {
+				lk = nil
+			}
+		}
+		if o.Hdr == nil && lk != nil {
+			o.Hdr = lk.Hdr
+		}
+		if err := overlayDir(o, k, lk, hidden || o.Opaque); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Clean maps a tar entry name to a path: no leading "/" or "./", cleaned,
+// "." for the root. A name that holds NUL or climbs above the root is an
+// error.
+func Clean(name string) (string, error) {
+	if strings.IndexByte(name, 0) >= 0 {
+		return "", errors.New("name holds NUL")
+	}
+	depth := 0
+	for _, c := range strings.Split(name, "/") {
+		switch c {
+		case "", ".":
+		case "..":
+			if depth--; depth < 0 {
+				return "", errors.New("name escapes the root")
+			}
+		default:
+			depth++
+		}
+	}
+	p := path.Clean("/" + name)[1:]
+	if p == "" {
+		return ".", nil
+	}
+	return p, nil
+}
+
+// split returns the directory of p ("." at the top) and its last name.
+func split(p string) (dir, base string) {
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		return p[:i], p[i+1:]
+	}
+	return ".", p
+}
+
+// join is dir/name, or name in the root.
+func join(dir, name string) string {
+	if dir == "." {
+		return name
+	}
+	return dir + "/" + name
+}
+
+// prefix is p up to its component i.
+func prefix(p string, i int) string {
+	for j := 0; j < len(p); j++ {
+		if p[j] == '/' {
+			if i == 0 {
+				return p[:j]
+			}
+			i--
+		}
+	}
+	return p
+}
+
+// isDevice0 reports a character device 0:0, overlayfs's whiteout.
+func isDevice0(h *tar.Header) bool {
+	return h.Typeflag == tar.TypeChar && h.Devmajor == 0 && h.Devminor == 0
+}
+
+func sortedNames(m map[string]*Node) []string {
+	ns := make([]string, 0, len(m))
+	for n := range m {
+		ns = append(ns, n)
+	}
+	sort.Strings(ns)
+	return ns
+}
