@@ -230,23 +230,6 @@ func TestFromTarErrors(t *testing.T) {
 	}
 }
 
-func TestCleanName(t *testing.T) {
-	for in, want := range map[string]string{
-		"": ".", ".": ".", "./": ".", "/": ".", "//": ".",
-		"a": "a", "/a": "a", "./a": "a", ".//a": "a", "a//b/": "a/b", "///a/./b": "a/b",
-		"a/../b": "b", "a/..": ".",
-	} {
-		if got, err := cleanName(in); err != nil || got != want {
-			t.Errorf("cleanName(%q) = %q, %v; want %q", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"..", "../x", "/../x", "a/../..", "./../x", "a\x00b"} {
-		if got, err := cleanName(in); err == nil {
-			t.Errorf("cleanName(%q) = %q, want error", in, got)
-		}
-	}
-}
-
 // TestFromTarLinkReplaced: replacing a link's target makes a new inode, as
 // extraction does; the other name keeps the old one.
 func TestFromTarLinkReplaced(t *testing.T) {
