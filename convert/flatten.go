@@ -84,6 +84,8 @@ type flattener struct {
 	// those it took back (an entry or a whiteout at their path since)
 	// are gone (endLayer).
 	ownPending []*pendingLink
+	// ownPendingAt is the last of them at each path.
+	ownPendingAt map[string]*pendingLink
 	// needed are the targets that a lower layer must give (docker
 	// applied a hard link to each there, and fails without it): of
 	// hidden links, and of links their layer took back (need).
@@ -91,6 +93,10 @@ type flattener struct {
 	// own is the current layer's own shape, hidden or not, as applying
 	// it in order leaves it.
 	own ownShape
+	// layers are the change sets of the layers read, by rank: stacked
+	// from the bottom once all are read, they say whether docker and
+	// containerd take the image (stack).
+	layers []*whiteout.Layer
 }
 
 // pendingLink is a hard link waiting for a lower layer's file.
@@ -154,9 +160,10 @@ func (f *flattener) close() { f.spool.Close() }
 // startLayer forgets the hidden entries of the previous layer: a link of
 // an upper layer to one was made pending when it was read.
 func (f *flattener) startLayer() {
+	f.layers = append(f.layers, whiteout.NewLayer(whiteout.Overlay))
 	f.hidden = map[string]*hiddenEntry{}
 	f.hiddenLinks = map[string]hiddenLink{}
-	f.ownPending = nil
+	f.ownPending, f.ownPendingAt = nil, map[string]*pendingLink{}
 	f.own = ownShape{nondir: map[string]int{}, dir: map[string]int{}, gone: map[string]int{}, opaque: map[string]bool{}}
 	f.off = 0
 }
@@ -644,8 +651,13 @@ func (l *tarLayer) takeBack(p string) error {
 // target is in a lower layer.
 func (l *tarLayer) addLink(e erofs.Entry, rank int) error {
 	f := l.flat
+	viaOwn := false
 	if t, ok := f.hiddenLinkAt(e.HardLink); ok {
 		e.HardLink = t
+	} else if pl := f.ownPendingAt[e.HardLink]; rank == l.rank && pl != nil && f.own.still(pl.entry.Path, pl.step) {
+		// A link to the layer's link to a lower file: to that file,
+		// which that link found there.
+		e.HardLink, viaOwn = pl.entry.HardLink, true
 	}
 	// The layer's step that put the link; an upper layer's link stays.
 	step := 0
@@ -667,10 +679,11 @@ func (l *tarLayer) addLink(e erofs.Entry, rank int) error {
 	if f.listed(e.HardLink) != l.rank {
 		pl := &pendingLink{entry: e, rank: rank, step: step}
 		if rank == l.rank {
-			if err := f.own.refuseLink(e.Path, e.HardLink); err != nil {
+			if err := f.own.refuseLink(e.Path, e.HardLink); err != nil && !viaOwn {
 				return err
 			}
 			f.ownPending = append(f.ownPending, pl)
+			f.ownPendingAt[e.Path] = pl
 		}
 		f.pending[e.HardLink] = append(f.pending[e.HardLink], pl)
 		return nil
@@ -730,6 +743,19 @@ func (l *tarLayer) linkPending(p, target string) error {
 	}
 	if own != nil {
 		f.pending[p] = append(own, f.pending[p]...)
+	}
+	return nil
+}
+
+// stack lays the change sets of srcs (bottom first), read from the top,
+// on one another: a stack whiteout.Tree.Apply refuses (a hard link to
+// what no layer below has, there and then) is refused.
+func (f *flattener) stack(srcs []layerSource) error {
+	t := whiteout.NewTree()
+	for i, s := range srcs {
+		if err := t.Apply(f.layers[len(srcs)-1-i]); err != nil {
+			return fmt.Errorf("layer %s: %w", s.desc.Digest, err)
+		}
 	}
 	return nil
 }
@@ -841,6 +867,9 @@ func (c *Converter) buildFlat(ctx context.Context, srcs []layerSource) (_ *fileL
 		read += s.desc.Size
 		entries += tl.entries
 		warnings = append(warnings, tl.warnings...)
+	}
+	if err := fla.stack(srcs); err != nil {
+		return nil, err
 	}
 	if err := fla.unresolved(); err != nil {
 		return nil, err

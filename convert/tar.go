@@ -147,6 +147,12 @@ func (l *tarLayer) addEntry(hdr *tar.Header, data io.Reader) error {
 	if err != nil {
 		return err
 	}
+	if l.flat != nil {
+		// The layer's change set, for flattener.stack.
+		if err := l.flat.layers[l.rank].Add(hdr); err != nil {
+			return err
+		}
+	}
 	kind, target, err := l.wt.Classify(p)
 	if err != nil {
 		return err

@@ -54,6 +54,10 @@ type Layer struct {
 	// it makes there later is opaque, as converters mark it (the markers
 	// are set once the layer is read, whatever came between).
 	opaque, whited map[string]bool
+	// lowerLinks are the layer's hard links to the layers below, in
+	// order, also those it has since replaced or removed: docker and
+	// containerd made each, and failed where the target was missing.
+	lowerLinks []*Node
 }
 
 // A Node is one path of a Layer or a Tree.
@@ -233,13 +237,19 @@ func (l *Layer) link(h *tar.Header) (*Node, error) {
 		case k == nil && hidden:
 			return nil, fmt.Errorf("hard link to %q, which its layer removed", t)
 		case k == nil:
-			return &Node{Hdr: h, lower: t}, nil
+			n := &Node{Hdr: h, lower: t}
+			l.lowerLinks = append(l.lowerLinks, n)
+			return n, nil
 		case last && k.Whiteout:
 			return &Node{Hdr: k.Hdr, Whiteout: true}, nil
 		case last && k.dir:
 			return nil, fmt.Errorf("hard link to the directory %q", t)
+		case last && k.lower != "":
+			n := &Node{Hdr: k.Hdr, lower: k.lower} // to the same file below
+			l.lowerLinks = append(l.lowerLinks, n)
+			return n, nil
 		case last:
-			return &Node{Hdr: k.Hdr, lower: k.lower}, nil
+			return &Node{Hdr: k.Hdr}, nil
 		case k.Whiteout:
 			return nil, fmt.Errorf("hard link to %q, which its layer removed", t)
 		case !k.dir:
@@ -262,6 +272,10 @@ func (l *Layer) link(h *tar.Header) (*Node, error) {
 // directories there opaque. A hard link to a file below has no overlay
 // form (one layer's image cannot link into another's): that is an error.
 func (l *Layer) Overlay(below *Tree) (*Tree, error) {
+	if len(l.lowerLinks) > 0 {
+		k := l.lowerLinks[0]
+		return nil, fmt.Errorf("entry %q: hard link to %q, a file of a layer below", k.Hdr.Name, k.lower)
+	}
 	var lower *Node
 	if below != nil {
 		lower = below.root
@@ -294,9 +308,6 @@ func (l *Layer) Overlay(below *Tree) (*Tree, error) {
 func overlayDir(out, d, lower *Node, hidden bool) error {
 	for _, name := range sortedNames(d.kids) {
 		k := d.kids[name]
-		if k.lower != "" {
-			return fmt.Errorf("entry %q: hard link to %q, a file of a layer below", k.Hdr.Name, k.lower)
-		}
 		o := &Node{Hdr: k.Hdr, Whiteout: k.Whiteout, Opaque: k.Opaque || k.fresh, dir: k.dir}
 		out.kids[name] = o
 		if k.Whiteout {

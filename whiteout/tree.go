@@ -54,34 +54,20 @@ func walk(dir string, d *Node, fn func(p string, n *Node) error) error {
 // is refused, and t is left as it was.
 func (t *Tree) Apply(l *Layer) error {
 	links := map[*Node]*Node{}
-	if err := resolveLinks(t, l.root, links); err != nil {
-		return err
+	for _, k := range l.lowerLinks {
+		target := t.Node(k.lower)
+		switch {
+		case target == nil:
+			return fmt.Errorf("entry %q: hard link to %q, which no layer has", k.Hdr.Name, k.lower)
+		case target.dir:
+			return fmt.Errorf("entry %q: hard link to the directory %q", k.Hdr.Name, k.lower)
+		}
+		links[k] = target
 	}
 	if l.root.Hdr != nil {
 		t.root.Hdr = l.root.Hdr
 	}
 	applyDir(t.root, l.root, l.root.Opaque, links)
-	return nil
-}
-
-// resolveLinks finds the lower files that the hard links below d name.
-func resolveLinks(t *Tree, d *Node, links map[*Node]*Node) error {
-	for _, name := range sortedNames(d.kids) {
-		k := d.kids[name]
-		if k.lower != "" {
-			target := t.Node(k.lower)
-			switch {
-			case target == nil:
-				return fmt.Errorf("entry %q: hard link to %q, which no layer has", k.Hdr.Name, k.lower)
-			case target.dir:
-				return fmt.Errorf("entry %q: hard link to the directory %q", k.Hdr.Name, k.lower)
-			}
-			links[k] = target
-		}
-		if err := resolveLinks(t, k, links); err != nil {
-			return err
-		}
-	}
 	return nil
 }
 
