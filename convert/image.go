@@ -552,7 +552,6 @@ func (c *Converter) convertLayer(ctx context.Context, j *layerJob, src layerSour
 			break
 		}
 		c.logf("layer %s: download broke (%v); retrying (%d/3)", short(d.Digest), err, attempt)
-		j.ops.ops = nil
 		select {
 		case <-time.After(time.Duration(attempt) * 500 * time.Millisecond):
 		case <-ctx.Done():
@@ -714,7 +713,7 @@ func (c *Converter) buildLayer(ctx context.Context, j *layerJob, src layerSource
 	}
 	opt := c.opt.Layer
 	opt.Erofs.TempDir = c.tmp
-	ld := &lowerDirs{ctx: ctx, layers: lower, states: map[int]*dirTree{}}
+	ld := &lowerDirs{ctx: ctx, layers: lower}
 	var implied []string // the directories the layer implies, for the cache
 	hook := ld.impliedFor(len(lower))
 	opt.Erofs.ImpliedDir = func(p string) (erofs.Entry, bool) {

@@ -1,50 +1,34 @@
 package convert
 
 import (
+	"archive/tar"
 	"context"
-	"slices"
-	"strings"
 	"sync"
 
 	"github.com/ocierofs/ocierofs/erofs"
+	"github.com/ocierofs/ocierofs/whiteout"
 )
 
 // A layer's directories, as the layers below it leave them, decide what a
 // directory the layer implies (lists a child of, but not itself) looks like:
 // applying the tars in order keeps the lower directory's mode, owner, mtime
 // and xattrs, and the stacked EROFS layers must show the same. Each layer
-// records what it did to the tree while it is read (dirOps); a layer asks
-// for the state below it only at Finish, so layers still convert
+// keeps its change set (whiteout.Layer) while it is read (dirOps); a layer
+// asks for the stack below it only at Finish, so layers still convert
 // concurrently.
 
-type dirOpKind uint8
-
-const (
-	opDir      dirOpKind = iota // a directory entry (meta set)
-	opNonDir                    // a non-directory at path: hides what was there
-	opWhiteout                  // deletes path and everything below it
-	opOpaque                    // hides everything below path from lower layers
-)
-
-type dirOp struct {
-	kind dirOpKind
-	path string
-	meta *erofs.Entry
-}
-
-// dirOps is one layer's record; done is closed when the layer's tar has
-// been read completely (or failed: then ok is false).
+// dirOps is one layer's change set; done is closed when the layer's tar
+// has been read completely (or failed: then ok is false).
 type dirOps struct {
-	ops  []dirOp
-	done chan struct{}
-	once sync.Once
-	ok   bool
-	// hides are the layer's whiteouts and opaque markers by path, made
-	// for hidesBelow once the layer is read.
-	hides map[string]dirOpKind
+	layer *whiteout.Layer
+	done  chan struct{}
+	once  sync.Once
+	ok    bool
 }
 
-func newDirOps() *dirOps { return &dirOps{done: make(chan struct{})} }
+func newDirOps() *dirOps {
+	return &dirOps{layer: whiteout.NewLayer(whiteout.Overlay), done: make(chan struct{})}
+}
 
 // anyFailed reports that one of ops is finished and failed.
 func anyFailed(ops []*dirOps) bool {
@@ -60,51 +44,19 @@ func anyFailed(ops []*dirOps) bool {
 	return false
 }
 
-func (d *dirOps) add(kind dirOpKind, p string, meta *erofs.Entry) {
+// add records the layer's next tar entry.
+func (d *dirOps) add(hdr *tar.Header) error {
 	if d == nil {
-		return
+		return nil
 	}
-	// A copy, stored under another name: meta itself never reaches the
-	// heap, so the caller's entry can stay on its stack.
-	var kept *erofs.Entry
-	if meta != nil {
-		m := *meta
-		m.Xattrs = append([]erofs.Xattr(nil), meta.Xattrs...)
-		kept = &m
-	}
-	d.ops = append(d.ops, dirOp{kind, p, kept})
+	return d.layer.Add(hdr)
 }
 
 // hidesBelow reports whether the layer, read to its end, hides what the
-// layers below have at p: it whites out p or a directory above it, or
-// makes a directory above it opaque. A directory the layer implies there
-// is a new one, without the metadata of one below (an opaque marker on p
-// itself keeps p's).
+// layers below have at p (whiteout.Layer.Hides): a directory the layer
+// implies there is a new one, without the metadata of one below.
 func (d *dirOps) hidesBelow(p string) bool {
-	if d == nil {
-		return false
-	}
-	if d.hides == nil {
-		d.hides = map[string]dirOpKind{}
-		for _, op := range d.ops {
-			if op.kind == opWhiteout || op.kind == opOpaque && d.hides[op.path] != opWhiteout {
-				d.hides[op.path] = op.kind
-			}
-		}
-	}
-	for q := p; ; {
-		if k, ok := d.hides[q]; ok && (k == opWhiteout || q != p) {
-			return true
-		}
-		if q == "" {
-			return false
-		}
-		if i := strings.LastIndexByte(q, '/'); i >= 0 {
-			q = q[:i]
-		} else {
-			q = ""
-		}
-	}
+	return d != nil && d.layer.Hides(p)
 }
 
 // finish publishes the record; only the first call counts.
@@ -118,101 +70,12 @@ func (d *dirOps) finish(ok bool) {
 	})
 }
 
-// dirTree is the directory state after some layers.
-type dirTree struct {
-	meta     *erofs.Entry // nil: no entry declared it
-	children map[string]*dirTree
-	// names, of the root only, are all its entries, directories or not
-	// (lowerDirs.rootNames): a layer's opaque marker on the root clears
-	// those of the layers below, and its entries add theirs.
-	names map[string]bool
-}
-
-func (t *dirTree) child(name string, create bool) *dirTree {
-	c := t.children[name]
-	if c == nil && create {
-		if t.children == nil {
-			t.children = map[string]*dirTree{}
-		}
-		c = &dirTree{}
-		t.children[name] = c
-	}
-	return c
-}
-
-// walk returns the node at p (nil if missing), its parent and its name;
-// with create, missing nodes on the way are made.
-func (t *dirTree) walk(p string, create bool) (parent, n *dirTree, base string) {
-	n = t
-	if p == "" {
-		return nil, t, ""
-	}
-	for _, c := range strings.Split(p, "/") {
-		parent, base = n, c
-		if n = n.child(c, create); n == nil {
-			return parent, nil, c
-		}
-	}
-	return parent, n, base
-}
-
-// applyLayer applies one layer's record: its opaque markers first, as
-// they act on the layers below only, then its entries and whiteouts in
-// order. In the tar, a directory's entries may come before its opaque
-// marker ("-sub" sorts before ".wh..wh..opq"); the marker must not clear
-// them. A whiteout, though, deletes what the layer put at its path before
-// it too, as docker, containerd and mkfs.erofs --aufs apply it.
-func (t *dirTree) applyLayer(ops []dirOp) {
-	for _, op := range ops {
-		if op.kind == opOpaque {
-			t.apply(op)
-		}
-	}
-	if t.names == nil {
-		t.names = map[string]bool{}
-	}
-	for _, op := range ops {
-		if op.kind != opOpaque {
-			t.apply(op)
-		}
-		switch first, _, deeper := strings.Cut(op.path, "/"); {
-		case op.path == "":
-		case op.kind == opWhiteout && !deeper:
-			delete(t.names, first)
-		default: // an entry at first, or below it, which makes it a directory
-			t.names[first] = true
-		}
-	}
-}
-
-func (t *dirTree) apply(op dirOp) {
-	switch op.kind {
-	case opDir:
-		_, n, _ := t.walk(op.path, true)
-		n.meta = op.meta
-	case opNonDir, opWhiteout:
-		if op.path == "" {
-			return
-		}
-		if parent, n, base := t.walk(op.path, false); n != nil && parent != nil {
-			delete(parent.children, base)
-		}
-	case opOpaque:
-		if _, n, _ := t.walk(op.path, false); n != nil {
-			n.children = nil
-		}
-		if op.path == "" {
-			clear(t.names) // the layers below: the layer's own names come after
-		}
-	}
-}
-
 // lowerDirs serves the implied-directory lookups of the layers of one image.
 type lowerDirs struct {
 	ctx    context.Context
 	layers []*dirOps
 	mu     sync.Mutex
-	states map[int]*dirTree
+	states map[int]*whiteout.Tree
 	// broken: a layer below was needed and did not convert (or the
 	// wait was given up), so implied directories got no metadata from
 	// below: the layer must fail, not be kept (a Converter runs failed
@@ -227,9 +90,9 @@ func (l *lowerDirs) failed() bool {
 	return l.broken
 }
 
-// below returns the directory state under layer i (after layers 0..i-1),
-// waiting until those layers have been read.
-func (l *lowerDirs) below(i int) *dirTree {
+// below returns the stack under layer i (layers 0..i-1), waiting until
+// those layers have been read.
+func (l *lowerDirs) below(i int) *whiteout.Tree {
 	for _, d := range l.layers[:i] {
 		select {
 		case <-d.done:
@@ -247,9 +110,17 @@ func (l *lowerDirs) below(i int) *dirTree {
 	if t, ok := l.states[i]; ok {
 		return t
 	}
-	t := &dirTree{}
+	if l.states == nil {
+		l.states = map[int]*whiteout.Tree{}
+	}
+	t := whiteout.NewTree()
 	for _, d := range l.layers[:i] {
-		t.applyLayer(d.ops)
+		if err := t.Apply(d.layer); err != nil {
+			// A layer below that converted applies: its links to
+			// the layers below are refused.
+			l.broken = true
+			return nil
+		}
 	}
 	l.states[i] = t
 	return t
@@ -262,11 +133,7 @@ func (l *lowerDirs) rootNames(i int) (names []string, ok bool) {
 	if t == nil {
 		return nil, false
 	}
-	for n := range t.names {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names, true
+	return t.Names("."), true
 }
 
 // impliedFor returns the erofs.Options.ImpliedDir hook of layer i.
@@ -279,15 +146,17 @@ func (l *lowerDirs) impliedFor(i int) func(string) (erofs.Entry, bool) {
 		if t == nil {
 			return erofs.Entry{}, false
 		}
-		_, n, _ := t.walk(p, false)
-		if n == nil || n.meta == nil {
+		n := t.Node(p)
+		if n == nil || !n.IsDir() || n.Hdr == nil {
 			return erofs.Entry{}, false
 		}
-		e := *n.meta
-		e.Path = p
-		// A tar's trusted.overlay.* xattrs never got here (headerMeta
-		// leaves them out, unless whiteouts are kept as they are).
-		e.Xattrs = slices.Clone(e.Xattrs)
+		// Its xattrs as the layer's own entry had them (a tar's
+		// trusted.overlay.* left out); warnings were given then.
+		e := erofs.Entry{Path: p}
+		if err := (&tarLayer{wt: whiteout.NewTranslator(whiteout.Overlay)}).headerMeta(n.Hdr, &e); err != nil {
+			return erofs.Entry{}, false
+		}
+		e.Mode |= erofs.S_IFDIR
 		return e, true
 	}
 }

@@ -41,7 +41,7 @@ func (c *countingReader) Read(p []byte) (int, error) {
 type tarLayer struct {
 	b        *erofs.Builder
 	wt       *whiteout.Translator
-	ops      *dirOps // what this layer does to directories, for the layers above
+	ops      *dirOps // the layer's change set, for the layers above
 	warnings []string
 	entries  int
 	// flat, when set, merges this layer into an image of all layers, read
@@ -84,6 +84,9 @@ func (l *tarLayer) addTar(r io.Reader, h hash.Hash, compressed bool) error {
 		src = &countingReader{r: s}
 	}
 	l.pos = src
+	if l.ops != nil {
+		l.ops.layer = whiteout.NewLayer(l.wt.Mode())
+	}
 	tr := newTarReader(src)
 	for {
 		hdr, err := tr.Next()
@@ -147,6 +150,9 @@ func (l *tarLayer) addEntry(hdr *tar.Header, data io.Reader) error {
 	if err != nil {
 		return err
 	}
+	if err := l.ops.add(hdr); err != nil {
+		return err
+	}
 	if l.flat != nil {
 		// The layer's change set, for flattener.stack.
 		if err := l.flat.layers[l.rank].Add(hdr); err != nil {
@@ -190,7 +196,6 @@ func (l *tarLayer) addEntry(hdr *tar.Header, data io.Reader) error {
 		}
 		// Make sure the directory exists now; the xattr is set (again)
 		// after the last entry, so a later entry for it cannot drop it.
-		l.ops.add(opOpaque, target, nil)
 		return l.b.SetXattr(target, whiteout.OpaqueXattr, []byte("y"))
 	case whiteout.Whiteout:
 		e := erofs.Entry{Path: target}
@@ -198,7 +203,6 @@ func (l *tarLayer) addEntry(hdr *tar.Header, data io.Reader) error {
 			return err
 		}
 		l.entries++
-		l.ops.add(opWhiteout, target, nil)
 		// No permission bits, as mkfs.erofs --aufs writes it and
 		// containerd's and docker's appliers make it (mknod(S_IFCHR, 0)).
 		e.Mode = erofs.S_IFCHR
@@ -211,18 +215,11 @@ func (l *tarLayer) addEntry(hdr *tar.Header, data io.Reader) error {
 		return err
 	}
 	l.entries++
-	if e.IsDir() {
-		l.ops.add(opDir, e.Path, &e)
-		if l.wt.WhitedOut(e.Path) || l.replacesNonDir(e.Path) {
-			// Deleted or replaced, and made again in one layer:
-			// nothing of the layers below shows through it (also
-			// where an entry of another type came in between).
-			l.makeOpaque(e.Path)
-		}
-	} else if dev0 {
-		l.ops.add(opWhiteout, e.Path, nil)
-	} else {
-		l.ops.add(opNonDir, e.Path, nil)
+	if e.IsDir() && (l.wt.WhitedOut(e.Path) || l.replacesNonDir(e.Path)) {
+		// Deleted or replaced, and made again in one layer: nothing
+		// of the layers below shows through it (also where an entry
+		// of another type came in between).
+		l.wt.MakeOpaque(e.Path)
 	}
 	if l.tarIndex && e.Mode&erofs.S_IFMT == erofs.S_IFREG && e.Size > 0 && !e.Sparse {
 		return l.addIndexed(e)
@@ -254,7 +251,7 @@ func (l *tarLayer) whiteOutLowerRoot() error {
 	for _, name := range names {
 		if exists, isDir := l.b.Lookup(name); isDir {
 			// The layer's own directory there hides the one below.
-			l.makeOpaque(name)
+			l.wt.MakeOpaque(name)
 			continue
 		} else if exists {
 			continue
@@ -265,7 +262,6 @@ func (l *tarLayer) whiteOutLowerRoot() error {
 		}
 		e := meta
 		e.Path = target
-		l.ops.add(opWhiteout, target, nil)
 		if err := l.b.Add(e, nil); err != nil {
 			return err
 		}
@@ -286,13 +282,6 @@ func (l *tarLayer) linksWhiteout(name string) bool {
 	return l.b.IsWhiteout(p)
 }
 
-// makeOpaque makes dir opaque once the layer is read, for the layers
-// below (Translator.MakeOpaque) and the layers above (dirOps).
-func (l *tarLayer) makeOpaque(dir string) {
-	l.wt.MakeOpaque(dir)
-	l.ops.add(opOpaque, dir, nil)
-}
-
 // replacesNonDir reports whether the layer has a non-directory at p, which
 // a directory entry for p replaces: the file replaced whatever the layers
 // below had there, as applying the tar in order leaves it.
@@ -304,14 +293,14 @@ func (l *tarLayer) replacesNonDir(p string) bool {
 // remake makes each directory above p that this layer whited out a new,
 // opaque directory: the layer deletes it and then puts entries in it
 // (.wh.d, then d/n), and nothing of the layers below shows through (the
-// directories it implies are new: dirOps.hidesBelow).
+// directories it implies are new: whiteout.Layer.Hides).
 func (l *tarLayer) remake(p string) {
 	if !l.wt.AnyWhitedOut() {
 		return
 	}
 	for i := 0; i < len(p); i++ {
 		if p[i] == '/' && l.wt.WhitedOut(p[:i]) && l.b.ReplaceWhiteout(p[:i]) {
-			l.makeOpaque(p[:i])
+			l.wt.MakeOpaque(p[:i])
 		}
 	}
 }

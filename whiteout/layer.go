@@ -260,6 +260,28 @@ func (l *Layer) link(h *tar.Header) (*Node, error) {
 	panic("unreachable")
 }
 
+// Hides reports whether the layer, read so far, hides what the layers
+// below have at p: it made p anew, or a directory above p opaque or anew
+// (an opaque marker on p itself keeps p). A directory it implies there is
+// a new one, without the metadata of one below.
+func (l *Layer) Hides(p string) bool {
+	if p == "." || p == "" {
+		return false
+	}
+	d, above := l.root, l.root.Opaque // above: a directory above the next one hides
+	for c := range strings.SplitSeq(p, "/") {
+		k := d.kids[c]
+		switch {
+		case k == nil:
+			return above
+		case above || k.fresh:
+			return true
+		}
+		d, above = k, k.Opaque
+	}
+	return false
+}
+
 // Overlay is the layer as overlayfs needs it over the layers below
 // (below: the stack of those, nil for none), the tree a converter writes
 // into the layer's image: the entries; whiteouts, which stay character

@@ -86,6 +86,9 @@ func NewTranslator(m Mode) *Translator {
 	return &Translator{mode: m, opaque: map[string]bool{}, whiteouts: map[string][]string{}, whited: map[string]bool{}}
 }
 
+// Mode is the translator's Mode.
+func (t *Translator) Mode() Mode { return t.mode }
+
 // WhitedOut reports whether the layer has whited out p so far: a
 // directory it then makes there, or puts entries in, is a new one
 // (MakeOpaque).
