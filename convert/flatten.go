@@ -160,7 +160,6 @@ func (f *flattener) close() { f.spool.Close() }
 // startLayer forgets the hidden entries of the previous layer: a link of
 // an upper layer to one was made pending when it was read.
 func (f *flattener) startLayer() {
-	f.layers = append(f.layers, whiteout.NewLayer(whiteout.Overlay))
 	f.hidden = map[string]*hiddenEntry{}
 	f.hiddenLinks = map[string]hiddenLink{}
 	f.ownPending, f.ownPendingAt = nil, map[string]*pendingLink{}

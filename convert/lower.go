@@ -1,7 +1,6 @@
 package convert
 
 import (
-	"archive/tar"
 	"context"
 	"sync"
 
@@ -42,14 +41,6 @@ func anyFailed(ops []*dirOps) bool {
 		}
 	}
 	return false
-}
-
-// add records the layer's next tar entry.
-func (d *dirOps) add(hdr *tar.Header) error {
-	if d == nil {
-		return nil
-	}
-	return d.layer.Add(hdr)
 }
 
 // hidesBelow reports whether the layer, read to its end, hides what the

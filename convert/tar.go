@@ -2,6 +2,7 @@ package convert
 
 import (
 	"archive/tar"
+	"cmp"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -39,9 +40,12 @@ func (c *countingReader) Read(p []byte) (int, error) {
 
 // tarLayer feeds one tar stream into a Builder.
 type tarLayer struct {
-	b        *erofs.Builder
-	wt       *whiteout.Translator
-	ops      *dirOps // the layer's change set, for the layers above
+	b   *erofs.Builder
+	wt  *whiteout.Translator
+	ops *dirOps // the layer's change set, for the layers above
+	// model is the layer's change set (whiteout.Layer), which decides
+	// what its entries do to one another and to the layers below.
+	model    *whiteout.Layer
 	warnings []string
 	entries  int
 	// flat, when set, merges this layer into an image of all layers, read
@@ -84,8 +88,12 @@ func (l *tarLayer) addTar(r io.Reader, h hash.Hash, compressed bool) error {
 		src = &countingReader{r: s}
 	}
 	l.pos = src
+	l.model = whiteout.NewLayer(l.wt.Mode())
 	if l.ops != nil {
-		l.ops.layer = whiteout.NewLayer(l.wt.Mode())
+		l.ops.layer = l.model
+	}
+	if l.flat != nil {
+		l.flat.layers = append(l.flat.layers, l.model)
 	}
 	tr := newTarReader(src)
 	for {
@@ -130,16 +138,44 @@ func (l *tarLayer) addTar(r io.Reader, h hash.Hash, compressed bool) error {
 	if l.flat != nil {
 		return nil // a flattened image keeps no whiteout markers
 	}
+	return l.markDirs()
+}
+
+// markDirs gives the directories of the layer's overlay form
+// (whiteout.Layer.Overlay) their overlayfs xattrs, sorted by directory:
+// trusted.overlay.opaque where nothing below shows through, an empty
+// trusted.overlay.origin where a whiteout is.
+func (l *tarLayer) markDirs() error {
+	ov, err := l.model.Overlay(nil)
+	if err != nil {
+		return err
+	}
+	var xs []whiteout.DirXattr
+	ov.Walk(func(p string, n *whiteout.Node) error {
+		if p == "." {
+			p = ""
+		}
+		if n.IsDir() && n.Opaque {
+			xs = append(xs, whiteout.DirXattr{Dir: p, Name: whiteout.OpaqueXattr, Value: []byte("y")})
+		}
+		if n.IsDir() && n.Origin {
+			xs = append(xs, whiteout.DirXattr{Dir: p, Name: whiteout.OriginXattr, Value: []byte{}})
+		}
+		return nil
+	})
 	if l.rootOpaque != nil {
-		if err := l.whiteOutLowerRoot(); err != nil {
+		var err error
+		if xs, err = l.whiteOutLowerRoot(ov, xs); err != nil {
 			return err
 		}
 	}
-	for _, x := range l.wt.DirXattrs(l.b.IsWhiteout) {
-		if ok, isDir := l.b.Lookup(x.Dir); ok && isDir {
-			if err := l.b.SetXattr(x.Dir, x.Name, x.Value); err != nil {
-				return err
-			}
+	slices.SortStableFunc(xs, func(a, b whiteout.DirXattr) int {
+		return cmp.Or(strings.Compare(a.Dir, b.Dir), strings.Compare(a.Name, b.Name))
+	})
+	xs = slices.CompactFunc(xs, func(a, b whiteout.DirXattr) bool { return a.Dir == b.Dir && a.Name == b.Name })
+	for _, x := range xs {
+		if err := l.b.SetXattr(x.Dir, x.Name, x.Value); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -150,14 +186,12 @@ func (l *tarLayer) addEntry(hdr *tar.Header, data io.Reader) error {
 	if err != nil {
 		return err
 	}
-	if err := l.ops.add(hdr); err != nil {
+	// What the entry does to the layer's own whiteouts, before it is
+	// in the layer's change set.
+	linkWh := hdr.Typeflag == tar.TypeLink && l.linksWhiteout(hdr.Linkname)
+	remade := l.remade(p)
+	if err := l.model.Add(hdr); err != nil {
 		return err
-	}
-	if l.flat != nil {
-		// The layer's change set, for flattener.stack.
-		if err := l.flat.layers[l.rank].Add(hdr); err != nil {
-			return err
-		}
 	}
 	kind, target, err := l.wt.Classify(p)
 	if err != nil {
@@ -172,7 +206,7 @@ func (l *tarLayer) addEntry(hdr *tar.Header, data io.Reader) error {
 		if dev0 = l.wt.Device(p); dev0 {
 			l.warnings = append(l.warnings, fmt.Sprintf("%s: a character device 0:0 is an overlayfs whiteout: it deletes %s of the layers below and does not show", p, p))
 		}
-	case hdr.Typeflag == tar.TypeLink && l.linksWhiteout(hdr.Linkname):
+	case linkWh:
 		dev0 = l.wt.Device(p)
 	}
 	if l.flat != nil {
@@ -181,11 +215,13 @@ func (l *tarLayer) addEntry(hdr *tar.Header, data io.Reader) error {
 		}
 		return l.addFlat(hdr, p, kind, target, data)
 	}
-	switch kind {
-	case whiteout.Opaque:
-		l.remake(target + "/") // the marker's directory itself too
-	case whiteout.Plain, whiteout.Whiteout:
-		l.remake(target)
+	for _, q := range remade {
+		// Whited out, and made a new directory by the entry below.
+		if n := l.model.Node(q); n != nil && n.IsDir() {
+			if err := l.b.Imply(q); err != nil {
+				return err
+			}
+		}
 	}
 	switch kind {
 	case whiteout.Drop:
@@ -215,12 +251,6 @@ func (l *tarLayer) addEntry(hdr *tar.Header, data io.Reader) error {
 		return err
 	}
 	l.entries++
-	if e.IsDir() && (l.wt.WhitedOut(e.Path) || l.replacesNonDir(e.Path)) {
-		// Deleted or replaced, and made again in one layer: nothing
-		// of the layers below shows through it (also where an entry
-		// of another type came in between).
-		l.wt.MakeOpaque(e.Path)
-	}
 	if l.tarIndex && e.Mode&erofs.S_IFMT == erofs.S_IFREG && e.Size > 0 && !e.Sparse {
 		return l.addIndexed(e)
 	}
@@ -231,42 +261,38 @@ func (l *tarLayer) addEntry(hdr *tar.Header, data io.Reader) error {
 // which overlayfs ignores there (it looks for the marker on directories
 // it looks up, never on the root): the layer gets a whiteout, with the
 // marker's owner and time, for each name the layers below have at the
-// root and the layer has not, and its own directories there are opaque.
-// Without the layers below (mkfs, a cache entry made of the layer alone)
-// it can only warn.
-func (l *tarLayer) whiteOutLowerRoot() error {
+// root and the layer (its overlay form ov) has not, and its own
+// directories there are opaque: their xattrs are added to xs. Without
+// the layers below (mkfs, a cache entry made of the layer alone) it can
+// only warn.
+func (l *tarLayer) whiteOutLowerRoot(ov *whiteout.Tree, xs []whiteout.DirXattr) ([]whiteout.DirXattr, error) {
 	if l.lowerRoot == nil {
 		l.warnings = append(l.warnings, "an opaque marker on the root: overlayfs ignores it there, and the layers below are not known here: what they have at the root shows through")
-		return nil
+		return xs, nil
 	}
 	names, ok := l.lowerRoot()
 	if !ok {
-		return errors.New("an opaque marker on the root: the layers below did not convert")
+		return nil, errors.New("an opaque marker on the root: the layers below did not convert")
 	}
 	var meta erofs.Entry
 	if err := l.headerMeta(l.rootOpaque, &meta); err != nil {
-		return err
+		return nil, err
 	}
 	meta.Mode, meta.Xattrs = erofs.S_IFCHR, nil
 	for _, name := range names {
-		if exists, isDir := l.b.Lookup(name); isDir {
-			// The layer's own directory there hides the one below.
-			l.wt.MakeOpaque(name)
-			continue
-		} else if exists {
-			continue
-		}
-		kind, target, err := l.wt.Classify(whiteout.Prefix + name)
-		if err != nil || kind != whiteout.Whiteout {
-			return fmt.Errorf("an opaque marker on the root: the layers below have %q, which has no whiteout", name)
-		}
-		e := meta
-		e.Path = target
-		if err := l.b.Add(e, nil); err != nil {
-			return err
+		switch n := ov.Node(name); {
+		case n != nil && n.IsDir():
+			xs = append(xs, whiteout.DirXattr{Dir: name, Name: whiteout.OpaqueXattr, Value: []byte("y")})
+		case n == nil:
+			e := meta
+			e.Path = name
+			if err := l.b.Add(e, nil); err != nil {
+				return nil, err
+			}
+			xs = append(xs, whiteout.DirXattr{Name: whiteout.OriginXattr, Value: []byte{}})
 		}
 	}
-	return nil
+	return xs, nil
 }
 
 // linksWhiteout reports whether a hard link to name links to a whiteout
@@ -279,30 +305,27 @@ func (l *tarLayer) linksWhiteout(name string) bool {
 	if l.flat != nil {
 		return l.flat.lastWhiteout(p, l.rank)
 	}
-	return l.b.IsWhiteout(p)
+	n := l.model.Node(p)
+	return n != nil && n.Whiteout
 }
 
-// replacesNonDir reports whether the layer has a non-directory at p, which
-// a directory entry for p replaces: the file replaced whatever the layers
-// below had there, as applying the tar in order leaves it.
-func (l *tarLayer) replacesNonDir(p string) bool {
-	ok, isDir := l.b.Lookup(p)
-	return ok && !isDir
-}
-
-// remake makes each directory above p that this layer whited out a new,
-// opaque directory: the layer deletes it and then puts entries in it
-// (.wh.d, then d/n), and nothing of the layers below shows through (the
-// directories it implies are new: whiteout.Layer.Hides).
-func (l *tarLayer) remake(p string) {
+// remade returns the layer's whiteouts above p, which an entry at p makes
+// new directories (.wh.d, then d/n): the layer's change set says which,
+// once it has the entry (whiteout.Layer: nothing below shows through
+// them, and the directories they are have no metadata from below).
+func (l *tarLayer) remade(p string) []string {
 	if !l.wt.AnyWhitedOut() {
-		return
+		return nil
 	}
+	var qs []string
 	for i := 0; i < len(p); i++ {
-		if p[i] == '/' && l.wt.WhitedOut(p[:i]) && l.b.ReplaceWhiteout(p[:i]) {
-			l.wt.MakeOpaque(p[:i])
+		if p[i] == '/' {
+			if n := l.model.Node(p[:i]); n != nil && n.Whiteout {
+				qs = append(qs, p[:i])
+			}
 		}
 	}
+	return qs
 }
 
 // addIndexed adds a file whose data stays in the tar: one chunk, as large

@@ -538,33 +538,6 @@ func (b *Builder) MkdirAll(p string) error {
 	return nil
 }
 
-// Lookup reports whether p exists in the tree and whether it is a directory.
-func (b *Builder) Lookup(p string) (exists, isDir bool) {
-	cp, err := CleanPath(p)
-	if err != nil {
-		return false, false
-	}
-	n := b.lookup(cp)
-	if n == nil {
-		return false, false
-	}
-	return true, n.ino.isDir()
-}
-
-// ReplaceWhiteout turns the overlayfs whiteout at p into an implied
-// directory (its metadata settled at Finish), for an entry of the same
-// input below the path it whited out. It reports whether p was one.
-func (b *Builder) ReplaceWhiteout(p string) bool {
-	if !b.IsWhiteout(p) {
-		return false
-	}
-	cp, _ := CleanPath(p)
-	n := b.lookup(cp)
-	n.ino, n.dir = b.impliedInode(cp), new(dirIndex)
-	b.lastDir = ""
-	return true
-}
-
 // Remove takes p and everything below it out of the tree, for an input
 // that deletes what it added before (a flattened layer whose whiteout
 // follows its own entries at the path). The data already written stays in
@@ -591,29 +564,24 @@ func (b *Builder) Remove(p string) error {
 	return nil
 }
 
-// Imply makes the directory at p an implied one again, as if no entry had
-// declared it: its metadata settles at Finish. Its entries stay.
+// Imply makes p an implied directory, its metadata settled at Finish (as
+// if no entry had declared it): a directory keeps its entries; anything
+// else there gives way to an empty one.
 func (b *Builder) Imply(p string) error {
 	cp, err := CleanPath(p)
 	if err != nil {
 		return fmt.Errorf("erofs: directory %q: %w", p, err)
 	}
 	n := b.lookup(cp)
-	if n == nil || !n.ino.isDir() {
-		return fmt.Errorf("erofs: %q is no directory", p)
+	if n == nil {
+		return fmt.Errorf("erofs: %q does not exist", p)
+	}
+	if !n.ino.isDir() {
+		n.dir = new(dirIndex)
+		b.lastDir = ""
 	}
 	n.ino = b.impliedInode(cp)
 	return nil
-}
-
-// IsWhiteout reports whether p is an overlayfs whiteout: a char device 0:0.
-func (b *Builder) IsWhiteout(p string) bool {
-	cp, err := CleanPath(p)
-	if err != nil {
-		return false
-	}
-	n := b.lookup(cp)
-	return n != nil && n.ino.mode&S_IFMT == S_IFCHR && n.ino.rdev == 0
 }
 
 func (b *Builder) lookup(p string) *node {

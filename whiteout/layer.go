@@ -260,6 +260,10 @@ func (l *Layer) link(h *tar.Header) (*Node, error) {
 	panic("unreachable")
 }
 
+// Node returns the layer's node at p so far ("." or "" for the root), or
+// nil where the layer has not touched p.
+func (l *Layer) Node(p string) *Node { return (&Tree{root: l.root}).Node(p) }
+
 // Hides reports whether the layer, read so far, hides what the layers
 // below have at p: it made p anew, or a directory above p opaque or anew
 // (an opaque marker on p itself keeps p). A directory it implies there is

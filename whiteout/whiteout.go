@@ -1,5 +1,16 @@
-// Package whiteout implements the OCI layer whiteout rules and their
-// overlayfs form.
+// Package whiteout decides how OCI layers stack: what a layer's tar
+// entries, in order, do to one another and to the layers below (Layer, a
+// layer's change set), what the layers show stacked (Tree.Apply), and what
+// a layer's image must hold for overlayfs to show the same (Layer.Overlay):
+// docker's and containerd's rules, the kernel's overlayfs where they differ.
+//
+//	stack := whiteout.NewTree()
+//	for _, layer := range layers {
+//		l := whiteout.NewLayer(whiteout.Overlay)
+//		for _, h := range layer { err = l.Add(h) } // tar headers in order
+//		own, err := l.Overlay(stack)            // whiteout devices, opaque dirs, implied dirs
+//		err = stack.Apply(l)                     // the merged tree, or the entry refused
+//	}
 //
 // In an OCI tar layer, "dir/.wh.NAME" deletes NAME from the layers below and
 // "dir/.wh..wh..opq" hides everything below dir. overlayfs, which stacks the
@@ -7,18 +18,13 @@
 // NAME and as the xattr trusted.overlay.opaque="y" on dir. A directory that
 // holds whiteout devices also gets an empty trusted.overlay.origin, as
 // mkfs.erofs --aufs does, so overlayfs never shows the devices through a
-// directory it does not merge.
-//
-//	t := whiteout.NewTranslator(whiteout.Overlay)
-//	k, target, err := t.Classify(name) // Plain, Whiteout (of target), Opaque (target), Drop
-//	…
-//	for _, x := range t.DirXattrs(nil) { b.SetXattr(x.Dir, x.Name, x.Value) }
+// directory it does not merge. Translator names a tar entry's kind as a
+// converter streams it.
 package whiteout
 
 import (
 	"fmt"
 	"path"
-	"sort"
 	"strings"
 )
 
@@ -71,56 +77,36 @@ const (
 	Drop                 // another .wh..wh. meta entry: not stored
 )
 
-// Translator classifies entries and remembers which directories need the
-// overlayfs xattrs, so they can be applied once the whole layer is read —
-// whatever the order of entries in the tar.
+// Translator classifies entries as a converter streams them, and
+// remembers what the layer whited out.
 type Translator struct {
-	mode      Mode
-	opaque    map[string]bool
-	whiteouts map[string][]string // directory → whiteout paths made in it
-	whited    map[string]bool     // the paths whited out
+	mode   Mode
+	whited map[string]bool // the paths whited out
 }
 
 // NewTranslator returns a Translator for one layer.
 func NewTranslator(m Mode) *Translator {
-	return &Translator{mode: m, opaque: map[string]bool{}, whiteouts: map[string][]string{}, whited: map[string]bool{}}
+	return &Translator{mode: m, whited: map[string]bool{}}
 }
 
 // Mode is the translator's Mode.
 func (t *Translator) Mode() Mode { return t.mode }
 
-// WhitedOut reports whether the layer has whited out p so far: a
-// directory it then makes there, or puts entries in, is a new one
-// (MakeOpaque).
+// WhitedOut reports whether the layer has whited out p so far.
 func (t *Translator) WhitedOut(p string) bool { return t.whited[p] }
 
 // AnyWhitedOut reports whether the layer has whited out anything so far.
 func (t *Translator) AnyWhitedOut() bool { return len(t.whited) > 0 }
 
-// MakeOpaque gives dir the opaque marker once the layer is read, as a
-// .wh..wh..opq entry in it would: for a directory the layer whited out
-// or replaced and made again, which hides what the layers below have
-// there. It does nothing when whiteouts are kept as they are.
-func (t *Translator) MakeOpaque(dir string) {
-	if t.mode == Overlay {
-		t.opaque[dir] = true
-	}
-}
-
 // Device records a character device 0:0 at p, which overlayfs takes for a
 // whiteout wherever it finds one: in a layer of the stack, and in the
 // upper directory a runtime extracts a layer into. Unless whiteouts are
-// kept, the layer has whited out p (WhitedOut), its directory gets the
-// origin marker as for a .wh. entry (else overlayfs would list the device
-// in a directory it does not merge), and Device returns true; the device
-// stays as the tar has it, as mkfs.erofs --aufs keeps it.
+// kept, the layer has whited out p (WhitedOut) and Device returns true;
+// the device stays as the tar has it, as mkfs.erofs --aufs keeps it.
 func (t *Translator) Device(p string) bool {
 	if t.mode == Keep {
 		return false
 	}
-	dir, _ := path.Split(p)
-	dir = strings.TrimSuffix(dir, "/")
-	t.whiteouts[dir] = append(t.whiteouts[dir], p)
 	t.whited[p] = true
 	return true
 }
@@ -149,7 +135,6 @@ func (t *Translator) Classify(p string) (Kind, string, error) {
 	dir = strings.TrimSuffix(dir, "/")
 	switch {
 	case base == OpaqueMarker:
-		t.opaque[dir] = true
 		return Opaque, dir, nil
 	case strings.HasPrefix(base, MetaPrefix):
 		return Drop, "", nil
@@ -159,7 +144,6 @@ func (t *Translator) Classify(p string) (Kind, string, error) {
 			return 0, "", fmt.Errorf("whiteout %q names no entry", p)
 		}
 		target := path.Join(dir, name)
-		t.whiteouts[dir] = append(t.whiteouts[dir], target)
 		t.whited[target] = true
 		return Whiteout, target, nil
 	}
@@ -171,33 +155,3 @@ type DirXattr struct {
 	Dir, Name string
 	Value     []byte
 }
-
-// DirXattrs lists the opaque and origin markers, sorted by directory.
-// isWhiteout, if not nil, tells whether a whiteout made earlier is still
-// there (a later entry may have replaced it); a directory gets the origin
-// marker only while it holds one.
-func (t *Translator) DirXattrs(isWhiteout func(path string) bool) []DirXattr {
-	var out []DirXattr
-	for d := range t.opaque {
-		out = append(out, DirXattr{Dir: d, Name: OpaqueXattr, Value: []byte("y")})
-	}
-	for d, targets := range t.whiteouts {
-		for _, p := range targets {
-			if isWhiteout == nil || isWhiteout(p) {
-				out = append(out, DirXattr{Dir: d, Name: OriginXattr, Value: []byte{}})
-				break
-			}
-		}
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Dir != out[j].Dir {
-			return out[i].Dir < out[j].Dir
-		}
-		return out[i].Name < out[j].Name
-	})
-	return out
-}
-
-// IsWhiteoutDev reports whether a char device number is the overlayfs
-// whiteout (0:0).
-func IsWhiteoutDev(major, minor uint32) bool { return major == 0 && minor == 0 }

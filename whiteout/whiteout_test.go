@@ -1,9 +1,6 @@
 package whiteout
 
-import (
-	"reflect"
-	"testing"
-)
+import "testing"
 
 func TestClassify(t *testing.T) {
 	tr := NewTranslator(Overlay)
@@ -32,32 +29,12 @@ func TestClassify(t *testing.T) {
 	if _, _, err := tr.Classify("a/.wh.."); err == nil {
 		t.Error("Classify(a/.wh..): want an error")
 	}
-	got := tr.DirXattrs(nil)
-	want := []DirXattr{
-		{"", OpaqueXattr, []byte("y")},
-		{"", OriginXattr, []byte{}},
-		{"a", OpaqueXattr, []byte("y")},
-		{"a", OriginXattr, []byte{}},
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("DirXattrs = %q, want %q", got, want)
-	}
-	// A whiteout replaced by a later entry no longer marks its directory.
-	got = tr.DirXattrs(func(p string) bool { return p != "a/b" })
-	for _, x := range got {
-		if x.Dir == "a" && x.Name == OriginXattr {
-			t.Errorf("origin on a after its only whiteout was replaced")
-		}
-	}
 }
 
 func TestKeep(t *testing.T) {
 	tr := NewTranslator(Keep)
 	if k, p, _ := tr.Classify("a/.wh.b"); k != Plain || p != "a/.wh.b" {
 		t.Errorf("keep: got %v %q", k, p)
-	}
-	if len(tr.DirXattrs(nil)) != 0 {
-		t.Error("keep: markers recorded")
 	}
 	if m, err := ParseMode("keep"); err != nil || m != Keep {
 		t.Error("ParseMode(keep)")
@@ -67,9 +44,7 @@ func TestKeep(t *testing.T) {
 	}
 }
 
-// TestWhitedOut: the translator remembers what the layer whited out, and
-// a directory made opaque without a marker entry gets the marker at the
-// end like one with it.
+// TestWhitedOut: the translator remembers what the layer whited out.
 func TestWhitedOut(t *testing.T) {
 	tr := NewTranslator(Overlay)
 	if tr.AnyWhitedOut() {
@@ -80,14 +55,6 @@ func TestWhitedOut(t *testing.T) {
 	}
 	if !tr.AnyWhitedOut() || !tr.WhitedOut("a/d") || tr.WhitedOut("a") {
 		t.Errorf("after a/.wh.d: any %v, a/d %v, a %v", tr.AnyWhitedOut(), tr.WhitedOut("a/d"), tr.WhitedOut("a"))
-	}
-	tr.MakeOpaque("a/d")
-	found := false
-	for _, x := range tr.DirXattrs(nil) {
-		found = found || x.Dir == "a/d" && x.Name == OpaqueXattr && string(x.Value) == "y"
-	}
-	if !found {
-		t.Errorf("a/d made opaque: xattrs %+v", tr.DirXattrs(nil))
 	}
 	keep := NewTranslator(Keep)
 	keep.Classify("a/.wh.d")
