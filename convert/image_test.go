@@ -1121,7 +1121,7 @@ func TestIndexFirstFailureCancels(t *testing.T) {
 	stopped := make(chan struct{})
 	var once sync.Once
 	c, err := convert.NewConverter(convert.ImageOptions{TempDir: t.TempDir(), Jobs: 2, Progress: func(p convert.Progress) {
-		if p.Source == slowDigest.String() && p.Stage == convert.StageFailed {
+		if p.Source == slowDigest.String() && p.Stage == convert.StageInterrupted {
 			once.Do(func() { close(stopped) })
 		}
 	}})

@@ -417,7 +417,7 @@ func TestCacheCLIPlatform(t *testing.T) {
 	}
 	for _, tc := range []struct{ source, want string }{
 		{host + "/e2e/bb:twin", "cache wants the tar image it was converted from"},
-		{host + "/e2e/nothere:x", "NAME_UNKNOWN"},
+		{host + "/e2e/nothere:x", `not found: repository e2e/nothere on ` + host + ` has no tag "x"`},
 	} {
 		dir := filepath.Join(t.TempDir(), "new")
 		err := app.RunContext(context.Background(), []string{"ocierofs", "cache", "-q", "--plain-http", tc.source, dir})

@@ -71,7 +71,7 @@ func (v *View) Update(p convert.Progress) {
 	}
 	v.layers[p.Source] = p
 	switch p.Stage {
-	case convert.StageDone, convert.StagePassed, convert.StageFailed:
+	case convert.StageDone, convert.StagePassed, convert.StageFailed, convert.StageInterrupted:
 		if _, ok := v.end[p.Source]; !ok {
 			v.end[p.Source] = time.Now()
 		}
