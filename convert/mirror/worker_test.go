@@ -304,20 +304,7 @@ convert { "layer-compression": "zstd", jobs: 1 }
 			t.Logf("serve's log:\n%s", logs.String())
 		}
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get("http://" + listen + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve not ready in 30s:\n%s", logs.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitReady(t, "http://"+listen, &logs)
 	img := image(t, baseLayer(t, 50, 20_000), appLayer(t, "cmd"))
 	d := reg.push(t, "cmd/app:1", img)
 	twin, _ := reg.waitTwin(t, "cmd/app:1", d, time.Minute)
@@ -488,21 +475,27 @@ func TestServeDefaultStore(t *testing.T) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	must(t, cmd.Start())
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	waitReady(t, "http://"+listen, &logs)
+	if _, err := os.Stat(filepath.Join(state, "ocierofs", "nats", "jetstream")); err != nil {
+		t.Errorf("no queue in the state directory: %v\n%s", err, logs.String())
+	}
+}
+
+// waitReady waits up to 30 s for serve at url to answer /readyz with 200.
+func waitReady(t *testing.T, url string, logs *lockedBuffer) {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		resp, err := http.Get("http://" + listen + "/readyz")
+		resp, err := http.Get(url + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				break
+				return
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("serve without --nats-store not ready in 30s:\n%s", logs.String())
+			t.Fatalf("serve not ready in 30s:\n%s", logs.String())
 		}
 		time.Sleep(100 * time.Millisecond)
-	}
-	if _, err := os.Stat(filepath.Join(state, "ocierofs", "nats", "jetstream")); err != nil {
-		t.Errorf("no queue in the state directory: %v\n%s", err, logs.String())
 	}
 }
