@@ -20,8 +20,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/partial"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
-	"github.com/ocierofs/ocierofs/erofs"
 	"github.com/ocierofs/ocierofs/oci"
+	"github.com/ocierofs/ocierofs/whiteout"
 )
 
 // ImageOptions control the conversion of whole images.
@@ -544,20 +544,7 @@ func (c *Converter) convertLayer(ctx context.Context, j *layerJob, src layerSour
 		return sourceError(d.Digest, "layer %s: unsupported media type %q", d.Digest, d.MediaType)
 	}
 	start := time.Now()
-	var fl *fileLayer
-	var err error
-	for attempt := 1; ; attempt++ {
-		fl, err = c.buildLayer(ctx, j, src)
-		if err == nil || attempt == 4 || !errors.As(err, new(*downloadError)) {
-			break
-		}
-		c.logf("layer %s: download broke (%v); retrying (%d/3)", short(d.Digest), err, attempt)
-		select {
-		case <-time.After(time.Duration(attempt) * 500 * time.Millisecond):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	fl, err := c.retryDownloads(ctx, "layer "+short(d.Digest), func() (*fileLayer, error) { return c.buildLayer(ctx, j, src) })
 	if err != nil {
 		c.progress(Progress{Source: d.Digest.String(), Stage: failedStage(ctx), Total: d.Size})
 		return fmt.Errorf("layer %s: %w", d.Digest, err)
@@ -569,6 +556,23 @@ func (c *Converter) convertLayer(ctx context.Context, j *layerJob, src layerSour
 	fl.convertSeconds = time.Since(start).Seconds()
 	c.logf("layer %s: converted in %.2fs (%d → %d bytes, %d entries)", short(d.Digest), fl.convertSeconds, d.Size, fl.size, fl.entries)
 	return c.publish(ctx, j, fl)
+}
+
+// retryDownloads runs build until it succeeds or fails otherwise than by
+// a broken download (a *downloadError), at most 4 times.
+func (c *Converter) retryDownloads(ctx context.Context, what string, build func() (*fileLayer, error)) (*fileLayer, error) {
+	for attempt := 1; ; attempt++ {
+		fl, err := build()
+		if err == nil || attempt == 4 || !errors.As(err, new(*downloadError)) {
+			return fl, err
+		}
+		c.logf("%s: download broke (%v); retrying (%d/3)", what, err, attempt)
+		select {
+		case <-time.After(time.Duration(attempt) * 500 * time.Millisecond):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 }
 
 // publish uploads a converted layer (if the target is a registry) and
@@ -713,23 +717,10 @@ func (c *Converter) buildLayer(ctx context.Context, j *layerJob, src layerSource
 	}
 	opt := c.opt.Layer
 	opt.Erofs.TempDir = c.tmp
-	ld := &lowerDirs{ctx: ctx, layers: lower}
-	var implied []string // the directories the layer implies, for the cache
-	hook := ld.impliedFor(len(lower))
-	opt.Erofs.ImpliedDir = func(p string) (erofs.Entry, bool) {
-		implied = append(implied, "/"+p)
-		if hook == nil || j.ops.hidesBelow(p) { // nothing below shows there: the defaults
-			return erofs.Entry{}, false
-		}
-		return hook(p)
-	}
 	if !src.alone {
-		opt.lowerRoot = func() ([]string, bool) { return ld.rootNames(len(lower)) }
+		opt.lower = func() (*whiteout.Tree, bool) { return stackBelow(ctx, lower) }
 	}
 	res, err := buildTar(f, in, opt, j.ops)
-	if err == nil && ld.failed() {
-		err = errLowerFailed
-	}
 	if err == nil {
 		err = checkSource(in, res, src)
 	}
@@ -745,7 +736,7 @@ func (c *Converter) buildLayer(ctx context.Context, j *layerJob, src layerSource
 	}
 	fl, err := c.fileLayer(raw, d.Digest, res.Entries, res.Warnings)
 	if fl != nil {
-		fl.implied, fl.rootOpaque = implied, res.rootOpaque
+		fl.implied, fl.rootOpaque = res.implied, res.rootOpaque
 	}
 	return fl, err
 }

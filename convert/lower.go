@@ -4,7 +4,6 @@ import (
 	"context"
 	"sync"
 
-	"github.com/ocierofs/ocierofs/erofs"
 	"github.com/ocierofs/ocierofs/whiteout"
 )
 
@@ -13,7 +12,7 @@ import (
 // applying the tars in order keeps the lower directory's mode, owner, mtime
 // and xattrs, and the stacked EROFS layers must show the same. Each layer
 // keeps its change set (whiteout.Layer) while it is read (dirOps); a layer
-// asks for the stack below it only at Finish, so layers still convert
+// asks for the stack below it once its tar is read, so layers still convert
 // concurrently.
 
 // dirOps is one layer's change set; done is closed when the layer's tar
@@ -43,13 +42,6 @@ func anyFailed(ops []*dirOps) bool {
 	return false
 }
 
-// hidesBelow reports whether the layer, read to its end, hides what the
-// layers below have at p (whiteout.Layer.Hides): a directory the layer
-// implies there is a new one, without the metadata of one below.
-func (d *dirOps) hidesBelow(p string) bool {
-	return d != nil && d.layer.Hides(p)
-}
-
 // finish publishes the record; only the first call counts.
 func (d *dirOps) finish(ok bool) {
 	if d == nil {
@@ -61,93 +53,21 @@ func (d *dirOps) finish(ok bool) {
 	})
 }
 
-// lowerDirs serves the implied-directory lookups of the layers of one image.
-type lowerDirs struct {
-	ctx    context.Context
-	layers []*dirOps
-	mu     sync.Mutex
-	states map[int]*whiteout.Tree
-	// broken: a layer below was needed and did not convert (or the
-	// wait was given up), so implied directories got no metadata from
-	// below: the layer must fail, not be kept (a Converter runs failed
-	// jobs again and would reuse it).
-	broken bool
-}
-
-// failed reports that a layer below was needed and missing.
-func (l *lowerDirs) failed() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.broken
-}
-
-// below returns the stack under layer i (layers 0..i-1), waiting until
-// those layers have been read.
-func (l *lowerDirs) below(i int) *whiteout.Tree {
-	for _, d := range l.layers[:i] {
+// stackBelow returns the stack of the layers of lower, bottom first,
+// once each has been read; ok is false when one failed or the wait was
+// given up (the layer above must then fail, not be kept: a Converter runs
+// failed jobs again and would reuse it), or when a hard link of one to
+// the layers below it is refused.
+func stackBelow(ctx context.Context, lower []*dirOps) (t *whiteout.Tree, ok bool) {
+	t = whiteout.NewTree()
+	for _, d := range lower {
 		select {
 		case <-d.done:
-		case <-l.ctx.Done():
+		case <-ctx.Done():
 		}
-		if l.ctx.Err() != nil || !d.ok {
-			l.mu.Lock()
-			l.broken = true
-			l.mu.Unlock()
-			return nil
+		if ctx.Err() != nil || !d.ok || t.Apply(d.layer) != nil {
+			return nil, false
 		}
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if t, ok := l.states[i]; ok {
-		return t
-	}
-	if l.states == nil {
-		l.states = map[int]*whiteout.Tree{}
-	}
-	t := whiteout.NewTree()
-	for _, d := range l.layers[:i] {
-		if err := t.Apply(d.layer); err != nil {
-			// A layer below that converted applies: its links to
-			// the layers below are refused.
-			l.broken = true
-			return nil
-		}
-	}
-	l.states[i] = t
-	return t
-}
-
-// rootNames returns, sorted, the names at the root under layer i; ok is
-// false when a layer below did not convert.
-func (l *lowerDirs) rootNames(i int) (names []string, ok bool) {
-	t := l.below(i)
-	if t == nil {
-		return nil, false
-	}
-	return t.Names("."), true
-}
-
-// impliedFor returns the erofs.Options.ImpliedDir hook of layer i.
-func (l *lowerDirs) impliedFor(i int) func(string) (erofs.Entry, bool) {
-	if i == 0 {
-		return nil
-	}
-	return func(p string) (erofs.Entry, bool) {
-		t := l.below(i)
-		if t == nil {
-			return erofs.Entry{}, false
-		}
-		n := t.Node(p)
-		if n == nil || !n.IsDir() || n.Hdr == nil {
-			return erofs.Entry{}, false
-		}
-		// Its xattrs as the layer's own entry had them (a tar's
-		// trusted.overlay.* left out); warnings were given then.
-		e := erofs.Entry{Path: p}
-		if err := (&tarLayer{wt: whiteout.NewTranslator(whiteout.Overlay)}).headerMeta(n.Hdr, &e); err != nil {
-			return erofs.Entry{}, false
-		}
-		e.Mode |= erofs.S_IFDIR
-		return e, true
-	}
+	return t, true
 }

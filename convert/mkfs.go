@@ -72,11 +72,11 @@ type Options struct {
 
 	// preload, if set, runs on the Builder before the first entry.
 	preload func(*erofs.Builder) error
-	// lowerRoot, if set, names what the layers below have at the root,
-	// once they are read (ok false: one failed), for a layer that makes
-	// the root opaque: overlayfs ignores that marker on the root, so the
-	// layer whites out each of them instead.
-	lowerRoot func() (names []string, ok bool)
+	// lower, if set, is the stack of the layers below, once they are
+	// read (ok false: one failed): a directory the layer implies shows
+	// theirs, and a marker on the root whites out each name they have
+	// there (whiteout.Layer.Overlay).
+	lower func() (below *whiteout.Tree, ok bool)
 }
 
 // Result describes a converted layer.
@@ -89,8 +89,10 @@ type Result struct {
 	Entries     int
 	Warnings    []string
 	// rootOpaque: the layer has an opaque marker on its root, whose
-	// whiteouts depend on the layers below (the cache records it).
+	// whiteouts depend on the layers below; implied are the directories
+	// it implies, whose metadata does (the cache records both).
 	rootOpaque bool
+	implied    []string
 }
 
 // LayerUUID is the UUID containerd gives the EROFS image of a layer: a
@@ -157,11 +159,15 @@ func buildTar(w io.WriterAt, r io.Reader, opt Options, ops *dirOps) (*Result, er
 	if !opt.NoDiffID {
 		h = sha256.New()
 	}
-	l := &tarLayer{b: b, wt: whiteout.NewTranslator(opt.Whiteouts), ops: ops, tarIndex: opt.TarIndex, lowerRoot: opt.lowerRoot, maxTar: opt.MaxTarSize}
+	l := newTarLayer(b, opt.Whiteouts)
+	l.ops, l.tarIndex, l.lower, l.maxTar = ops, opt.TarIndex, opt.lower, opt.MaxTarSize
 	if err := l.addTar(src, h, comp != Uncompressed); err != nil {
 		return nil, err
 	}
 	ops.finish(true)
+	if err := l.finish(); err != nil {
+		return nil, err
+	}
 	if opt.TarIndex && opt.Erofs.Devices[0].Blocks == 0 {
 		// A stream: its size is known now.
 		if err := b.SetDeviceBlocks(1, uint64((l.pos.offset()+tarBlock-1)/tarBlock)); err != nil {
@@ -173,7 +179,8 @@ func buildTar(w io.WriterAt, r io.Reader, opt Options, ops *dirOps) (*Result, er
 		UUID:        opt.Erofs.UUID,
 		Entries:     l.entries,
 		Warnings:    l.warnings,
-		rootOpaque:  l.rootOpaque != nil,
+		rootOpaque:  l.model.RootOpaque(),
+		implied:     l.implied,
 	}
 	if h != nil {
 		res.DiffID = "sha256:" + hex.EncodeToString(h.Sum(nil))

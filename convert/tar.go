@@ -2,7 +2,6 @@ package convert
 
 import (
 	"archive/tar"
-	"cmp"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -38,32 +37,40 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// tarLayer feeds one tar stream into a Builder.
+// tarLayer feeds one tar stream into a Builder. The layer's change set
+// (whiteout.Layer) decides what its entries do to one another and to the
+// layers below; the data of its files is written as it streams by, and
+// once the tar is read its overlay form (or, flattened, the merged stack)
+// is laid out in the image.
 type tarLayer struct {
-	b   *erofs.Builder
-	wt  *whiteout.Translator
-	ops *dirOps // the layer's change set, for the layers above
-	// model is the layer's change set (whiteout.Layer), which decides
-	// what its entries do to one another and to the layers below.
-	model    *whiteout.Layer
+	b     *erofs.Builder
+	mode  whiteout.Mode
+	ops   *dirOps // publishes the change set, for the layers above
+	model *whiteout.Layer
+	// files are the files whose data is written, by their header.
+	files    map[*tar.Header]*erofs.File
 	warnings []string
-	entries  int
 	// flat, when set, merges this layer into an image of all layers, read
-	// top-down; rank is the layer's place from the top (0).
+	// top-down.
 	flat     *flattener
-	rank     int
 	progress func(read int64) // of a flattened image: bytes read of all layers
 	// tarIndex, when set, leaves file data in the tar (extra device 1) and
 	// indexes it from the image (mkfs --tar-index); pos is the tar offset.
 	tarIndex bool
 	pos      offsetReader
-	// lowerRoot is Options.lowerRoot; rootOpaque is the header of the
-	// layer's opaque marker on the root, if it has one.
-	lowerRoot  func() ([]string, bool)
-	rootOpaque *tar.Header
+	// lower is Options.lower.
+	lower func() (*whiteout.Tree, bool)
 	// maxTar is Options.MaxTarSize: a file whose header alone puts the
 	// tar past it fails there, before its data is read.
 	maxTar int64
+	// entries and implied describe the layer's image once it is laid out:
+	// its entries, and the directories the layer implies.
+	entries int
+	implied []string
+}
+
+func newTarLayer(b *erofs.Builder, m whiteout.Mode) *tarLayer {
+	return &tarLayer{b: b, mode: m, files: map[*tar.Header]*erofs.File{}}
 }
 
 // addTar reads an uncompressed tar stream to its end, adding every entry.
@@ -88,12 +95,9 @@ func (l *tarLayer) addTar(r io.Reader, h hash.Hash, compressed bool) error {
 		src = &countingReader{r: s}
 	}
 	l.pos = src
-	l.model = whiteout.NewLayer(l.wt.Mode())
+	l.model = whiteout.NewLayer(l.mode)
 	if l.ops != nil {
 		l.ops.layer = l.model
-	}
-	if l.flat != nil {
-		l.flat.layers = append(l.flat.layers, l.model)
 	}
 	tr := newTarReader(src)
 	for {
@@ -135,227 +139,178 @@ func (l *tarLayer) addTar(r io.Reader, h hash.Hash, compressed bool) error {
 			return fmt.Errorf("tar: after the end of archive, at offset %d: %w", src.offset(), err)
 		}
 	}
-	if l.flat != nil {
-		return nil // a flattened image keeps no whiteout markers
-	}
-	return l.markDirs()
+	return nil
 }
 
-// markDirs gives the directories of the layer's overlay form
-// (whiteout.Layer.Overlay) their overlayfs xattrs, sorted by directory:
-// trusted.overlay.opaque where nothing below shows through, an empty
-// trusted.overlay.origin where a whiteout is.
-func (l *tarLayer) markDirs() error {
-	ov, err := l.model.Overlay(nil)
+// addEntry takes the next header into the layer's change set and, where
+// the header is now the one at its path, checks it and writes the data of
+// a file.
+func (l *tarLayer) addEntry(hdr *tar.Header, data io.Reader) error {
+	if err := l.model.Add(hdr); err != nil {
+		return err
+	}
+	p, err := whiteout.Clean(hdr.Name)
 	if err != nil {
 		return err
 	}
-	var xs []whiteout.DirXattr
-	ov.Walk(func(p string, n *whiteout.Node) error {
-		if p == "." {
-			p = ""
-		}
-		if n.IsDir() && n.Opaque {
-			xs = append(xs, whiteout.DirXattr{Dir: p, Name: whiteout.OpaqueXattr, Value: []byte("y")})
-		}
-		if n.IsDir() && n.Origin {
-			xs = append(xs, whiteout.DirXattr{Dir: p, Name: whiteout.OriginXattr, Value: []byte{}})
+	n := l.model.Node(p)
+	switch {
+	case n == nil || n.Hdr != hdr || n.LowerLink() != "":
+		return nil // a whiteout or opaque marker named for another path, a link, no file
+	case n.Whiteout:
+		l.warnings = append(l.warnings, fmt.Sprintf("%s: a character device 0:0 is an overlayfs whiteout: it deletes %s of the layers below and does not show", p, p))
+		return nil
+	}
+	if p == "." {
+		p = ""
+	}
+	e, err := l.entryOf(hdr, p)
+	if err != nil || e.Mode&erofs.S_IFMT != erofs.S_IFREG || e.Size == 0 {
+		return err
+	}
+	if l.flat != nil {
+		return l.flat.data(hdr, e, data)
+	}
+	return l.write(hdr, e, data)
+}
+
+// write writes the data of the file e, whose header is hdr.
+func (l *tarLayer) write(hdr *tar.Header, e erofs.Entry, data io.Reader) error {
+	var f *erofs.File
+	var err error
+	if l.tarIndex && !e.Sparse {
+		f, err = l.index(e)
+	} else {
+		f, err = l.b.WriteFile(e, data)
+	}
+	if err != nil {
+		return err
+	}
+	l.files[hdr] = f
+	return nil
+}
+
+// finish lays out the layer's overlay form. Directories it implies and a
+// marker on the root depend on the layers below (Options.lower), which it
+// waits for then; without them, the marker can only warn.
+func (l *tarLayer) finish() error {
+	l.model.Walk(func(p string, n *whiteout.Node) error {
+		if n.IsDir() && n.Hdr == nil {
+			l.implied = append(l.implied, "/"+strings.TrimPrefix(p, "."))
 		}
 		return nil
 	})
-	if l.rootOpaque != nil {
+	var below *whiteout.Tree
+	switch {
+	case l.lower != nil && (l.implied != nil || l.model.RootOpaque()):
+		var ok bool
+		if below, ok = l.lower(); !ok {
+			return errLowerFailed
+		}
+	case l.lower == nil && l.model.RootOpaque():
+		l.warnings = append(l.warnings, "an opaque marker on the root: overlayfs ignores it there, and the layers below are not known here: what they have at the root shows through")
+	}
+	ov, err := l.model.Overlay(below)
+	if err != nil {
+		return err
+	}
+	return l.place(ov)
+}
+
+// place lays out the tree t in the image: directories with their
+// metadata (implied ones as the Builder makes them) and overlayfs
+// markers, files linked to their written data, nodes of one header as
+// hard links of one inode.
+func (l *tarLayer) place(t *whiteout.Tree) error {
+	meta := &tarLayer{mode: l.mode} // warnings were given as the tar was read
+	first := map[*tar.Header]string{}
+	return t.Walk(func(p string, n *whiteout.Node) error {
+		if p == "." {
+			p = ""
+		} else {
+			l.entries++
+		}
+		if n.IsDir() {
+			return l.placeDir(meta, p, n)
+		}
+		if q, ok := first[n.Hdr]; ok {
+			return l.b.Add(erofs.Entry{Path: p, HardLink: q}, nil)
+		}
+		first[n.Hdr] = p
+		if f := l.files[n.Hdr]; f != nil {
+			return l.b.Link(p, f)
+		}
+		var e erofs.Entry
 		var err error
-		if xs, err = l.whiteOutLowerRoot(ov, xs); err != nil {
+		if n.Named() {
+			// No permission bits, as mkfs.erofs --aufs writes it and
+			// containerd's and docker's appliers make it; a marker's
+			// xattrs do not carry over.
+			e.Path = p
+			err = meta.headerMeta(n.Hdr, &e)
+			e.Mode, e.Xattrs = erofs.S_IFCHR, nil
+		} else {
+			e, err = meta.entryOf(n.Hdr, p)
+		}
+		if err != nil {
+			return fmt.Errorf("entry %q: %w", n.Hdr.Name, err)
+		}
+		return l.b.Add(e, nil)
+	})
+}
+
+// placeDir lays out the directory n at p.
+func (l *tarLayer) placeDir(meta *tarLayer, p string, n *whiteout.Node) error {
+	if n.Hdr != nil {
+		e, err := meta.entryOf(n.Hdr, p)
+		if err != nil {
+			return fmt.Errorf("entry %q: %w", n.Hdr.Name, err)
+		}
+		if err := l.b.Add(e, nil); err != nil {
+			return err
+		}
+	} else if err := l.b.MkdirAll(p); err != nil {
+		return err
+	}
+	if n.Opaque {
+		if err := l.b.SetXattr(p, whiteout.OpaqueXattr, []byte("y")); err != nil {
 			return err
 		}
 	}
-	slices.SortStableFunc(xs, func(a, b whiteout.DirXattr) int {
-		return cmp.Or(strings.Compare(a.Dir, b.Dir), strings.Compare(a.Name, b.Name))
-	})
-	xs = slices.CompactFunc(xs, func(a, b whiteout.DirXattr) bool { return a.Dir == b.Dir && a.Name == b.Name })
-	for _, x := range xs {
-		if err := l.b.SetXattr(x.Dir, x.Name, x.Value); err != nil {
-			return err
-		}
+	if n.Origin {
+		return l.b.SetXattr(p, whiteout.OriginXattr, []byte{})
 	}
 	return nil
 }
 
-func (l *tarLayer) addEntry(hdr *tar.Header, data io.Reader) error {
-	p, err := erofs.CleanPath(hdr.Name)
-	if err != nil {
-		return err
-	}
-	// What the entry does to the layer's own whiteouts, before it is
-	// in the layer's change set.
-	linkWh := hdr.Typeflag == tar.TypeLink && l.linksWhiteout(hdr.Linkname)
-	remade := l.remade(p)
-	if err := l.model.Add(hdr); err != nil {
-		return err
-	}
-	kind, target, err := l.wt.Classify(p)
-	if err != nil {
-		return err
-	}
-	// A char device 0:0, or a hard link to a whiteout (overlayfs makes
-	// its whiteouts links of one inode), is a whiteout of p to overlayfs.
-	dev0 := false
-	switch {
-	case kind != whiteout.Plain:
-	case hdr.Typeflag == tar.TypeChar && hdr.Devmajor == 0 && hdr.Devminor == 0:
-		if dev0 = l.wt.Device(p); dev0 {
-			l.warnings = append(l.warnings, fmt.Sprintf("%s: a character device 0:0 is an overlayfs whiteout: it deletes %s of the layers below and does not show", p, p))
-		}
-	case linkWh:
-		dev0 = l.wt.Device(p)
-	}
-	if l.flat != nil {
-		if dev0 {
-			kind = whiteout.Whiteout // a flattened image holds no whiteouts
-		}
-		return l.addFlat(hdr, p, kind, target, data)
-	}
-	for _, q := range remade {
-		// Whited out, and made a new directory by the entry below.
-		if n := l.model.Node(q); n != nil && n.IsDir() {
-			if err := l.b.Imply(q); err != nil {
-				return err
-			}
-		}
-	}
-	switch kind {
-	case whiteout.Drop:
-		return nil
-	case whiteout.Opaque:
-		if target == "" && l.rootOpaque == nil {
-			l.rootOpaque = hdr
-		}
-		// Make sure the directory exists now; the xattr is set (again)
-		// after the last entry, so a later entry for it cannot drop it.
-		return l.b.SetXattr(target, whiteout.OpaqueXattr, []byte("y"))
-	case whiteout.Whiteout:
-		e := erofs.Entry{Path: target}
-		if err := l.headerMeta(hdr, &e); err != nil {
-			return err
-		}
-		l.entries++
-		// No permission bits, as mkfs.erofs --aufs writes it and
-		// containerd's and docker's appliers make it (mknod(S_IFCHR, 0)).
-		e.Mode = erofs.S_IFCHR
-		// A whiteout is a marker: the .wh. entry's xattrs do not carry over.
-		e.Xattrs = nil
-		return l.b.Add(e, nil)
-	}
-	e, ok, err := l.entryOf(hdr, p)
-	if err != nil || !ok {
-		return err
-	}
-	l.entries++
-	if l.tarIndex && e.Mode&erofs.S_IFMT == erofs.S_IFREG && e.Size > 0 && !e.Sparse {
-		return l.addIndexed(e)
-	}
-	return l.b.Add(e, data)
-}
-
-// whiteOutLowerRoot carries out the layer's opaque marker on the root,
-// which overlayfs ignores there (it looks for the marker on directories
-// it looks up, never on the root): the layer gets a whiteout, with the
-// marker's owner and time, for each name the layers below have at the
-// root and the layer (its overlay form ov) has not, and its own
-// directories there are opaque: their xattrs are added to xs. Without
-// the layers below (mkfs, a cache entry made of the layer alone) it can
-// only warn.
-func (l *tarLayer) whiteOutLowerRoot(ov *whiteout.Tree, xs []whiteout.DirXattr) ([]whiteout.DirXattr, error) {
-	if l.lowerRoot == nil {
-		l.warnings = append(l.warnings, "an opaque marker on the root: overlayfs ignores it there, and the layers below are not known here: what they have at the root shows through")
-		return xs, nil
-	}
-	names, ok := l.lowerRoot()
-	if !ok {
-		return nil, errors.New("an opaque marker on the root: the layers below did not convert")
-	}
-	var meta erofs.Entry
-	if err := l.headerMeta(l.rootOpaque, &meta); err != nil {
-		return nil, err
-	}
-	meta.Mode, meta.Xattrs = erofs.S_IFCHR, nil
-	for _, name := range names {
-		switch n := ov.Node(name); {
-		case n != nil && n.IsDir():
-			xs = append(xs, whiteout.DirXattr{Dir: name, Name: whiteout.OpaqueXattr, Value: []byte("y")})
-		case n == nil:
-			e := meta
-			e.Path = name
-			if err := l.b.Add(e, nil); err != nil {
-				return nil, err
-			}
-			xs = append(xs, whiteout.DirXattr{Name: whiteout.OriginXattr, Value: []byte{}})
-		}
-	}
-	return xs, nil
-}
-
-// linksWhiteout reports whether a hard link to name links to a whiteout
-// of the layer: the layer's last word on name was one.
-func (l *tarLayer) linksWhiteout(name string) bool {
-	p, err := erofs.CleanPath(name)
-	if err != nil || !l.wt.WhitedOut(p) {
-		return false
-	}
-	if l.flat != nil {
-		return l.flat.lastWhiteout(p, l.rank)
-	}
-	n := l.model.Node(p)
-	return n != nil && n.Whiteout
-}
-
-// remade returns the layer's whiteouts above p, which an entry at p makes
-// new directories (.wh.d, then d/n): the layer's change set says which,
-// once it has the entry (whiteout.Layer: nothing below shows through
-// them, and the directories they are have no metadata from below).
-func (l *tarLayer) remade(p string) []string {
-	if !l.wt.AnyWhitedOut() {
-		return nil
-	}
-	var qs []string
-	for i := 0; i < len(p); i++ {
-		if p[i] == '/' {
-			if n := l.model.Node(p[:i]); n != nil && n.Whiteout {
-				qs = append(qs, p[:i])
-			}
-		}
-	}
-	return qs
-}
-
-// addIndexed adds a file whose data stays in the tar: one chunk, as large
+// index writes a file whose data stays in the tar: one chunk, as large
 // as the file, at its data's place in the tar (archive/tar has read just
 // the header blocks, so the position is where the data starts). A sparse
 // file's data is not contiguous in the tar: it is stored in the image.
-func (l *tarLayer) addIndexed(e erofs.Entry) error {
+func (l *tarLayer) index(e erofs.Entry) (*erofs.File, error) {
 	off := l.pos.offset()
 	if off%tarBlock != 0 {
-		return fmt.Errorf("data at offset %d: not on a 512-byte tar block", off)
+		return nil, fmt.Errorf("data at offset %d: not on a 512-byte tar block", off)
 	}
 	bits := uint8(0)
 	for int64(tarBlock)<<bits < e.Size {
 		bits++
 	}
 	if off/tarBlock >= 1<<32-1 {
-		return fmt.Errorf("data at offset %d: beyond the 2 TiB a tar index addresses", off)
+		return nil, fmt.Errorf("data at offset %d: beyond the 2 TiB a tar index addresses", off)
 	}
-	return l.b.AddChunks(e, bits, []erofs.ChunkRef{{Device: 1, Block: uint32(off / tarBlock)}})
+	return l.b.WriteChunks(e, bits, []erofs.ChunkRef{{Device: 1, Block: uint32(off / tarBlock)}})
 }
 
 // tarBlock is the tar record unit, and the block size of a tar index.
 const tarBlock = 512
 
-// entryOf translates a tar header for the builder; ok is false for headers
-// that are no file (pax global headers, volume labels).
-func (l *tarLayer) entryOf(hdr *tar.Header, p string) (e erofs.Entry, ok bool, err error) {
+// entryOf translates the header of a file, directory, symlink, device
+// or fifo for the builder.
+func (l *tarLayer) entryOf(hdr *tar.Header, p string) (e erofs.Entry, err error) {
 	e.Path = p
 	if err := l.headerMeta(hdr, &e); err != nil {
-		return e, false, err
+		return e, err
 	}
 	switch hdr.Typeflag {
 	case tar.TypeReg, tar.TypeRegA, tar.TypeGNUSparse, tar.TypeCont:
@@ -367,33 +322,22 @@ func (l *tarLayer) entryOf(hdr *tar.Header, p string) (e erofs.Entry, ok bool, e
 	case tar.TypeSymlink:
 		e.Mode |= erofs.S_IFLNK
 		e.Linkname = hdr.Linkname
-	case tar.TypeLink:
-		lp, err := erofs.CleanPath(hdr.Linkname)
-		if err != nil {
-			return e, false, fmt.Errorf("hard link target %q: %w", hdr.Linkname, err)
-		}
-		e.HardLink = lp
-		if lp == "" {
-			return e, false, errors.New("hard link to the root")
-		}
 	case tar.TypeChar:
 		e.Mode |= erofs.S_IFCHR
 	case tar.TypeBlock:
 		e.Mode |= erofs.S_IFBLK
 	case tar.TypeFifo:
 		e.Mode |= erofs.S_IFIFO
-	case tar.TypeXGlobalHeader, 'V': // pax global header, GNU volume label
-		return e, false, nil
 	default:
-		return e, false, fmt.Errorf("unsupported tar entry type %q", hdr.Typeflag)
+		return e, fmt.Errorf("unsupported tar entry type %q", hdr.Typeflag)
 	}
 	if hdr.Typeflag == tar.TypeChar || hdr.Typeflag == tar.TypeBlock {
 		if hdr.Devmajor < 0 || hdr.Devminor < 0 || hdr.Devmajor > 0xFFF || hdr.Devminor > 0xFFFFF {
-			return e, false, fmt.Errorf("device %d:%d out of range", hdr.Devmajor, hdr.Devminor)
+			return e, fmt.Errorf("device %d:%d out of range", hdr.Devmajor, hdr.Devminor)
 		}
 		e.Devmajor, e.Devminor = uint32(hdr.Devmajor), uint32(hdr.Devminor)
 	}
-	return e, true, nil
+	return e, nil
 }
 
 // headerMeta copies ownership, mode bits, time and xattrs. An xattr that
@@ -434,7 +378,7 @@ func (l *tarLayer) headerMeta(hdr *tar.Header, e *erofs.Entry) error {
 			l.warnings = append(l.warnings, fmt.Sprintf("%s: xattr %q left out: %v", e.Path, name, err))
 			continue
 		}
-		if !l.wt.KeepXattr(name) {
+		if !l.mode.KeepXattr(name) {
 			l.warnings = append(l.warnings, fmt.Sprintf("%s: xattr %q left out: overlayfs would act on it; a layer says what it hides with whiteouts", e.Path, name))
 			continue
 		}

@@ -11,6 +11,8 @@ import (
 	"path"
 	"strings"
 	"time"
+
+	"github.com/ocierofs/ocierofs/internal/entrypath"
 )
 
 // Options control the image a Builder writes. The zero value is a 4 KiB-block
@@ -40,11 +42,6 @@ type Options struct {
 	NoInlineData bool
 	// TempDir holds the spool of inline tails (default os.TempDir()).
 	TempDir string
-	// ImpliedDir, if set, supplies the metadata of a directory that the input
-	// needed as a parent but never listed; Finish calls it once per such
-	// directory, in depth-first name order ("" is the root). Otherwise, or
-	// when it returns false, such a directory is 0755 root:root.
-	ImpliedDir func(path string) (Entry, bool)
 	// Compression, if set, compresses regular files (see Compression).
 	Compression *Compression
 	// NoDedupe stores every regular file's data, even when an earlier file
@@ -315,73 +312,26 @@ func (b *Builder) SetUUID(u [16]byte) { b.opt.UUID = u }
 // BlockSize returns the image block size.
 func (b *Builder) BlockSize() int { return b.bs }
 
-// cleanPath turns a tar-style name into a tree path: "" is the root.
-func cleanPath(p string) (string, error) {
-	if strings.IndexByte(p, 0) >= 0 {
-		return "", errors.New("name contains NUL")
+// CleanPath reports the tree path the Builder uses for an entry name ("" is
+// the root), or an error for a name that cannot be stored. A name that
+// escapes the root ("../x") is an error: the Builder never silently
+// re-roots it.
+func CleanPath(name string) (string, error) {
+	p, err := entrypath.Clean(name)
+	if err != nil {
+		return "", err
 	}
-	p = path.Clean("/" + p)
-	if p == "/" {
-		return "", nil
-	}
-	p = p[1:]
-	for c := range strings.SplitSeq(p, "/") {
-		if len(c) > MaxNameLen {
+	for start := 0; start < len(p); {
+		end := strings.IndexByte(p[start:], '/')
+		if end < 0 {
+			end = len(p) - start
+		}
+		if end > MaxNameLen {
 			return "", fmt.Errorf("name component longer than %d bytes", MaxNameLen)
 		}
+		start += end + 1
 	}
 	return p, nil
-}
-
-// cleanFast returns the tree path of a name that is clean but for a
-// leading "./" and a trailing "/", the usual forms in a tar, without
-// allocating; ok is false for every other name.
-func cleanFast(name string) (p string, ok bool) {
-	p = strings.TrimSuffix(strings.TrimPrefix(name, "./"), "/")
-	if p == "" {
-		return "", false
-	}
-	start := 0
-	for i := 0; i <= len(p); i++ {
-		if i < len(p) && p[i] != '/' {
-			if p[i] == 0 {
-				return "", false
-			}
-			continue
-		}
-		if c := p[start:i]; c == "" || c == "." || c == ".." || len(c) > MaxNameLen {
-			return "", false
-		}
-		start = i + 1
-	}
-	return p, true
-}
-
-// CleanPath reports the tree path the Builder uses for an entry name, or an
-// error for a name that cannot be stored. A name that escapes the root
-// ("../x") is an error: the Builder never silently re-roots it.
-func CleanPath(name string) (string, error) {
-	if p, ok := cleanFast(name); ok {
-		return p, nil
-	}
-	return cleanSlow(name)
-}
-
-// cleanSlow is CleanPath for any name.
-func cleanSlow(name string) (string, error) {
-	depth := 0
-	for c := range strings.SplitSeq(name, "/") {
-		switch c {
-		case "", ".":
-		case "..":
-			if depth--; depth < 0 {
-				return "", errors.New("name escapes the root")
-			}
-		default:
-			depth++
-		}
-	}
-	return cleanPath(name)
 }
 
 // EntryError is the error of an entry's data. Add returns it when the
@@ -409,34 +359,67 @@ func (b *Builder) fail(err error) error {
 // directories. A later entry for an existing path replaces it, except that a
 // directory over a directory only takes the new metadata.
 func (b *Builder) Add(e Entry, data io.Reader) error {
-	return b.addEntry(e, func(ino *inode) error {
+	if e.HardLink != "" {
+		return b.addHardLink(e.Path, e.HardLink)
+	}
+	ino, err := b.newFile(e, func(ino *inode) error {
 		if ino.mode&S_IFMT == S_IFREG && e.Size > 0 {
 			return b.writeData(ino, &e, data)
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	return b.putAt(e.Path, ino)
 }
 
-// addEntry adds e (a new inode after fill gave it its data, or a hard
-// link). A failed fill leaves the output out of step with the tree, so its
-// error is sticky.
-func (b *Builder) addEntry(e Entry, fill func(*inode) error) error {
+// A File is a regular file whose data the Builder has written (WriteFile,
+// WriteChunks) and that Link names in the tree: a File linked at several
+// paths is one inode with hard links, and one never linked is left out
+// (its data stays in the image, unreferenced). A converter that learns
+// only at the end of its input which entries remain writes their data
+// as it streams by and links what remains.
+type File struct{ ino *inode }
+
+// WriteFile writes the data of e, a regular file (data supplies its Size
+// bytes), and returns it unlinked.
+func (b *Builder) WriteFile(e Entry, data io.Reader) (*File, error) {
+	if e.Mode&S_IFMT != S_IFREG || e.HardLink != "" {
+		return nil, fmt.Errorf("erofs: entry %q: WriteFile needs a regular file", e.Path)
+	}
+	ino, err := b.newFile(e, func(ino *inode) error {
+		if e.Size > 0 {
+			return b.writeData(ino, &e, data)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &File{ino: ino}, nil
+}
+
+// Link names f at p, as Add would add it there.
+func (b *Builder) Link(p string, f *File) error {
+	return b.putAt(p, f.ino)
+}
+
+// newFile makes e's inode, which fill gives its data. A failed fill
+// leaves the output out of step with the tree, so its error is sticky.
+func (b *Builder) newFile(e Entry, fill func(*inode) error) (*inode, error) {
 	if b.err != nil {
-		return b.err
+		return nil, b.err
 	}
 	if b.finished {
-		return errors.New("erofs: Add after Finish")
+		return nil, errors.New("erofs: Add after Finish")
 	}
-	p, err := CleanPath(e.Path)
-	if err != nil {
-		return fmt.Errorf("erofs: entry %q: %w", e.Path, err)
-	}
-	if e.HardLink != "" {
-		return b.addHardLink(p, e.HardLink)
+	if _, err := CleanPath(e.Path); err != nil {
+		return nil, fmt.Errorf("erofs: entry %q: %w", e.Path, err)
 	}
 	ino, err := b.newInode(&e)
 	if err != nil {
-		return fmt.Errorf("erofs: entry %q: %w", e.Path, err)
+		return nil, fmt.Errorf("erofs: entry %q: %w", e.Path, err)
 	}
 	if err := fill(ino); err != nil {
 		// An earlier entry's error, found when its data was compressed
@@ -444,22 +427,37 @@ func (b *Builder) addEntry(e Entry, fill func(*inode) error) error {
 		if _, ok := err.(*EntryError); !ok {
 			err = &EntryError{Path: e.Path, Err: err}
 		}
-		return b.fail(err)
+		return nil, b.fail(err)
+	}
+	return ino, nil
+}
+
+// putAt puts ino at the path name in the tree.
+func (b *Builder) putAt(name string, ino *inode) error {
+	if b.err != nil {
+		return b.err
+	}
+	if b.finished {
+		return errors.New("erofs: Add after Finish")
+	}
+	p, err := CleanPath(name)
+	if err != nil {
+		return fmt.Errorf("erofs: entry %q: %w", name, err)
 	}
 	if p == "" {
 		if !ino.isDir() {
-			return fmt.Errorf("erofs: entry %q: the root must be a directory", e.Path)
+			return fmt.Errorf("erofs: entry %q: the root must be a directory", name)
 		}
 		b.root.ino = ino
 		return nil
 	}
 	parent, err := b.mkdirAll(path.Dir(p))
 	if err != nil {
-		return fmt.Errorf("erofs: entry %q: %w", e.Path, err)
+		return fmt.Errorf("erofs: entry %q: %w", name, err)
 	}
 	// A copy, so that the node does not keep the whole path alive.
-	name := strings.Clone(path.Base(p))
-	old := parent.dir.get(name)
+	base := strings.Clone(path.Base(p))
+	old := parent.dir.get(base)
 	if old != nil && old.ino.isDir() && ino.isDir() {
 		old.ino = ino
 		return nil
@@ -467,7 +465,7 @@ func (b *Builder) addEntry(e Entry, fill func(*inode) error) error {
 	if old != nil {
 		b.lastDir = "" // it may be old or below it
 	}
-	n := &node{name: name, ino: ino}
+	n := &node{name: base, ino: ino}
 	if ino.isDir() {
 		n.dir = new(dirIndex)
 	}
@@ -476,7 +474,17 @@ func (b *Builder) addEntry(e Entry, fill func(*inode) error) error {
 	return nil
 }
 
-func (b *Builder) addHardLink(p, target string) error {
+func (b *Builder) addHardLink(name, target string) error {
+	if b.err != nil {
+		return b.err
+	}
+	if b.finished {
+		return errors.New("erofs: Add after Finish")
+	}
+	p, err := CleanPath(name)
+	if err != nil {
+		return fmt.Errorf("erofs: entry %q: %w", name, err)
+	}
 	tp, err := CleanPath(target)
 	if err != nil {
 		return fmt.Errorf("erofs: entry %q: hard link target %q: %w", p, target, err)
@@ -498,8 +506,7 @@ func (b *Builder) addHardLink(p, target string) error {
 	if err != nil {
 		return fmt.Errorf("erofs: entry %q: %w", p, err)
 	}
-	name := strings.Clone(path.Base(p))
-	if parent.dir.put(&node{name: name, ino: t.ino}) != nil {
+	if parent.dir.put(&node{name: strings.Clone(path.Base(p)), ino: t.ino}) != nil {
 		b.lastDir = "" // it may be the replaced node or below it
 	}
 	return nil
@@ -525,8 +532,8 @@ func (b *Builder) SetXattr(p, name string, value []byte) error {
 }
 
 // MkdirAll makes p and its missing parents implied directories: they
-// exist, and take their metadata from a later Add or, at Finish, from
-// Options.ImpliedDir.
+// exist, mode 0755, owned by root, with the image's time, until an Add
+// gives them metadata.
 func (b *Builder) MkdirAll(p string) error {
 	cp, err := CleanPath(p)
 	if err != nil {
@@ -535,52 +542,6 @@ func (b *Builder) MkdirAll(p string) error {
 	if _, err := b.mkdirAll(cp); err != nil {
 		return fmt.Errorf("erofs: directory %q: %w", p, err)
 	}
-	return nil
-}
-
-// Remove takes p and everything below it out of the tree, for an input
-// that deletes what it added before (a flattened layer whose whiteout
-// follows its own entries at the path). The data already written stays in
-// the image, unreferenced, as that of an entry a later one replaced.
-func (b *Builder) Remove(p string) error {
-	cp, err := CleanPath(p)
-	if err != nil {
-		return fmt.Errorf("erofs: entry %q: %w", p, err)
-	}
-	if cp == "" {
-		return errors.New("erofs: the root cannot be removed")
-	}
-	dir := path.Dir(cp)
-	if dir == "." {
-		dir = ""
-	}
-	parent := b.lookup(dir)
-	if parent == nil || parent.dir == nil {
-		return nil
-	}
-	if parent.dir.remove(path.Base(cp)) != nil {
-		b.lastDir = "" // it may be the removed node or below it
-	}
-	return nil
-}
-
-// Imply makes p an implied directory, its metadata settled at Finish (as
-// if no entry had declared it): a directory keeps its entries; anything
-// else there gives way to an empty one.
-func (b *Builder) Imply(p string) error {
-	cp, err := CleanPath(p)
-	if err != nil {
-		return fmt.Errorf("erofs: directory %q: %w", p, err)
-	}
-	n := b.lookup(cp)
-	if n == nil {
-		return fmt.Errorf("erofs: %q does not exist", p)
-	}
-	if !n.ino.isDir() {
-		n.dir = new(dirIndex)
-		b.lastDir = ""
-	}
-	n.ino = b.impliedInode(cp)
 	return nil
 }
 
@@ -638,36 +599,9 @@ func (b *Builder) mkdirAll(p string) (*node, error) {
 }
 
 // impliedInode is a directory the input needs but has not declared; its
-// metadata is settled in Finish (see Options.ImpliedDir).
+// time is settled in Finish.
 func (b *Builder) impliedInode(string) *inode {
 	return &inode{mode: S_IFDIR | 0o755, implied: true, inodeRare: &noRare}
-}
-
-// resolveImplied asks Options.ImpliedDir for the metadata of a directory
-// that is still implied when the input ends.
-func (b *Builder) resolveImplied(p string, ino *inode) error {
-	if b.opt.ImpliedDir == nil {
-		return nil
-	}
-	e, ok := b.opt.ImpliedDir(p)
-	if !ok {
-		return nil
-	}
-	if !e.IsDir() {
-		return fmt.Errorf("implied directory %q: metadata of a non-directory", p)
-	}
-	got, err := b.newInode(&e)
-	if err != nil {
-		return fmt.Errorf("implied directory %q: %w", p, err)
-	}
-	// Xattrs set on the implied directory itself (an overlayfs opaque
-	// marker of this layer) stay, on top of what the metadata brings.
-	own := ino.xattrs
-	*ino = *got
-	for _, x := range own {
-		ino.rare().xattrs = setXattr(ino.xattrs, x)
-	}
-	return nil
 }
 
 func (ino *inode) isDir() bool { return ino.mode&S_IFMT == S_IFDIR }

@@ -263,19 +263,31 @@ const maxChunkBits = 31
 // chunk's blocks from refs[i].Block on, contiguously. A tar index and a
 // merged image are made of such files.
 func (b *Builder) AddChunks(e Entry, chunkBits uint8, refs []ChunkRef) error {
-	if e.Mode&S_IFMT != S_IFREG && e.HardLink == "" {
-		return fmt.Errorf("erofs: entry %q: AddChunks needs a regular file", e.Path)
+	if e.HardLink != "" {
+		return b.Add(e, nil)
+	}
+	f, err := b.WriteChunks(e, chunkBits, refs)
+	if err != nil {
+		return err
+	}
+	return b.Link(e.Path, f)
+}
+
+// WriteChunks is AddChunks without a path: the file, unlinked.
+func (b *Builder) WriteChunks(e Entry, chunkBits uint8, refs []ChunkRef) (*File, error) {
+	if e.Mode&S_IFMT != S_IFREG || e.HardLink != "" {
+		return nil, fmt.Errorf("erofs: entry %q: WriteChunks needs a regular file", e.Path)
 	}
 	if chunkBits > maxChunkBits {
-		return fmt.Errorf("erofs: entry %q: chunk bits %d > %d", e.Path, chunkBits, maxChunkBits)
+		return nil, fmt.Errorf("erofs: entry %q: chunk bits %d > %d", e.Path, chunkBits, maxChunkBits)
 	}
 	cbits := b.blkbits + uint(chunkBits)
 	want := (uint64(max(e.Size, 0)) + 1<<cbits - 1) >> cbits
 	if uint64(len(refs)) != want {
-		return fmt.Errorf("erofs: entry %q: %d chunk refs for %d chunks", e.Path, len(refs), want)
+		return nil, fmt.Errorf("erofs: entry %q: %d chunk refs for %d chunks", e.Path, len(refs), want)
 	}
 	if want > maxChunks {
-		return fmt.Errorf("erofs: entry %q: %d chunks, more than %d", e.Path, want, maxChunks)
+		return nil, fmt.Errorf("erofs: entry %q: %d chunks, more than %d", e.Path, want, maxChunks)
 	}
 	blks := uint64(1) << chunkBits
 	for i, c := range refs {
@@ -283,7 +295,7 @@ func (b *Builder) AddChunks(e Entry, chunkBits uint8, refs []ChunkRef) error {
 			continue
 		}
 		if int(c.Device) > len(b.opt.Devices) {
-			return fmt.Errorf("erofs: entry %q: chunk %d on device %d, the image has %d", e.Path, i, c.Device, len(b.opt.Devices))
+			return nil, fmt.Errorf("erofs: entry %q: chunk %d on device %d, the image has %d", e.Path, i, c.Device, len(b.opt.Devices))
 		}
 		if c.Device > 0 {
 			d := b.opt.Devices[c.Device-1]
@@ -291,7 +303,7 @@ func (b *Builder) AddChunks(e Entry, chunkBits uint8, refs []ChunkRef) error {
 			n := min(blks, (uint64(e.Size)-uint64(i)<<cbits+uint64(b.bs)-1)>>b.blkbits)
 			switch end := uint64(c.Block) + n; {
 			case d.Blocks != 0 && end > d.Blocks:
-				return fmt.Errorf("erofs: entry %q: chunk %d at block %d+%d beyond device %d (%d blocks)", e.Path, i, c.Block, n, c.Device, d.Blocks)
+				return nil, fmt.Errorf("erofs: entry %q: chunk %d at block %d+%d beyond device %d (%d blocks)", e.Path, i, c.Block, n, c.Device, d.Blocks)
 			case d.Blocks == 0:
 				// Its size comes later (SetDeviceBlocks), and must
 				// reach this far.
@@ -301,10 +313,10 @@ func (b *Builder) AddChunks(e Entry, chunkBits uint8, refs []ChunkRef) error {
 				b.devEnd[c.Device-1] = max(b.devEnd[c.Device-1], end)
 			}
 		} else if c.Block == NullAddr {
-			return fmt.Errorf("erofs: entry %q: chunk %d at the null block", e.Path, i)
+			return nil, fmt.Errorf("erofs: entry %q: chunk %d at the null block", e.Path, i)
 		}
 	}
-	return b.addEntry(e, func(ino *inode) error {
+	ino, err := b.newFile(e, func(ino *inode) error {
 		ino.setChunks(nil, want, chunkBits)
 		for i, c := range refs {
 			if !c.Hole {
@@ -315,6 +327,10 @@ func (b *Builder) AddChunks(e Entry, chunkBits uint8, refs []ChunkRef) error {
 		b.chunked = true
 		return nil
 	})
+	if err != nil {
+		return nil, err
+	}
+	return &File{ino: ino}, nil
 }
 
 // KnownChunk records that a chunk with content data is already stored at

@@ -12,11 +12,13 @@ var cleanPathCases = []string{
 	"d/" + strings.Repeat("n", MaxNameLen+1), "usr/lib/x86_64-linux-gnu/libc.so.6",
 }
 
-// TestCleanPath checks that the allocation-free path and the general one
-// agree wherever the first answers.
+// TestCleanPath: entrypath.Clean's paths, with EROFS's bound on a name.
 func TestCleanPath(t *testing.T) {
 	for _, name := range cleanPathCases {
-		checkCleanPath(t, name)
+		_, err := CleanPath(name)
+		if long := strings.Contains(name, strings.Repeat("n", MaxNameLen+1)); long != (err != nil && strings.Contains(err.Error(), "longer")) {
+			t.Errorf("CleanPath(%q): %v", name, err)
+		}
 	}
 	for name, want := range map[string]string{"./a/b/": "a/b", "a/b": "a/b", "/a/../b": "b", ".": ""} {
 		if got, err := CleanPath(name); err != nil || got != want {
@@ -37,20 +39,5 @@ func TestCleanPathAllocs(t *testing.T) {
 		if n := testing.AllocsPerRun(100, func() { CleanPath(name) }); n != 0 {
 			t.Errorf("CleanPath(%q): %v allocations", name, n)
 		}
-	}
-}
-
-func FuzzCleanPath(f *testing.F) {
-	for _, name := range cleanPathCases {
-		f.Add(name)
-	}
-	f.Fuzz(checkCleanPath)
-}
-
-func checkCleanPath(t *testing.T, name string) {
-	fast, ok := cleanFast(name)
-	slow, err := cleanSlow(name)
-	if ok && (err != nil || fast != slow) {
-		t.Errorf("%q: cleanFast gives %q, cleanSlow %q, %v", name, fast, slow, err)
 	}
 }

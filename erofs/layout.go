@@ -3,7 +3,6 @@ package erofs
 import (
 	"errors"
 	"fmt"
-	"strings"
 )
 
 // metaPlan is where Finish puts an inode and what its record holds.
@@ -297,20 +296,13 @@ func (b *Builder) finish() error {
 }
 
 // collect walks the tree depth-first in name order and returns each inode
-// once (hard links share one), root first. It counts nlink and settles
-// implied directories on the way.
+// once (hard links share one), root first. It counts nlink on the way.
 func (b *Builder) collect() ([]*inode, error) {
 	order := make([]*inode, 0, b.ninodes+1)
 	b.dirents = map[*inode][]*node{}
-	var names []string // the path of the directory walked, for ImpliedDir
 	var walk func(n, parent *node) error
 	walk = func(n, parent *node) error {
 		ino := n.ino
-		if ino.implied {
-			if err := b.resolveImplied(strings.Join(names, "/"), ino); err != nil {
-				return err
-			}
-		}
 		// Only a file is reached more than once (hard links): it is new
 		// while its link count is still 0.
 		if !ino.isDir() {
@@ -332,10 +324,7 @@ func (b *Builder) collect() ([]*inode, error) {
 			if d.ino.isDir() {
 				ino.nlink++
 			}
-			names = append(names, d.name)
-			err := walk(d, n)
-			names = names[:len(names)-1]
-			if err != nil {
+			if err := walk(d, n); err != nil {
 				return err
 			}
 		}

@@ -7,6 +7,8 @@ import (
 	"path"
 	"sort"
 	"strings"
+
+	"github.com/ocierofs/ocierofs/internal/entrypath"
 )
 
 // A Layer is one layer's change set: what applying its tar entries in
@@ -91,6 +93,14 @@ type Node struct {
 // IsDir reports whether n is a directory.
 func (n *Node) IsDir() bool { return n.dir }
 
+// Named reports whether n is a whiteout its tar spells as a .wh. name
+// (its inode: a character device 0:0 with no permission bits and no
+// xattrs, of the entry's owner and time), not as a device 0:0 (kept as
+// the tar has it).
+func (n *Node) Named() bool {
+	return n.Whiteout && strings.HasPrefix(path.Base(n.Hdr.Name), Prefix)
+}
+
 // LowerLink is the path of the lower layers' file a hard link of a Layer
 // names; "" for any other node.
 func (n *Node) LowerLink() string { return n.lower }
@@ -139,7 +149,7 @@ func (l *Layer) add(h *tar.Header) error {
 			return nil
 		case strings.HasPrefix(base, Prefix):
 			name := base[len(Prefix):]
-			if name == "." || name == ".." {
+			if name == "" || name == "." || name == ".." {
 				return fmt.Errorf("whiteout %q names no entry", base)
 			}
 			return l.put(dir, name, &Node{Hdr: h, Whiteout: true})
@@ -264,16 +274,28 @@ func (l *Layer) link(h *tar.Header) (*Node, error) {
 // nil where the layer has not touched p.
 func (l *Layer) Node(p string) *Node { return (&Tree{root: l.root}).Node(p) }
 
-// Hides reports whether the layer, read so far, hides what the layers
-// below have at p: it made p anew, or a directory above p opaque or anew
-// (an opaque marker on p itself keeps p). A directory it implies there is
-// a new one, without the metadata of one below.
-func (l *Layer) Hides(p string) bool {
-	if p == "." || p == "" {
-		return false
-	}
-	d, above := l.root, l.root.Opaque // above: a directory above the next one hides
+// Walk calls fn for each node of the layer as Tree.Walk does: what the
+// layer has at its end (a hard link to the layers below is a node whose
+// LowerLink names its target).
+func (l *Layer) Walk(fn func(p string, n *Node) error) error {
+	return (&Tree{root: l.root}).Walk(fn)
+}
+
+// RootOpaque reports whether the layer has an opaque marker on the root,
+// which hides everything below: overlayfs ignores the marker there, so
+// Overlay gives the layer a whiteout of each name below instead.
+func (l *Layer) RootOpaque() bool { return l.rootMarker != nil }
+
+// Covers reports whether the layer, read so far, leaves nothing of what
+// the layers below have at p, a file there: the layer has an entry or a
+// whiteout at p or a non-directory above it, or made a directory above p
+// opaque or anew.
+func (l *Layer) Covers(p string) bool {
+	d, above := l.root, l.root.Opaque
 	for c := range strings.SplitSeq(p, "/") {
+		if !d.dir {
+			return true
+		}
 		k := d.kids[c]
 		switch {
 		case k == nil:
@@ -283,7 +305,7 @@ func (l *Layer) Hides(p string) bool {
 		}
 		d, above = k, k.Opaque
 	}
-	return false
+	return true
 }
 
 // Overlay is the layer as overlayfs needs it over the layers below
@@ -363,26 +385,11 @@ func overlayDir(out, d, lower *Node, hidden bool) error {
 // "." for the root. A name that holds NUL or climbs above the root is an
 // error.
 func Clean(name string) (string, error) {
-	if strings.IndexByte(name, 0) >= 0 {
-		return "", errors.New("name holds NUL")
+	p, err := entrypath.Clean(name)
+	if p == "" && err == nil {
+		p = "."
 	}
-	depth := 0
-	for _, c := range strings.Split(name, "/") {
-		switch c {
-		case "", ".":
-		case "..":
-			if depth--; depth < 0 {
-				return "", errors.New("name escapes the root")
-			}
-		default:
-			depth++
-		}
-	}
-	p := path.Clean("/" + name)[1:]
-	if p == "" {
-		return ".", nil
-	}
-	return p, nil
+	return p, err
 }
 
 // split returns the directory of p ("." at the top) and its last name.

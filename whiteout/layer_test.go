@@ -232,33 +232,3 @@ func TestClean(t *testing.T) {
 		}
 	}
 }
-
-// TestHides: where a layer's implied directory takes nothing from below.
-func TestHides(t *testing.T) {
-	l, err := layerOf(t, 2, "w:a f:a/x o:b f:b/c/y f:e d:e f:e/z f:k/l o:.")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for p, want := range map[string]bool{
-		".": false, "a": true, "a/x": true, // made anew
-		"b": true, "b/c": true, // below the root's opaque marker
-		"e": true, "k": true, "nowhere": true,
-	} {
-		if got := l.Hides(p); got != want {
-			t.Errorf("Hides(%q) = %v, want %v", p, got, want)
-		}
-	}
-	l, err = layerOf(t, 2, "o:b f:b/c/y d:e f:e/z f:e/q d:e f:k/l f:m d:m w:m/n")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for p, want := range map[string]bool{
-		"b": false, "b/c": true, // an opaque marker keeps its own directory
-		"e": false, "k": false, "k/l": false,
-		"m": true, // a directory that replaced the layer's file
-	} {
-		if got := l.Hides(p); got != want {
-			t.Errorf("no opaque root: Hides(%q) = %v, want %v", p, got, want)
-		}
-	}
-}

@@ -27,15 +27,6 @@ func (t *Tree) Node(p string) *Node {
 	return n
 }
 
-// Names returns the names in the directory at p, sorted; nil where
-// there is none.
-func (t *Tree) Names(p string) []string {
-	if n := t.Node(p); n != nil && len(n.kids) > 0 {
-		return sortedNames(n.kids)
-	}
-	return nil
-}
-
 // Walk calls fn for each node, parents before their children and names
 // in byte order, the root (".") first.
 func (t *Tree) Walk(fn func(p string, n *Node) error) error {

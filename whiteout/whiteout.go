@@ -18,13 +18,11 @@
 // NAME and as the xattr trusted.overlay.opaque="y" on dir. A directory that
 // holds whiteout devices also gets an empty trusted.overlay.origin, as
 // mkfs.erofs --aufs does, so overlayfs never shows the devices through a
-// directory it does not merge. Translator names a tar entry's kind as a
-// converter streams it.
+// directory it does not merge.
 package whiteout
 
 import (
 	"fmt"
-	"path"
 	"strings"
 )
 
@@ -39,7 +37,7 @@ const (
 	OverlayXattrPrefix = "trusted.overlay."
 )
 
-// Mode selects what the translator does with OCI whiteouts.
+// Mode selects what a Layer does with OCI whiteouts.
 type Mode int
 
 const (
@@ -67,91 +65,12 @@ func (m Mode) String() string {
 	return "overlay"
 }
 
-// Kind is what a tar entry is under the whiteout rules.
-type Kind int
-
-const (
-	Plain    Kind = iota // an ordinary entry
-	Whiteout             // deletes Target; becomes a char device 0:0 there
-	Opaque               // marks its directory opaque; not stored itself
-	Drop                 // another .wh..wh. meta entry: not stored
-)
-
-// Translator classifies entries as a converter streams them, and
-// remembers what the layer whited out.
-type Translator struct {
-	mode   Mode
-	whited map[string]bool // the paths whited out
-}
-
-// NewTranslator returns a Translator for one layer.
-func NewTranslator(m Mode) *Translator {
-	return &Translator{mode: m, whited: map[string]bool{}}
-}
-
-// Mode is the translator's Mode.
-func (t *Translator) Mode() Mode { return t.mode }
-
-// WhitedOut reports whether the layer has whited out p so far.
-func (t *Translator) WhitedOut(p string) bool { return t.whited[p] }
-
-// AnyWhitedOut reports whether the layer has whited out anything so far.
-func (t *Translator) AnyWhitedOut() bool { return len(t.whited) > 0 }
-
-// Device records a character device 0:0 at p, which overlayfs takes for a
-// whiteout wherever it finds one: in a layer of the stack, and in the
-// upper directory a runtime extracts a layer into. Unless whiteouts are
-// kept, the layer has whited out p (WhitedOut) and Device returns true;
-// the device stays as the tar has it, as mkfs.erofs --aufs keeps it.
-func (t *Translator) Device(p string) bool {
-	if t.mode == Keep {
-		return false
-	}
-	t.whited[p] = true
-	return true
-}
-
-// KeepXattr reports whether an xattr of a tar entry is stored. The
-// overlayfs ones (trusted.overlay.*: opaque, redirect, origin, metacopy)
-// are not unless whiteouts are kept: overlayfs acts on them in a layer,
-// where only the tar's whiteouts may say what the layer hides, and an
-// upper layer's redirect could show a directory a whiteout deleted.
-func (t *Translator) KeepXattr(name string) bool { return t.mode.KeepXattr(name) }
-
 // KeepXattr reports whether a layer read in mode m keeps an xattr of a
-// tar entry: not overlayfs's own (Translator.KeepXattr), unless
-// whiteouts are kept.
+// tar entry. The overlayfs ones (trusted.overlay.*: opaque, redirect,
+// origin, metacopy) are not unless whiteouts are kept: overlayfs acts on
+// them in a layer, where only the tar's whiteouts may say what the layer
+// hides, and an upper layer's redirect could show a directory a whiteout
+// deleted.
 func (m Mode) KeepXattr(name string) bool {
 	return m == Keep || !strings.HasPrefix(name, OverlayXattrPrefix)
-}
-
-// Classify looks at a cleaned entry path ("a/b/.wh.c"). For a Whiteout it
-// returns the path of the deleted entry; for Opaque, the directory.
-func (t *Translator) Classify(p string) (Kind, string, error) {
-	if t.mode == Keep {
-		return Plain, p, nil
-	}
-	dir, base := path.Split(p)
-	dir = strings.TrimSuffix(dir, "/")
-	switch {
-	case base == OpaqueMarker:
-		return Opaque, dir, nil
-	case strings.HasPrefix(base, MetaPrefix):
-		return Drop, "", nil
-	case strings.HasPrefix(base, Prefix):
-		name := base[len(Prefix):]
-		if name == "" || name == "." || name == ".." {
-			return 0, "", fmt.Errorf("whiteout %q names no entry", p)
-		}
-		target := path.Join(dir, name)
-		t.whited[target] = true
-		return Whiteout, target, nil
-	}
-	return Plain, p, nil
-}
-
-// DirXattr is an xattr to set on a directory after the layer is read.
-type DirXattr struct {
-	Dir, Name string
-	Value     []byte
 }

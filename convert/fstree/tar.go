@@ -155,7 +155,7 @@ func treeOf(wt *whiteout.Tree, nodes map[*tar.Header]*Node, implied time.Time) *
 		switch h := w.Hdr; {
 		case h == nil:
 			n = Node{Mode: S_IFDIR | 0o755, Mtime: implied, Implied: true}
-		case w.Whiteout && !(h.Typeflag == tar.TypeChar && h.Devmajor == 0 && h.Devminor == 0):
+		case w.Named():
 			// A whiteout of a .wh. entry: a marker, its xattrs left out.
 			n = Node{Mode: S_IFCHR, Mtime: h.ModTime, Uid: uint32(h.Uid), Gid: uint32(h.Gid)}
 		default:
