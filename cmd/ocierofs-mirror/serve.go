@@ -36,6 +36,7 @@ var serveCommand = &cli.Command{
 	Flags: slices.Concat(mirrorFlags(), options.InCategory("HTTP",
 		&cli.StringFlag{Name: "listen", DefaultText: ":8080", Usage: "HTTP address"},
 		&cli.StringFlag{Name: "secret", EnvVars: []string{"OCIEROFS_WEBHOOK_SECRET"}, Usage: "shared secret every notification must carry (bare or as \"Bearer SECRET\")"},
+		&cli.StringFlag{Name: "secret-file", EnvVars: []string{"OCIEROFS_WEBHOOK_SECRET_FILE"}, Usage: "read --secret from `FILE` (a systemd credential, a mounted Kubernetes Secret; a final newline is dropped)"},
 		&cli.StringFlag{Name: "secret-header", DefaultText: "Authorization", Usage: "header holding the secret"},
 		&cli.StringFlag{Name: "tls-cert", Usage: "serve HTTPS with this PEM certificate (and --tls-key)"},
 		&cli.StringFlag{Name: "tls-key", Usage: "PEM key of --tls-cert"},
@@ -122,6 +123,16 @@ func mirrorConfig(c *cli.Context) (*mirror.Config, error) {
 	set("registry", &cfg.Registry)
 	set("listen", &cfg.Listen)
 	set("secret", &cfg.Secret)
+	if c.IsSet("secret-file") {
+		if c.IsSet("secret") {
+			return nil, errors.New("give --secret or --secret-file, not both")
+		}
+		secret, err := readSecretFile(c.String("secret-file"))
+		if err != nil {
+			return nil, err
+		}
+		cfg.Secret = secret
+	}
 	set("secret-header", &cfg.SecretHeader)
 	set("tls-cert", &cfg.TLSCert)
 	set("tls-key", &cfg.TLSKey)
@@ -311,4 +322,19 @@ func flagValue(v any) string {
 		return strconv.FormatInt(int64(f), 10)
 	}
 	return fmt.Sprint(v)
+}
+
+// readSecretFile reads a secret kept in a file of its own, as systemd's
+// LoadCredential= and Kubernetes's Secret volumes give one, without the
+// line end an editor or `echo` leaves.
+func readSecretFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("--secret-file: %w", err)
+	}
+	s := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+	if s == "" {
+		return "", fmt.Errorf("--secret-file %s: empty", path)
+	}
+	return s, nil
 }
