@@ -156,3 +156,63 @@ lint:
 
 clean:
 	rm -rf bin testdata/gen
+
+# Release binaries (docs/install.md): both programs, static, for each of
+# RELEASE_PLATFORMS, into DIST as PROGRAM-OS-ARCH, with SHA256SUMS. The
+# same commit and Go toolchain give the same bytes anywhere: no paths of
+# the build machine (-trimpath), no VCS stamp (-buildvcs=false: the
+# version comes from VERSION alone), an empty build ID, no cgo. darwin
+# joins the list once convert/ builds there (it uses Linux-only calls).
+#   make release VERSION=v1.2.3
+DIST              ?= dist
+RELEASE_PLATFORMS ?= linux/amd64 linux/arm64
+RELEASE_PROGRAMS  := ocierofs ocierofs-mirror
+RELEASE_BUILDFLAGS := -trimpath -buildvcs=false -tags urfave_cli_no_docs
+RELEASE_LDFLAGS    = -buildid= -X github.com/ocierofs/ocierofs/cmd/internal/version.Version=$(VERSION)
+# Every timestamp of the image: the commit's time (0 outside a checkout).
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+REVISION          ?= $(shell git rev-parse HEAD 2>/dev/null)
+.PHONY: release image image-push
+release:
+	@if [ -z "$(VERSION)" ]; then echo "make release: give VERSION=vX.Y.Z (no git checkout to describe)" >&2; exit 1; fi
+	@mkdir -p $(DIST)
+	@set -e; for p in $(RELEASE_PLATFORMS); do \
+		os=$${p%%/*}; arch=$${p#*/}; \
+		for prog in $(RELEASE_PROGRAMS); do \
+			echo "$(DIST)/$$prog-$$os-$$arch"; \
+			env -u GOFLAGS CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build $(RELEASE_BUILDFLAGS) \
+				-ldflags '$(RELEASE_LDFLAGS)' -o $(DIST)/$$prog-$$os-$$arch ./cmd/$$prog; \
+		done; \
+	done
+	cd $(DIST) && LC_ALL=C sha256sum $(foreach p,$(RELEASE_PLATFORMS),$(foreach b,$(RELEASE_PROGRAMS),$(b)-$(subst /,-,$(p)))) > SHA256SUMS
+	@cat $(DIST)/SHA256SUMS
+
+# The image of ocierofs (docs/install.md), built without docker by
+# internal/cmd/ocierofs-image from the release binaries of the linux
+# platforms: an OCI layout in $(DIST)/image, tagged $(VERSION), an index
+# with one image per platform; then its EROFS twin, $(VERSION)-erofs,
+# converted by this machine's release ocierofs. CA_CERTS is the bundle of
+# the build machine's ca-certificates.
+IMAGE_PLATFORMS ?= $(filter linux/%,$(RELEASE_PLATFORMS))
+CA_CERTS        ?= /etc/ssl/certs/ca-certificates.crt
+HOST_OCIEROFS    = $(DIST)/ocierofs-$(shell $(GO) env GOHOSTOS)-$(shell $(GO) env GOHOSTARCH)
+comma := ,
+space := $(subst ,, )
+IMAGE_BUILD      = $(GO) run -trimpath ./internal/cmd/ocierofs-image -dist $(DIST) \
+	-platforms $(subst $(space),$(comma),$(strip $(IMAGE_PLATFORMS))) -version $(VERSION) -revision '$(REVISION)' \
+	-epoch $(SOURCE_DATE_EPOCH) -ca-certs $(CA_CERTS)
+image: release
+	rm -rf $(DIST)/image
+	$(IMAGE_BUILD) -o oci:$(DIST)/image:$(VERSION)
+	$(HOST_OCIEROFS) convert -q oci:$(DIST)/image:$(VERSION) oci:$(DIST)/image:$(VERSION)-erofs
+	@echo "$(DIST)/image: $(VERSION) and $(VERSION)-erofs"
+
+# The same image pushed to IMAGE_REPO (registry/repository), then its
+# EROFS twin beside it (tag $(VERSION)-erofs), converted there by ocierofs.
+# IMAGE_PUSH_FLAGS go to both (--plain-http for a registry without TLS).
+IMAGE_REPO       ?=
+IMAGE_PUSH_FLAGS ?=
+image-push: release
+	@if [ -z "$(IMAGE_REPO)" ]; then echo "make image-push: give IMAGE_REPO=registry.example.com/ocierofs" >&2; exit 1; fi
+	$(IMAGE_BUILD) $(IMAGE_PUSH_FLAGS) -o $(IMAGE_REPO):$(VERSION)
+	$(HOST_OCIEROFS) convert $(IMAGE_PUSH_FLAGS) $(IMAGE_REPO):$(VERSION)
