@@ -36,6 +36,8 @@ install: build
 # machine, make test-deps first.
 test: lint
 	$(GO) test -count=1 -timeout 30m $(PKGS)
+	@# deploy/ is a module of its own (the Kubernetes API types of its tests).
+	cd deploy && $(GO) vet ./... && $(GO) test -count=1 -timeout 10m ./...
 	$(MAKE) fuzz-short
 
 # What the full tests need, installed without running them (Debian, as
@@ -66,6 +68,7 @@ test-deps:
 	modprobe overlay 2>/dev/null || true
 	$(GO) version
 	$(GO) mod download
+	cd deploy && $(GO) mod download
 	@set -e; dir="$${OCIEROFS_CACHE:-$${HOME:-/root}/.cache/ocierofs}/containerd-$(CONTAINERD_VERSION)"; \
 	if ! [ -x "$$dir/containerd" ] || ! [ -x "$$dir/ctr" ] || ! [ -x "$$dir/containerd-shim-runc-v2" ]; then \
 		echo "building containerd $(CONTAINERD_VERSION) into $$dir"; \
