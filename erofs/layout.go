@@ -58,45 +58,15 @@ func (b *Builder) Finish() error {
 // testHookMeta, if set (by tests), runs before the metadata is laid out.
 var testHookMeta func(*Builder)
 
+// finish writes what follows the file data, in named stages: the last
+// data (the pipeline's, the packed fragments), each inode's record size
+// and layout, their placement, the metadata and late blocks, and the
+// superblock.
 func (b *Builder) finish() error {
-	if b.zp != nil {
-		if err := b.zp.drain(b); err != nil {
-			return err
-		}
-	}
-	order, err := b.collect()
+	order, epoch, err := b.finishData()
 	if err != nil {
 		return err
 	}
-	if err := noRareWritten(); err != nil {
-		return err
-	}
-	epochSec, epochNsec := b.chooseEpoch(order)
-	if b.z != nil && b.z.packed != nil {
-		// The fragments are data too: the packed inode's pclusters go
-		// after every file's, before the metadata.
-		p, err := b.writePacked()
-		if err != nil {
-			return err
-		}
-		p.mtime, p.nsec = epochSec, epochNsec
-		order = append(order, p)
-	}
-	if b.zp != nil {
-		// Every file's data is out (its last bytes once the output is
-		// flushed, as it may read them from the ring): the pipeline's
-		// memory, its ring and a compressor per worker, goes before the
-		// metadata is laid out, which allocates about as much again.
-		// Linux tree, lz4, two workers: peak RSS 51.8 -> 46.5 MiB.
-		if err := b.out.Flush(); err != nil {
-			return err
-		}
-		b.zp.stop()
-	}
-	if testHookMeta != nil {
-		testHookMeta(b)
-	}
-
 	shared := &sharedXattrs{bs: b.bs, count: map[string]int{}, id: map[string]uint32{}}
 	for _, ino := range order {
 		shared.countInode(ino)
@@ -104,107 +74,191 @@ func (b *Builder) finish() error {
 	for _, ino := range order {
 		shared.assign(ino)
 	}
-
-	bs := b.bs
 	for i, ino := range order {
-		m := &ino.meta
-		m.ino32 = uint32(i + 1)
-		m.compact = !b.opt.ExtendedInodes && ino.mtime == epochSec && ino.nsec == epochNsec &&
-			ino.size <= 0xFFFFFFFF && ino.uid <= 0xFFFF && ino.gid <= 0xFFFF && ino.nlink <= 0xFFFF
-		xsize, icount := shared.area(ino)
-		if m.icount = icount; m.xsize() != xsize {
-			return fmt.Errorf("an inode's xattrs take %d bytes: EROFS's limit is %d", xsize, xattrIbodyHeaderSize+4*0xFFFE)
-		}
-		if ino.layout == LayoutChunkBased {
-			unit := ino.chunkUnit()
-			m.tpad = uint8((unit - m.recordSize()%unit) % unit)
-			if ino.nchunks > (1<<31-1)/uint64(unit) {
-				return fmt.Errorf("a chunk-based file of %d chunks: its chunk map exceeds 2 GiB (use larger chunks)", ino.nchunks)
-			}
-			m.tableSize = int32(unit * int(ino.nchunks))
-		}
-		base := m.recordSize()
-		switch ino.mode & S_IFMT {
-		case S_IFREG:
-			switch ino.layout {
-			case LayoutFlatInline:
-				m.inlineLen = uint16(ino.tail.n())
-			case LayoutCompressedFull, LayoutCompressedCompact:
-				// The map header sits at the first 8-aligned byte after
-				// the xattrs; records start 32-aligned, so its place in a
-				// 32-byte line (which shapes a COMPACT index) is known now.
-				h := (base + 7) &^ 7
-				m.zpad = uint8(h - base)
-				m.zsize = int32(h - base + b.zIndexSize(ino, uint64(h)))
-				if zf := ino.z; zf.extents[len(zf.extents)-1].kind == zInline {
-					m.inlineLen = uint16(zf.inline.n())
-				}
-			}
-		case S_IFDIR:
-			size := dirSize(b.dirents[ino], bs)
-			ino.size = size
-			tail := int(size % uint64(bs))
-			m.lateBlks = uint32(size / uint64(bs))
-			ino.layout = LayoutFlatPlain
-			if tail > 0 && base+tail <= bs {
-				ino.layout = LayoutFlatInline
-				m.inlineLen = uint16(tail)
-			} else if tail > 0 {
-				m.lateBlks++
-			}
-		case S_IFLNK:
-			ino.layout = LayoutFlatPlain
-			if base+len(ino.target) <= bs {
-				ino.layout = LayoutFlatInline
-				m.inlineLen = uint16(len(ino.target))
-			} else {
-				// Long targets (blocks smaller than 4 KiB) take several blocks.
-				m.lateBlks = uint32((len(ino.target) + bs - 1) >> b.blkbits)
-			}
-		default:
-			ino.layout = LayoutFlatPlain
+		if err := b.sizeInode(ino, i, shared, epoch); err != nil {
+			return err
 		}
 	}
-
-	// Place inode records: nid 0 is never used, so the root (placed first)
-	// gets nid 1 and its nid fits the superblock's 16 bits.
-	// The shared xattr table comes first, so that readers which fetch a
-	// whole block from an xattr's position (go-erofs) never run past the
-	// end of the image; then the inode area; then the late data.
-	metaBlks, err := b.place(order)
+	pl, err := b.planMeta(order, shared)
 	if err != nil {
 		return err
 	}
-	tableBlk := b.outBlk
-	tableBlks := (uint64(len(shared.table)) + uint64(bs) - 1) >> b.blkbits
-	metaStart := tableBlk + tableBlks
-	if order[0].nid() == 0 || order[0].nid() > 0xFFFF {
-		return fmt.Errorf("root nid %d does not fit 16 bits", order[0].nid())
+	if err := b.writeMetaArea(order, shared, pl); err != nil {
+		return err
 	}
-	late := metaStart + metaBlks
-	for _, ino := range order {
-		if ino.meta.lateBlks > 0 {
-			ino.meta.lateBlk = uint32(late) // checked below: an error if it wrapped
-			late += uint64(ino.meta.lateBlks)
+	return b.writeSuper(order, shared, pl, epoch)
+}
+
+// epoch is the image's base time, which compact inodes share.
+type epoch struct {
+	sec  int64
+	nsec uint32
+}
+
+// finishData writes the last file data (the pipeline's, then the packed
+// inode of fragments), frees the pipeline and returns every inode in
+// order, root first, with the image's epoch.
+func (b *Builder) finishData() ([]*inode, epoch, error) {
+	if b.zp != nil {
+		if err := b.zp.drain(b); err != nil {
+			return nil, epoch{}, err
 		}
 	}
-	if late >= 1<<32 {
-		return errors.New("image exceeds 2^32 blocks")
+	order, err := b.collect()
+	if err != nil {
+		return nil, epoch{}, err
 	}
+	if err := noRareWritten(); err != nil {
+		return nil, epoch{}, err
+	}
+	var ep epoch
+	ep.sec, ep.nsec = b.chooseEpoch(order)
+	if b.z != nil && b.z.packed != nil {
+		// The fragments are data too: the packed inode's pclusters go
+		// after every file's, before the metadata.
+		p, err := b.writePacked()
+		if err != nil {
+			return nil, epoch{}, err
+		}
+		p.mtime, p.nsec = ep.sec, ep.nsec
+		order = append(order, p)
+	}
+	if b.zp != nil {
+		// Every file's data is out (its last bytes once the output is
+		// flushed, as it may read them from the ring): the pipeline's
+		// memory, its ring and a compressor per worker, goes before the
+		// metadata is laid out, which allocates about as much again.
+		if err := b.out.Flush(); err != nil {
+			return nil, epoch{}, err
+		}
+		b.zp.stop()
+	}
+	if testHookMeta != nil {
+		testHookMeta(b)
+	}
+	return order, ep, nil
+}
 
+// sizeInode decides the form of inode i's record (compact where it can
+// be), its xattr area, and its layout: how much of its data goes inline
+// after the record and how many late blocks it takes.
+func (b *Builder) sizeInode(ino *inode, i int, shared *sharedXattrs, ep epoch) error {
+	bs := b.bs
+	m := &ino.meta
+	m.ino32 = uint32(i + 1)
+	m.compact = !b.opt.ExtendedInodes && ino.mtime == ep.sec && ino.nsec == ep.nsec &&
+		ino.size <= 0xFFFFFFFF && ino.uid <= 0xFFFF && ino.gid <= 0xFFFF && ino.nlink <= 0xFFFF
+	xsize, icount := shared.area(ino)
+	if m.icount = icount; m.xsize() != xsize {
+		return fmt.Errorf("an inode's xattrs take %d bytes: EROFS's limit is %d", xsize, xattrIbodyHeaderSize+4*0xFFFE)
+	}
+	if ino.layout == LayoutChunkBased {
+		unit := ino.chunkUnit()
+		m.tpad = uint8((unit - m.recordSize()%unit) % unit)
+		if ino.nchunks > (1<<31-1)/uint64(unit) {
+			return fmt.Errorf("a chunk-based file of %d chunks: its chunk map exceeds 2 GiB (use larger chunks)", ino.nchunks)
+		}
+		m.tableSize = int32(unit * int(ino.nchunks))
+	}
+	base := m.recordSize()
+	switch ino.mode & S_IFMT {
+	case S_IFREG:
+		switch ino.layout {
+		case LayoutFlatInline:
+			m.inlineLen = uint16(ino.tail.n())
+		case LayoutCompressedFull, LayoutCompressedCompact:
+			// The map header sits at the first 8-aligned byte after
+			// the xattrs; records start 32-aligned, so its place in a
+			// 32-byte line (which shapes a COMPACT index) is known now.
+			h := (base + 7) &^ 7
+			m.zpad = uint8(h - base)
+			m.zsize = int32(h - base + b.zIndexSize(ino, uint64(h)))
+			if zf := ino.z; zf.extents[len(zf.extents)-1].kind == zInline {
+				m.inlineLen = uint16(zf.inline.n())
+			}
+		}
+	case S_IFDIR:
+		size := dirSize(b.dirents[ino], bs)
+		ino.size = size
+		tail := int(size % uint64(bs))
+		m.lateBlks = uint32(size / uint64(bs))
+		ino.layout = LayoutFlatPlain
+		if tail > 0 && base+tail <= bs {
+			ino.layout = LayoutFlatInline
+			m.inlineLen = uint16(tail)
+		} else if tail > 0 {
+			m.lateBlks++
+		}
+	case S_IFLNK:
+		ino.layout = LayoutFlatPlain
+		if base+len(ino.target) <= bs {
+			ino.layout = LayoutFlatInline
+			m.inlineLen = uint16(len(ino.target))
+		} else {
+			// Long targets (blocks smaller than 4 KiB) take several blocks.
+			m.lateBlks = uint32((len(ino.target) + bs - 1) >> b.blkbits)
+		}
+	default:
+		ino.layout = LayoutFlatPlain
+	}
+	return nil
+}
+
+// areas is where the metadata goes: the shared xattr table at tableBlk,
+// the inode area (metaBlks blocks) at metaStart, late blocks up to late,
+// the image's end.
+type areas struct {
+	tableBlk, metaStart, late uint64
+	metaBlks                  uint64
+}
+
+// planMeta places the inode records and gives each inode its late
+// blocks. nid 0 is never used, so the root (placed first) gets nid 1 and
+// its nid fits the superblock's 16 bits. The shared xattr table comes
+// first, so that readers which fetch a whole block from an xattr's
+// position (go-erofs) never run past the end of the image; then the inode
+// area; then the late data.
+func (b *Builder) planMeta(order []*inode, shared *sharedXattrs) (areas, error) {
+	var pl areas
+	metaBlks, err := b.place(order)
+	if err != nil {
+		return pl, err
+	}
+	pl.metaBlks = uint64(metaBlks)
+	pl.tableBlk = b.outBlk
+	pl.metaStart = pl.tableBlk + (uint64(len(shared.table))+uint64(b.bs)-1)>>b.blkbits
+	if order[0].nid() == 0 || order[0].nid() > 0xFFFF {
+		return pl, fmt.Errorf("root nid %d does not fit 16 bits", order[0].nid())
+	}
+	pl.late = pl.metaStart + pl.metaBlks
+	for _, ino := range order {
+		if ino.meta.lateBlks > 0 {
+			ino.meta.lateBlk = uint32(pl.late) // checked below: an error if it wrapped
+			pl.late += uint64(ino.meta.lateBlks)
+		}
+	}
+	if pl.late >= 1<<32 {
+		return pl, errors.New("image exceeds 2^32 blocks")
+	}
+	return pl, nil
+}
+
+// writeMetaArea writes the shared xattr table, the inode area and the late
+// blocks as planned, and finishes the data and blob writers.
+func (b *Builder) writeMetaArea(order []*inode, shared *sharedXattrs, pl areas) error {
 	if len(shared.table) > 0 {
 		if err := b.writePadded(shared.table); err != nil {
 			return err
 		}
 	}
-	if err := b.writeMeta(order, shared, metaBlks); err != nil {
+	if err := b.writeMeta(order, shared, pl.metaBlks); err != nil {
 		return err
 	}
 	if err := b.writeLate(order); err != nil {
 		return err
 	}
-	if b.outBlk != late {
-		return fmt.Errorf("internal: wrote %d blocks, planned %d", b.outBlk, late)
+	if b.outBlk != pl.late {
+		return fmt.Errorf("internal: wrote %d blocks, planned %d", b.outBlk, pl.late)
 	}
 	// Duplicate data written past the end, then rewound over, is cut.
 	if err := b.blockWriter.finish(); err != nil {
@@ -216,51 +270,34 @@ func (b *Builder) finish() error {
 		}
 		b.opt.Devices[0].Blocks = b.blob.outBlk
 	}
+	return nil
+}
 
+// writeSuper writes the image's first block: the superblock, the
+// compression config records and the device table.
+func (b *Builder) writeSuper(order []*inode, shared *sharedXattrs, pl areas, ep epoch) error {
+	bs := b.bs
 	sb := superBlock{
 		Magic:         SuperMagic,
 		FeatureCompat: FeatureCompatSBChksum | FeatureCompatMtime,
 		BlkSzBits:     uint8(b.blkbits),
 		RootNid:       uint16(order[0].nid()),
 		Inos:          uint64(len(order)),
-		Epoch:         uint64(epochSec),
-		FixedNsec:     epochNsec,
-		Blocks:        uint32(late),
-		MetaBlkAddr:   uint32(metaStart),
+		Epoch:         uint64(ep.sec),
+		FixedNsec:     ep.nsec,
+		Blocks:        uint32(pl.late),
+		MetaBlkAddr:   uint32(pl.metaStart),
 		UUID:          b.opt.UUID,
 	}
 	if len(shared.table) > 0 {
-		sb.XattrBlkAddr = uint32(tableBlk)
+		sb.XattrBlkAddr = uint32(pl.tableBlk)
 	}
 	if b.chunked {
 		sb.FeatureIncompat |= FeatureIncompatChunkedFile
 	}
-	var cfgs []byte
-	if z := b.z; z != nil && z.used {
-		sb.FeatureIncompat |= FeatureIncompatZeroPadding
-		alg := z.c.Algorithm
-		if z.big || alg != AlgLZ4 {
-			// Config records: mandatory for big pclusters and for every
-			// algorithm but LZ4; u1 becomes the bitmap of algorithms.
-			sb.FeatureIncompat |= FeatureIncompatComprCfgs
-			sb.U1 = 1 << alg
-			rec := z.comp.config(z.pcluster / bs)
-			cfgs = le.AppendUint16(cfgs, uint16(len(rec)))
-			cfgs = append(cfgs, rec...)
-		}
-		if z.inlined {
-			sb.FeatureIncompat |= FeatureIncompatZTailPacking
-		}
-		if z.dd != nil && z.dd.sharedExtents > 0 {
-			sb.FeatureIncompat |= FeatureIncompatFragments // the DEDUPE bit too
-		}
-		if b.packed != nil {
-			sb.FeatureIncompat |= FeatureIncompatFragments
-			sb.PackedNid = b.packed.nid()
-		}
-	}
+	cfgs := b.compressionFeatures(&sb)
 	if bt := b.opt.BuildTime; !bt.IsZero() {
-		if d := bt.Unix() - epochSec; d >= 0 && d < 1<<32 {
+		if d := bt.Unix() - ep.sec; d >= 0 && d < 1<<32 {
 			sb.BuildTime = uint32(d)
 		}
 	}
@@ -276,7 +313,7 @@ func (b *Builder) finish() error {
 		// Each device's unified address is where it would begin if the
 		// devices followed the image in order: then the image and its
 		// devices concatenated mount as they are (flat mode, Linux 6.4+).
-		uni := late
+		uni := pl.late
 		for i, d := range devs {
 			slot := head[b.devtOff()+i*deviceSlotSize:]
 			copy(slot[:deviceTagSize], d.Tag)
@@ -291,8 +328,39 @@ func (b *Builder) finish() error {
 	sb.marshal(head[SuperOffset:])
 	copy(head[SuperOffset+SuperSize:], cfgs)
 	le.PutUint32(head[SuperOffset+4:], superChecksum(head, bs))
-	_, err = b.w.WriteAt(head, 0)
+	_, err := b.w.WriteAt(head, 0)
 	return err
+}
+
+// compressionFeatures sets the superblock's compression features and
+// returns its config records.
+func (b *Builder) compressionFeatures(sb *superBlock) []byte {
+	z := b.z
+	if z == nil || !z.used {
+		return nil
+	}
+	var cfgs []byte
+	sb.FeatureIncompat |= FeatureIncompatZeroPadding
+	if alg := z.c.Algorithm; z.big || alg != AlgLZ4 {
+		// Config records: mandatory for big pclusters and for every
+		// algorithm but LZ4; u1 becomes the bitmap of algorithms.
+		sb.FeatureIncompat |= FeatureIncompatComprCfgs
+		sb.U1 = 1 << alg
+		rec := z.comp.config(z.pcluster / b.bs)
+		cfgs = le.AppendUint16(cfgs, uint16(len(rec)))
+		cfgs = append(cfgs, rec...)
+	}
+	if z.inlined {
+		sb.FeatureIncompat |= FeatureIncompatZTailPacking
+	}
+	if z.dd != nil && z.dd.sharedExtents > 0 {
+		sb.FeatureIncompat |= FeatureIncompatFragments // the DEDUPE bit too
+	}
+	if b.packed != nil {
+		sb.FeatureIncompat |= FeatureIncompatFragments
+		sb.PackedNid = b.packed.nid()
+	}
+	return cfgs
 }
 
 // collect walks the tree depth-first in name order and returns each inode
