@@ -25,10 +25,9 @@ import (
 //
 // Why: archive/tar decodes every USTAR header as UTF-8 to guess its format
 // (bytes.IndexFunc over 512 bytes), which this project never asks for, and
-// all of the parsing is on the goroutine that lays the image out. With this
-// reader (interleaved, median of 5, one worker pinned): the Linux tree's
-// 83,759 entries uncompressed 1.25 -> 1.05 s (two workers 0.95 -> 0.79 s),
-// small100k 0.90 -> 0.69 s, the Linux tree with lz4 3.14 -> 2.95 s.
+// all of the parsing is on the goroutine that lays the image out. This
+// reader does less on that goroutine (docs/performance.md, the build
+// pipeline, has what it saves).
 //
 // Like archive/tar it reads no further than the header blocks before it
 // returns an entry, so the stream's offset is then where the data starts

@@ -143,11 +143,10 @@ func (b *Builder) flatDone(ino, orig *inode, tail []byte) error {
 // writePlain hands an uncompressed file to the pipeline a segment at a
 // time, so that the workers take its sha256 for whole-file dedupe and the
 // goroutine that parses the input and writes the output hashes nothing
-// (zpipe.dupOf); applyPlain then writes it as writeData does. Two
-// workers, dedupe on, the Linux tree: 1.86 s hashed by the caller, 1.49 s
-// so (interleaved, median of 5). The pipeline is there only with dedupe
-// and more than one worker: one worker hashes as it copies, in writeData,
-// which saves a copy.
+// (zpipe.dupOf); applyPlain then writes it as writeData does (the build
+// pipeline table of docs/performance.md has what that saves). The
+// pipeline is there only with dedupe and more than one worker: one worker
+// hashes as it copies, in writeData, which saves a copy.
 func (b *Builder) writePlain(path string, ino *inode, r io.Reader) error {
 	inlineFlat, _ := b.inlineRoom(ino)
 	t := zjob{ino: ino, path: path, hash: true, plain: true, inlineFlat: inlineFlat}

@@ -7,8 +7,8 @@ import (
 
 // dirIndex holds a directory's entries while the tree is built, in the
 // order they came. Past a few entries an open-addressing table of their
-// positions finds a name: 8 to 16 bytes an entry, where a Go map took
-// about 40, and a layer has one entry per file. Entries are replaced in
+// positions finds a name: 8 to 16 bytes an entry, a fraction of a Go
+// map's, and a layer has one entry per file. Entries are replaced in
 // place; a removed one (Builder.Remove, rare) leaves a nil in the list,
 // so that the table's positions hold, until the list is compacted. Finish
 // sorts the list into the directory's dirents.

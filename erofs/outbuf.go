@@ -10,8 +10,8 @@ import (
 // outBuf gathers what a blockWriter writes into batches and hands each
 // full batch to a goroutine of its own, which writes it while the next one
 // fills. The goroutine that lays the image out (and, with one worker,
-// compresses it) then does not wait for the copy into the page cache: on
-// the Linux tree that was 805 writes of 1 MiB and 0.23 s of its time.
+// compresses it) then does not wait for the copy into the page cache, one
+// write system call per batch.
 //
 // A batch holds bytes of two kinds, in order: those given to Write, copied
 // into the batch's buffer, and those given to WriteRef, which stay where

@@ -37,23 +37,20 @@ type zextent struct {
 // extentsFor is the room made for the extents of a file of size bytes
 // before its first is recorded: one per block, the most it can have (all
 // plain) but for a fragment and an inline tail, up to maxExtentsAtOnce.
-// Grown by append instead, the list of a 256 MiB file that does not
-// compress (65,536 plain extents) was allocated 25 times over, and the
-// garbage made the GC run: with lz4, two workers took 0.15 s instead of
-// 0.13 s and 23.6 MiB of RSS instead of 20.6; one worker 19.9 MiB instead
-// of 15.1.
+// Grown by append instead, the list of a big file that does not compress
+// (one plain extent per block) is allocated again and again, and that
+// garbage makes the GC run: more time and more peak RSS.
 func extentsFor(size uint64, blkbits uint) int {
 	return int(min(size>>blkbits+2, maxExtentsAtOnce))
 }
 
-// maxExtentsAtOnce bounds what extentsFor makes at once: 1.5 MiB.
+// maxExtentsAtOnce bounds what extentsFor makes at once (in extents).
 const maxExtentsAtOnce = 1 << 17
 
 // presizeExtents is the file size from which the extent list is made with
 // extentsFor: below it, append reallocates a few times at most, and the
-// room left over by the trim in zDone was more garbage (Linux tree, lz4,
-// two workers: 50.2 MiB of RSS with no file's list made in advance, 51.6
-// with every file's).
+// room left over by the trim in zDone would be more garbage than append
+// makes (docs/performance.md has the figures).
 const presizeExtents = 1 << 20
 
 // Extents of extent dedupe: the whole of an earlier pcluster's data, or a

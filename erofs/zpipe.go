@@ -27,11 +27,10 @@ import (
 const segmentSize = 4 << 20
 
 // plainSegment is the segment of uncompressed files (Builder.writePlain):
-// only their hashing is parallel, and the layout does not depend on it. A
-// ring of two is 4 MiB: two workers, dedupe on, src256 took 0.19 s and
-// 14.2 MiB of peak RSS, against 0.19-0.22 s and 18.2 MiB with 4 MiB
-// segments, and 0.25 s and 12.1 MiB with 1 MiB (the Linux tree: 1.39,
-// 1.50 and 1.55 s; interleaved, median of 5).
+// only their hashing is parallel, and the layout does not depend on it.
+// Half a compression segment: as fast as a whole one with less peak RSS,
+// where smaller segments cost more time in handing them over than they
+// save in memory (docs/performance.md, figures moved from code comments).
 const plainSegment = 2 << 20
 
 // zop is one step of a job's result, applied in order.
@@ -125,17 +124,15 @@ type zpipe struct {
 // inflightJobsPerWorker bounds the jobs submitted and not yet applied
 // besides the ring's room. Small files make small jobs, and a low bound
 // makes the writer apply a few at a time and the workers park and wake for
-// each: at 64 the Linux tree took 2.40–2.57 s with lz4 on two workers and
-// small100k 1.80–1.86 s with zstd; at 512, 2.25–2.30 s and 1.59–1.62 s, with
-// the same peak RSS (a job's output stays in its ring buffer).
+// each. A high one costs no memory: a job's output stays in its ring
+// buffer (docs/performance.md has the figures).
 const inflightJobsPerWorker = 512
 
 // maxPending is how many jobs may be submitted and not yet applied. One
 // worker is the caller alone: it compresses each job when the next file
 // needs a buffer, so a file is compressed while its data is still in the
 // CPU's caches, and the ring touches no more memory than the largest
-// file or segment (small100k, zstd: 2.2 MiB of ring touched with 512 jobs
-// in flight, 8 KiB with one).
+// file or segment (TestOneWorkerRing).
 func (p *zpipe) maxPending() int {
 	if p.workers == 1 {
 		return 1
@@ -152,13 +149,13 @@ func newZpipe(z *zwriter, bs int, blkbits uint, workers int) *zpipe {
 
 // ringSize is the memory for the input of the jobs in flight: a segment
 // per worker (the caller is one). One more would let the caller read the
-// next segment of a big file while both compress: two workers, median of
-// 5, src256 deflate 1.24 -> 1.18 s and zstd 1.39 -> 1.34 s, but no faster
-// on the Linux tree, small100k or rand256, and big files fill the whole
-// ring wherever they are, so it cost 4 MiB of peak RSS everywhere (Linux
-// lz4 53.7 -> 58.7 MiB). With extent dedupe a job also has an output
-// buffer: two more segments, so that a job's two buffers always fit
-// beside each other once older jobs are applied, wherever the ring stands.
+// next segment of a big file while both compress: a little faster on big
+// files with the slower codecs, no faster elsewhere, and as big files fill
+// the whole ring wherever they are, a segment more of peak RSS on every
+// build (docs/performance.md has the figures). With extent dedupe a job
+// also has an output buffer: two more segments, so that a job's two
+// buffers always fit beside each other once older jobs are applied,
+// wherever the ring stands.
 func (p *zpipe) ringSize() int {
 	n := p.workers
 	if p.z != nil && p.z.dd != nil {
@@ -186,10 +183,10 @@ func (p *zpipe) start() {
 	// it compresses queued ones itself (wait). So N workers are N-1
 	// goroutines and the caller, and the goroutine that reads the input
 	// and writes the results never waits for a CPU behind N compressing
-	// ones: on two CPUs that wait was 1.6 s of the Linux tree's 2.6 s.
+	// ones (on two CPUs that wait was most of a build's time).
 	// The caller's worker uses the zwriter's encoder, which otherwise
 	// only makes the config record: everything the caller runs is
-	// sequential. An encoder is 16 KiB (lz4) to 390 KiB (zstd).
+	// sequential, and an encoder's tables are memory saved.
 	p.self = p.newWorker(p.compressor(true))
 	for range p.workers - 1 {
 		w := p.newWorker(p.compressor(false))
@@ -199,9 +196,8 @@ func (p *zpipe) start() {
 	// it compressed one, the worker that finished the other found nothing
 	// queued, as the ring, a segment per worker, had no room for the caller
 	// to read the next. One more goroutine takes big jobs only, so N of
-	// them compress a big file while the caller reads and writes: two
-	// workers, median of 3, src256 lz4 0.32 -> 0.30 s, deflate 1.21 ->
-	// 1.13 s, zstd 0.71 -> 0.63 s; Linux tree and rand256 unchanged.
+	// them compress a big file while the caller reads and writes: faster
+	// on big files, the same elsewhere (docs/performance.md).
 	if p.workers > 1 {
 		w := p.newWorker(p.compressor(false))
 		p.wg.Go(func() { w.serve(nil, p.big) })
@@ -417,10 +413,10 @@ type ringRelease struct {
 // the compressed and plain extents to the output as they are in the ring,
 // and the writer's pwritev copies them into the page cache. Copied into
 // the output's buffer first, they were read by the CPU that lays out the
-// image right after the CPU that compressed them had written them: on two
-// workers that copy cost 3.5 times what it did on one, and it was on the
-// path every byte takes through the caller. Without it, the Linux tree,
-// lz4, two workers (interleaved, median of 7): 1.90 -> 1.77 s.
+// image right after the CPU that compressed them had written them: with
+// more than one worker that copy cost several times what it did on one,
+// on the path every byte takes through the caller (docs/performance.md,
+// the build pipeline).
 // A job copied into the output goes back with the one before it, as the
 // ring is given back in order; at once if none waits.
 func (p *zpipe) release(b *Builder, j *zjob, n int) {
@@ -446,8 +442,8 @@ func (p *zpipe) release(b *Builder, j *zjob, n int) {
 // than the largest file: TestOneWorkerRing). The segments of big files
 // are copied too: the output's one writer is then the slowest stage (a
 // file that does not compress is written as fast as the page cache takes
-// it), and ring buffers held until it has written them left the workers
-// without input: rand256, lz4, two workers, 0.14 -> 0.19 s.
+// it), and ring buffers held until it has written them would leave the
+// workers without input.
 func (p *zpipe) refs(j *zjob) bool {
 	return p.workers > 1 && len(j.data) < bigJob
 }
@@ -521,8 +517,7 @@ func (b *Builder) writeCompressed(path string, ino *inode, r io.Reader, fragment
 	// segment each (zworker.run), and the file's key is made of theirs
 	// when its last segment is applied (zpipe.dupOf), so the caller hashes
 	// nothing. Hashed by the caller, every byte of the input went through
-	// its one CPU: two workers, lz4, the Linux tree took 2.29 s with dedupe
-	// and 1.69 s without.
+	// its one CPU, the build's bottleneck (docs/performance.md).
 	hashed := !b.opt.NoDedupe && b.trunc != nil && !b.z.packing
 	t := zjob{ino: ino, zf: zf, path: path, frag: fragments, hash: hashed, inlineZ: inlineZ, inlineFlat: inlineFlat}
 	// With extent dedupe the input stays for the decisions at apply time.

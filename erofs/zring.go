@@ -4,7 +4,7 @@ package erofs
 // jobs in flight: one block of memory, taken in order and given back in
 // the same order, as jobs are applied in input order. A layer of 100,000
 // small files then allocates nothing per file (a pool by size class
-// allocated 570 MB over a Linux tree, most of it garbage for the GC), and
+// allocated many times the ring's size, most of it garbage for the GC), and
 // the memory of the pipeline is the ring, whatever the files' sizes.
 //
 // Buffers are contiguous: one that does not fit where the ring is free

@@ -268,7 +268,7 @@ func (l *layoutDir) writeBlobBytes(dg v1.Hash, b []byte) error {
 // place whole). What open gives is checked against size; its digest is
 // not computed again (a converted layer's was computed from its file, a
 // registry's layers are checked as they are read), which would cost a
-// second read of every layer (1 s for the Linux tree's 1.3 GB).
+// second read and hash of every layer.
 func (l *layoutDir) writeBlob(dg v1.Hash, size int64, open func() (io.ReadCloser, error)) error {
 	if l.have[dg] {
 		return nil

@@ -13,10 +13,9 @@ import (
 // Every build reads its input from the page cache: warmInput reads it again
 // before each one. Reading it once per dataset was not enough: some hosts
 // page out file pages that go unread for a while even with memory to spare
-// (this project's: DAMON's reclaim, pages idle for about a minute; after an
-// idle hour 20% of src256.tar was left, and a build of it with two workers
-// took 0.61 s against 0.36 s with all of it cached). Between two reads of the
-// Linux tree's tar in the lzma cells go minutes of other builds.
+// (DAMON's reclaim, for one, takes pages idle for about a minute; a build
+// that then reads its input from disk is much slower). Between two reads of
+// the Linux tree's tar in the lzma cells go minutes of other builds.
 
 // warmInput reads in (a file or a tree) and returns the fraction of its pages
 // that were in the page cache before, or -1 if that is not known (a tree, or

@@ -9,15 +9,14 @@ import (
 // An image build keeps a record per entry until Finish: a heap of
 // long-lived data in which a collection finds little to free, and little
 // garbage is made per entry (no buffer per file). Once that heap is big,
-// collecting at 25% growth instead of Go's 100% keeps the peak RSS of the
-// Linux tree within 1.25x its live heap (deflate, one worker: 48.9 -> 46.9
-// MiB against 50%) for about 2% more CPU time.
+// collecting at 25% growth instead of Go's 100% keeps the peak RSS close
+// to the live heap for a little more CPU time.
 //
-// While the heap is small, 25% costs more than it saves: its goal has a
-// floor of 1 MiB instead of 4, so a build collects four times in its first
-// 100 ms, and each collection touches memory of its own. Go's 100% there
-// took src256 none, two workers, from 0.135 to 0.127 s and 11.6 to 10.4
-// MiB, and src256 deflate from 17.5 to 16.9 MiB.
+// While the heap is small, 25% costs more than it saves: the heap goal's
+// floor falls to a quarter, so a build collects several times as it
+// starts, and each collection touches memory of its own. Go's 100% there
+// saves both time and peak RSS on small builds (docs/performance.md,
+// memory, has the figures).
 const (
 	bigHeapGCPercent = 25
 	bigHeap          = 4 << 20 // live bytes

@@ -13,8 +13,9 @@ import (
 
 // mirrorProgram is the registry mirror: serve and sync live in a program
 // of their own, so that this one does not carry the NATS server and the
-// Prometheus client. They cost an image build 6 MB of memory and 10 ms of
-// start-up for nothing (the binary is 38 MB with them, 17 MB without).
+// Prometheus client: they cost an image build memory and start-up time
+// for nothing, and make the binary much larger (docs/performance.md,
+// release builds).
 const mirrorProgram = "ocierofs-mirror"
 
 var (

@@ -140,7 +140,7 @@ func (q *Queue) startServer() error {
 	srv, err := server.NewServer(&server.Options{
 		// Without it any local user (or, listening beyond loopback,
 		// anyone) could write the layer cache, which workers trust
-		// to name the blobs of twins (review 20-a).
+		// to name the blobs of twins.
 		Authorization: q.token,
 		ServerName:    "ocierofs-" + hostname(),
 		Host:          host,

@@ -111,7 +111,7 @@ func (s *Server) Handler() http.Handler {
 // HTTPServer is the server of h for serve: it gives a client a minute for
 // a request, body included, and two for an idle connection, where a
 // server without deadlines let clients that never finish a request hold
-// connections until the process ran out of descriptors (review 20-a).
+// connections until the process ran out of descriptors.
 func HTTPServer(h http.Handler) *http.Server {
 	return &http.Server{
 		Handler:           h,

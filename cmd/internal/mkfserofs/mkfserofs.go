@@ -417,8 +417,8 @@ func (p *parser) finish(getenv func(string) string) error {
 	e.BlockSize = p.bs
 	e.NoInlineData = p.noInline
 	// mkfs.erofs stores every file's data: sharing the blocks of equal
-	// files would cost hashing all of it (on the Linux tree, 1 s of CPU
-	// for 0.2% of the image), where containerd waits for the layer.
+	// files would cost hashing all of it (much CPU time for a small
+	// part of a typical layer), where containerd waits for the layer.
 	e.NoDedupe = true
 	e.ExtendedInodes = p.extendedInos
 	e.VolumeName = p.label

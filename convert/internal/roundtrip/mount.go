@@ -136,8 +136,8 @@ func Unmount(t testing.TB, mnt string) {
 // WorkDir returns a fresh directory for corpora, references and images,
 // removed when the test ends. It is on /dev/shm when that is a tmpfs with
 // room and with user and trusted xattrs (Linux 6.6+): creating and
-// deleting thousands of files and tens of MiB of images on a disk
-// filesystem mounted with discard costs minutes, on tmpfs seconds.
+// deleting thousands of files and many images on a disk filesystem
+// mounted with discard is slow, on tmpfs fast.
 // Otherwise it is t.TempDir().
 func WorkDir(t testing.TB) string {
 	t.Helper()

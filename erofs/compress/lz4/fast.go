@@ -12,10 +12,10 @@ import (
 // holds its position modulo 64 Ki; the distance back from a later position
 // is the difference modulo 64 Ki, so it is never beyond MaxDistance, only
 // possibly stale, and every candidate is verified anyway. The table is
-// cleared for each block (16 KiB of stores, about 1% of a 4 KiB pcluster's
-// work): its entries then never lie ahead of the position searched, so a
-// candidate never falls before the input, and a block never depends on the
-// blocks before it.
+// cleared for each block (16 KiB of stores, small beside a 4 KiB
+// pcluster's work): its entries then never lie ahead of the position
+// searched, so a candidate never falls before the input, and a block never
+// depends on the blocks before it.
 const (
 	fastHashLog = 13
 	// skipTrigger: after 2^skipTrigger probes without a match the step grows

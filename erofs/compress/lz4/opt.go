@@ -156,7 +156,7 @@ func (e *Encoder) compressOpt(dst, src []byte) (int, int) {
 // inside of a long match, mostly), nor, at level 12, where also
 // cur+minMatch is reached for less than a match from cur would cost. C's
 // LZ4HC skips the same positions; searching them all made levels 10–12
-// three to eight times slower than C for images of the same size.
+// several times slower than C for images of the same size.
 func (h *hcState) worthSearching(nodes []optNode, cur, reach int) bool {
 	price := func(i int) int32 {
 		if i <= reach {

@@ -76,8 +76,8 @@ func (e *Encoder) chooseFast(pos int, cur []match, nCur int, nxt []match) (back,
 		}
 		if lenMain == 3 && backMain >= 0x100 {
 			// A far 3-byte match costs more than three literals (its
-			// distance alone takes 10 bits or more): 1.0% smaller
-			// output on source text at level 1.
+			// distance alone takes 10 bits or more): smaller output
+			// on source text at level 1.
 			lenMain = 1
 		}
 	}

@@ -12,7 +12,7 @@ import (
 // distance, which LZMA codes cheaply, costs one lookup. There is no 2-byte
 // head (xz has one): a 2-byte match saves little over two literals, and
 // the fast parser, taking one where a literal would let a better match
-// start, came out 0.5% larger on source text with it, and slower.
+// start, came out larger on source text with it, and slower.
 //
 // Positions are stored as base+pos. Each call starts base past every
 // position stored before, so entries of earlier calls read as out of range
@@ -41,7 +41,7 @@ const (
 	// hash4Load is log2 of the positions per 4-byte head the table is
 	// sized for. Four keeps the chains nearly free of other sequences, so
 	// the few candidates the fast levels look at are real ones: 16 per
-	// head made level 1 0.6% larger and no faster.
+	// head made level 1 larger and no faster.
 	hash4Load = 2
 )
 

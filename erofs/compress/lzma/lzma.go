@@ -38,7 +38,7 @@
 //     lengths 16, 32, 64, 96, 128, 192 and search depths 16 … 128. (xz's
 //     presets 7–9 differ from 6 only in dictionary size, which a pcluster
 //     of a few hundred KiB does not use; here they search harder instead,
-//     for little gain: level 9 is about 0.1% smaller than 6 on source text.)
+//     for little gain on source text.)
 //
 // Incompressible input is detected early: if the stream is not smaller than
 // its input at 1, 2, 3 or 4 KiB of input or at any later 4 KiB mark, the

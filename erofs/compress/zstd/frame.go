@@ -136,9 +136,9 @@ func (e *Encoder) block(dst, src []byte, pos, end int, r *reps) (typ byte, n, co
 	}
 
 	// Find a cut that fits: estimate, encode exactly, correct the
-	// estimate by the error seen. Aim 1/128 under the budget: estimates
-	// err by about 0.5% (rms) on text, so one encode in a hundred goes
-	// over and is done again. Then, when more than 1/64 is left, fill it
+	// estimate by the error seen. Aim 1/128 under the budget, above the
+	// estimate's usual error on text, so that an encode seldom goes over
+	// and is done again. Then, when more than 1/64 is left, fill it
 	// with literals, which only changes the literals section.
 	margin := room * 128 / 128
 	tol := max(2, room/64)
@@ -382,8 +382,8 @@ func (c *costModel) stats(h *codeHist, nseq int, lits, trailing []byte, sample b
 			continue
 		}
 		present++
-		// Huffman codes are whole bits and at most 11 long: about 2%
-		// over the entropy on text.
+		// Huffman codes are whole bits and at most 11 long, so a
+		// symbol costs a little over its entropy: 3/128 more.
 		v := (ln - log16(h)) * 131 / 128
 		sum += int(h) * min(max(v, 16), 11*16)
 	}

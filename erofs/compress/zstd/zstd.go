@@ -116,8 +116,8 @@ type params struct {
 
 // levelParams maps zstd levels onto the parsers. Level 1 compresses a
 // little better than libzstd's level 1 at 4 KiB pclusters (the one-byte
-// lazy step costs about 1% more time and saves 1.5% of the output on
-// source code: fewer, longer matches). Levels 3 and up search hash chains
+// lazy step costs a little time and saves more output on source code:
+// fewer, longer matches). Levels 3 and up search hash chains
 // deeper with the level; levels above 18 search as deep as 18 (there is
 // no optimal parser).
 func levelParams(level int) params {
