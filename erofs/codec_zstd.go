@@ -13,7 +13,7 @@ import (
 // first level with hash chains and lazy matching, and writes noticeably
 // less than level 1 (and less than mkfs.erofs at level 3) at a fraction of
 // level 1's speed, still faster than mkfs.erofs. Level 1 is the fast
-// choice. BenchmarkDestSize in erofs/compress/zstd compares the levels.
+// choice. BenchmarkExtents in erofs/compress/zstd compares the levels.
 func init() {
 	codecs[AlgZstd] = &codec{
 		minLevel: zstd.MinLevel, maxLevel: zstd.MaxLevel, defaultLevel: zstd.DefaultLevel,

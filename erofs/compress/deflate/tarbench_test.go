@@ -11,36 +11,36 @@ import (
 	"testing"
 )
 
-// TestTarCPU compresses the regular files of a tar the way an EROFS image
-// with 4 KiB pclusters and 64 KiB extents does (each file cut into extents
-// of at most 64 KiB, each call given the rest of its extent and one block),
-// and reports the best CPU seconds of 3 passes, the image bytes those
-// files would take, the bytes written and a hash of them (to check that a
-// change keeps the output). It runs only when asked:
+// BenchmarkTar compresses the regular files of a tar the way an EROFS
+// image with 4 KiB pclusters and 64 KiB extents does (each file cut into
+// extents of at most 64 KiB, each call given the rest of its extent and
+// one block), one operation all of them. Besides MB/s it reports "img",
+// the files' bytes over the image bytes they would take, and it logs the
+// bytes written and a hash of them, to check that a change keeps the
+// output. It runs only when asked:
 //
-//	DEFLATE_TAR=/var/tmp/erofsbench/tar/small100k.tar GOMAXPROCS=1 taskset -c 0 \
-//	    go test -run TestTarCPU -v ./erofs/compress/deflate/
+//	DEFLATE_TAR=/var/tmp/ocierofs-bench/tar/small100k.tar GOMAXPROCS=1 taskset -c 0 \
+//	    go test -run '^$' -bench Tar -count 3 -v ./erofs/compress/deflate/
 //
 // DEFLATE_TAR_MB bounds the file bytes read (default 64), DEFLATE_LEVEL
-// sets the level, DEFLATE_RUNS=1 makes one pass, and
-// DEFLATE_PARAMS=chain,good,lazy,nice overrides the level's match finder
-// parameters (to tune them).
-func TestTarCPU(t *testing.T) {
+// sets the level, and DEFLATE_PARAMS=chain,good,lazy,nice overrides the
+// level's match finder parameters (to tune them).
+func BenchmarkTar(b *testing.B) {
 	name := os.Getenv("DEFLATE_TAR")
 	if name == "" {
-		t.Skip("set DEFLATE_TAR to a tar file to measure")
+		b.Skip("set DEFLATE_TAR to a tar file to measure")
 	}
 	limit := 64 << 20
 	if s := os.Getenv("DEFLATE_TAR_MB"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil {
-			t.Fatal(err)
+			b.Fatal(err)
 		}
 		limit = n << 20
 	}
 	files, err := tarFiles(name, limit)
 	if err != nil {
-		t.Fatal(err)
+		b.Fatal(err)
 	}
 	level := LevelDefault
 	if s := os.Getenv("DEFLATE_LEVEL"); s != "" {
@@ -48,7 +48,7 @@ func TestTarCPU(t *testing.T) {
 	}
 	e, err := NewEncoder(level)
 	if err != nil {
-		t.Fatal(err)
+		b.Fatal(err)
 	}
 	if s := os.Getenv("DEFLATE_PARAMS"); s != "" {
 		// chain,good,lazy,nice: try other match finder parameters.
@@ -58,16 +58,15 @@ func TestTarCPU(t *testing.T) {
 		}
 		e.p.chain, e.p.good, e.p.lazy, e.p.nice = v[0], v[1], v[2], v[3]
 	}
+	size := 0
+	for _, f := range files {
+		size += len(f)
+	}
 	dst := make([]byte, 4096)
 	sum := fnv.New64a()
-	var best float64
 	var in, img, out int
-	runs := 3
-	if os.Getenv("DEFLATE_RUNS") == "1" {
-		runs = 1
-	}
-	for range runs {
-		t0 := cpuTime()
+	b.SetBytes(int64(size))
+	for range b.N {
 		in, img, out = 0, 0, 0
 		sum.Reset()
 		for _, f := range files {
@@ -86,13 +85,9 @@ func TestTarCPU(t *testing.T) {
 				pos, in, img = pos+c, in+c, img+nblk*4096
 			}
 		}
-		s := (cpuTime() - t0).Seconds()
-		if best == 0 || s < best {
-			best = s
-		}
 	}
-	t.Logf("%d files, %d bytes: best cpu %.3f s (%.1f MB/s), image %d bytes (ratio %.4f), output %d bytes %x",
-		len(files), in, best, float64(in)/best/1e6, img, float64(in)/float64(img), out, sum.Sum64())
+	b.ReportMetric(float64(in)/float64(img), "img")
+	b.Logf("%d files, %d bytes: image %d bytes, output %d bytes %x", len(files), in, img, out, sum.Sum64())
 }
 
 // tarFiles reads the contents of a tar's regular files, up to limit bytes.

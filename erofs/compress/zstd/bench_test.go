@@ -3,25 +3,22 @@ package zstd
 import (
 	"fmt"
 	"os"
-	"runtime"
-	"sort"
-	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	kzstd "github.com/klauspost/compress/zstd"
-	"golang.org/x/sys/unix"
 )
 
 // Benchmarks report MB/s of input (10^6 B/s) and the ratio (input/output).
 //
 //	go test -run '^$' -bench . -benchtime 2000x ./erofs/compress/zstd/
 //
-// BenchmarkDestSize fills 4, 16 and 64 KiB budgets from a 32 MiB corpus of
-// Go sources (or random bytes); BenchmarkKlauspost compresses the same
-// corpus as independent frames of 16 and 64 KiB input with klauspost's
-// plain encoder, the speed limit of any fixed-output method.
+// and compare runs with -count and benchstat. BenchmarkDestSize fills 4,
+// 16 and 64 KiB budgets from a 32 MiB corpus of Go sources (or random
+// bytes; ZSTD_CORPUS=FILE replaces the sources); BenchmarkExtents cuts
+// 64 KiB extents of it into pclusters as an EROFS writer does;
+// BenchmarkKlauspost compresses it as independent frames with klauspost's
+// plain encoder; BenchmarkFile compresses a file of your choice.
 
 const benchCorpusSize = 32 << 20
 
@@ -110,153 +107,118 @@ func newKlauspost(level int) *kzstd.Encoder {
 	return enc
 }
 
+// BenchmarkKlauspost compresses independent frames of 16 and 64 KiB with
+// klauspost's plain encoder, one frame per operation: the speed limit of
+// any fixed-output method.
 func BenchmarkKlauspost(b *testing.B) {
 	for _, data := range []string{"text", "random"} {
 		for _, size := range []int{16 << 10, 64 << 10} {
-			for _, level := range []int{1, 3} {
+			for _, level := range []int{1, 3, 9} {
 				b.Run(fmt.Sprintf("%s/%dK/L%d", data, size>>10, level), func(b *testing.B) {
 					src := benchCorpus(data)
 					enc := newKlauspost(level)
 					var dst []byte
-					in, out, pos := 0, 0, 0
+					b.SetBytes(int64(size))
+					out, pos := 0, 0
 					b.ResetTimer()
 					for range b.N {
 						if pos+size > len(src) {
 							pos = 0
 						}
 						dst = enc.EncodeAll(src[pos:pos+size], dst[:0])
-						in += size
 						out += len(dst)
 						pos += size
 					}
-					report(b, in, out)
+					reportRatio(b, b.N*size, out)
 				})
 			}
 		}
 	}
 }
 
-// TestSpeedTable prints, for each configuration, the median MB/s of
-// several interleaved rounds and the ratio, side by side with klauspost's
-// plain encoder on independent frames and the erofs-utils-style search.
-// It runs only with ZSTD_TABLE set (ZSTD_CORPUS=FILE replaces the text):
-//
-//	ZSTD_TABLE=1 GOMAXPROCS=1 taskset -c 1 go test -run TestSpeedTable -v ./erofs/compress/zstd/
-func TestSpeedTable(t *testing.T) {
-	if os.Getenv("ZSTD_TABLE") == "" {
-		t.Skip("set ZSTD_TABLE to run")
+// reportRatio adds the ratio, input/output, to a benchmark that measures
+// its speed with SetBytes.
+func reportRatio(b *testing.B, in, out int) {
+	if out > 0 {
+		b.ReportMetric(float64(in)/float64(out), "ratio")
 	}
-	levels := []int{1, 3, 9}
-	if l := os.Getenv("ZSTD_LEVELS"); l != "" {
-		levels = nil
-		for _, f := range strings.Split(l, ",") {
-			var v int
-			fmt.Sscan(f, &v)
-			levels = append(levels, v)
+}
+
+// BenchmarkExtents compresses one 64 KiB extent per operation the way an
+// EROFS writer does: cut into pclusters of 4 or 16 KiB until all of it is
+// consumed, with the kernel's largest window. The search sub-benchmark is
+// erofs-utils' method (whole candidate prefixes as frames) at level 1.
+func BenchmarkExtents(b *testing.B) {
+	for _, data := range []string{"text", "random"} {
+		for _, level := range []int{1, 3, 9} {
+			for _, budget := range []int{4 << 10, 16 << 10} {
+				b.Run(fmt.Sprintf("%s/%dK/L%d", data, budget>>10, level), func(b *testing.B) {
+					e, _ := NewEncoder(level, WithWindow(1<<20))
+					benchExtents(b, e, benchCorpus(data), budget)
+				})
+			}
 		}
-	}
-	const rounds = 5
-	// Every configuration compresses the same first perRound bytes of the
-	// corpus in every round.
-	const perRound = 8 << 20
-	type cell struct {
-		mbs, cpu []float64
-		in, out  int
-		name     string
-	}
-	// CPU time of this thread: on a shared machine it varies less than
-	// wall time.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	cpuNow := func() time.Duration {
-		var ru unix.Rusage
-		unix.Getrusage(unix.RUSAGE_THREAD, &ru)
-		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	}
-	var cells []*cell
-	var runs []func(c *cell)
-	add := func(name string, amount int, f func(amount int) (int, int)) {
-		cells = append(cells, &cell{name: name})
-		runs = append(runs, func(c *cell) {
-			start, cpu := time.Now(), cpuNow()
-			in, out := f(amount)
-			c.mbs = append(c.mbs, float64(in)/time.Since(start).Seconds()/1e6)
-			c.cpu = append(c.cpu, float64(in)/(cpuNow()-cpu).Seconds()/1e6)
-			c.in, c.out = in, out
+		b.Run(fmt.Sprintf("%s/4K/search-L1", data), func(b *testing.B) {
+			s, err := newSearchEncoder(1, 1<<20)
+			if err != nil {
+				b.Fatal(err)
+			}
+			benchExtents(b, s, benchCorpus(data), 4<<10)
 		})
 	}
-	datas := []string{"text", "random"}
-	if d := os.Getenv("ZSTD_DATA"); d != "" {
-		datas = strings.Split(d, ",")
-	}
-	for _, data := range datas {
-		src := benchCorpus(data)
-		for _, level := range levels {
-			for _, budget := range []int{4 << 10, 16 << 10} {
-				e, _ := NewEncoder(level, WithWindow(1<<20))
-				dst := make([]byte, budget)
-				pos := 0
-				add(fmt.Sprintf("%s destsize L%d %dK", data, level, budget>>10), perRound, func(amount int) (int, int) {
-					pos = 0
-					return destSizeRun(e, src, dst, &pos, amount)
-				})
-			}
-			for _, size := range []int{16 << 10, 64 << 10} {
-				enc := newKlauspost(level)
-				var out []byte
-				pos := 0
-				add(fmt.Sprintf("%s klauspost L%d %dK frames", data, level, size>>10), perRound, func(amount int) (int, int) {
-					in, o := 0, 0
-					pos = 0
-					for in < amount {
-						if pos+size > len(src) {
-							pos = 0
-						}
-						out = enc.EncodeAll(src[pos:pos+size], out[:0])
-						in += size
-						o += len(out)
-						pos += size
-					}
-					return in, o
-				})
-			}
-			if level == 1 && os.Getenv("ZSTD_SEARCH") != "" {
-				s, _ := newSearchEncoder(level, 1<<20)
-				dst := make([]byte, 4<<10)
-				pos := 0
-				add(fmt.Sprintf("%s search L%d 4K", data, level), perRound, func(amount int) (int, int) {
-					pos = 0
-					return destSizeRun(s, src, dst, &pos, amount)
-				})
-			}
-		}
-	}
-	for range rounds {
-		for i, r := range runs {
-			r(cells[i])
-		}
-	}
-	for _, c := range cells {
-		sort.Float64s(c.mbs)
-		sort.Float64s(c.cpu)
-		t.Logf("%-36s %7.1f MB/s (min %6.1f max %6.1f) %7.1f MB/s of CPU  ratio %.3f", c.name, c.mbs[len(c.mbs)/2], c.mbs[0], c.mbs[len(c.mbs)-1], c.cpu[len(c.cpu)/2], float64(c.in)/float64(c.out))
-	}
 }
 
-// TestKlauspostFile prints the MB/s (wall and CPU) of klauspost's plain
-// encoder compressing the file ZSTD_FILE as independent frames of
-// ZSTD_FRAME bytes (default 16 KiB) at ZSTD_LEVEL (default 1): the
-// yardstick of the mkfs speed target.
+type destSizer interface {
+	CompressDestSize(dst, src []byte) (int, int)
+}
+
+func benchExtents(b *testing.B, e destSizer, src []byte, budget int) {
+	dst := make([]byte, budget)
+	b.SetBytes(maxExtent)
+	out, pos := 0, 0
+	b.ResetTimer()
+	for range b.N {
+		if pos+maxExtent > len(src) {
+			pos = 0
+		}
+		out += compressExtent(e, dst, src[pos:pos+maxExtent])
+		pos += maxExtent
+	}
+	reportRatio(b, b.N*maxExtent, out)
+}
+
+// compressExtent cuts all of ext into pclusters of len(dst) and returns
+// the bytes written; a pcluster of which nothing fits is stored plain.
+func compressExtent(e destSizer, dst, ext []byte) (out int) {
+	for len(ext) > 0 {
+		w, c := e.CompressDestSize(dst, ext)
+		if c == 0 {
+			c = min(len(dst), len(ext))
+			w = c
+		}
+		out += w
+		ext = ext[c:]
+	}
+	return out
+}
+
+// BenchmarkFile compresses the file ZSTD_FILE, one operation the whole of
+// it, at ZSTD_LEVEL (default 1): as independent frames of ZSTD_FRAME bytes
+// (default 16 KiB) with klauspost's plain encoder, the yardstick of the
+// mkfs speed target; with this package, 64 KiB extents into 4 KiB
+// pclusters; and with klauspost's encoder on exactly the pieces those
+// pclusters hold. It runs only with ZSTD_FILE set:
 //
-//	ZSTD_FILE=source.bin GOMAXPROCS=1 taskset -c 1 go test -run TestKlauspostFile -v ./erofs/compress/zstd/
-func TestKlauspostFile(t *testing.T) {
+//	ZSTD_FILE=source.bin GOMAXPROCS=1 taskset -c 1 \
+//	    go test -run '^$' -bench File -count 5 ./erofs/compress/zstd/
+func BenchmarkFile(b *testing.B) {
 	name := os.Getenv("ZSTD_FILE")
 	if name == "" {
-		t.Skip("set ZSTD_FILE to run")
+		b.Skip("set ZSTD_FILE to a file to run")
 	}
 	src, err := os.ReadFile(name)
 	if err != nil {
-		t.Fatal(err)
+		b.Fatal(err)
 	}
 	frame, level := 16<<10, 1
 	if v := os.Getenv("ZSTD_FRAME"); v != "" {
@@ -265,59 +227,58 @@ func TestKlauspostFile(t *testing.T) {
 	if v := os.Getenv("ZSTD_LEVEL"); v != "" {
 		fmt.Sscan(v, &level)
 	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	var ru0, ru1 unix.Rusage
 	enc := newKlauspost(level)
-	var out []byte
-	total := 0
-	unix.Getrusage(unix.RUSAGE_THREAD, &ru0)
-	start := time.Now()
-	for pos := 0; pos < len(src); pos += frame {
-		out = enc.EncodeAll(src[pos:min(len(src), pos+frame)], out[:0])
-		total += len(out)
-	}
-	wall := time.Since(start)
-	unix.Getrusage(unix.RUSAGE_THREAD, &ru1)
-	cpu := time.Duration(ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano())
-	t.Logf("klauspost L%d, %d-byte frames: %.1f MB/s wall, %.1f MB/s CPU, ratio %.3f", level, frame,
-		float64(len(src))/wall.Seconds()/1e6, float64(len(src))/cpu.Seconds()/1e6, float64(len(src))/float64(total))
-
-	// This package on the same bytes: 4 KiB pclusters from 64 KiB extents.
-	e, _ := NewEncoder(level, WithWindow(64<<10))
-	dst := make([]byte, 4096)
-	total = 0
-	var pieces []int
-	unix.Getrusage(unix.RUSAGE_THREAD, &ru0)
-	start = time.Now()
-	for pos := 0; pos < len(src); {
-		w, c := e.CompressDestSize(dst, src[pos:min(len(src), pos+maxExtent)])
-		if c == 0 {
-			c, w = min(len(dst), len(src)-pos), min(len(dst), len(src)-pos)
+	b.Run(fmt.Sprintf("klauspost-L%d-%dK-frames", level, frame>>10), func(b *testing.B) {
+		var dst []byte
+		b.SetBytes(int64(len(src)))
+		out := 0
+		for range b.N {
+			for pos := 0; pos < len(src); pos += frame {
+				dst = enc.EncodeAll(src[pos:min(len(src), pos+frame)], dst[:0])
+				out += len(dst)
+			}
 		}
-		pieces = append(pieces, c)
-		pos += c
-		total += w
+		reportRatio(b, b.N*len(src), out)
+	})
+	// The pieces this package's pclusters hold, for klauspost to compress
+	// the same input.
+	e, _ := NewEncoder(level, WithWindow(maxExtent))
+	dst := make([]byte, 4096)
+	var pieces []int
+	for pos := 0; pos < len(src); {
+		ext := src[pos:min(len(src), pos+maxExtent)]
+		for len(ext) > 0 {
+			_, c := e.CompressDestSize(dst, ext)
+			if c == 0 {
+				c = min(len(dst), len(ext))
+			}
+			pieces = append(pieces, c)
+			ext, pos = ext[c:], pos+c
+		}
 	}
-	wall = time.Since(start)
-	unix.Getrusage(unix.RUSAGE_THREAD, &ru1)
-	cpu = time.Duration(ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano())
-	t.Logf("destsize L%d, 4 KiB budget: %.1f MB/s wall, %.1f MB/s CPU, ratio %.3f", level,
-		float64(len(src))/wall.Seconds()/1e6, float64(len(src))/cpu.Seconds()/1e6, float64(len(src))/float64(total))
-
-	// klauspost on exactly the pieces the clusters hold (same input size).
-	total = 0
-	unix.Getrusage(unix.RUSAGE_THREAD, &ru0)
-	start = time.Now()
-	pos := 0
-	for _, c := range pieces {
-		out = enc.EncodeAll(src[pos:pos+c], out[:0])
-		total += len(out)
-		pos += c
-	}
-	wall = time.Since(start)
-	unix.Getrusage(unix.RUSAGE_THREAD, &ru1)
-	cpu = time.Duration(ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano())
-	t.Logf("klauspost L%d, the same %d pieces (avg %d bytes): %.1f MB/s wall, %.1f MB/s CPU, ratio %.3f", level, len(pieces), len(src)/len(pieces),
-		float64(len(src))/wall.Seconds()/1e6, float64(len(src))/cpu.Seconds()/1e6, float64(len(src))/float64(total))
+	b.Run(fmt.Sprintf("L%d-4K", level), func(b *testing.B) {
+		b.SetBytes(int64(len(src)))
+		out := 0
+		for range b.N {
+			for pos := 0; pos < len(src); pos += maxExtent {
+				out += compressExtent(e, dst, src[pos:min(len(src), pos+maxExtent)])
+			}
+		}
+		reportRatio(b, b.N*len(src), out)
+	})
+	b.Run(fmt.Sprintf("klauspost-L%d-pieces", level), func(b *testing.B) {
+		var dst []byte
+		b.SetBytes(int64(len(src)))
+		out := 0
+		for range b.N {
+			pos := 0
+			for _, c := range pieces {
+				dst = enc.EncodeAll(src[pos:pos+c], dst[:0])
+				out += len(dst)
+				pos += c
+			}
+		}
+		reportRatio(b, b.N*len(src), out)
+		b.ReportMetric(float64(len(src))/float64(len(pieces)), "B/piece")
+	})
 }
