@@ -153,9 +153,18 @@ DEMO_REGISTRY ?= 127.0.0.1:5055
 demo-registry: build
 	BIN=$(BIN) DEMO_REGISTRY=$(DEMO_REGISTRY) bash testdata/demo-registry.sh
 
+# gofmt, go vet and staticcheck (installed into GOPATH/bin at the pinned
+# version when it is not there; STATICCHECK=PATH uses another binary).
+STATICCHECK_VERSION := v0.8.2
+STATICCHECK ?= $(shell $(GO) env GOPATH)/bin/staticcheck
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	@if ! [ -x "$(STATICCHECK)" ]; then \
+		echo "installing staticcheck $(STATICCHECK_VERSION) as $(STATICCHECK)"; \
+		GOBIN="$$(dirname "$(STATICCHECK)")" $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION); \
+	fi
+	$(STATICCHECK) $(PKGS)
 
 clean:
 	rm -rf bin testdata/gen

@@ -19,8 +19,10 @@ import (
 // so that what this reader returns is what archive/tar returns: the same
 // headers and data, and an error or the end at the same entry (FuzzTarReader
 // compares them; the error itself may differ, e.g. for a PAX header over
-// archive/tar's size limit, cut short). It is stricter in one place: a stream that ends after
-// a PAX header or GNU long name, before their entry, is cut short
+// archive/tar's size limit, cut short). It leaves out the deprecated
+// Header.Xattrs: its SCHILY.xattr records are in PAXRecords, where convert
+// reads them. It is stricter in one place: a stream that ends after a PAX
+// header or GNU long name, before their entry, is cut short
 // (errEndAfterMeta), where archive/tar sees the end of the archive.
 //
 // Why: archive/tar decodes every USTAR header as UTF-8 to guess its format
@@ -155,7 +157,7 @@ func (tr *tarReader) next() (*tar.Header, error) {
 		if longLink != "" {
 			hdr.Linkname = longLink
 		}
-		if hdr.Typeflag == tar.TypeRegA {
+		if hdr.Typeflag == typeRegA {
 			hdr.Typeflag = tar.TypeReg
 			if strings.HasSuffix(hdr.Name, "/") {
 				hdr.Typeflag = tar.TypeDir
@@ -356,6 +358,11 @@ func (tr *tarReader) Read(b []byte) (int, error) {
 	return n, err
 }
 
+// typeRegA is the type flag of a regular file in pre-POSIX archives, a
+// NUL byte: archive/tar's TypeRegA, deprecated for writers, which readers
+// still meet.
+const typeRegA = '\x00'
+
 // mergePAXRecords applies the records of a PAX header to hdr, as
 // archive/tar does: an empty value keeps the header's own.
 func mergePAXRecords(hdr *tar.Header, pax map[string]string) error {
@@ -391,13 +398,6 @@ func mergePAXRecords(hdr *tar.Header, pax map[string]string) error {
 			hdr.ChangeTime, err = parsePAXTime(v)
 		case "size":
 			hdr.Size, err = strconv.ParseInt(v, 10, 64)
-		default:
-			if name, ok := strings.CutPrefix(k, "SCHILY.xattr."); ok {
-				if hdr.Xattrs == nil {
-					hdr.Xattrs = map[string]string{}
-				}
-				hdr.Xattrs[name] = v
-			}
 		}
 		if err != nil {
 			return tar.ErrHeader

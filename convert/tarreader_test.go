@@ -97,13 +97,11 @@ func headerString(h *tar.Header) string {
 	for _, k := range sortedKeys(h.PAXRecords) {
 		pax = append(pax, k+"="+h.PAXRecords[k])
 	}
-	var xattrs []string
-	for _, k := range sortedKeys(h.Xattrs) { // deprecated, but archive/tar fills it in
-		xattrs = append(xattrs, k+"="+h.Xattrs[k])
-	}
-	return fmt.Sprintf("%q %c size=%d mode=%o %d:%d %q:%q mtime=%s atime=%s ctime=%s link=%q dev=%d,%d pax=%q xattrs=%q",
+	// Not the deprecated Xattrs, which tarReader leaves out: its records
+	// are in PAXRecords.
+	return fmt.Sprintf("%q %c size=%d mode=%o %d:%d %q:%q mtime=%s atime=%s ctime=%s link=%q dev=%d,%d pax=%q",
 		h.Name, h.Typeflag, h.Size, h.Mode, h.Uid, h.Gid, h.Uname, h.Gname, t(h.ModTime), t(h.AccessTime), t(h.ChangeTime),
-		h.Linkname, h.Devmajor, h.Devminor, pax, xattrs)
+		h.Linkname, h.Devmajor, h.Devminor, pax)
 }
 
 func sortedKeys(m map[string]string) []string { return slices.Sorted(maps.Keys(m)) }
@@ -222,7 +220,7 @@ func tarSeeds(t testing.TB) map[string][]byte {
 	v7 := rawHeader("v7", tar.TypeReg, 3)
 	copy(v7[257:265], make([]byte, 8))
 	fixChecksum(v7)
-	add(v7, blocks("abc"), rawHeader("olddir/", tar.TypeRegA, 0), rawHeader("oldfile", tar.TypeRegA, 2), blocks("xy"))
+	add(v7, blocks("abc"), rawHeader("olddir/", typeRegA, 0), rawHeader("oldfile", typeRegA, 2), blocks("xy"))
 	// A PAX sparse file (format 0.1): archive/tar's.
 	pax := paxRecord("GNU.sparse.size", "1000") + paxRecord("GNU.sparse.numblocks", "1") +
 		paxRecord("GNU.sparse.map", "512,3") + paxRecord("GNU.sparse.name", "sparse")

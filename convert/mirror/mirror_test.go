@@ -153,13 +153,6 @@ func (h *harness) metric(t testing.TB, series string) float64 {
 	return 0
 }
 
-func (h *harness) status(t testing.TB) mirror.Status {
-	t.Helper()
-	var st mirror.Status
-	must(t, json.Unmarshal([]byte(h.get(t, "/status")), &st))
-	return st
-}
-
 // waitRecord polls the task of repo:tag until cond holds.
 func (h *harness) waitRecord(t testing.TB, repo, tag string, d v1.Hash, timeout time.Duration, cond func(*mirror.Record) bool) *mirror.Record {
 	t.Helper()
