@@ -313,7 +313,7 @@ func (l *tarLayer) entryOf(hdr *tar.Header, p string) (e erofs.Entry, err error)
 		return e, err
 	}
 	switch hdr.Typeflag {
-	case tar.TypeReg, tar.TypeRegA, tar.TypeGNUSparse, tar.TypeCont:
+	case tar.TypeReg, tar.TypeGNUSparse, tar.TypeCont: // the tar reader makes TypeRegA TypeReg
 		e.Mode |= erofs.S_IFREG
 		e.Size = hdr.Size
 		e.Sparse = isSparse(hdr)

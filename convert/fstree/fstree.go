@@ -59,8 +59,7 @@ type Node struct {
 	// declared it; its metadata is the builder's default, not the tar's.
 	Implied bool
 
-	link     int  // hard-link group id; 0 = none
-	whiteout bool // FromTar: a char device made from a .wh. entry, or 0:0 in the tar
+	link int // hard-link group id; 0 = none
 }
 
 // IsDir reports whether n is a directory.
