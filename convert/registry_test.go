@@ -908,26 +908,11 @@ func convertRef(ctx context.Context, t testing.TB, source, target string, opt co
 		return nil, err
 	}
 	defer conv.Close()
-	res := &e2eResult{target: dst, index: art.Index != nil}
-	if art.Index != nil {
-		idx, rep, err := conv.Index(ctx, art.Index, art.Descriptor)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", src, err)
-		}
-		if err := oci.Write(ctx, dst, nil, idx, rem); err != nil {
-			return nil, err
-		}
-		res.digest, res.images = rep.Digest, rep.Images
-	} else {
-		img, rep, err := conv.Image(ctx, art.Image, art.Descriptor)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", src, err)
-		}
-		if err := oci.Write(ctx, dst, img, nil, rem); err != nil {
-			return nil, err
-		}
-		res.digest, res.images = rep.Digest, []*convert.ImageReport{rep}
+	tw, err := conv.WriteTwin(ctx, art, dst, rem, convert.TwinHooks{})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", src, err)
 	}
+	res := &e2eResult{target: dst, index: tw.Index, digest: tw.Digest, images: tw.Images}
 	res.seconds = time.Since(start).Seconds()
 	return res, nil
 }

@@ -62,49 +62,17 @@ func runConvert(ctx context.Context, c *cli.Context, source, target string) erro
 		return err
 	}
 	defer done()
-	plain := c.Bool("plain-http") || c.Bool("insecure") // crane's --insecure allows both
-	src, err := oci.ParseRef(source, plain)
+	src, dst, err := convertRefs(c, source, target)
 	if err != nil {
-		return err
-	}
-	suffix := c.String("suffix")
-	if suffix != "" && oci.HasSuffix(src, suffix) {
-		return fmt.Errorf("%s: %w %q: refusing to convert a converted image", src, oci.ErrLoop, suffix)
-	}
-	var dst oci.Ref
-	if target != "" {
-		if dst, err = oci.ParseRef(target, plain); err != nil {
-			return err
-		}
-	} else if dst, err = oci.DefaultTarget(src, suffix); err != nil {
-		return err
-	}
-	if err := checkTarget(dst); err != nil {
 		return err
 	}
 	srcRem, dstRem, err := options.Credentials(ctx, c, rem, src, &dst)
 	if err != nil {
 		return err
 	}
-	quiet := c.Bool("quiet")
-	jsonOut := c.String("output") == "json"
 	if dst.Kind == oci.Registry {
-		repo := dst.Name.Context()
-		ropts := slices.Clip(dstRem.Options(ctx)) // appended to by concurrent uploads
-		opt.Publish = func(ctx context.Context, l v1.Layer) error {
-			updates := make(chan v1.Update, 16)
-			go func() { // until WriteLayer closes it
-				for u := range updates {
-					convert.ReportUpload(ctx, u.Complete, u.Total)
-				}
-			}()
-			if err := remote.WriteLayer(repo, l, append(ropts, remote.WithContext(ctx), remote.WithProgress(updates))...); err != nil {
-				return fmt.Errorf("push to %s: %w", repo, err)
-			}
-			return nil
-		}
+		opt.Publish = pushLayer(ctx, dst, dstRem)
 	}
-
 	art, err := oci.Get(ctx, src, srcRem)
 	if err != nil {
 		return err
@@ -120,30 +88,18 @@ func runConvert(ctx context.Context, c *cli.Context, source, target string) erro
 			return err
 		}
 	}
-	var record string // the twin record of this conversion (uptodate.go)
-	if dst.Kind == oci.Registry || dst.Tag != "" {
-		// The target holds the very image being converted, however
-		// spelt (oci:./bb and oci:$PWD/bb:latest, repo:tag@digest and
-		// repo:tag), or a copy of it: converting would replace it with
-		// its twin, and nodes pulling that tag would get EROFS layers.
-		// (A minute at most: a registry that does not answer is left
-		// to the push.)
-		lctx, cancel := context.WithTimeout(ctx, time.Minute)
-		there, err := oci.Get(lctx, dst, dstRem)
-		cancel()
-		if err == nil && there.Descriptor.Digest == art.Descriptor.Digest {
-			return fmt.Errorf("target %s holds the source image %s: converting would replace it with its EROFS twin (give another tag)", dst, art.Descriptor.Digest)
-		}
-		record = twinRecordPath(c, art.Descriptor.Digest.String(), dst.String())
-		if d := readTwinRecord(record); err == nil && !c.Bool("force") && d == there.Descriptor.Digest.String() {
-			return reportUpToDate(c, convertReport{Source: src.String(), Target: dst.String(), Digest: d,
-				Index: art.Index != nil, UpToDate: true, Seconds: time.Since(start).Seconds()}, jsonOut, quiet)
-		}
+	record, there, err := targetState(ctx, c, art, dst, dstRem)
+	if err != nil {
+		return err
+	}
+	if there != "" {
+		return reportConvert(c, convertReport{Source: src.String(), Target: dst.String(), Digest: there,
+			Index: art.Index != nil, UpToDate: true, Seconds: time.Since(start).Seconds()}, opt)
 	}
 	if target == "" && src.Kind == oci.Layout && src.Tag == "" {
 		// The layout's one image, named by its tag: the target is
 		// that tag plus the suffix.
-		if dst, err = oci.DefaultTarget(art.Ref, suffix); err != nil {
+		if dst, err = oci.DefaultTarget(art.Ref, c.String("suffix")); err != nil {
 			return err
 		}
 	}
@@ -157,59 +113,106 @@ func runConvert(ctx context.Context, c *cli.Context, source, target string) erro
 			return fmt.Errorf("%s: %w", src, err)
 		}
 	}
-	rep := convertReport{Source: src.String(), Target: dst.String(), Index: art.Index != nil}
-	if art.Index != nil {
-		idx, irep, err := conv.Index(ctx, art.Index, art.Descriptor)
-		if err != nil {
-			return fmt.Errorf("%s: %w", src, err)
-		}
-		if err := oci.Write(ctx, dst, nil, idx, dstRem); err != nil {
-			return err
-		}
-		rep.Digest, rep.Images = irep.Digest, irep.Images
-	} else {
-		img, irep, err := conv.Image(ctx, art.Image, art.Descriptor)
-		if err != nil {
-			return fmt.Errorf("%s: %w", src, err)
-		}
-		if err := oci.Write(ctx, dst, img, nil, dstRem); err != nil {
-			return err
-		}
-		rep.Digest, rep.Images = irep.Digest, []*convert.ImageReport{irep}
+	tw, err := conv.WriteTwin(ctx, art, dst, dstRem, convert.TwinHooks{})
+	if err != nil {
+		return fmt.Errorf("%s: %w", src, err)
 	}
 	done()
-	writeTwinRecord(record, rep.Digest)
-	rep.Seconds = time.Since(start).Seconds()
-	if jsonOut {
+	writeTwinRecord(record, tw.Digest)
+	return reportConvert(c, convertReport{Source: src.String(), Target: dst.String(), Index: tw.Index,
+		Digest: tw.Digest, Images: tw.Images, Seconds: time.Since(start).Seconds()}, opt)
+}
+
+// convertRefs parses convert's source and target (by default the source
+// with --suffix), refusing a source that is a twin by its name and a
+// target given by digest.
+func convertRefs(c *cli.Context, source, target string) (src, dst oci.Ref, err error) {
+	plain := c.Bool("plain-http") || c.Bool("insecure") // crane's --insecure allows both
+	if src, err = oci.ParseRef(source, plain); err != nil {
+		return src, dst, err
+	}
+	suffix := c.String("suffix")
+	if suffix != "" && oci.HasSuffix(src, suffix) {
+		return src, dst, fmt.Errorf("%s: %w %q: refusing to convert a converted image", src, oci.ErrLoop, suffix)
+	}
+	if target != "" {
+		dst, err = oci.ParseRef(target, plain)
+	} else {
+		dst, err = oci.DefaultTarget(src, suffix)
+	}
+	if err != nil {
+		return src, dst, err
+	}
+	return src, dst, checkTarget(dst)
+}
+
+// pushLayer is the ImageOptions.Publish of a registry target: each
+// layer's upload, with its progress.
+func pushLayer(ctx context.Context, dst oci.Ref, dstRem oci.Remote) func(context.Context, v1.Layer) error {
+	repo := dst.Name.Context()
+	ropts := slices.Clip(dstRem.Options(ctx)) // appended to by concurrent uploads
+	return func(ctx context.Context, l v1.Layer) error {
+		updates := make(chan v1.Update, 16)
+		go func() { // until WriteLayer closes it
+			for u := range updates {
+				convert.ReportUpload(ctx, u.Complete, u.Total)
+			}
+		}()
+		if err := remote.WriteLayer(repo, l, append(ropts, remote.WithContext(ctx), remote.WithProgress(updates))...); err != nil {
+			return fmt.Errorf("push to %s: %w", repo, err)
+		}
+		return nil
+	}
+}
+
+// targetState looks at what the target holds: the very image being
+// converted, however spelt (oci:./bb and oci:$PWD/bb:latest,
+// repo:tag@digest and repo:tag), or a copy of it, is refused (converting
+// would replace it with its twin, and nodes pulling that tag would get
+// EROFS layers); the twin this conversion made before is up to date
+// (there: its digest; --force converts again). record is the path of
+// this conversion's twin record (uptodate.go). A registry that does not
+// answer within a minute is left to the push.
+func targetState(ctx context.Context, c *cli.Context, art *oci.Artifact, dst oci.Ref, dstRem oci.Remote) (record, there string, err error) {
+	if dst.Kind != oci.Registry && dst.Tag == "" {
+		return "", "", nil
+	}
+	lctx, cancel := context.WithTimeout(ctx, time.Minute)
+	got, err := oci.Get(lctx, dst, dstRem)
+	cancel()
+	if err == nil && got.Descriptor.Digest == art.Descriptor.Digest {
+		return "", "", fmt.Errorf("target %s holds the source image %s: converting would replace it with its EROFS twin (give another tag)", dst, art.Descriptor.Digest)
+	}
+	record = twinRecordPath(c, art.Descriptor.Digest.String(), dst.String())
+	if d := readTwinRecord(record); err == nil && !c.Bool("force") && d == got.Descriptor.Digest.String() {
+		return record, d, nil
+	}
+	return record, "", nil
+}
+
+// reportConvert prints the result: the twin's reference on stdout, for a
+// script (crane push prints it so), and what happened on stderr; or the
+// report as JSON (--output json).
+func reportConvert(c *cli.Context, rep convertReport, opt convert.ImageOptions) error {
+	if c.String("output") == "json" {
 		enc := json.NewEncoder(c.App.Writer)
 		enc.SetIndent("", "  ")
 		return enc.Encode(rep)
 	}
-	if !quiet {
-		// The result on stdout, for a script (crane push prints it
-		// so); what happened on stderr.
+	if c.Bool("quiet") {
+		return nil
+	}
+	switch {
+	case rep.UpToDate:
+		fmt.Fprintf(os.Stderr, "%s: %s is up to date (converted from this source with these options; --force converts again)\n", rep.Source, rep.Target)
+	default:
 		fmt.Fprintf(os.Stderr, "%s converted to %s in %.2fs\n", rep.Source, rep.Target, rep.Seconds)
 		if rep.Index && !opt.NoIndexOSFeatures {
 			fmt.Fprintf(os.Stderr, "an index whose entries have os.features [\"erofs\"]: containerd takes them only when asked, "+
 				"ctr image pull and ctr run --platform 'linux(+erofs)/%s' (or convert with --no-index-os-features)\n", runtime.GOARCH)
 		}
-		fmt.Fprintf(c.App.Writer, "%s@%s\n", rep.Target, rep.Digest)
 	}
-	return nil
-}
-
-// reportUpToDate says that the target holds what this conversion made
-// before, as a conversion reports its result.
-func reportUpToDate(c *cli.Context, rep convertReport, jsonOut, quiet bool) error {
-	if jsonOut {
-		enc := json.NewEncoder(c.App.Writer)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
-	}
-	if !quiet {
-		fmt.Fprintf(os.Stderr, "%s: %s is up to date (converted from this source with these options; --force converts again)\n", rep.Source, rep.Target)
-		fmt.Fprintf(c.App.Writer, "%s@%s\n", rep.Target, rep.Digest)
-	}
+	fmt.Fprintf(c.App.Writer, "%s@%s\n", rep.Target, rep.Digest)
 	return nil
 }
 

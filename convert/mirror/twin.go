@@ -148,45 +148,23 @@ func (t *Twins) Convert(ctx context.Context, task Task, owner string) (*Outcome,
 		}
 		return false
 	}
-	if art.Index != nil {
-		idx, err := job.index(art)
-		if err != nil {
-			return nil, err
-		}
-		cidx, rep, err := conv.Index(ctx, idx, art.Descriptor)
-		if err != nil {
-			return nil, classify(err)
-		}
-		if err := job.storePlain(art, rep.Images); err != nil {
-			return nil, err
-		}
-		if superseded() {
-			return out, nil
-		}
-		if err := oci.Write(ctx, dst, nil, cidx, t.Remote); err != nil {
-			return nil, err
-		}
-		out.Digest = rep.Digest
-	} else {
-		img, err := job.image(art.Image, art.Descriptor)
-		if err != nil {
-			return nil, classify(err)
-		}
-		cimg, rep, err := conv.Image(ctx, img, art.Descriptor)
-		if err != nil {
-			return nil, classify(err)
-		}
-		if err := job.storePlain(art, []*convert.ImageReport{rep}); err != nil {
-			return nil, err
-		}
-		if superseded() {
-			return out, nil
-		}
-		if err := oci.Write(ctx, dst, cimg, nil, t.Remote); err != nil {
-			return nil, err
-		}
-		out.Digest = rep.Digest
+	tw, err := conv.WriteTwin(ctx, art, dst, t.Remote, convert.TwinHooks{
+		Index: job.index,
+		Image: job.image,
+		Converted: func(reps []*convert.ImageReport) (bool, error) {
+			if err := job.storePlain(art, reps); err != nil {
+				return false, err
+			}
+			return !superseded(), nil
+		},
+	})
+	if err != nil {
+		return nil, classify(err)
 	}
+	if !tw.Written {
+		return out, nil
+	}
+	out.Digest = tw.Digest
 	job.done = true
 	return out, nil
 }
