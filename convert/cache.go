@@ -203,101 +203,18 @@ func verityBlockSize(blockSize int) int { return min(blockSize, dmverity.BlockSi
 // and rename), so a rerun, or containerd reading the cache meanwhile, never
 // sees half an image.
 func (c *Converter) CacheImage(ctx context.Context, src v1.Image, srcDesc v1.Descriptor, dir string) ([]CacheLayer, error) {
-	m, err := src.Manifest()
+	m, _, cfg, err := readImage(ctx, src, srcDesc)
 	if err != nil {
-		return nil, fmt.Errorf("manifest %s: %w", srcDesc.Digest, err)
-	}
-	if err := checkLayers(m, srcDesc); err != nil {
 		return nil, err
 	}
-	rawCfg, err := readConfig(ctx, src, m.Config)
-	if err != nil {
-		return nil, fmt.Errorf("config of %s: %w", srcDesc.Digest, err)
-	}
-	cfg, err := v1.ParseConfigFile(strings.NewReader(string(rawCfg)))
-	if err != nil {
-		return nil, fmt.Errorf("config %s of %s: %w", m.Config.Digest, srcDesc.Digest, err)
-	}
-	if len(cfg.RootFS.DiffIDs) != len(m.Layers) {
-		return nil, fmt.Errorf("image %s: %d layers but %d diff_ids", srcDesc.Digest, len(m.Layers), len(cfg.RootFS.DiffIDs))
-	}
-	out := make([]CacheLayer, len(m.Layers))
-	alone := !c.opt.CacheOverLower
-	chains := chainIDs(cfg.RootFS.DiffIDs)
-	lowerChain := func(i int) string {
-		if i == 0 {
-			return ""
-		}
-		return chains[i-1]
-	}
-	top := -1 // the highest layer to convert
-	for i, d := range m.Layers {
-		out[i] = CacheLayer{Source: d.Digest.String(), DiffID: cfg.RootFS.DiffIDs[i].String()}
-		switch {
-		case !isTarLayer(d.MediaType):
-			out[i].Skipped = fmt.Sprintf("media type %s is not a tar layer", d.MediaType)
-		case isNondistributable(d.MediaType):
-			out[i].Skipped = "non-distributable"
-		default:
-			p := CachePath(dir, cfg.RootFS.DiffIDs[i])
-			out[i].Path = p
-			var size int64
-			var root string
-			ok := true
-			if c.opt.CachePresent != nil {
-				ok = c.opt.CachePresent(p) // the caller's markers: nothing to open
-			} else if size, root, err = checkEntry(p, c.opt.CacheDMVerity); err != nil {
-				ok = false
-				if !errors.Is(err, fs.ErrNotExist) {
-					c.logf("layer %s: cache entry %s: %v: making it again", short(d.Digest), p, err)
-				}
-			}
-			if ok && alone && madeOverLower(p) {
-				ok = false
-				c.logf("layer %s: cache entry %s was made over the layers below it (by an earlier version): making it of the layer alone", short(d.Digest), p)
-			}
-			switch {
-			case ok:
-				out[i].Cached, out[i].Size, out[i].DMVerityRootHash = true, size, root
-				if !alone {
-					if w := lowerWarning(p, lowerChain(i)); w != "" {
-						out[i].Warnings = append(out[i].Warnings, w)
-					}
-				}
-			default:
-				top = i
-			}
-		}
-	}
+	cs := &cacheRun{c: c, m: m, diffIDs: cfg.RootFS.DiffIDs, chains: chainIDs(cfg.RootFS.DiffIDs), alone: !c.opt.CacheOverLower}
+	top := cs.lookup(dir)
 	if top < 0 {
-		return out, nil
+		return cs.out, nil
 	}
-	// Layers below a missing one are read again for their directories
-	// (scanned, not written) when their own entry is there already.
-	jobs := make([]*layerJob, top+1)
-	var chain []string
-	var lowerOps []*dirOps
-	for i := 0; i <= top; i++ {
-		d := m.Layers[i]
-		chain = append(chain, d.Digest.String())
-		have := out[i].Cached || out[i].Skipped != ""
-		if alone && have {
-			continue // made of itself: nothing below it is read
-		}
-		l, err := src.LayerByDigest(d.Digest)
-		if err != nil {
-			return nil, fmt.Errorf("layer %s: %w", d.Digest, err)
-		}
-		ls := layerSource{desc: d, layer: l, diffID: cfg.RootFS.DiffIDs[i], alone: alone}
-		key, waiting := "alone:"+d.Digest.String(), Progress{Source: d.Digest.String(), Total: d.Size}
-		if !alone {
-			ls.lower, key = slices.Clone(lowerOps), strings.Join(chain, ",")
-			if have { // read for the layers above it: not shown
-				ls.scan, key, waiting = true, "scan:"+key, Progress{}
-			}
-		}
-		jobs[i] = c.job(ctx, key, waiting, ls.lower, func(j *layerJob) error { return c.convertLayer(ctx, j, ls) })
-		lowerOps = append(lowerOps, jobs[i].ops)
+	jobs, err := cs.start(ctx, src, top)
+	if err != nil {
+		return nil, err
 	}
 	for i, j := range jobs {
 		if j == nil {
@@ -311,49 +228,163 @@ func (c *Converter) CacheImage(ctx context.Context, src v1.Image, srcDesc v1.Des
 		if j.err != nil {
 			return nil, j.err
 		}
-		if out[i].Cached || out[i].Skipped != "" {
-			continue
+		if err := cs.place(i, j); err != nil {
+			return nil, err
 		}
-		fl := j.layer.(*fileLayer)
-		out[i].Warnings = append(out[i].Warnings, fl.warnings...)
-		t := time.Now()
-		var rec *lowerRecord
-		switch {
-		case len(fl.implied) == 0 && !fl.rootOpaque:
-		case alone:
-			rec = &lowerRecord{Alone: true, Implied: fl.implied, RootOpaque: fl.rootOpaque}
-		default:
-			rec = &lowerRecord{LowerChainID: lowerChain(i), Implied: fl.implied, RootOpaque: fl.rootOpaque}
-		}
-		entry, err := j.finishEntry(fl, c.opt.CacheDMVerity, !c.opt.CacheNoSync)
-		if err != nil {
-			return nil, fmt.Errorf("layer %s: %w", m.Layers[i].Digest, err)
-		}
-		c.place.Lock()
-		there, err := placeEntry(fl.raw, out[i].Path, rec, entry.verity, !c.opt.CacheNoSync, alone)
-		c.place.Unlock()
-		if err != nil {
-			return nil, fmt.Errorf("layer %s: cache entry %s: %w", m.Layers[i].Digest, out[i].Path, err)
-		}
-		if there != nil {
-			// Placed meanwhile, for another platform or by another run.
-			out[i].Cached = true
-			out[i].Size, out[i].DMVerityRootHash = there.size, there.rootHash
-			if !alone {
-				if w := lowerWarning(out[i].Path, lowerChain(i)); w != "" {
-					out[i].Warnings = append(out[i].Warnings, w)
-				}
-			}
-			continue
-		}
-		out[i].Size = entry.size
-		if entry.verity != nil {
-			out[i].DMVerityRootHash = entry.verity.RootHash
-		}
-		out[i].ConvertSeconds = fl.convertSeconds
-		c.logf("layer %s: cached as %s (%.2fs)", short(m.Layers[i].Digest), out[i].Path, time.Since(t).Seconds())
 	}
-	return out, nil
+	return cs.out, nil
+}
+
+// cacheRun is CacheImage's work on one image: out is its result, a
+// CacheLayer per layer.
+type cacheRun struct {
+	c       *Converter
+	m       *v1.Manifest
+	diffIDs []v1.Hash
+	chains  []string
+	alone   bool // each entry made of its layer alone (not CacheOverLower)
+	out     []CacheLayer
+}
+
+// lowerChain is the chain ID of the layers below layer i; "" for none.
+func (cs *cacheRun) lowerChain(i int) string {
+	if i == 0 {
+		return ""
+	}
+	return cs.chains[i-1]
+}
+
+// lookup fills out with what the cache holds, and returns the highest
+// layer to convert (-1: none).
+func (cs *cacheRun) lookup(dir string) int {
+	c := cs.c
+	cs.out = make([]CacheLayer, len(cs.m.Layers))
+	top := -1
+	for i, d := range cs.m.Layers {
+		out := &cs.out[i]
+		*out = CacheLayer{Source: d.Digest.String(), DiffID: cs.diffIDs[i].String()}
+		switch {
+		case !isTarLayer(d.MediaType):
+			out.Skipped = fmt.Sprintf("media type %s is not a tar layer", d.MediaType)
+			continue
+		case isNondistributable(d.MediaType):
+			out.Skipped = "non-distributable"
+			continue
+		}
+		p := CachePath(dir, cs.diffIDs[i])
+		out.Path = p
+		var size int64
+		var root string
+		var err error
+		ok := true
+		if c.opt.CachePresent != nil {
+			ok = c.opt.CachePresent(p) // the caller's markers: nothing to open
+		} else if size, root, err = checkEntry(p, c.opt.CacheDMVerity); err != nil {
+			ok = false
+			if !errors.Is(err, fs.ErrNotExist) {
+				c.logf("layer %s: cache entry %s: %v: making it again", short(d.Digest), p, err)
+			}
+		}
+		if ok && cs.alone && madeOverLower(p) {
+			ok = false
+			c.logf("layer %s: cache entry %s was made over the layers below it (by an earlier version): making it of the layer alone", short(d.Digest), p)
+		}
+		if !ok {
+			top = i
+			continue
+		}
+		out.Cached, out.Size, out.DMVerityRootHash = true, size, root
+		cs.warnLower(i)
+	}
+	return top
+}
+
+// warnLower adds the warning of a cache entry made over other layers below
+// it than layer i's, where entries are made over the layers below.
+func (cs *cacheRun) warnLower(i int) {
+	if cs.alone {
+		return
+	}
+	if w := lowerWarning(cs.out[i].Path, cs.lowerChain(i)); w != "" {
+		cs.out[i].Warnings = append(cs.out[i].Warnings, w)
+	}
+}
+
+// start starts the jobs of layers 0 … top that are to convert. Layers
+// below a missing one are read again for their directories (scanned, not
+// written) when their own entry is there already.
+func (cs *cacheRun) start(ctx context.Context, src v1.Image, top int) ([]*layerJob, error) {
+	c := cs.c
+	jobs := make([]*layerJob, top+1)
+	var chain []string
+	var lowerOps []*dirOps
+	for i := 0; i <= top; i++ {
+		d := cs.m.Layers[i]
+		chain = append(chain, d.Digest.String())
+		have := cs.out[i].Cached || cs.out[i].Skipped != ""
+		if cs.alone && have {
+			continue // made of itself: nothing below it is read
+		}
+		l, err := src.LayerByDigest(d.Digest)
+		if err != nil {
+			return nil, fmt.Errorf("layer %s: %w", d.Digest, err)
+		}
+		ls := layerSource{desc: d, layer: l, diffID: cs.diffIDs[i], alone: cs.alone}
+		key, waiting := "alone:"+d.Digest.String(), Progress{Source: d.Digest.String(), Total: d.Size}
+		if !cs.alone {
+			ls.lower, key = slices.Clone(lowerOps), strings.Join(chain, ",")
+			if have { // read for the layers above it: not shown
+				ls.scan, key, waiting = true, "scan:"+key, Progress{}
+			}
+		}
+		jobs[i] = c.job(ctx, key, waiting, ls.lower, func(j *layerJob) error { return c.convertLayer(ctx, j, ls) })
+		lowerOps = append(lowerOps, jobs[i].ops)
+	}
+	return jobs, nil
+}
+
+// place puts the image job j made of layer i into the cache, unless
+// another platform or run placed it meanwhile.
+func (cs *cacheRun) place(i int, j *layerJob) error {
+	c, out, d := cs.c, &cs.out[i], cs.m.Layers[i]
+	if out.Cached || out.Skipped != "" {
+		return nil
+	}
+	fl := j.layer.(*fileLayer)
+	out.Warnings = append(out.Warnings, fl.warnings...)
+	t := time.Now()
+	var rec *lowerRecord
+	switch {
+	case len(fl.implied) == 0 && !fl.rootOpaque:
+	case cs.alone:
+		rec = &lowerRecord{Alone: true, Implied: fl.implied, RootOpaque: fl.rootOpaque}
+	default:
+		rec = &lowerRecord{LowerChainID: cs.lowerChain(i), Implied: fl.implied, RootOpaque: fl.rootOpaque}
+	}
+	entry, err := j.finishEntry(fl, c.opt.CacheDMVerity, !c.opt.CacheNoSync)
+	if err != nil {
+		return fmt.Errorf("layer %s: %w", d.Digest, err)
+	}
+	c.place.Lock()
+	there, err := placeEntry(fl.raw, out.Path, rec, entry.verity, !c.opt.CacheNoSync, cs.alone)
+	c.place.Unlock()
+	if err != nil {
+		return fmt.Errorf("layer %s: cache entry %s: %w", d.Digest, out.Path, err)
+	}
+	if there != nil {
+		// Placed meanwhile, for another platform or by another run.
+		out.Cached = true
+		out.Size, out.DMVerityRootHash = there.size, there.rootHash
+		cs.warnLower(i)
+		return nil
+	}
+	out.Size = entry.size
+	if entry.verity != nil {
+		out.DMVerityRootHash = entry.verity.RootHash
+	}
+	out.ConvertSeconds = fl.convertSeconds
+	c.logf("layer %s: cached as %s (%.2fs)", short(d.Digest), out.Path, time.Since(t).Seconds())
+	return nil
 }
 
 // CacheIndex runs CacheImage for the selected platforms of an index (and

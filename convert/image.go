@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"strings"
 	"sync"
@@ -218,26 +219,93 @@ func (c *Converter) logf(format string, args ...any) {
 // Image converts one image. srcDesc is its descriptor (for annotations and
 // the referrer subject).
 func (c *Converter) Image(ctx context.Context, src v1.Image, srcDesc v1.Descriptor) (v1.Image, *ImageReport, error) {
+	m, rawCfg, cfg, err := readImage(ctx, src, srcDesc)
+	if err != nil {
+		return nil, nil, err
+	}
+	jobs, chain, err := c.startImage(ctx, src, srcDesc, m, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	rep := &ImageReport{Source: srcDesc.Digest.String()}
+	out := &outImage{layers: map[v1.Hash]partial.CompressedLayer{}}
+	// Empty, not nil: an image without layers has "layers": [] and
+	// "diff_ids": [], as the image spec's schema wants.
+	diffIDs := []string{}
+	mf := v1.Manifest{
+		SchemaVersion: 2,
+		MediaType:     types.OCIManifestSchema1,
+		Layers:        []v1.Descriptor{},
+		Annotations:   map[string]string{},
+	}
+	maps.Copy(mf.Annotations, m.Annotations)
+	mf.Annotations[AnnotationSourceManifest] = srcDesc.Digest.String()
+	for i, j := range jobs {
+		select {
+		case <-j.done:
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+		if j.err != nil {
+			return nil, nil, j.err
+		}
+		rep.Layers = append(rep.Layers, j.report)
+		if j.report.Passthrough {
+			mf.Layers = append(mf.Layers, m.Layers[i])
+			out.layers[m.Layers[i].Digest] = j.layer
+			diffIDs = append(diffIDs, cfg.RootFS.DiffIDs[i].String())
+			continue
+		}
+		fl := j.layer.(*fileLayer)
+		mf.Layers = append(mf.Layers, c.layerDescriptor(fl, m.Layers[i], chain))
+		out.layers[fl.digest] = fl
+		diffIDs = append(diffIDs, fl.diffID.String())
+	}
+	var history []v1.History
+	if c.opt.Flatten {
+		history = []v1.History{{Created: cfg.Created, CreatedBy: flattenedBy,
+			Comment: fmt.Sprintf("%d layers of %s merged", len(m.Layers), srcDesc.Digest)}}
+	}
+	img, err := c.assemble(out, mf, rawCfg, diffIDs, history, srcDesc)
+	if err != nil {
+		return nil, nil, err
+	}
+	dg, err := img.Digest()
+	if err != nil {
+		return nil, nil, err
+	}
+	rep.Digest = dg.String()
+	return img, rep, nil
+}
+
+// readImage reads an image's manifest and config, and checks that they
+// agree.
+func readImage(ctx context.Context, src v1.Image, srcDesc v1.Descriptor) (*v1.Manifest, []byte, *v1.ConfigFile, error) {
 	m, err := src.Manifest()
 	if err != nil {
-		return nil, nil, fmt.Errorf("manifest %s: %w", srcDesc.Digest, err)
+		return nil, nil, nil, fmt.Errorf("manifest %s: %w", srcDesc.Digest, err)
 	}
 	if err := checkLayers(m, srcDesc); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	rawCfg, err := readConfig(ctx, src, m.Config)
 	if err != nil {
-		return nil, nil, fmt.Errorf("config of %s: %w", srcDesc.Digest, err)
+		return nil, nil, nil, fmt.Errorf("config of %s: %w", srcDesc.Digest, err)
 	}
 	cfg, err := v1.ParseConfigFile(bytes.NewReader(rawCfg))
 	if err != nil {
-		return nil, nil, sourceError(m.Config.Digest, "config %s of %s: %w", m.Config.Digest, srcDesc.Digest, err)
+		return nil, nil, nil, sourceError(m.Config.Digest, "config %s of %s: %w", m.Config.Digest, srcDesc.Digest, err)
 	}
 	if len(cfg.RootFS.DiffIDs) != len(m.Layers) {
-		return nil, nil, sourceError(srcDesc.Digest, "image %s: %d layers but %d diff_ids", srcDesc.Digest, len(m.Layers), len(cfg.RootFS.DiffIDs))
+		return nil, nil, nil, sourceError(srcDesc.Digest, "image %s: %d layers but %d diff_ids", srcDesc.Digest, len(m.Layers), len(cfg.RootFS.DiffIDs))
 	}
-	var jobs []*layerJob
-	var chain []string
+	return m, rawCfg, cfg, nil
+}
+
+// startImage starts the jobs that convert the image's layers, each over
+// those below it, or the one job that flattens them; chain is the layers'
+// digests.
+func (c *Converter) startImage(ctx context.Context, src v1.Image, srcDesc v1.Descriptor, m *v1.Manifest, cfg *v1.ConfigFile) (jobs []*layerJob, chain []string, err error) {
 	var lowerOps []*dirOps
 	var srcs []layerSource
 	for i, d := range m.Layers {
@@ -263,85 +331,45 @@ func (c *Converter) Image(ctx context.Context, src v1.Image, srcDesc v1.Descript
 		jobs = append(jobs, c.job(ctx, "flat:"+strings.Join(chain, ","), Progress{Source: strings.Join(chain, ",")}, nil,
 			func(j *layerJob) error { return c.flattenLayers(ctx, j, srcs) }))
 	}
-	rep := &ImageReport{Source: srcDesc.Digest.String()}
-	out := &outImage{layers: map[v1.Hash]partial.CompressedLayer{}}
-	// Empty, not nil: an image without layers has "layers": [] and
-	// "diff_ids": [], as the image spec's schema wants.
-	diffIDs := []string{}
-	mf := v1.Manifest{
-		SchemaVersion: 2,
-		MediaType:     types.OCIManifestSchema1,
-		Layers:        []v1.Descriptor{},
-		Annotations:   map[string]string{},
-	}
-	for k, v := range m.Annotations {
-		mf.Annotations[k] = v
-	}
-	mf.Annotations[AnnotationSourceManifest] = srcDesc.Digest.String()
-	for i, j := range jobs {
-		select {
-		case <-j.done:
-		case <-ctx.Done():
-			return nil, nil, ctx.Err()
-		}
-		if j.err != nil {
-			return nil, nil, j.err
-		}
-		rep.Layers = append(rep.Layers, j.report)
-		if j.report.Passthrough {
-			mf.Layers = append(mf.Layers, m.Layers[i])
-			out.layers[m.Layers[i].Digest] = j.layer
-			diffIDs = append(diffIDs, cfg.RootFS.DiffIDs[i].String())
-			continue
-		}
-		fl := j.layer.(*fileLayer)
-		ann := map[string]string{}
-		if c.opt.Flatten {
-			ann[AnnotationSourceLayer] = strings.Join(chain, ",")
-		} else {
-			for k, v := range m.Layers[i].Annotations {
-				ann[k] = v
-			}
-			ann[AnnotationSourceLayer] = m.Layers[i].Digest.String()
-		}
-		if c.opt.SpecMediaTypes {
-			ann[AnnotationUncompressed] = fl.diffID.String()
-		}
-		mf.Layers = append(mf.Layers, v1.Descriptor{MediaType: fl.mediaType, Digest: fl.digest, Size: fl.size, Annotations: ann})
-		out.layers[fl.digest] = fl
-		diffIDs = append(diffIDs, fl.diffID.String())
-	}
-	var history []v1.History
+	return jobs, chain, nil
+}
+
+// layerDescriptor is the manifest's descriptor of the converted layer fl
+// of the source layer d (of the whole chain, flattened).
+func (c *Converter) layerDescriptor(fl *fileLayer, d v1.Descriptor, chain []string) v1.Descriptor {
+	ann := map[string]string{}
 	if c.opt.Flatten {
-		history = []v1.History{{Created: cfg.Created, CreatedBy: flattenedBy,
-			Comment: fmt.Sprintf("%d layers of %s merged", len(m.Layers), srcDesc.Digest)}}
+		ann[AnnotationSourceLayer] = strings.Join(chain, ",")
+	} else {
+		maps.Copy(ann, d.Annotations)
+		ann[AnnotationSourceLayer] = d.Digest.String()
 	}
+	if c.opt.SpecMediaTypes {
+		ann[AnnotationUncompressed] = fl.diffID.String()
+	}
+	return v1.Descriptor{MediaType: fl.mediaType, Digest: fl.digest, Size: fl.size, Annotations: ann}
+}
+
+// assemble makes the converted image: its config (the source's with the
+// new diff_ids and history) and manifest mf, with the layers of out.
+func (c *Converter) assemble(out *outImage, mf v1.Manifest, rawCfg []byte, diffIDs []string, history []v1.History, srcDesc v1.Descriptor) (v1.Image, error) {
 	newCfg, err := editConfig(rawCfg, diffIDs, history)
 	if err != nil {
-		return nil, nil, fmt.Errorf("config of %s: %w", srcDesc.Digest, err)
+		return nil, fmt.Errorf("config of %s: %w", srcDesc.Digest, err)
 	}
 	out.config = newCfg
 	cfgHash, cfgSize, err := v1.SHA256(bytes.NewReader(newCfg))
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	mf.Config = v1.Descriptor{MediaType: types.OCIConfigJSON, Digest: cfgHash, Size: cfgSize}
 	if c.opt.Referrer {
 		mf.Subject = &v1.Descriptor{MediaType: srcDesc.MediaType, Digest: srcDesc.Digest, Size: srcDesc.Size}
 	}
 	if out.manifest, err = json.Marshal(mf); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	img, err := partial.CompressedToImage(out)
-	if err != nil {
-		return nil, nil, err
-	}
-	dg, err := img.Digest()
-	if err != nil {
-		return nil, nil, err
-	}
-	rep.Digest = dg.String()
-	return img, rep, nil
+	return partial.CompressedToImage(out)
 }
 
 // readConfig returns the raw config blob of src, checked against its
