@@ -154,7 +154,10 @@ demo-registry: build
 	BIN=$(BIN) DEMO_REGISTRY=$(DEMO_REGISTRY) bash testdata/demo-registry.sh
 
 # gofmt, go vet and staticcheck (installed into GOPATH/bin at the pinned
-# version when it is not there; STATICCHECK=PATH uses another binary).
+# version when it is not there; STATICCHECK=PATH uses another binary), then
+# builds for macOS and Windows, so that Linux-only system calls stay in
+# _linux.go (or _unix.go) files with a fallback or a "needs Linux" error
+# beside them.
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK ?= $(shell $(GO) env GOPATH)/bin/staticcheck
 lint:
@@ -165,6 +168,8 @@ lint:
 		GOBIN="$$(dirname "$(STATICCHECK)")" $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION); \
 	fi
 	$(STATICCHECK) $(PKGS)
+	GOOS=darwin GOARCH=arm64 $(GO) build $(PKGS)
+	GOOS=windows GOARCH=amd64 $(GO) build -o /dev/null ./cmd/ocierofs
 
 clean:
 	rm -rf bin testdata/gen

@@ -13,11 +13,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/ocierofs/ocierofs/convert/dmverity"
 	"github.com/ocierofs/ocierofs/erofs"
@@ -458,7 +457,7 @@ func placeEntry(src, dst string, rec *lowerRecord, verity *dmverity.Metadata, du
 		return nil, err
 	}
 	err = os.Link(src, dst)
-	if errors.Is(err, unix.EXDEV) {
+	if errors.Is(err, syscall.EXDEV) {
 		var tmp string
 		if tmp, err = copyTemp(src, filepath.Dir(dst), filepath.Base(dst)); err != nil {
 			return nil, err
@@ -546,7 +545,7 @@ func LockCache(ctx context.Context, dir string, wait func()) (unlock func(), err
 		} else if err != nil {
 			return nil, err
 		}
-		if _, err = atomicfile.Flock(ctx, int(f.Fd()), wait); err != nil {
+		if _, err = atomicfile.Flock(ctx, f, wait); err != nil {
 			f.Close()
 			if ctx.Err() != nil {
 				return nil, err

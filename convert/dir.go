@@ -10,10 +10,7 @@ import (
 	"path"
 	"path/filepath"
 	"sort"
-	"strings"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/ocierofs/ocierofs/erofs"
 	"github.com/ocierofs/ocierofs/whiteout"
@@ -27,6 +24,8 @@ import (
 // package doc says why), as mkfs.erofs does.
 // Without a UUID in the options, the UUID is derived from a hash of every
 // entry's metadata and data, so the same tree gives the same image.
+// It needs Linux (lstat and xattrs as Linux has them): elsewhere it fails
+// on the first path.
 func BuildDir(w io.WriterAt, root string, opt Options) (*Result, error) {
 	b, err := newBuilder(w, opt)
 	if err != nil {
@@ -48,23 +47,23 @@ func BuildDir(w io.WriterAt, root string, opt Options) (*Result, error) {
 			return err
 		}
 		rel = filepath.ToSlash(rel)
-		var st unix.Stat_t
-		if err := unix.Lstat(p, &st); err != nil {
+		st, err := lstatFile(p)
+		if err != nil {
 			return &fs.PathError{Op: "lstat", Path: p, Err: err} // gone since it was listed
 		}
 		e := erofs.Entry{
 			Path:  rel,
-			Mode:  st.Mode,
-			Uid:   st.Uid,
-			Gid:   st.Gid,
-			Mtime: time.Unix(int64(st.Mtim.Sec), int64(st.Mtim.Nsec)),
+			Mode:  st.mode,
+			Uid:   st.uid,
+			Gid:   st.gid,
+			Mtime: time.Unix(st.mtimeSec, st.mtimeNsec),
 		}
-		if st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == 0 {
+		if st.mode&erofs.S_IFMT == erofs.S_IFCHR && st.rdevMajor == 0 && st.rdevMinor == 0 {
 			// overlayfs may link one whiteout inode everywhere.
 			whiteoutDirs[path.Dir(rel)] = true
 		}
-		if st.Mode&unix.S_IFMT != unix.S_IFDIR && st.Nlink > 1 {
-			k := devIno{st.Dev, st.Ino}
+		if st.mode&erofs.S_IFMT != erofs.S_IFDIR && st.nlink > 1 {
+			k := devIno{st.dev, st.ino}
 			if first, ok := links[k]; ok {
 				fmt.Fprintf(h, "%s\x00link\x00%s\x00", rel, first)
 				res.Entries++
@@ -87,25 +86,25 @@ func BuildDir(w io.WriterAt, root string, opt Options) (*Result, error) {
 			e.Xattrs = append(e.Xattrs, x)
 		}
 		var data io.Reader
-		switch st.Mode & unix.S_IFMT {
-		case unix.S_IFREG:
-			e.Size = st.Size
+		switch st.mode & erofs.S_IFMT {
+		case erofs.S_IFREG:
+			e.Size = st.size
 			f, err := os.Open(p)
 			if err != nil {
 				return err
 			}
 			defer f.Close()
 			// A file that changes while it is read must not desync the image.
-			data = io.TeeReader(io.LimitReader(f, st.Size), h)
-		case unix.S_IFLNK:
+			data = io.TeeReader(io.LimitReader(f, st.size), h)
+		case erofs.S_IFLNK:
 			if e.Linkname, err = os.Readlink(p); err != nil {
 				return err
 			}
-		case unix.S_IFCHR, unix.S_IFBLK:
-			e.Devmajor, e.Devminor = unix.Major(st.Rdev), unix.Minor(st.Rdev)
+		case erofs.S_IFCHR, erofs.S_IFBLK:
+			e.Devmajor, e.Devminor = st.rdevMajor, st.rdevMinor
 		}
 		fmt.Fprintf(h, "%s\x00%o %d %d %d.%09d %d %d:%d %s\x00", rel, e.Mode, e.Uid, e.Gid,
-			st.Mtim.Sec, st.Mtim.Nsec, e.Size, e.Devmajor, e.Devminor, e.Linkname)
+			st.mtimeSec, st.mtimeNsec, e.Size, e.Devmajor, e.Devminor, e.Linkname)
 		for _, x := range e.Xattrs {
 			fmt.Fprintf(h, "%s=%x\x00", x.Name, x.Value)
 		}
@@ -138,39 +137,14 @@ func BuildDir(w io.WriterAt, root string, opt Options) (*Result, error) {
 	return res, b.Finish()
 }
 
-// readXattrs lists a file's xattrs without following a symlink.
-func readXattrs(p string) ([]erofs.Xattr, error) {
-	size, err := unix.Llistxattr(p, nil)
-	if err != nil || size == 0 {
-		if err == unix.ENOTSUP {
-			err = nil
-		}
-		return nil, err
-	}
-	buf := make([]byte, size)
-	size, err = unix.Llistxattr(p, buf)
-	if err != nil {
-		return nil, err
-	}
-	var names []string
-	for _, n := range strings.Split(string(buf[:size]), "\x00") {
-		if n != "" {
-			names = append(names, n)
-		}
-	}
-	sort.Strings(names)
-	var out []erofs.Xattr
-	for _, n := range names {
-		vs, err := unix.Lgetxattr(p, n, nil)
-		if err != nil {
-			return nil, fmt.Errorf("xattr %s: %w", n, err)
-		}
-		v := make([]byte, vs)
-		vs, err = unix.Lgetxattr(p, n, v)
-		if err != nil {
-			return nil, fmt.Errorf("xattr %s: %w", n, err)
-		}
-		out = append(out, erofs.Xattr{Name: n, Value: v[:vs]})
-	}
-	return out, nil
+// fileStat is what BuildDir takes from lstat (lstatFile): the mode in
+// Linux's form (type bits included), the owner, the modification time as
+// seconds and nanoseconds, the device and inode that tell hard links apart,
+// the device number of a device file, and the size.
+type fileStat struct {
+	mode, uid, gid       uint32
+	mtimeSec, mtimeNsec  int64
+	nlink, dev, ino      uint64
+	rdevMajor, rdevMinor uint32
+	size                 int64
 }

@@ -14,7 +14,6 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
-	"golang.org/x/sys/unix"
 
 	"github.com/ocierofs/ocierofs/oci/atomicfile"
 )
@@ -71,16 +70,15 @@ func lockLayout(ctx context.Context, path string) (*layoutDir, error) {
 		case !errors.Is(err, fs.ErrExist):
 			return nil, err
 		}
-		// O_DIRECTORY: a FIFO or a file there fails here, not blocks.
-		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if errors.Is(err, unix.ENOENT) {
+		// A FIFO or a file there fails here, not blocks.
+		d, err := atomicfile.OpenDir(path)
+		if errors.Is(err, fs.ErrNotExist) {
 			continue // removed since Mkdir by a run that made it and failed
 		}
 		if err != nil {
-			return nil, &os.PathError{Op: "open", Path: path, Err: err}
+			return nil, err
 		}
-		d := os.NewFile(uintptr(fd), path)
-		locked, err := atomicfile.Flock(ctx, fd, nil)
+		locked, err := atomicfile.Flock(ctx, d, nil)
 		if err != nil {
 			d.Close()
 			return nil, &os.PathError{Op: "lock", Path: path, Err: err}

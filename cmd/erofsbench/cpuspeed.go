@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/flate"
-	"golang.org/x/sys/unix"
 )
 
 // cpuSpeed is how fast one CPU compresses, pinned: deflate level 6 of a
@@ -30,15 +29,9 @@ type cpuSpeed struct {
 // then N workers cannot be N times as fast as one worker pinned to the
 // fastest: the bound is the sum of the speeds over the pinned one's.
 func measureCPUSpeeds() ([]cpuSpeed, error) {
-	var set unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &set); err != nil {
+	cpus, err := allowedCPUs()
+	if err != nil {
 		return nil, err
-	}
-	var cpus []int
-	for c := 0; c < 1024 && len(cpus) < set.Count(); c++ {
-		if set.IsSet(c) {
-			cpus = append(cpus, c)
-		}
 	}
 	in := calibrationInput(4 << 20)
 	const turns = 5
@@ -55,9 +48,7 @@ func measureCPUSpeeds() ([]cpuSpeed, error) {
 		}
 		for range turns {
 			for i, c := range cpus {
-				var one unix.CPUSet
-				one.Set(c)
-				if err := unix.SchedSetaffinity(0, &one); err != nil {
+				if err := pinThread(c); err != nil {
 					done <- err
 					return
 				}

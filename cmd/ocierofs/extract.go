@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 
 	"github.com/urfave/cli/v2"
-	"golang.org/x/sys/unix"
 
 	"github.com/ocierofs/ocierofs/erofs"
 )
@@ -47,8 +46,12 @@ var extractCommand = &cli.Command{
 // symbolic link out of dir. Directory modes and times are set last,
 // deepest first, so that filling a read-only directory works and
 // creating entries does not change the times. On an error, or once ctx is
-// done (Ctrl-C), everything it made goes.
+// done (Ctrl-C), everything it made goes. It needs a Unix system
+// (extract_unix.go).
 func extract(ctx context.Context, img *erofs.Image, dir string, root bool) (err error) {
+	if err := extractSupported(); err != nil {
+		return err
+	}
 	made, err := emptyDir(dir)
 	if err != nil {
 		return err
@@ -87,7 +90,7 @@ func extract(ctx context.Context, img *erofs.Image, dir string, root bool) (err 
 	}
 	for i := len(dirs) - 1; i >= 0; i-- {
 		d := dirs[i]
-		if err := unix.Fchmodat(unix.AT_FDCWD, d.dst, d.ino.Mode&0o7777, 0); err != nil {
+		if err := chmodPath(d.dst, d.ino.Mode&0o7777); err != nil {
 			return err
 		}
 		if err := setTime(d.dst, d.ino); err != nil {
@@ -178,8 +181,7 @@ func (x *extractor) entry(p, dst string, ino *erofs.Inode) error {
 			fmt.Fprintf(os.Stderr, "warning: %s: devices need root, skipped\n", p)
 			return nil
 		}
-		dev := int(unix.Mkdev(ino.Devmajor, ino.Devminor))
-		if err := unix.Mknod(dst, ino.Mode&erofs.S_IFMT|0o600, dev); err != nil {
+		if err := mknod(dst, ino.Mode&erofs.S_IFMT|0o600, ino.Devmajor, ino.Devminor); err != nil {
 			return fmt.Errorf("%s: mknod: %w", p, err)
 		}
 	default:
@@ -189,7 +191,7 @@ func (x *extractor) entry(p, dst string, ino *erofs.Inode) error {
 		return err
 	}
 	if ino.Mode&erofs.S_IFMT != erofs.S_IFLNK {
-		if err := unix.Fchmodat(unix.AT_FDCWD, dst, ino.Mode&0o7777, 0); err != nil {
+		if err := chmodPath(dst, ino.Mode&0o7777); err != nil {
 			return err
 		}
 	}
@@ -291,8 +293,8 @@ func (x *extractor) restoreMeta(p, dst string, ino *erofs.Inode) error {
 		return fmt.Errorf("%s: %w", p, err)
 	}
 	for _, a := range xs {
-		if err := unix.Lsetxattr(dst, a.Name, a.Value, 0); err != nil {
-			if !x.root && (errors.Is(err, unix.EPERM) || errors.Is(err, unix.ENOTSUP)) {
+		if err := lsetxattr(dst, a.Name, a.Value); err != nil {
+			if !x.root && xattrRefused(err) {
 				continue
 			}
 			return fmt.Errorf("%s: xattr %s: %w", p, a.Name, err)
@@ -301,7 +303,4 @@ func (x *extractor) restoreMeta(p, dst string, ino *erofs.Inode) error {
 	return nil
 }
 
-func setTime(dst string, ino *erofs.Inode) error {
-	ts := unix.NsecToTimespec(ino.Mtime.UnixNano())
-	return unix.UtimesNanoAt(unix.AT_FDCWD, dst, []unix.Timespec{ts, ts}, unix.AT_SYMLINK_NOFOLLOW)
-}
+func setTime(dst string, ino *erofs.Inode) error { return lutimes(dst, ino.Mtime) }

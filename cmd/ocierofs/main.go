@@ -17,7 +17,6 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/logs"
 	"github.com/urfave/cli/v2"
-	"golang.org/x/sys/unix"
 
 	"github.com/ocierofs/ocierofs/cmd/internal/options"
 	"github.com/ocierofs/ocierofs/cmd/internal/version"
@@ -41,9 +40,9 @@ func main() {
 		case interrupt && errors.Is(err, context.Canceled):
 			// The command stopped for the signal and removed what it
 			// made; "context canceled" says no more.
-			err = fmt.Errorf("interrupted by %s", unix.SignalName(sig))
+			err = fmt.Errorf("interrupted by %s", signalName(sig))
 		case interrupt:
-			err = fmt.Errorf("%w (interrupted by %s)", err, unix.SignalName(sig))
+			err = fmt.Errorf("%w (interrupted by %s)", err, signalName(sig))
 		}
 		if msg := err.Error(); strings.Contains(msg, "server gave HTTP response to HTTPS client") {
 			err = fmt.Errorf("%w (a plain-HTTP registry: add --plain-http)", err)
@@ -57,7 +56,7 @@ func main() {
 			// Die of the signal, so that a calling shell script stops
 			// too (bash goes on after a child that merely exits 130).
 			signal.Reset(sig)
-			unix.Kill(os.Getpid(), sig)
+			killSelf(sig)
 			time.Sleep(time.Second) // for it to arrive; else exit as a shell reports it
 			os.Exit(128 + int(sig))
 		}

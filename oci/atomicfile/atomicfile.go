@@ -12,8 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // WriteTemp creates a temp file in dir for the file named name, has fill
@@ -92,32 +90,34 @@ func SyncDir(dir string) error {
 
 // LockDir waits for an exclusive lock of directory dir (flock), which
 // writers of related files in it share, and returns its release. Where the
-// filesystem has no locks (NoLocks) it returns a release that does nothing.
+// filesystem or the system has no locks (NoLocks) it returns a release
+// that does nothing.
 func LockDir(dir string) (unlock func(), err error) {
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	d, err := OpenDir(dir)
 	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
+		return nil, err
 	}
-	if _, err := Flock(context.Background(), fd, nil); err != nil {
-		unix.Close(fd)
+	if _, err := Flock(context.Background(), d, nil); err != nil {
+		d.Close()
 		return nil, &os.PathError{Op: "lock", Path: dir, Err: err}
 	}
-	return func() { unix.Close(fd) }, nil
+	return func() { d.Close() }, nil
 }
 
-// Flock takes an exclusive flock of fd, waiting for its holder until ctx
+// Flock takes an exclusive flock of f, waiting for its holder until ctx
 // ends (it polls: flock cannot be interrupted); waiting, if set, is called
-// once when it has to wait. locked is false where the filesystem has no
-// locks (NoLocks): then it goes on without.
-func Flock(ctx context.Context, fd int, waiting func()) (locked bool, err error) {
+// once when it has to wait. locked is false where the filesystem or the
+// system has no locks (NoLocks): then it goes on without. The lock lasts
+// until f is closed.
+func Flock(ctx context.Context, f *os.File, waiting func()) (locked bool, err error) {
 	for {
-		err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
+		err := tryLock(f)
 		switch {
 		case err == nil:
 			return true, nil
 		case NoLocks(err):
 			return false, nil
-		case !errors.Is(err, unix.EWOULDBLOCK):
+		case !errors.Is(err, errLocked):
 			return false, err
 		}
 		if waiting != nil {
@@ -130,11 +130,4 @@ func Flock(ctx context.Context, fd int, waiting func()) (locked bool, err error)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-}
-
-// NoLocks reports an flock error that means the filesystem has no locks
-// (some network and FUSE filesystems; NFS gives EBADF for a directory).
-func NoLocks(err error) bool {
-	return errors.Is(err, unix.ENOLCK) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) ||
-		errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EBADF)
 }
