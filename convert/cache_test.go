@@ -131,11 +131,16 @@ func TestCacheLowerLayers(t *testing.T) {
 	must(t, os.MkdirAll(filepath.Join(dir, "sha256", "ab"), 0o755))
 	must(t, os.WriteFile(filepath.Join(dir, "sha256", "ab", ".tmp-x.erofs-1"), []byte("half"), 0o644))
 
-	cache := func(img v1.Image) []convert.CacheLayer {
+	// cache caches img under the cache's lock; locked, if set, is called
+	// once the lock is held.
+	cache := func(img v1.Image, locked func()) []convert.CacheLayer {
 		t.Helper()
 		unlock, err := convert.LockCache(ctx, dir, nil)
 		must(t, err)
 		defer unlock()
+		if locked != nil {
+			locked()
+		}
 		c, err := convert.NewConverter(convert.ImageOptions{TempDir: dir, CacheOverLower: true})
 		must(t, err)
 		defer c.Close()
@@ -143,13 +148,18 @@ func TestCacheLowerLayers(t *testing.T) {
 		must(t, err)
 		return ls
 	}
-	// Both at once: one waits for the other, and the top layer is
-	// converted once.
+	// Both at once: b starts once a holds the lock, waits for it, and the
+	// top layer is converted once.
 	var la, lb []convert.CacheLayer
 	var wg sync.WaitGroup
-	wg.Go(func() { la = cache(a) })
-	time.Sleep(50 * time.Millisecond)
-	wg.Go(func() { lb = cache(b) })
+	aLocked := make(chan struct{})
+	lockedA := sync.OnceFunc(func() { close(aLocked) })
+	wg.Go(func() {
+		defer lockedA() // also if a fails before the lock
+		la = cache(a, lockedA)
+	})
+	<-aLocked
+	wg.Go(func() { lb = cache(b, nil) })
 	wg.Wait()
 	if la[1].Cached || !lb[1].Cached {
 		t.Fatalf("the shared layer: cached %v for a, %v for b; want converted for a, found for b", la[1].Cached, lb[1].Cached)
@@ -524,15 +534,22 @@ func TestLockCacheRemoved(t *testing.T) {
 	unlockA, err := convert.LockCache(context.Background(), dir, nil)
 	must(t, err)
 	gotB := make(chan func(), 1)
+	bWaits := make(chan struct{})
 	go func() {
-		unlock, err := convert.LockCache(context.Background(), dir, nil)
+		// LockCache calls its wait once it finds the lock held.
+		unlock, err := convert.LockCache(context.Background(), dir, func() { close(bWaits) })
 		if err != nil {
 			t.Error(err)
 			unlock = func() {}
 		}
 		gotB <- unlock
 	}()
-	time.Sleep(300 * time.Millisecond) // B waits
+	select {
+	case <-bWaits:
+	case unlock := <-gotB:
+		unlock()
+		t.Fatal("B did not wait for the lock A holds")
+	}
 	must(t, os.Remove(filepath.Join(dir, convert.CacheLockName)))
 	unlockA()
 	unlockB := <-gotB

@@ -451,6 +451,13 @@ func TestServerSlowClients(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := HTTPServer(s.Handler())
+	// Each connection Serve accepts, as Serve accepts it.
+	accepted := make(chan struct{}, 16)
+	srv.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			accepted <- struct{}{}
+		}
+	}
 	go srv.Serve(LimitListener(ln, 2))
 	defer srv.Close()
 	stall := func(header string) (string, time.Duration) {
@@ -478,7 +485,9 @@ func TestServerSlowClients(t *testing.T) {
 	b, _ := net.Dial("tcp", ln.Addr().String())
 	done := make(chan error, 1)
 	go func() {
-		resp, err := http.Get("http://" + ln.Addr().String() + "/healthz")
+		// Not kept alive: its slot is free again once it is answered.
+		c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+		resp, err := c.Get("http://" + ln.Addr().String() + "/healthz")
 		if err == nil {
 			resp.Body.Close()
 		}
@@ -501,11 +510,21 @@ func TestServerSlowClients(t *testing.T) {
 	}
 	// Both slots held: a shutdown keeps to its deadline (review 20-c:
 	// Serve waited in Accept for a slot, 9.8 s past a 1 s deadline).
+	// Every connection so far has been accepted: forget them.
+	for len(accepted) > 0 {
+		<-accepted
+	}
 	a, _ = net.Dial("tcp", ln.Addr().String())
 	b, _ = net.Dial("tcp", ln.Addr().String())
 	defer a.Close()
 	defer b.Close()
-	time.Sleep(100 * time.Millisecond) // both accepted: Serve waits for a slot
+	for range 2 { // both accepted: Serve waits for a slot
+		select {
+		case <-accepted:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the two connections were not accepted")
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	start := time.Now()
