@@ -163,7 +163,7 @@ STATICCHECK ?= $(shell $(GO) env GOPATH)/bin/staticcheck
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
-	@if ! [ -x "$(STATICCHECK)" ]; then \
+	@if ! command -v "$(STATICCHECK)" >/dev/null; then \
 		echo "installing staticcheck $(STATICCHECK_VERSION) as $(STATICCHECK)"; \
 		GOBIN="$$(dirname "$(STATICCHECK)")" $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION); \
 	fi
