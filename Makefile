@@ -178,11 +178,11 @@ clean:
 # RELEASE_PLATFORMS, into DIST as PROGRAM-OS-ARCH, with SHA256SUMS. The
 # same commit and Go toolchain give the same bytes anywhere: no paths of
 # the build machine (-trimpath), no VCS stamp (-buildvcs=false: the
-# version comes from VERSION alone), an empty build ID, no cgo. darwin
-# joins the list once convert/ builds there (it uses Linux-only calls).
+# version comes from VERSION alone), an empty build ID, no cgo. On darwin
+# what needs Linux (mounts, directory builds) says so.
 #   make release VERSION=v1.2.3
 DIST              ?= dist
-RELEASE_PLATFORMS ?= linux/amd64 linux/arm64
+RELEASE_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 RELEASE_PROGRAMS  := ocierofs ocierofs-mirror
 RELEASE_BUILDFLAGS := -trimpath -buildvcs=false -tags urfave_cli_no_docs
 RELEASE_LDFLAGS    = -buildid= -X github.com/ocierofs/ocierofs/cmd/internal/version.Version=$(VERSION)

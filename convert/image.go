@@ -74,8 +74,9 @@ type ImageOptions struct {
 	// layer alone, as containerd's differ makes it on the node, since an
 	// entry is found by its layer's diffID for every image: made over one
 	// image's layers, the first image cached would set the owner and mode
-	// of those directories in every other image's containers (review
-	// 20-a). The mirror, which publishes what it converts, sets it.
+	// of those directories in every other image's containers
+	// (TestCacheLowerLayers). The mirror, which publishes what it
+	// converts, sets it.
 	CacheOverLower bool
 }
 
@@ -609,9 +610,9 @@ func (c *Converter) publish(ctx context.Context, j *layerJob, fl *fileLayer) err
 	p := Progress{Source: j.report.Source, Stage: StageUploading, Total: fl.size}
 	if c.opt.Publish != nil {
 		// The upload need not hold up the next layer's conversion: with
-		// the slot kept, a four-layer image on two jobs converted its
-		// upper two only once the lower two were uploaded (review 19-b:
-		// 2.1 s of 10 s with the CPUs idle).
+		// the slot kept, a four-layer image on two jobs would convert its
+		// upper two only once the lower two were uploaded, the CPUs idle
+		// meanwhile.
 		j.freeSlot()
 		select {
 		case c.up <- struct{}{}:
@@ -1047,8 +1048,7 @@ const maxIndexDepth = 4
 // maxIndexManifests bounds the manifests of an index. Real ones list a few
 // dozen (platforms and their attestations); go-containerregistry parses
 // the whole index again for each one taken, so a hostile registry's index
-// of thousands cost minutes and gigabytes (review 20-a: 5,000, 4 minutes,
-// 9.4 GB).
+// of thousands costs minutes and gigabytes.
 const maxIndexManifests = 256
 
 // MaxLayers bounds the layers of an image (oci.MaxLayers: overlayfs

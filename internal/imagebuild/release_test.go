@@ -147,7 +147,7 @@ func TestMakeImageReproducible(t *testing.T) {
 		}
 		names = append(names, f[1])
 	}
-	for _, want := range []string{"ocierofs-linux-amd64", "ocierofs-mirror-linux-amd64", "ocierofs-linux-arm64", "ocierofs-mirror-linux-arm64"} {
+	for _, want := range []string{"ocierofs-linux-amd64", "ocierofs-mirror-linux-amd64", "ocierofs-linux-arm64", "ocierofs-mirror-linux-arm64", "ocierofs-darwin-arm64", "ocierofs-mirror-darwin-arm64"} {
 		if !strings.Contains(string(sumsA), "  "+want+"\n") {
 			t.Errorf("SHA256SUMS lacks %s", want)
 		}
