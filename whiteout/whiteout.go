@@ -12,6 +12,10 @@
 //		err = stack.Apply(l)                     // the merged tree, or the entry refused
 //	}
 //
+// A converter that reads the layers from the top down (a flattener) asks
+// each layer above whether it covers a path (Layer.Covers) before it
+// writes the data of a file below.
+//
 // In an OCI tar layer, "dir/.wh.NAME" deletes NAME from the layers below and
 // "dir/.wh..wh..opq" hides everything below dir. overlayfs, which stacks the
 // EROFS layers on a node, spells the same as a character device 0:0 named
