@@ -20,7 +20,7 @@ import (
 
 	"github.com/ocierofs/ocierofs/convert/dmverity"
 	"github.com/ocierofs/ocierofs/erofs"
-	"github.com/ocierofs/ocierofs/oci/atomicfile"
+	"github.com/ocierofs/ocierofs/internal/atomicfile"
 )
 
 // containerd's EROFS snapshotter, preparing the snapshot of a tar layer,

@@ -20,8 +20,8 @@ import (
 
 	"github.com/ocierofs/ocierofs/convert/fstree"
 	"github.com/ocierofs/ocierofs/erofs"
+	"github.com/ocierofs/ocierofs/internal/atomicfile"
 	"github.com/ocierofs/ocierofs/oci"
-	"github.com/ocierofs/ocierofs/oci/atomicfile"
 )
 
 // CheckOptions tells Check where to work and where to report.

@@ -14,8 +14,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/ocierofs/ocierofs/erofs"
+	"github.com/ocierofs/ocierofs/internal/atomicfile"
 	"github.com/ocierofs/ocierofs/oci"
-	"github.com/ocierofs/ocierofs/oci/atomicfile"
 	"github.com/ocierofs/ocierofs/whiteout"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/ocierofs/ocierofs/oci/atomicfile"
+	"github.com/ocierofs/ocierofs/internal/atomicfile"
 )
 
 // makeTemp makes and locks a temp directory in parent, after removing the

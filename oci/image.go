@@ -32,7 +32,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
-	"github.com/ocierofs/ocierofs/oci/atomicfile"
+	"github.com/ocierofs/ocierofs/internal/atomicfile"
 )
 
 // Credential is a user and password for one registry.

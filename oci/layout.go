@@ -15,7 +15,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
-	"github.com/ocierofs/ocierofs/oci/atomicfile"
+	"github.com/ocierofs/ocierofs/internal/atomicfile"
 )
 
 // writeLayout adds an image or an index (exactly one is non-nil) to the OCI

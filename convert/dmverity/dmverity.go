@@ -35,7 +35,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/ocierofs/ocierofs/oci/atomicfile"
+	"github.com/ocierofs/ocierofs/internal/atomicfile"
 )
 
 const (
