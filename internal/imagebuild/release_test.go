@@ -171,6 +171,9 @@ func TestMakeImageReproducible(t *testing.T) {
 				t.Errorf("%s holds the build machine's path %s", n, p)
 			}
 		}
+		if !strings.Contains(n, "-linux-") {
+			continue // Mach-O: the paths and SHA256SUMS above are what is checked
+		}
 		f, err := elf.NewFile(bytes.NewReader(b))
 		if err != nil {
 			t.Fatalf("%s: %v", n, err)
