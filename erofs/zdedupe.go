@@ -457,6 +457,38 @@ func commonPrefix(a, b []byte) int {
 // d.sa, d.stubs and d.front describe what to write. next is the first op
 // not yet written and limit the end of what may change.
 func (d *zdedupe) planRun(b *Builder, v *segView, data []byte, next, limit, x, e int) (bool, error) {
+	if err := d.matchRun(b, data, x, e); err != nil {
+		return false, err
+	}
+	x = d.trimFront(b, v, next, x)
+	d.trimEnd(b, v, len(data), limit, x)
+	if len(d.refs) == 0 {
+		return false, nil
+	}
+	d.x, d.lastRef = x, d.refEnts[len(d.refEnts)-1]
+	spec := d.replaced(v, len(data))
+	if spec < minSaving {
+		return false, nil
+	}
+	if !d.planStubs(b, data) {
+		return false, nil
+	}
+	for _, op := range d.stubs {
+		spec -= int(op.blocks)
+	}
+	if spec < minSaving {
+		return false, nil
+	}
+	d.savedBlocks += int64(spec)
+	return true, nil
+}
+
+// matchRun fills d.refs with the references the bytes from x on can be:
+// entry e, then the entries after it in e's file, each checked by its
+// head hash and then byte for byte against its decoded pcluster. The run
+// stops at the first entry that differs; that one is used in part if the
+// codec's decoders stop where the reader wants.
+func (d *zdedupe) matchRun(b *Builder, data []byte, x, e int) error {
 	bits := b.blkbits
 	d.refs, d.refEnts = d.refs[:0], d.refEnts[:0]
 	cur := x
@@ -467,7 +499,7 @@ func (d *zdedupe) planRun(b *Builder, v *segView, data []byte, next, limit, x, e
 		}
 		dec, err := d.decoded(b, i)
 		if err != nil {
-			return false, err
+			return err
 		}
 		n := commonPrefix(dec, data[cur:])
 		full := n == int(ent.length)
@@ -490,10 +522,18 @@ func (d *zdedupe) planRun(b *Builder, v *segView, data []byte, next, limit, x, e
 			break
 		}
 	}
-	// The front: the run starts at an extent boundary of the worker's;
-	// or inside an extent whose pcluster is kept and used in part, as
-	// long as that does not take more blocks than compressing the part
-	// again would; or after a boundary in an earlier lcluster.
+	return nil
+}
+
+// trimFront sets d.sa, where the run's front stub starts, and d.trunc, and
+// returns where the references start. The run starts at an extent
+// boundary of the worker's; or inside an extent whose pcluster is kept and
+// used in part, as long as that does not take more blocks than compressing
+// the part again would; or after a boundary in an earlier lcluster. When
+// none of these can be, the first reference is dropped and the next one
+// tried.
+func (d *zdedupe) trimFront(b *Builder, v *segView, next, x int) int {
+	bits := b.blkbits
 	d.trunc = false
 	for len(d.refs) > 0 {
 		k := v.opAt(x)
@@ -515,9 +555,16 @@ func (d *zdedupe) planRun(b *Builder, v *segView, data []byte, next, limit, x, e
 		d.sa = sa
 		break
 	}
-	// The end, likewise. Past limit, only a run that ends the file may
-	// go, and its last HEAD must not be in the file's last lcluster (the
-	// kernel would take the extent to go on to the lcluster's end).
+	return x
+}
+
+// trimEnd sets d.sb, where the stub after the run ends, dropping the last
+// reference while the run cannot end where it does. Past limit, only a
+// run that ends the file (of n bytes in this segment) may go, and its
+// last HEAD must not be in the file's last lcluster (the kernel would take
+// the extent to go on to the lcluster's end).
+func (d *zdedupe) trimEnd(b *Builder, v *segView, n, limit, x int) {
+	bits := b.blkbits
 	for len(d.refs) > 0 {
 		m := x
 		for _, r := range d.refs {
@@ -526,13 +573,13 @@ func (d *zdedupe) planRun(b *Builder, v *segView, data []byte, next, limit, x, e
 		d.sb = m
 		if m > limit {
 			lastHead := v.j.base + uint64(m-int(d.refs[len(d.refs)-1].length))
-			fileEnd := v.j.base + uint64(len(data))
-			if m != len(data) || lastHead>>bits >= (fileEnd-1)>>bits {
+			fileEnd := v.j.base + uint64(n)
+			if m != n || lastHead>>bits >= (fileEnd-1)>>bits {
 				d.refs, d.refEnts = d.refs[:len(d.refs)-1], d.refEnts[:len(d.refEnts)-1]
 				continue
 			}
 		}
-		if m == limit || m == len(data) {
+		if m == limit || m == n {
 			break
 		}
 		k := v.opAt(m)
@@ -550,52 +597,43 @@ func (d *zdedupe) planRun(b *Builder, v *segView, data []byte, next, limit, x, e
 		}
 		break
 	}
-	if len(d.refs) == 0 {
-		return false, nil
-	}
-	d.x, d.lastRef = x, d.refEnts[len(d.refEnts)-1]
-	// What the worker's extents from sa to sb take is the most the run
-	// can save; the stubs take some of it back.
+}
+
+// replaced is the blocks the worker's extents from d.sa to d.sb take (of
+// a segment of n bytes): the most the run can save, before the stubs
+// take some of it back.
+func (d *zdedupe) replaced(v *segView, n int) int {
 	ka, kb := v.opAt(d.sa), len(v.j.ops)
-	if d.sb < len(data) {
+	if d.sb < n {
 		kb = v.opAt(d.sb)
 	}
-	spec := 0
 	if d.trunc {
 		ka++ // kept
 	}
+	spec := 0
 	for _, op := range v.j.ops[ka:kb] {
 		spec += int(op.blocks)
 		if op.kind == zopFlatTail || op.kind == zopInlinePlain {
 			spec++ // a block, or inline room for the most part of one
 		}
 	}
-	if spec < minSaving {
-		return false, nil
-	}
+	return spec
+}
+
+// planStubs plans the stubs from d.sa to the run (none when the extent at
+// d.sa is kept in part) and from the run's end to d.sb, and sets d.front.
+// It reports false if either gap cannot be filled.
+func (d *zdedupe) planStubs(b *Builder, data []byte) bool {
 	d.stubs, d.arena = d.stubs[:0], d.arena[:0]
-	if !d.trunc && !d.planRange(b, data, d.sa, x) {
-		return false, nil
+	if !d.trunc && !d.planRange(b, data, d.sa, d.x) {
+		return false
 	}
 	d.front = len(d.stubs)
-	m := d.sb
-	if len(d.refs) > 0 {
-		m = x
-		for _, r := range d.refs {
-			m += int(r.length)
-		}
+	m := d.x
+	for _, r := range d.refs {
+		m += int(r.length)
 	}
-	if !d.planRange(b, data, m, d.sb) {
-		return false, nil
-	}
-	for _, op := range d.stubs {
-		spec -= int(op.blocks)
-	}
-	if spec < minSaving {
-		return false, nil
-	}
-	d.savedBlocks += int64(spec)
-	return true, nil
+	return d.planRange(b, data, m, d.sb)
 }
 
 // planRange plans extents for data[a:b), compressed where that saves a
