@@ -144,19 +144,70 @@ func main() {
 	}
 }
 
+// run makes the datasets, finds the builders and runs the suite o asks
+// for, or with -report only prints the report of earlier runs.
 func run(o *options) error {
 	if o.reports != "" {
-		b, err := loadResults(splitList(o.reports))
-		if err != nil {
-			return err
-		}
-		md := b.render()
-		fmt.Print(md)
-		if o.mdOut != "" {
-			return os.WriteFile(o.mdOut, []byte(md), 0o644)
-		}
+		return reprint(o)
+	}
+	if err := checkOptions(o); err != nil {
+		return err
+	}
+	if err := dataDirs(o); err != nil {
+		return err
+	}
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "[erofsbench %s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+	}
+	g, ready, err := makeDatasets(o, logf)
+	if err != nil {
+		return err
+	}
+	if o.genOnly {
+		logf("datasets ready in %s (MANIFEST.txt)", o.data)
 		return nil
 	}
+	tools, err := findTools(o, logf)
+	if err != nil {
+		return err
+	}
+	b := &bench{opts: o, tools: tools, logf: logf, manif: g.manif, skipped: g.skipped}
+	if o.suite == "dedupe" {
+		if err := b.probeDedupe(); err != nil {
+			return err
+		}
+		if err := b.measureDedupe(ready); err != nil {
+			return err
+		}
+		return b.report()
+	}
+	if err := b.probe(); err != nil {
+		return err
+	}
+	if err := b.measure(ready); err != nil {
+		return err
+	}
+	return b.report()
+}
+
+// reprint prints the report of the runs in the JSON files of -report,
+// merged, and writes it to -out too.
+func reprint(o *options) error {
+	b, err := loadResults(splitList(o.reports))
+	if err != nil {
+		return err
+	}
+	md := b.render()
+	fmt.Print(md)
+	if o.mdOut != "" {
+		return os.WriteFile(o.mdOut, []byte(md), 0o644)
+	}
+	return nil
+}
+
+// checkOptions rejects flags with values the suites do not know, before
+// any dataset is made.
+func checkOptions(o *options) error {
 	if o.data == "" {
 		flag.Usage()
 		return fmt.Errorf("-data is required")
@@ -188,6 +239,12 @@ func run(o *options) error {
 			return fmt.Errorf("-workers %q: want 1 and/or all", w)
 		}
 	}
+	return nil
+}
+
+// dataDirs makes the data directory and makes o.data and o.imgDir
+// absolute paths in it, as the builders run in other directories.
+func dataDirs(o *options) error {
 	if err := os.MkdirAll(o.data, 0o755); err != nil {
 		return err
 	}
@@ -199,11 +256,14 @@ func run(o *options) error {
 	if o.imgDir == "" {
 		o.imgDir = filepath.Join(data, "img")
 	}
-	logf := func(format string, args ...any) {
-		fmt.Fprintf(os.Stderr, "[erofsbench %s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
-	}
+	return nil
+}
 
-	// Datasets: src256 needs the Linux tree and small100k needs src256.
+// makeDatasets makes the datasets o asks for and those they are made
+// from (src256 needs the Linux tree and small100k needs src256), writes
+// the manifest, and returns the asked-for ones that could be made. A
+// dataset this machine cannot make is skipped with its reason.
+func makeDatasets(o *options, logf func(string, ...any)) (*generator, []string, error) {
 	g := &generator{root: o.data, seed: o.seed, force: o.force, logf: logf, mirror: o.mirror,
 		manif: &manifest{Seed: o.seed, Datasets: map[string]*datasetInfo{}}}
 	g.ksrc = o.linuxSrc
@@ -213,7 +273,7 @@ func run(o *options) error {
 	want := map[string]bool{}
 	for _, d := range o.datasets {
 		if _, ok := datasetTitle[d]; !ok {
-			return fmt.Errorf("unknown dataset %q (have %s)", d, strings.Join(buildOrder, ", "))
+			return nil, nil, fmt.Errorf("unknown dataset %q (have %s)", d, strings.Join(buildOrder, ", "))
 		}
 		want[d] = true
 	}
@@ -223,7 +283,6 @@ func run(o *options) error {
 	if (want["src256"] || want["versions"]) && g.ksrc != "" {
 		want["linux"] = true
 	}
-	var ready []string
 	for _, name := range buildOrder {
 		if !want[name] {
 			continue
@@ -239,28 +298,26 @@ func run(o *options) error {
 				g.skipped = append(g.skipped, name+": "+skip.reason)
 				continue
 			}
-			return err
+			return nil, nil, err
 		}
 	}
+	var ready []string
 	for _, name := range o.datasets {
 		if _, ok := g.manif.Datasets[name]; ok {
 			ready = append(ready, name)
 		}
 	}
-	if err := writeManifest(o.data, g.manif); err != nil {
-		return err
-	}
-	if o.genOnly {
-		logf("datasets ready in %s (MANIFEST.txt)", o.data)
-		return nil
-	}
+	return g, ready, writeManifest(o.data, g.manif)
+}
 
-	// Builders.
+// findTools returns the builders to measure: ocierofs, and mkfs.erofs
+// when it is installed.
+func findTools(o *options, logf func(string, ...any)) ([]*tool, error) {
 	var tools []*tool
 	if o.ocierofs != "" {
 		t, err := newOcierofs(o.ocierofs)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		tools = append(tools, t)
 	}
@@ -270,31 +327,15 @@ func run(o *options) error {
 		} else {
 			t, err := newMkfsErofs(p)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			tools = append(tools, t)
 		}
 	}
 	if len(tools) == 0 {
-		return fmt.Errorf("no builder to measure")
+		return nil, fmt.Errorf("no builder to measure")
 	}
-	b := &bench{opts: o, tools: tools, logf: logf, manif: g.manif, skipped: g.skipped}
-	if o.suite == "dedupe" {
-		if err := b.probeDedupe(); err != nil {
-			return err
-		}
-		if err := b.measureDedupe(ready); err != nil {
-			return err
-		}
-		return b.report()
-	}
-	if err := b.probe(); err != nil {
-		return err
-	}
-	if err := b.measure(ready); err != nil {
-		return err
-	}
-	return b.report()
+	return tools, nil
 }
 
 func splitList(s string) []string {
