@@ -380,6 +380,28 @@ func (b *bench) datasetsMeasured() []string {
 	return out
 }
 
+// numericSep is the separator row of a table of n columns whose first
+// column is text and the others figures, aligned right.
+func numericSep(n int) []string {
+	sep := make([]string, n)
+	for i := range sep {
+		sep[i] = "---:"
+	}
+	sep[0] = "---"
+	return sep
+}
+
+// writeNotes writes the notes under the tables, if there are any.
+func writeNotes(sb *strings.Builder, notes []string) {
+	if len(notes) == 0 {
+		return
+	}
+	sb.WriteString("\nNotes:\n")
+	for _, n := range notes {
+		fmt.Fprintf(sb, "- %s\n", n)
+	}
+}
+
 func row(sb *strings.Builder, cells []string) {
 	sb.WriteString("| " + strings.Join(cells, " | ") + " |\n")
 }
