@@ -154,20 +154,38 @@ func workersLabel(w int) string {
 // (above 1: the first builder is faster), then the image sizes.
 func (b *bench) markdown() string {
 	var sb strings.Builder
+	b.markdownHeader(&sb)
+	ws := b.workerCounts()
+	for _, ds := range b.datasetsMeasured() {
+		b.speedTable(&sb, ds, ws)
+		b.copiesTable(&sb, ds, ws)
+	}
+	notes := b.sizeTable(&sb, ws)
+	if len(b.tools) > 1 {
+		fmt.Fprintf(&sb, "\nPercentages: %s's image relative to the other builder's (negative: smaller).\n", b.tools[0].Name)
+	}
+	writeNotes(&sb, append(notes, b.runNotes()...))
+	return sb.String()
+}
+
+// markdownHeader writes how the suite was measured: host, settings, the
+// page cache, the builders and the codecs they skipped, and how to read
+// a cell.
+func (b *bench) markdownHeader(sb *strings.Builder) {
 	h := host()
-	fmt.Fprintf(&sb, "## erofsbench %s\n\n", b.start.UTC().Format("2006-01-02 15:04 UTC"))
-	fmt.Fprintf(&sb, "Host: %d CPUs (%s), Linux %s. Input: %s. Median of %d runs; single-worker runs pinned to CPU %d.\n",
+	fmt.Fprintf(sb, "## erofsbench %s\n\n", b.start.UTC().Format("2006-01-02 15:04 UTC"))
+	fmt.Fprintf(sb, "Host: %d CPUs (%s), Linux %s. Input: %s. Median of %d runs; single-worker runs pinned to CPU %d.\n",
 		h.CPUs, h.Model, h.Kernel, b.inputLabel(), b.opts.runs, b.opts.pinCPU)
 	if slices.ContainsFunc(b.runs, func(r *runResult) bool { return r.RSSBy != "" }) {
 		sb.WriteString("Peak RSS as GNU time reports it: it forks each build, which starts from its small peak, not erofsbench's.\n")
 	} else if b.selfRSS > 0 {
-		fmt.Fprintf(&sb, "erofsbench's own peak RSS: %.1f MiB, a floor under every RSS figure (a build started with vfork inherits its parent's peak at exec).\n", float64(b.selfRSS)/1024)
+		fmt.Fprintf(sb, "erofsbench's own peak RSS: %.1f MiB, a floor under every RSS figure (a build started with vfork inherits its parent's peak at exec).\n", float64(b.selfRSS)/1024)
 	}
-	fmt.Fprintf(&sb, "Settings: 4 KiB blocks and pclusters, 64 KiB max extent, no tail packing, no fragments, no dedupe, extended inodes, compact indexes; both tools are given the UUID (-U), as containerd does.\n")
+	fmt.Fprintf(sb, "Settings: 4 KiB blocks and pclusters, 64 KiB max extent, no tail packing, no fragments, no dedupe, extended inodes, compact indexes; both tools are given the UUID (-U), as containerd does.\n")
 	sb.WriteString(cachedLine(b.runs))
 	sb.WriteString("\n")
 	for _, t := range b.tools {
-		fmt.Fprintf(&sb, "- %s: %s (%s)", t.Name, t.Version, t.Path)
+		fmt.Fprintf(sb, "- %s: %s (%s)", t.Name, t.Version, t.Path)
 		if len(t.Unsupported) > 0 {
 			var s []string
 			for _, c := range b.opts.codecs {
@@ -175,102 +193,89 @@ func (b *bench) markdown() string {
 					s = append(s, c+" ("+why+")")
 				}
 			}
-			fmt.Fprintf(&sb, "; skipped: %s", strings.Join(s, "; "))
+			fmt.Fprintf(sb, "; skipped: %s", strings.Join(s, "; "))
 		}
 		if !t.WorkersFlag {
-			fmt.Fprintf(&sb, "; no --workers flag (single-threaded runs only)")
+			fmt.Fprintf(sb, "; no --workers flag (single-threaded runs only)")
 		}
 		sb.WriteString("\n")
 	}
 	sb.WriteString("\nEach cell: wall s / CPU s (user+sys) / peak RSS MiB. ")
 	if len(b.tools) > 1 {
-		fmt.Fprintf(&sb, "\"÷\" columns: the other builder's wall time, CPU time and peak RSS divided by %s's (above 1: %s is faster / smaller).", b.tools[0].Name, b.tools[0].Name)
+		fmt.Fprintf(sb, "\"÷\" columns: the other builder's wall time, CPU time and peak RSS divided by %s's (above 1: %s is faster / smaller).", b.tools[0].Name, b.tools[0].Name)
 	}
 	sb.WriteString("\n")
+}
 
-	ws := b.workerCounts()
+// speedTable writes the table of dataset ds: per codec, each builder's
+// cell for each worker count, the others' ratios to the first builder,
+// and the first builder's speedup from the fewest workers to the most.
+func (b *bench) speedTable(sb *strings.Builder, ds string, ws []int) {
 	ref := b.tools[0]
-	for _, ds := range b.datasetsMeasured() {
-		fmt.Fprintf(&sb, "\n### %s\n\n", datasetTitle[ds])
-		if l := cpuSpeedLine(b.cpuSpeeds[ds], b.opts.pinCPU); l != "" {
-			sb.WriteString("Before these builds: " + l + "\n")
-		}
-		head := []string{"codec"}
-		for _, w := range ws {
-			for _, t := range b.tools {
-				head = append(head, b.toolLabel(t)+" "+workersLabel(w))
-			}
-			for _, t := range b.tools[1:] {
-				head = append(head, fmt.Sprintf("%s ÷ %s %s: wall, CPU, RSS", t.Name, ref.Name, workersLabel(w)))
-			}
-		}
-		if len(ws) > 1 {
-			head = append(head, fmt.Sprintf("%s wall %s ÷ %s", ref.Name, workersLabel(ws[0]), workersLabel(ws[len(ws)-1])))
-		}
-		row(&sb, head)
-		sep := make([]string, len(head))
-		for i := range sep {
-			sep[i] = "---:"
-		}
-		sep[0] = "---"
-		row(&sb, sep)
-		for _, c := range b.opts.codecs {
-			r := []string{codecTitle[c]}
-			any := false
-			for _, w := range ws {
-				rc := b.cell(cellKey{ds, ref.Name, c, w})
-				for _, t := range b.tools {
-					cl := b.cell(cellKey{ds, t.Name, c, w})
-					r = append(r, fmtCell(cl))
-					any = any || cl != nil
-				}
-				for _, t := range b.tools[1:] {
-					r = append(r, ratio(b.cell(cellKey{ds, t.Name, c, w}), rc))
-				}
-			}
-			if len(ws) > 1 {
-				r = append(r, speedRatio(b.cell(cellKey{ds, ref.Name, c, ws[0]}), b.cell(cellKey{ds, ref.Name, c, ws[len(ws)-1]})))
-			}
-			if any {
-				row(&sb, r)
-			}
-		}
-		b.copiesTable(&sb, ds, ws)
+	fmt.Fprintf(sb, "\n### %s\n\n", datasetTitle[ds])
+	if l := cpuSpeedLine(b.cpuSpeeds[ds], b.opts.pinCPU); l != "" {
+		sb.WriteString("Before these builds: " + l + "\n")
 	}
+	head := []string{"codec"}
+	for _, w := range ws {
+		for _, t := range b.tools {
+			head = append(head, b.toolLabel(t)+" "+workersLabel(w))
+		}
+		for _, t := range b.tools[1:] {
+			head = append(head, fmt.Sprintf("%s ÷ %s %s: wall, CPU, RSS", t.Name, ref.Name, workersLabel(w)))
+		}
+	}
+	if len(ws) > 1 {
+		head = append(head, fmt.Sprintf("%s wall %s ÷ %s", ref.Name, workersLabel(ws[0]), workersLabel(ws[len(ws)-1])))
+	}
+	row(sb, head)
+	row(sb, numericSep(len(head)))
+	for _, c := range b.opts.codecs {
+		if r, found := b.speedRow(ds, c, ws); found {
+			row(sb, r)
+		}
+	}
+}
 
-	// Image sizes (single worker; the all-worker image should be the same).
-	fmt.Fprintf(&sb, "\n### Image size, MiB (%s)\n\n", strings.Join(b.toolNames(), " / "))
+// speedRow is codec c's row of speedTable; found says whether a builder
+// has a cell in it.
+func (b *bench) speedRow(ds, c string, ws []int) (r []string, found bool) {
+	ref := b.tools[0]
+	r = []string{codecTitle[c]}
+	for _, w := range ws {
+		rc := b.cell(cellKey{ds, ref.Name, c, w})
+		for _, t := range b.tools {
+			cl := b.cell(cellKey{ds, t.Name, c, w})
+			r = append(r, fmtCell(cl))
+			found = found || cl != nil
+		}
+		for _, t := range b.tools[1:] {
+			r = append(r, ratio(b.cell(cellKey{ds, t.Name, c, w}), rc))
+		}
+	}
+	if len(ws) > 1 {
+		r = append(r, speedRatio(b.cell(cellKey{ds, ref.Name, c, ws[0]}), b.cell(cellKey{ds, ref.Name, c, ws[len(ws)-1]})))
+	}
+	return r, found
+}
+
+// sizeTable writes the image sizes of the builds with the fewest workers
+// (the others' should be the same): per dataset and codec, each
+// builder's, the others relative to the first's. It returns a note for
+// each first builder's image that differs between worker counts.
+func (b *bench) sizeTable(sb *strings.Builder, ws []int) (notes []string) {
+	ref := b.tools[0]
+	fmt.Fprintf(sb, "\n### Image size, MiB (%s)\n\n", strings.Join(b.toolNames(), " / "))
 	head := []string{"dataset"}
 	for _, c := range b.opts.codecs {
 		head = append(head, codecTitle[c])
 	}
-	row(&sb, head)
-	sep := []string{"---"}
-	for range b.opts.codecs {
-		sep = append(sep, "---:")
-	}
-	row(&sb, sep)
-	var notes []string
+	row(sb, head)
+	row(sb, numericSep(len(head)))
 	for _, ds := range b.datasetsMeasured() {
 		r := []string{datasetTitle[ds]}
 		for _, c := range b.opts.codecs {
-			var parts []string
-			var refSize int64
-			for i, t := range b.tools {
-				cl := b.cell(cellKey{ds, t.Name, c, ws[0]})
-				if cl == nil || cl.n == 0 {
-					parts = append(parts, "–")
-					continue
-				}
-				s := fmt.Sprintf("%.2f", float64(cl.image)/(1<<20))
-				if i == 0 {
-					refSize = cl.image
-				} else if refSize > 0 {
-					s += fmt.Sprintf(" (%+.2f%%)", 100*(float64(refSize)/float64(cl.image)-1))
-				}
-				parts = append(parts, s)
-			}
-			r = append(r, strings.Join(parts, " / "))
+			r = append(r, b.sizeCell(ds, c, ws[0]))
 			// The first builder's images must not depend on the worker count.
 			if len(ws) > 1 {
 				a := b.cell(cellKey{ds, ref.Name, c, ws[0]})
@@ -280,11 +285,36 @@ func (b *bench) markdown() string {
 				}
 			}
 		}
-		row(&sb, r)
+		row(sb, r)
 	}
-	if len(b.tools) > 1 {
-		fmt.Fprintf(&sb, "\nPercentages: %s's image relative to the other builder's (negative: smaller).\n", ref.Name)
+	return notes
+}
+
+// sizeCell is the image sizes of dataset ds and codec c with w workers,
+// one per builder, the others relative to the first's.
+func (b *bench) sizeCell(ds, c string, w int) string {
+	var parts []string
+	var refSize int64
+	for i, t := range b.tools {
+		cl := b.cell(cellKey{ds, t.Name, c, w})
+		if cl == nil || cl.n == 0 {
+			parts = append(parts, "–")
+			continue
+		}
+		s := fmt.Sprintf("%.2f", float64(cl.image)/(1<<20))
+		if i == 0 {
+			refSize = cl.image
+		} else if refSize > 0 {
+			s += fmt.Sprintf(" (%+.2f%%)", 100*(float64(refSize)/float64(cl.image)-1))
+		}
+		parts = append(parts, s)
 	}
+	return strings.Join(parts, " / ")
+}
+
+// runNotes lists the runs that failed and the images that do not verify.
+func (b *bench) runNotes() []string {
+	var notes []string
 	for _, r := range b.runs {
 		if r.Err != "" {
 			notes = append(notes, fmt.Sprintf("%s %s %s ×%d run %d failed: %s", r.Dataset, r.Codec, r.Tool, r.Workers, r.Run, r.Err))
@@ -293,13 +323,7 @@ func (b *bench) markdown() string {
 			notes = append(notes, fmt.Sprintf("%s %s %s ×%d: verify: %s", r.Dataset, r.Codec, r.Tool, r.Workers, r.Verified))
 		}
 	}
-	if len(notes) > 0 {
-		sb.WriteString("\nNotes:\n")
-		for _, n := range notes {
-			fmt.Fprintf(&sb, "- %s\n", n)
-		}
-	}
-	return sb.String()
+	return notes
 }
 
 func (b *bench) inputLabel() string {
