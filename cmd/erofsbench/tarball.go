@@ -93,93 +93,10 @@ func writeTarMtime(dir, out string, mtime *time.Time) (*datasetInfo, error) {
 	h := sha256.New()
 	cw := &countWriter{w: io.MultiWriter(f, h)}
 	bw := bufio.NewWriterSize(cw, 1<<20)
-	tw := tar.NewWriter(bw)
-	st := &datasetInfo{}
-	type inode struct{ dev, ino uint64 }
-	seen := map[inode]string{}
-
-	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if p == dir {
-			return nil
-		}
-		rel, _ := filepath.Rel(dir, p)
-		rel = filepath.ToSlash(rel)
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		hdr := &tar.Header{
-			Name:    rel,
-			Mode:    int64(fi.Mode().Perm()),
-			ModTime: fi.ModTime().Truncate(time.Second),
-			Format:  tar.FormatPAX,
-		}
-		if mtime != nil {
-			hdr.ModTime = *mtime
-		}
-		var rdev uint64
-		if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
-			hdr.Mode |= int64(sys.Mode & (syscall.S_ISUID | syscall.S_ISGID | syscall.S_ISVTX))
-			rdev = uint64(sys.Rdev)
-			if !fi.IsDir() && sys.Nlink > 1 {
-				key := inode{uint64(sys.Dev), sys.Ino}
-				if first, ok := seen[key]; ok {
-					hdr.Typeflag, hdr.Linkname = tar.TypeLink, first
-					st.Hardlinks++
-					return tw.WriteHeader(hdr)
-				}
-				seen[key] = rel
-			}
-		}
-		switch {
-		case fi.IsDir():
-			hdr.Typeflag, hdr.Name = tar.TypeDir, rel+"/"
-			st.Dirs++
-			return tw.WriteHeader(hdr)
-		case fi.Mode()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, target
-			st.Symlinks++
-			return tw.WriteHeader(hdr)
-		case fi.Mode().IsRegular():
-			hdr.Typeflag, hdr.Size = tar.TypeReg, fi.Size()
-			st.Files++
-			st.Bytes += fi.Size()
-			if err := tw.WriteHeader(hdr); err != nil {
-				return err
-			}
-			src, err := os.Open(p)
-			if err != nil {
-				return err
-			}
-			defer src.Close()
-			n, err := io.Copy(tw, src)
-			if err == nil && n != fi.Size() {
-				err = fmt.Errorf("%s changed size while being read", p)
-			}
-			return err
-		case fi.Mode()&fs.ModeNamedPipe != 0:
-			hdr.Typeflag = tar.TypeFifo
-			return tw.WriteHeader(hdr)
-		case fi.Mode()&fs.ModeDevice != 0:
-			hdr.Typeflag = tar.TypeBlock
-			if fi.Mode()&fs.ModeCharDevice != 0 {
-				hdr.Typeflag = tar.TypeChar
-			}
-			hdr.Devmajor, hdr.Devminor = devMajor(rdev), devMinor(rdev)
-			return tw.WriteHeader(hdr)
-		default:
-			return fmt.Errorf("%s: unsupported file type %v", p, fi.Mode().Type())
-		}
-	})
+	t := &tarTree{dir: dir, mtime: mtime, tw: tar.NewWriter(bw), st: &datasetInfo{}, seen: map[devIno]string{}}
+	err = filepath.WalkDir(dir, t.add)
 	if err == nil {
-		err = tw.Close()
+		err = t.tw.Close()
 	}
 	if err == nil {
 		err = bw.Flush()
@@ -191,9 +108,129 @@ func writeTarMtime(dir, out string, mtime *time.Time) (*datasetInfo, error) {
 		os.Remove(out + ".tmp")
 		return nil, err
 	}
-	st.TarBytes = cw.n
-	st.TarSHA256 = hex.EncodeToString(h.Sum(nil))
-	return st, os.Rename(out+".tmp", out)
+	t.st.TarBytes = cw.n
+	t.st.TarSHA256 = hex.EncodeToString(h.Sum(nil))
+	return t.st, os.Rename(out+".tmp", out)
+}
+
+// devIno names an inode.
+type devIno struct{ dev, ino uint64 }
+
+// tarTree is writeTarMtime's walk: the tar being written, the counts of
+// what is in it, and the first path of every inode with hard links.
+type tarTree struct {
+	dir   string
+	mtime *time.Time
+	tw    *tar.Writer
+	st    *datasetInfo
+	seen  map[devIno]string
+}
+
+// add writes the entry of the path p of the walk (all but dir itself).
+func (t *tarTree) add(p string, d fs.DirEntry, err error) error {
+	if err != nil {
+		return err
+	}
+	if p == t.dir {
+		return nil
+	}
+	rel, _ := filepath.Rel(t.dir, p)
+	rel = filepath.ToSlash(rel)
+	fi, err := d.Info()
+	if err != nil {
+		return err
+	}
+	hdr, rdev, link := t.header(rel, fi)
+	if link {
+		t.st.Hardlinks++
+		return t.tw.WriteHeader(hdr)
+	}
+	return t.write(hdr, p, fi, rdev)
+}
+
+// header is the tar header of fi at rel, with its set-ID and sticky bits,
+// and its device number. For a path of an inode met before (not a
+// directory) it is a link entry to the inode's first path, and link is
+// true.
+func (t *tarTree) header(rel string, fi fs.FileInfo) (hdr *tar.Header, rdev uint64, link bool) {
+	hdr = &tar.Header{
+		Name:    rel,
+		Mode:    int64(fi.Mode().Perm()),
+		ModTime: fi.ModTime().Truncate(time.Second),
+		Format:  tar.FormatPAX,
+	}
+	if t.mtime != nil {
+		hdr.ModTime = *t.mtime
+	}
+	sys, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return hdr, 0, false
+	}
+	hdr.Mode |= int64(sys.Mode & (syscall.S_ISUID | syscall.S_ISGID | syscall.S_ISVTX))
+	rdev = uint64(sys.Rdev)
+	if !fi.IsDir() && sys.Nlink > 1 {
+		key := devIno{uint64(sys.Dev), sys.Ino}
+		if first, ok := t.seen[key]; ok {
+			hdr.Typeflag, hdr.Linkname = tar.TypeLink, first
+			return hdr, rdev, true
+		}
+		t.seen[key] = rel
+	}
+	return hdr, rdev, false
+}
+
+// write writes the entry of fi (at path p) by its type, with a regular
+// file's data, and counts it.
+func (t *tarTree) write(hdr *tar.Header, p string, fi fs.FileInfo, rdev uint64) error {
+	switch {
+	case fi.IsDir():
+		hdr.Typeflag, hdr.Name = tar.TypeDir, hdr.Name+"/"
+		t.st.Dirs++
+		return t.tw.WriteHeader(hdr)
+	case fi.Mode()&fs.ModeSymlink != 0:
+		target, err := os.Readlink(p)
+		if err != nil {
+			return err
+		}
+		hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, target
+		t.st.Symlinks++
+		return t.tw.WriteHeader(hdr)
+	case fi.Mode().IsRegular():
+		hdr.Typeflag, hdr.Size = tar.TypeReg, fi.Size()
+		t.st.Files++
+		t.st.Bytes += fi.Size()
+		return t.writeFile(hdr, p)
+	case fi.Mode()&fs.ModeNamedPipe != 0:
+		hdr.Typeflag = tar.TypeFifo
+		return t.tw.WriteHeader(hdr)
+	case fi.Mode()&fs.ModeDevice != 0:
+		hdr.Typeflag = tar.TypeBlock
+		if fi.Mode()&fs.ModeCharDevice != 0 {
+			hdr.Typeflag = tar.TypeChar
+		}
+		hdr.Devmajor, hdr.Devminor = devMajor(rdev), devMinor(rdev)
+		return t.tw.WriteHeader(hdr)
+	default:
+		return fmt.Errorf("%s: unsupported file type %v", p, fi.Mode().Type())
+	}
+}
+
+// writeFile writes the header of the regular file p and its data, which
+// must be hdr.Size bytes.
+func (t *tarTree) writeFile(hdr *tar.Header, p string) error {
+	if err := t.tw.WriteHeader(hdr); err != nil {
+		return err
+	}
+	src, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	n, err := io.Copy(t.tw, src)
+	if err == nil && n != hdr.Size {
+		err = fmt.Errorf("%s changed size while being read", p)
+	}
+	return err
 }
 
 // devMajor and devMinor split a Linux dev_t (glibc's encoding: 12-bit
