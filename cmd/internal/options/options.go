@@ -142,7 +142,62 @@ func Credentials(ctx context.Context, c *cli.Context, rem oci.Remote, src oci.Re
 			return rem, rem, fmt.Errorf("--authfile: %w", err)
 		}
 	}
+	user, pass, perSide, err := loginFlags(c, src)
+	if err != nil {
+		return rem, rem, err
+	}
+	if user != "" || pass != "" {
+		if perSide {
+			return rem, rem, errors.New("--username: give either --username and --password, or --src-creds and --dest-creds")
+		}
+		return oneLogin(ctx, rem, user, pass, registries(src, dst))
+	}
 	srcRem, dstRem = rem, rem
+	if err := sideLogin(ctx, c, "src-creds", "source", &src, &srcRem); err != nil {
+		return srcRem, dstRem, err
+	}
+	return srcRem, dstRem, sideLogin(ctx, c, "dest-creds", "target", dst, &dstRem)
+}
+
+// loginFlags reads --username and --password (the password from stdin
+// with --password-stdin), and whether --src-creds or --dest-creds are
+// given (perSide). With those, a user and password from the environment
+// (a mirror's, say) give way to the flags given for this run.
+func loginFlags(c *cli.Context, src oci.Ref) (user, pass string, perSide bool, err error) {
+	user, pass = c.String("username"), c.String("password")
+	perSide = c.String("src-creds") != "" || c.String("dest-creds") != ""
+	if perSide {
+		if user == os.Getenv("OCIEROFS_USERNAME") {
+			user = ""
+		}
+		if pass == os.Getenv("OCIEROFS_PASSWORD") {
+			pass = ""
+		}
+	}
+	if c.Bool("password-stdin") {
+		if user == "" || c.IsSet("password") {
+			return "", "", false, errors.New("--password-stdin: give --username, and no --password")
+		}
+		if src.Kind == oci.DockerArchive && slices.Contains([]string{"/dev/stdin", "/dev/fd/0", "/proc/self/fd/0", "-"}, src.Path) {
+			return "", "", false, errors.New("--password-stdin: stdin is the docker archive (give the password with --password or $OCIEROFS_PASSWORD)")
+		}
+		raw, err := io.ReadAll(io.LimitReader(os.Stdin, 64<<10))
+		if err != nil {
+			return "", "", false, fmt.Errorf("--password-stdin: %w", err)
+		}
+		if pass = strings.TrimRight(string(raw), "\r\n"); pass == "" {
+			return "", "", false, errors.New("--password-stdin: stdin is empty")
+		}
+	}
+	if user == "" && pass != "" {
+		return "", "", false, errors.New("--password without --username")
+	}
+	return user, pass, perSide, nil
+}
+
+// registries is the registries of src and dst (nil: none) that are in
+// one, each once.
+func registries(src oci.Ref, dst *oci.Ref) []string {
 	refs := []oci.Ref{src}
 	if dst != nil {
 		refs = append(refs, *dst)
@@ -153,93 +208,67 @@ func Credentials(ctx context.Context, c *cli.Context, rem oci.Remote, src oci.Re
 			regs = append(regs, r.Name.Context().RegistryStr())
 		}
 	}
-	user, pass := c.String("username"), c.String("password")
-	perSide := c.String("src-creds") != "" || c.String("dest-creds") != ""
-	if perSide {
-		// A user from the environment (a mirror's, say) gives way to
-		// the flags given for this run.
-		if user == os.Getenv("OCIEROFS_USERNAME") {
-			user = ""
-		}
-		if pass == os.Getenv("OCIEROFS_PASSWORD") {
-			pass = ""
-		}
+	return regs
+}
+
+// oneLogin gives rem the credential of --username for the one registry
+// in regs, for both sides, asking for the password on the terminal when
+// none is given. Two registries are refused: neither must be sent the
+// other's password.
+func oneLogin(ctx context.Context, rem oci.Remote, user, pass string, regs []string) (srcRem, dstRem oci.Remote, err error) {
+	switch len(regs) {
+	case 0:
+		return rem, rem, errors.New("--username: no registry to log in to")
+	case 2:
+		return rem, rem, fmt.Errorf("--username: the source is on %s and the target on %s: give each its own with --src-creds and --dest-creds", regs[0], regs[1])
 	}
-	if c.Bool("password-stdin") {
-		if user == "" || c.IsSet("password") {
-			return srcRem, dstRem, errors.New("--password-stdin: give --username, and no --password")
+	if pass == "" {
+		pass, err = askPassword(ctx, user, regs[0])
+		if errors.Is(err, errNoTerminal) {
+			return rem, rem, fmt.Errorf("--username %s: no password: give --password, --password-stdin or $OCIEROFS_PASSWORD, or run on a terminal to be asked for it", user)
 		}
-		if src.Kind == oci.DockerArchive && slices.Contains([]string{"/dev/stdin", "/dev/fd/0", "/proc/self/fd/0", "-"}, src.Path) {
-			return srcRem, dstRem, errors.New("--password-stdin: stdin is the docker archive (give the password with --password or $OCIEROFS_PASSWORD)")
-		}
-		raw, err := io.ReadAll(io.LimitReader(os.Stdin, 64<<10))
 		if err != nil {
-			return srcRem, dstRem, fmt.Errorf("--password-stdin: %w", err)
-		}
-		if pass = strings.TrimRight(string(raw), "\r\n"); pass == "" {
-			return srcRem, dstRem, errors.New("--password-stdin: stdin is empty")
+			return rem, rem, fmt.Errorf("--username %s: %w", user, err)
 		}
 	}
-	if user == "" && pass != "" {
-		return srcRem, dstRem, errors.New("--password without --username")
+	cred := oci.Credential{Username: user, Password: pass}
+	if srcRem, err = rem.WithCredential(regs[0], cred); err != nil {
+		return srcRem, rem, err
 	}
-	if user != "" || pass != "" {
-		if perSide {
-			return srcRem, dstRem, errors.New("--username: give either --username and --password, or --src-creds and --dest-creds")
-		}
-		switch len(regs) {
-		case 0:
-			return srcRem, dstRem, errors.New("--username: no registry to log in to")
-		case 2:
-			return srcRem, dstRem, fmt.Errorf("--username: the source is on %s and the target on %s: give each its own with --src-creds and --dest-creds", regs[0], regs[1])
-		}
-		if pass == "" {
-			pass, err = askPassword(ctx, user, regs[0])
-			if errors.Is(err, errNoTerminal) {
-				return srcRem, dstRem, fmt.Errorf("--username %s: no password: give --password, --password-stdin or $OCIEROFS_PASSWORD, or run on a terminal to be asked for it", user)
-			}
-			if err != nil {
-				return srcRem, dstRem, fmt.Errorf("--username %s: %w", user, err)
-			}
-		}
-		cred := oci.Credential{Username: user, Password: pass}
-		if srcRem, err = srcRem.WithCredential(regs[0], cred); err != nil {
-			return srcRem, dstRem, err
-		}
-		dstRem, err = dstRem.WithCredential(regs[0], cred)
-		return srcRem, dstRem, err
+	dstRem, err = rem.WithCredential(regs[0], cred)
+	return srcRem, dstRem, err
+}
+
+// sideLogin gives *rem the credential of --src-creds or --dest-creds
+// (flag), USER:PASSWORD, for the registry of r, the source or the target
+// (what). USER alone, as skopeo takes it, asks for the password on the
+// terminal.
+func sideLogin(ctx context.Context, c *cli.Context, flag, what string, r *oci.Ref, rem *oci.Remote) error {
+	v := c.String(flag)
+	if v == "" {
+		return nil
 	}
-	side := func(flag, what string, r *oci.Ref, rem *oci.Remote) error {
-		v := c.String(flag)
-		if v == "" {
-			return nil
-		}
-		if r == nil || r.Kind != oci.Registry {
-			return fmt.Errorf("--%s: the %s is not in a registry", flag, what)
-		}
-		user, pass, ok := strings.Cut(v, ":")
-		if user == "" {
-			return fmt.Errorf("--%s: want USER:PASSWORD", flag)
-		}
-		reg := r.Name.Context().RegistryStr()
-		if !ok { // skopeo's USER[:PASSWORD]
-			var err error
-			pass, err = askPassword(ctx, user, reg)
-			if errors.Is(err, errNoTerminal) {
-				return fmt.Errorf("--%s: want USER:PASSWORD, or run on a terminal to be asked for the password", flag)
-			}
-			if err != nil {
-				return fmt.Errorf("--%s: %w", flag, err)
-			}
-		}
+	if r == nil || r.Kind != oci.Registry {
+		return fmt.Errorf("--%s: the %s is not in a registry", flag, what)
+	}
+	user, pass, ok := strings.Cut(v, ":")
+	if user == "" {
+		return fmt.Errorf("--%s: want USER:PASSWORD", flag)
+	}
+	reg := r.Name.Context().RegistryStr()
+	if !ok {
 		var err error
-		*rem, err = rem.WithCredential(reg, oci.Credential{Username: user, Password: pass})
-		return err
+		pass, err = askPassword(ctx, user, reg)
+		if errors.Is(err, errNoTerminal) {
+			return fmt.Errorf("--%s: want USER:PASSWORD, or run on a terminal to be asked for the password", flag)
+		}
+		if err != nil {
+			return fmt.Errorf("--%s: %w", flag, err)
+		}
 	}
-	if err := side("src-creds", "source", &src, &srcRem); err != nil {
-		return srcRem, dstRem, err
-	}
-	return srcRem, dstRem, side("dest-creds", "target", dst, &dstRem)
+	var err error
+	*rem, err = rem.WithCredential(reg, oci.Credential{Username: user, Password: pass})
+	return err
 }
 
 // Image reads ErofsFlags and SourceFlags (convert, cache); done ends the
