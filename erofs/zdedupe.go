@@ -208,110 +208,71 @@ func (v *segView) opAt(x int) int {
 // earlier pclusters hold turned into references to them.
 func (b *Builder) applyDedupe(j *zjob) error {
 	d := b.z.dd
-	zf := j.zf
 	if j.base == 0 {
 		d.lastOwn, d.chain = false, -1
 	}
-	v := segView{j: j, start: make([]int, 0, len(j.ops)+1)}
-	n := 0
-	for _, op := range j.ops {
-		v.start = append(v.start, n)
-		n += int(op.length)
-	}
-	v.start = append(v.start, n)
-	data := j.data
-	// The last extent of a file stays as the worker made it (the tail
-	// rules: inline, fragment, plain in the last lcluster), unless a run
-	// covers it to the end of the file.
-	limit := len(data)
-	if j.last && len(j.ops) > 0 {
-		limit = v.start[len(j.ops)-1]
-	}
-	next := 0 // the first op not yet written; pos = v.start[next]
-	ak := 0   // the first anchor not yet given to a written extent
-	emit := func(upto int) error {
-		for next < len(j.ops) && v.end(next) <= upto {
-			if err := d.writeOwn(b, j, zf, j.ops[next], v.start[next], v.end(next), j.opBytes(j.ops[next]), &ak); err != nil {
-				return err
-			}
-			next++
-		}
-		return nil
-	}
-	tryRun := func(x, e int) (bool, error) {
-		ok, err := d.planRun(b, &v, data, next, limit, x, e)
-		if !ok || err != nil {
-			return false, err
-		}
-		// Write: the worker's extents up to the front stub, the stub,
-		// the references, the stub after, and go on after it.
-		sa := d.sa
-		if err := emit(sa); err != nil {
-			return false, err
-		}
-		pos := sa
-		if d.trunc {
-			op := j.ops[next]
-			if err := d.writeOwn(b, j, zf, op, sa, v.end(next), j.opBytes(op), &ak); err != nil {
-				return false, err
-			}
-			x := &zf.extents[len(zf.extents)-1]
-			x.length, x.share = uint32(d.x-sa), zOwnPartial
-			zf.shared++
-			pos = d.x
-		}
-		for _, op := range d.stubs[:d.front] {
-			if err := d.writeOwn(b, j, zf, op, pos, pos+int(op.length), d.arena[op.off:op.off+op.n], &ak); err != nil {
-				return false, err
-			}
-			pos += int(op.length)
-		}
-		for _, r := range d.refs {
-			zf.extents = append(zf.extents, r)
-			zf.shared++
-			d.sharedExtents++
-			d.sharedBytes += int64(r.length)
-			pos += int(r.length)
-		}
-		d.lastOwn = false
-		for _, op := range d.stubs[d.front:] {
-			if err := d.writeOwn(b, j, zf, op, pos, pos+int(op.length), d.arena[op.off:op.off+op.n], &ak); err != nil {
-				return false, err
-			}
-			pos += int(op.length)
-		}
-		next = v.opAt(pos)
-		if pos == len(data) {
-			next = len(j.ops)
-		} else if v.start[next] != pos {
-			return false, fmt.Errorf("internal: dedupe run ends at %d, not at an extent boundary", pos)
-		}
-		// A run that ends with the segment and a whole pcluster may go
-		// on with the next one in the file's next segment.
-		d.chain = -1
-		if last := d.refs[len(d.refs)-1]; pos == len(data) && !j.last && last.share == zShareFull {
-			if e := d.lastRef; e+1 < len(d.ents) && d.ents[e+1].cont {
-				d.chain = e + 1
-			}
-		}
-		return true, nil
-	}
-
+	s := newSegApply(b, j)
 	if c := d.chain; c >= 0 {
 		d.chain = -1
-		if _, err := tryRun(0, c); err != nil {
+		if err := s.tryRun(0, c); err != nil {
 			return err
 		}
 	}
-	for _, a := range j.anchors {
+	if err := s.lookUpAnchors(); err != nil {
+		return err
+	}
+	if err := s.emit(len(j.data)); err != nil {
+		return err
+	}
+	return b.applied(j)
+}
+
+// segApply is a segment that applyDedupe writes: its worker's extents,
+// and how far writing them has got.
+type segApply struct {
+	b *Builder
+	d *zdedupe
+	j *zjob
+	v segView
+	// limit is the end of what runs may replace: the last extent of a
+	// file stays as the worker made it (the tail rules: inline, fragment,
+	// plain in the last lcluster), unless a run covers it to the end of
+	// the file.
+	limit int
+	next  int // the first op not yet written; pos = v.start[next]
+	ak    int // the first anchor not yet given to a written extent
+}
+
+func newSegApply(b *Builder, j *zjob) *segApply {
+	s := &segApply{b: b, d: b.z.dd, j: j, v: segView{j: j, start: make([]int, 0, len(j.ops)+1)}}
+	n := 0
+	for _, op := range j.ops {
+		s.v.start = append(s.v.start, n)
+		n += int(op.length)
+	}
+	s.v.start = append(s.v.start, n)
+	s.limit = len(j.data)
+	if j.last && len(j.ops) > 0 {
+		s.limit = s.v.start[len(j.ops)-1]
+	}
+	return s
+}
+
+// lookUpAnchors tries a run at every anchor of the segment that a
+// pcluster in the table holds. The worker's extents are written as the
+// anchors pass them, maxAnchorOff behind, so that a run found by an
+// anchor can still start up to that much before it.
+func (s *segApply) lookUpAnchors() error {
+	d, data := s.d, s.j.data
+	for _, a := range s.j.anchors {
 		y := int(a.pos)
 		if y >= len(data) {
 			break
 		}
-		if next >= len(j.ops) || y < v.start[next] {
+		if s.next >= len(s.j.ops) || y < s.v.start[s.next] {
 			continue
 		}
-		if err := emit(y - maxAnchorOff); err != nil {
+		if err := s.emit(y - maxAnchorOff); err != nil {
 			return err
 		}
 		i, ok := d.byKey[a.key]
@@ -320,17 +281,118 @@ func (b *Builder) applyDedupe(j *zjob) error {
 		}
 		e := &d.ents[i]
 		x := y - int(e.off)
-		if x < v.start[next] || x >= len(data) || headHash(data[x:min(len(data), x+int(e.length))]) != e.head {
+		if x < s.v.start[s.next] || x >= len(data) || headHash(data[x:min(len(data), x+int(e.length))]) != e.head {
 			continue
 		}
-		if _, err := tryRun(x, int(i)); err != nil {
+		if err := s.tryRun(x, int(i)); err != nil {
 			return err
 		}
 	}
-	if err := emit(len(data)); err != nil {
+	return nil
+}
+
+// emit writes the worker's extents that end at or before upto.
+func (s *segApply) emit(upto int) error {
+	j := s.j
+	for s.next < len(j.ops) && s.v.end(s.next) <= upto {
+		op := j.ops[s.next]
+		if err := s.d.writeOwn(s.b, j, j.zf, op, s.v.start[s.next], s.v.end(s.next), j.opBytes(op), &s.ak); err != nil {
+			return err
+		}
+		s.next++
+	}
+	return nil
+}
+
+// tryRun plans a run of entry e's data from byte x and, if it saves
+// blocks, writes it: the worker's extents up to the front stub, the
+// stub, the references, the stub after, and goes on after it.
+func (s *segApply) tryRun(x, e int) error {
+	d := s.d
+	ok, err := d.planRun(s.b, &s.v, s.j.data, s.next, s.limit, x, e)
+	if !ok || err != nil {
 		return err
 	}
-	return b.applied(j)
+	pos, err := s.writeFront()
+	if err != nil {
+		return err
+	}
+	pos = s.writeRefs(pos)
+	if pos, err = s.writeStubs(d.stubs[d.front:], pos); err != nil {
+		return err
+	}
+	return s.resume(pos)
+}
+
+// writeFront writes the worker's extents before the run and the front
+// stub (or the extent at d.sa kept in part), and returns where the
+// references start.
+func (s *segApply) writeFront() (int, error) {
+	d, j, zf := s.d, s.j, s.j.zf
+	sa := d.sa
+	if err := s.emit(sa); err != nil {
+		return 0, err
+	}
+	pos := sa
+	if d.trunc {
+		op := j.ops[s.next]
+		if err := d.writeOwn(s.b, j, zf, op, sa, s.v.end(s.next), j.opBytes(op), &s.ak); err != nil {
+			return 0, err
+		}
+		x := &zf.extents[len(zf.extents)-1]
+		x.length, x.share = uint32(d.x-sa), zOwnPartial
+		zf.shared++
+		pos = d.x
+	}
+	return s.writeStubs(d.stubs[:d.front], pos)
+}
+
+// writeStubs writes planned stubs from byte pos on and returns where they
+// end.
+func (s *segApply) writeStubs(stubs []zop, pos int) (int, error) {
+	d := s.d
+	for _, op := range stubs {
+		if err := d.writeOwn(s.b, s.j, s.j.zf, op, pos, pos+int(op.length), d.arena[op.off:op.off+op.n], &s.ak); err != nil {
+			return 0, err
+		}
+		pos += int(op.length)
+	}
+	return pos, nil
+}
+
+// writeRefs adds the run's references from byte pos on and returns where
+// they end.
+func (s *segApply) writeRefs(pos int) int {
+	d, zf := s.d, s.j.zf
+	for _, r := range d.refs {
+		zf.extents = append(zf.extents, r)
+		zf.shared++
+		d.sharedExtents++
+		d.sharedBytes += int64(r.length)
+		pos += int(r.length)
+	}
+	d.lastOwn = false
+	return pos
+}
+
+// resume goes on with the worker's extents after a run that ends at pos.
+// A run that ends with the segment and a whole pcluster may go on with
+// the next one in the file's next segment: d.chain says which.
+func (s *segApply) resume(pos int) error {
+	d, j, data := s.d, s.j, s.j.data
+	s.next = s.v.opAt(pos)
+	if pos == len(data) {
+		s.next = len(j.ops)
+	} else if s.v.start[s.next] != pos {
+		return fmt.Errorf("internal: dedupe run ends at %d, not at an extent boundary", pos)
+	}
+	d.chain = -1
+	if last := d.refs[len(d.refs)-1]; pos == len(data) && !j.last && last.share == zShareFull {
+		if e := d.lastRef; e+1 < len(d.ents) && d.ents[e+1].cont {
+			d.chain = e + 1
+		}
+	}
+	return nil
 }
 
 // writeOwn writes one extent of the file's own, data[s:e) of the segment,
