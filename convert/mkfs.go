@@ -210,60 +210,15 @@ func newBuilder(w io.WriterAt, opt Options) (*erofs.Builder, error) {
 // directory) to output, and the blob to opt.Blob if set. They appear under
 // their names only when complete: nothing is left behind on error.
 func Mkfs(output, input string, opt Options) (res *Result, err error) {
-	var src io.Reader
-	var dir string
-	var size int64
-	if input == "-" {
-		src = os.Stdin
-	} else {
-		fi, err := os.Stat(input)
-		if err != nil {
-			return nil, err
-		}
-		if fi.IsDir() {
-			// Reached through a symbolic link, it is read where it is.
-			if dir, err = filepath.EvalSymlinks(input); err != nil {
-				return nil, err
-			}
-		} else {
-			f, err := os.Open(input)
-			if err != nil {
-				return nil, err
-			}
-			defer f.Close()
-			src, size = f, fi.Size()
-		}
+	in, err := openMkfsInput(input)
+	if err != nil {
+		return nil, err
 	}
-	if opt.AppendTar {
-		opt.TarIndex = true
+	if in.file != nil {
+		defer in.file.Close()
 	}
-	if opt.TarIndex {
-		switch {
-		case dir != "" || opt.Blob != "":
-			return nil, errors.New("tar index: the input must be a tar, and there is no blob")
-		case opt.AppendTar && input == "-":
-			return nil, errors.New("tar index: the tar to append must be a file, not stdin")
-		}
-		if bs := opt.Erofs.BlockSize; bs != 0 && bs != tarBlock {
-			return nil, fmt.Errorf("tar index: block size %d: it has 512-byte blocks, as tar data is 512-aligned", bs)
-		}
-		opt.Erofs.BlockSize = tarBlock
-		// The size of a tar read from stdin is set once it is read
-		// (buildTar); it is then known to be whoever appends it, as
-		// containerd does with mkfs.erofs --tar=i.
-		slot := erofs.DeviceSlot{Blocks: uint64((size + tarBlock - 1) / tarBlock)}
-		if input != "-" {
-			slot.Tag = deviceTag(input)
-		}
-		opt.Erofs.Devices = []erofs.DeviceSlot{slot}
-	}
-	writes := []namedFile{{"the output", output}}
-	if opt.Blob != "" {
-		writes = append(writes, namedFile{"the blob", opt.Blob})
-	}
-	var reads []namedFile
-	if input != "-" && dir == "" {
-		reads = append(reads, namedFile{"the input", input})
+	if err := tarIndexOptions(&opt, input, in); err != nil {
+		return nil, err
 	}
 	var dict *chunkDict
 	if len(opt.ChunkDicts) > 0 {
@@ -274,21 +229,109 @@ func Mkfs(output, input string, opt Options) (res *Result, err error) {
 			return nil, err
 		}
 		defer dict.close()
-		for i, l := range dict.layers {
-			reads = append(reads, namedFile{"the chunk dictionary", opt.ChunkDicts[i]})
-			for _, f := range l.devFiles {
-				reads = append(reads, namedFile{"chunk dictionary " + filepath.Base(opt.ChunkDicts[i]) + "'s blob", f})
-			}
-		}
 	}
-	if err := checkDistinct(writes, reads, dir); err != nil {
+	if err := checkDistinct(mkfsWrites(output, opt), mkfsReads(input, in.dir, opt, dict), in.dir); err != nil {
 		return nil, err
 	}
-	if f, ok := src.(*os.File); ok && input != "-" && isErofsImage(f, size) {
+	if in.file != nil && isErofsImage(in.file, in.size) {
 		// Its zero first block reads as a tar's end: it would give an
 		// empty image, over OUTPUT.
 		return nil, fmt.Errorf("%s is an EROFS image, not a tar (OUTPUT goes first: mkfs OUTPUT INPUT)", input)
 	}
+	return mkfsBuild(output, input, in, opt, dict)
+}
+
+// mkfsInput is Mkfs's input: a tar (src, a file of size bytes unless it is
+// stdin) or a directory (dir).
+type mkfsInput struct {
+	src  io.Reader
+	file *os.File // src when it is a file Mkfs opened
+	size int64
+	dir  string
+}
+
+// openMkfsInput opens input: "-" for stdin, a tar file, or a directory,
+// which is read where it is when reached through a symbolic link.
+func openMkfsInput(input string) (mkfsInput, error) {
+	if input == "-" {
+		return mkfsInput{src: os.Stdin}, nil
+	}
+	fi, err := os.Stat(input)
+	if err != nil {
+		return mkfsInput{}, err
+	}
+	if fi.IsDir() {
+		dir, err := filepath.EvalSymlinks(input)
+		return mkfsInput{dir: dir}, err
+	}
+	f, err := os.Open(input)
+	if err != nil {
+		return mkfsInput{}, err
+	}
+	return mkfsInput{src: f, file: f, size: fi.Size()}, nil
+}
+
+// tarIndexOptions checks and sets the options of a tar index (also with
+// AppendTar): 512-byte blocks and the tar as the one extra device. Its
+// size, when the tar is read from stdin, is set once it is read
+// (buildTar); it is then known to be whoever appends it, as containerd
+// does with mkfs.erofs --tar=i.
+func tarIndexOptions(opt *Options, input string, in mkfsInput) error {
+	if opt.AppendTar {
+		opt.TarIndex = true
+	}
+	if !opt.TarIndex {
+		return nil
+	}
+	switch {
+	case in.dir != "" || opt.Blob != "":
+		return errors.New("tar index: the input must be a tar, and there is no blob")
+	case opt.AppendTar && input == "-":
+		return errors.New("tar index: the tar to append must be a file, not stdin")
+	}
+	if bs := opt.Erofs.BlockSize; bs != 0 && bs != tarBlock {
+		return fmt.Errorf("tar index: block size %d: it has 512-byte blocks, as tar data is 512-aligned", bs)
+	}
+	opt.Erofs.BlockSize = tarBlock
+	slot := erofs.DeviceSlot{Blocks: uint64((in.size + tarBlock - 1) / tarBlock)}
+	if input != "-" {
+		slot.Tag = deviceTag(input)
+	}
+	opt.Erofs.Devices = []erofs.DeviceSlot{slot}
+	return nil
+}
+
+// mkfsWrites is the files Mkfs writes: the output, and the blob if any.
+func mkfsWrites(output string, opt Options) []namedFile {
+	writes := []namedFile{{"the output", output}}
+	if opt.Blob != "" {
+		writes = append(writes, namedFile{"the blob", opt.Blob})
+	}
+	return writes
+}
+
+// mkfsReads is the files Mkfs reads: a tar input other than stdin, and
+// the chunk dictionaries with their blobs.
+func mkfsReads(input, dir string, opt Options, dict *chunkDict) []namedFile {
+	var reads []namedFile
+	if input != "-" && dir == "" {
+		reads = append(reads, namedFile{"the input", input})
+	}
+	if dict == nil {
+		return reads
+	}
+	for i, l := range dict.layers {
+		reads = append(reads, namedFile{"the chunk dictionary", opt.ChunkDicts[i]})
+		for _, f := range l.devFiles {
+			reads = append(reads, namedFile{"chunk dictionary " + filepath.Base(opt.ChunkDicts[i]) + "'s blob", f})
+		}
+	}
+	return reads
+}
+
+// mkfsBuild builds the image (and the blob) into temporary files, appends
+// the tar if asked, and gives them their names; on error it removes them.
+func mkfsBuild(output, input string, in mkfsInput, opt Options, dict *chunkDict) (res *Result, err error) {
 	var outs outputs
 	defer func() {
 		if err != nil {
@@ -315,10 +358,10 @@ func Mkfs(output, input string, opt Options) (res *Result, err error) {
 	if opt.Erofs.TempDir == "" {
 		opt.Erofs.TempDir = filepath.Dir(tmp.Name())
 	}
-	if dir != "" {
-		res, err = BuildDir(tmp, dir, opt)
+	if in.dir != "" {
+		res, err = BuildDir(tmp, in.dir, opt)
 	} else {
-		res, err = BuildTar(tmp, src, opt)
+		res, err = BuildTar(tmp, in.src, opt)
 	}
 	if err != nil {
 		return nil, err
