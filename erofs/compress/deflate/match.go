@@ -288,6 +288,9 @@ func (e *Encoder) parseGreedy(src []byte, stopEst, maxTokens int) {
 // longer one (zlib's deflate_slow). e.prevLen/e.prevDist hold the match
 // found at e.i-1 while e.pending says src[e.i-1] is not yet a token. The
 // block's tokens, statistics and estimate live in locals in the loop.
+//
+// It is long on purpose: the hot loop stays in one function so that the
+// compiler keeps its state in registers.
 func (e *Encoder) parseLazy(src []byte, stopEst, maxTokens int) {
 	m := &e.mf
 	p := &e.p

@@ -13,6 +13,10 @@ func Decompress(dst, src []byte) (int, error) { return decode(dst, src, false) }
 // first. Only the part of the block needed to fill dst is read and checked.
 func DecompressPartial(dst, src []byte) (int, error) { return decode(dst, src, true) }
 
+// decode is Decompress and, if partial, DecompressPartial.
+//
+// It is long on purpose: the decode loop stays in one function so that
+// the compiler keeps its state in registers.
 func decode(dst, src []byte, partial bool) (int, error) {
 	if len(src) == 0 {
 		return 0, ErrCorrupt

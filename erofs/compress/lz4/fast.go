@@ -43,6 +43,9 @@ func fastHash(u uint64) uint32 {
 //   - a match is extended forwards while its 8 bytes at ip end by
 //     n-lastLiterals, the candidate's end before them, and backwards while
 //     both positions stay above anchor >= 0 and 0.
+//
+// It is long on purpose: the hot loop stays in one function so that the
+// compiler keeps its state in registers.
 func (e *Encoder) compressFast(dst, src []byte) (int, int) {
 	t := e.fast
 	clear(t[:])

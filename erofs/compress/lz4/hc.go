@@ -289,6 +289,9 @@ type hcMatch struct{ pos, len, dist int }
 // matches in hand, makes 4 KiB pclusters of Go source hold more input for
 // a few more chain steps; levels 1 and 2, greedy before, now take as few
 // pclusters as C's.)
+//
+// It is long on purpose: the hot loop stays in one function so that the
+// compiler keeps its state in registers.
 func (e *Encoder) compressHC(dst, src []byte) (int, int) {
 	h := e.hc
 	off := e.off

@@ -38,6 +38,11 @@ func litStep(l int32) int32 {
 // matchPrice is the price of a match of length l.
 func matchPrice(l int) int32 { return int32(1 + 2 + extBytes(l-minMatch)) }
 
+// compressOpt is CompressDestSize with the optimal parser of levels
+// 10–12 (above).
+//
+// It is long on purpose: the hot loop stays in one function so that the
+// compiler keeps its state in registers.
 func (e *Encoder) compressOpt(dst, src []byte) (int, int) {
 	h := e.hc
 	off := e.off

@@ -115,6 +115,9 @@ func (r *rangeDecoder) length(l *lenProbs, ps uint32) int {
 // Decode decodes the MicroLZMA stream src into exactly len(dst) bytes. It
 // returns an error wrapping ErrCorrupt for any stream the kernel would
 // refuse, and never panics.
+//
+// It is long on purpose: the decode loop stays in one function so that
+// the compiler keeps its state in registers.
 func (d *Decoder) Decode(dst, src []byte) error {
 	if len(src) < 5 {
 		return fmt.Errorf("%w: %d bytes, shorter than the 5-byte header", ErrCorrupt, len(src))

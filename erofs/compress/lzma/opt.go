@@ -76,6 +76,9 @@ func (e *Encoder) parseOptimal() int {
 // optWindow finds the cheapest path from p0 and stores it in o.path; it
 // returns the number of steps and, when the window ended at a long match,
 // that match (length 0 otherwise), to be coded after the path.
+//
+// It is long on purpose: the hot loop stays in one function so that the
+// compiler keeps its state in registers.
 func (e *Encoder) optWindow(p0 int) (int, optStep) {
 	o := e.op
 	src := e.src
