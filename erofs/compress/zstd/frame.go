@@ -83,22 +83,54 @@ func (e *Encoder) block(dst, src []byte, pos, end int, r *reps) (typ byte, n, co
 	e.lits = e.lits[:0]
 	e.ip, e.anchor = pos, pos
 	e.hist = codeHist{}
-	c := &e.cost
-	target := room * 128 // in 1/16 bits
 	if end-pos <= room {
 		return e.wholeBlock(dst, src, pos, end, r)
 	}
+	crep := *r
+	pe := e.parseToBudget(src, pos, end, room, &crep)
+	cur, t, size, raw := e.fitCut(src, pos, end, pe, room, rawN)
+	if raw {
+		return e.rawBlock(dst, src, pos, rawN)
+	}
+	bestN, bestC := 0, 0
+	if size >= 0 {
+		bestN, bestC = e.fillSlack(dst, src, pos, end, cur, t, size)
+	}
+	// Raw wins when it holds more input, or as much in no more bytes
+	// (when the whole rest fits raw, the compressed form is still the
+	// smaller one to keep).
+	if bestC < rawN || bestC == rawN && bestN >= rawN {
+		return e.rawBlock(dst, src, pos, rawN)
+	}
+	if pos+bestC == end {
+		// The frame goes on: the next block starts from the history
+		// after the sequences written (the literals after them do not
+		// change it): the parse's when all of them are.
+		if cur.k == len(e.seqs) {
+			*r = crep
+		} else {
+			*r = replay(e.seqs[:cur.k], *r)
+		}
+	}
+	e.ip, e.anchor = pos+bestC, pos+bestC
+	return blockCompressed, bestN, bestC
+}
 
-	// Parse until the estimate says the budget is reached (or the block
-	// input ends), starting with as much input as there is room: random
-	// data stops there, text goes on in steps sized by its ratio so far.
+// parseToBudget parses src from pos until the cost model estimates that
+// the sequences fill room bytes (or the block input ends), starting with
+// as much input as there is room: random data stops there, text goes on
+// in steps sized by its ratio so far. crep, the repeat-offset history,
+// codes the sequences as they come. It returns where the parse stopped,
+// the literals after the last sequence included.
+func (e *Encoder) parseToBudget(src []byte, pos, end, room int, crep *reps) (pe int) {
+	c := &e.cost
+	target := room * 128 // in 1/16 bits
 	limit := min(end, pos+max(room, 256))
 	if end-pos <= 2*room {
 		// A small file: at most two rounds of parsing either way.
 		limit = end
 	}
-	var pe, est int
-	crep := *r
+	var est int
 	c.litHist, c.litCounted = [256]uint32{}, 0
 	incompressible := false
 	for step := 0; ; step++ {
@@ -134,31 +166,35 @@ func (e *Encoder) block(dst, src []byte, pos, end int, r *reps) (typ byte, n, co
 		// whatever the costs, which only matter if it does not.
 		c.stats(&e.hist, len(e.seqs), e.lits, src[e.anchor:max(e.anchor, pe)], false)
 	}
+	return pe
+}
 
-	// Find a cut that fits: estimate, encode exactly, correct the
-	// estimate by the error seen. Aim 1/128 under the budget, above the
-	// estimate's usual error on text, so that an encode seldom goes over
-	// and is done again. Then, when more than 1/64 is left, fill it
-	// with literals, which only changes the literals section.
+// fitCut finds a cut of the parse (up to pe) that fits room: estimate,
+// encode exactly, correct the estimate by the error seen. It aims 1/128
+// under the budget, above the estimate's usual error on text, so that an
+// encode seldom goes over and is done again. It returns the cut, the
+// sequences before cur and t literals after them, encoded in e.litB and
+// e.seqB, and their size (-1 if no cut fits after a few tries); raw when
+// a cut would hold little more input than a raw block of rawN bytes.
+func (e *Encoder) fitCut(src []byte, pos, end, pe, room, rawN int) (cur cursor, t, size int, raw bool) {
+	c := &e.cost
+	target := room * 128 // in 1/16 bits
 	margin := room * 128 / 128
-	tol := max(2, room/64)
 	all := cursor{k: len(e.seqs), end: e.anchor, lc: len(e.lits), cum: c.seqCost(&e.hist) + len(e.lits)*c.litAvg}
-	cur, t := all, pe-e.anchor
+	cur, t = all, pe-e.anchor
 	if c.estimate(cur, t) > target-margin {
 		cur, t = e.cut(cur, target-margin, end)
 		if cur.end+t-pos <= rawN+rawN/64 {
-			return e.rawBlock(dst, src, pos, rawN)
+			return cur, t, 0, true
 		}
 	}
-	size := 0
 	for try := 0; ; try++ {
 		size = e.encode(src, all, cur, t)
 		if size <= room {
-			break
+			return cur, t, size, false
 		}
 		if try == 5 || cur.k == 0 && t == 0 {
-			size = -1
-			break
+			return cur, t, -1, false
 		}
 		delta := size*128 - c.estimate(cur, t)
 		nc, nt := e.cut(cur, target-delta-margin, end)
@@ -168,45 +204,33 @@ func (e *Encoder) block(dst, src []byte, pos, end int, r *reps) (typ byte, n, co
 		}
 		cur, t = nc, nt
 	}
-	bestN, bestC := 0, 0
-	if size >= 0 {
-		copy(dst, e.litB)
-		copy(dst[len(e.litB):], e.seqB)
-		bestN, bestC = size, cur.end+t-pos
-		if slack := room - size; slack > tol && pos+bestC < end {
-			// At most two tries: the second with half the literals.
-			nt := e.fill(src, cur, t, slack, end)
-			for try := 0; try < 2 && nt > t; try++ {
-				s2 := e.encodeMore(src, cur, t, nt)
-				if s2 <= room {
-					copy(dst, e.litB)
-					copy(dst[len(e.litB):], e.seqB)
-					bestN, bestC = s2, cur.end+nt-pos
-					break
-				}
-				e.encodeMore(src, cur, nt, t)
-				nt = t + (nt-t)/2
+}
+
+// fillSlack copies the encoded cut (cur, t), of size bytes, into dst and,
+// when more than 1/64 of dst is left, fills it with more literals, which
+// only changes the literals section. It returns the body length and the
+// input it holds.
+func (e *Encoder) fillSlack(dst, src []byte, pos, end int, cur cursor, t, size int) (n, consumed int) {
+	room := len(dst)
+	tol := max(2, room/64)
+	copy(dst, e.litB)
+	copy(dst[len(e.litB):], e.seqB)
+	n, consumed = size, cur.end+t-pos
+	if slack := room - size; slack > tol && pos+consumed < end {
+		// At most two tries: the second with half the literals.
+		nt := e.fill(src, cur, t, slack, end)
+		for try := 0; try < 2 && nt > t; try++ {
+			s2 := e.encodeMore(src, cur, t, nt)
+			if s2 <= room {
+				copy(dst, e.litB)
+				copy(dst[len(e.litB):], e.seqB)
+				return s2, cur.end + nt - pos
 			}
+			e.encodeMore(src, cur, nt, t)
+			nt = t + (nt-t)/2
 		}
 	}
-	// Raw wins when it holds more input, or as much in no more bytes
-	// (when the whole rest fits raw, the compressed form is still the
-	// smaller one to keep).
-	if bestC < rawN || bestC == rawN && bestN >= rawN {
-		return e.rawBlock(dst, src, pos, rawN)
-	}
-	if pos+bestC == end {
-		// The frame goes on: the next block starts from the history
-		// after the sequences written (the literals after them do not
-		// change it): the parse's when all of them are.
-		if cur.k == len(e.seqs) {
-			*r = crep
-		} else {
-			*r = replay(e.seqs[:cur.k], *r)
-		}
-	}
-	e.ip, e.anchor = pos+bestC, pos+bestC
-	return blockCompressed, bestN, bestC
+	return n, consumed
 }
 
 // wholeBlock writes src[pos:end], which fits the room of dst as a raw
