@@ -2,6 +2,8 @@ package deflate
 
 import (
 	"math/bits"
+
+	"github.com/ocierofs/ocierofs/erofs/compress/internal/huff"
 )
 
 // Symbol alphabets of RFC 1951 §3.2.5–3.2.7.
@@ -135,7 +137,7 @@ func canonical(codes []uint16, lengths []uint8) {
 type huffman struct {
 	sorted []uint64
 	tmp    []uint64
-	depth  []int32
+	depth  []uint32
 }
 
 func (h *huffman) build(freq []uint32, lengths []uint8, limit int) {
@@ -155,55 +157,13 @@ func (h *huffman) build(freq []uint32, lengths []uint8, limit int) {
 	h.sort()
 	n := len(h.sorted)
 	if cap(h.depth) < n {
-		h.depth = make([]int32, n, 2*n)
+		h.depth = make([]uint32, n, 2*n)
 	}
 	a := h.depth[:n]
 	for i, v := range h.sorted {
-		a[i] = int32(v >> 16)
+		a[i] = uint32(v >> 16)
 	}
-	// In-place code length computation on ascending weights (Moffat and
-	// Katajainen, "In-place calculation of minimum-redundancy codes"):
-	// phase 1 builds the tree with parent pointers in a, phase 2 turns
-	// them into internal node depths, phase 3 into leaf depths.
-	a[0] += a[1]
-	root, leaf := 0, 2
-	for next := 1; next < n-1; next++ {
-		if leaf >= n || a[root] < a[leaf] {
-			a[next] = a[root]
-			a[root] = int32(next)
-			root++
-		} else {
-			a[next] = a[leaf]
-			leaf++
-		}
-		if leaf >= n || root < next && a[root] < a[leaf] {
-			a[next] += a[root]
-			a[root] = int32(next)
-			root++
-		} else {
-			a[next] += a[leaf]
-			leaf++
-		}
-	}
-	a[n-2] = 0
-	for next := n - 3; next >= 0; next-- {
-		a[next] = a[a[next]] + 1
-	}
-	avail, used, depth := 1, 0, int32(0)
-	root, next := n-2, n-1
-	for avail > 0 {
-		for root >= 0 && a[root] == depth {
-			used++
-			root--
-		}
-		for avail > used {
-			a[next] = depth
-			next--
-			avail--
-		}
-		avail, used = 2*used, 0
-		depth++
-	}
+	huff.Lengths(a)
 	// a[i] is now the length of the i-th lightest symbol; a[0] is the
 	// longest. Limit the lengths by moving leaves up the tree, keeping
 	// the code complete (the adjustment of JPEG, ITU T.81 Annex K.3).
@@ -227,7 +187,7 @@ func (h *huffman) build(freq []uint32, lengths []uint8, limit int) {
 		k := 0
 		for l := limit; l > 0; l-- {
 			for range count[l] {
-				a[k] = int32(l)
+				a[k] = uint32(l)
 				k++
 			}
 		}

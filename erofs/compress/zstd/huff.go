@@ -3,6 +3,8 @@ package zstd
 import (
 	"encoding/binary"
 	"math/bits"
+
+	"github.com/ocierofs/ocierofs/erofs/compress/internal/huff"
 )
 
 // The literals' Huffman coder (RFC 8878 §4.2). A block's literals are at
@@ -80,7 +82,7 @@ func (h *huffEnc) build(n int) bool {
 	for i, v := range a {
 		l[i] = v >> 8
 	}
-	huffLengths(l)
+	huff.Lengths(l)
 	if l[0] > huffMaxBits {
 		limitLengths(l, huffMaxBits)
 	}
@@ -168,58 +170,6 @@ func (h *huffEnc) assign(a, l []uint32) bool {
 		h.enc[s] = code<<8 | (maxBits + 1 - w)
 	}
 	return h.writeWeights(last)
-}
-
-// huffLengths turns counts sorted in increasing order into code lengths,
-// in place (Moffat and Katajainen, "In-place calculation of
-// minimum-redundancy codes", 1995); l[0] is the longest.
-func huffLengths(l []uint32) {
-	n := len(l)
-	if n == 2 {
-		l[0], l[1] = 1, 1
-		return
-	}
-	// Phase 1: l[t] becomes the weight of internal node t, or, once that
-	// node is merged, the index of its parent.
-	leaf, root := 0, 0
-	for t := 0; t < n-1; t++ {
-		if leaf >= n || root < t && l[root] < l[leaf] {
-			l[t] = l[root]
-			l[root] = uint32(t)
-			root++
-		} else {
-			l[t] = l[leaf]
-			leaf++
-		}
-		if leaf >= n || root < t && l[root] < l[leaf] {
-			l[t] += l[root]
-			l[root] = uint32(t)
-			root++
-		} else {
-			l[t] += l[leaf]
-			leaf++
-		}
-	}
-	// Phase 2: depths of the internal nodes.
-	l[n-2] = 0
-	for t := n - 3; t >= 0; t-- {
-		l[t] = l[l[t]] + 1
-	}
-	// Phase 3: leaf depths, shallowest at the end.
-	avail, used, depth := 1, 0, uint32(0)
-	t, x := n-2, n-1
-	for avail > 0 {
-		for t >= 0 && l[t] == depth {
-			used++
-			t--
-		}
-		for avail > used {
-			l[x] = depth
-			x--
-			avail--
-		}
-		avail, depth, used = 2*used, depth+1, 0
-	}
 }
 
 // limitLengths caps lengths (l[0] the longest, decreasing along l) at
