@@ -1,10 +1,11 @@
 package convert_test
 
 // Helpers of the end-to-end tests (image_test.go): a real registry
-// (Debian's docker-registry, started by the test), a fault-injecting proxy in
-// front of it, a transport that counts blob uploads, an image builder that
-// makes layers with archive/tar and gzip, the conversion as the CLI does it,
-// and the mount + umoci comparison of a converted image with its source.
+// (Debian's docker-registry, started by internal/testregistry), a
+// fault-injecting proxy in front of it, a transport that counts blob
+// uploads, an image builder that makes layers with archive/tar and gzip,
+// the conversion as the CLI does it, and the mount + umoci comparison of a
+// converted image with its source.
 
 import (
 	"archive/tar"
@@ -15,7 +16,6 @@ import (
 	"crypto/elliptic"
 	cryptorand "crypto/rand"
 	"crypto/sha256"
-	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/hex"
@@ -23,15 +23,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
 	"maps"
 	"math/big"
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/http/httputil"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,7 +36,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -57,230 +53,45 @@ import (
 	"github.com/ocierofs/ocierofs/convert"
 	"github.com/ocierofs/ocierofs/convert/fstree"
 	"github.com/ocierofs/ocierofs/convert/internal/roundtrip"
+	"github.com/ocierofs/ocierofs/internal/testregistry"
 	"github.com/ocierofs/ocierofs/oci"
 )
 
 // TestMain stops the registry shared by the tests of this binary.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	shared.mu.Lock()
-	if shared.reg != nil {
-		shared.reg.stop()
-		os.RemoveAll(shared.dir)
-	}
-	shared.mu.Unlock()
+	testregistry.StopShared()
 	os.Exit(code)
 }
 
 // ---------------------------------------------------------------------------
 // The registry.
 
-// testRegistry is one docker-registry process on 127.0.0.1.
+// testRegistry is one docker-registry process (internal/testregistry);
+// host is its 127.0.0.1:PORT (127.0.0.2 with TLS).
 type testRegistry struct {
-	host string // 127.0.0.1:PORT
-	cmd  *exec.Cmd
-	logs *syncBuffer
-	done chan struct{} // closed when the process has exited
-	tls  bool          // serves HTTPS
+	*testregistry.Registry
+	host string
 }
 
-// syncBuffer collects the registry's output for error messages.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.b.Len() > 1<<20 {
-		return len(p), nil
-	}
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// registryBinary finds docker-registry, or says why the test cannot run:
-// a missing binary fails the test in CI and skips it elsewhere.
-func registryBinary(t testing.TB) string {
-	t.Helper()
-	for _, p := range []string{"docker-registry", "/usr/bin/docker-registry"} {
-		if bin, err := exec.LookPath(p); err == nil {
-			return bin
-		}
-	}
-	const why = "no docker-registry binary (Debian package docker-registry: apt-get install -y docker-registry)"
-	if os.Getenv("CI") != "" {
-		t.Fatal(why)
-	}
-	t.Skip(why)
-	return ""
-}
-
-// freePort asks the kernel for a free TCP port on 127.0.0.1.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-const registryConfig = `version: 0.1
-log:
-  level: error
-  accesslog:
-    disabled: true
-storage:
-  filesystem:
-    rootdirectory: %s
-  delete:
-    enabled: true
-  maintenance:
-    uploadpurging:
-      enabled: false
-http:
-  addr: %s:%d
-  secret: ocierofs-e2e-test
-%s%s`
-
-// registrySetup is what a registry of a test's own has beyond the shared one.
-type registrySetup struct {
-	// htpasswd, if set, is the path of a bcrypt htpasswd file that every
-	// request must authenticate against.
-	htpasswd string
-	// cert and key, if set, are PEM files: the registry serves HTTPS.
-	cert, key string
-}
-
-// startRegistry starts docker-registry with its storage and config under
-// dir; htpasswd, if not empty, is the path of a bcrypt htpasswd file that
-// every request must authenticate against.
-func startRegistry(bin, dir, htpasswd string) (*testRegistry, error) {
-	return startRegistryWith(bin, dir, registrySetup{htpasswd: htpasswd})
-}
-
-func startRegistryWith(bin, dir string, setup registrySetup) (*testRegistry, error) {
-	auth, tlsConf := "", ""
-	if setup.htpasswd != "" {
-		auth = fmt.Sprintf("auth:\n  htpasswd:\n    realm: ocierofs-e2e\n    path: %s\n", setup.htpasswd)
-	}
-	ip := "127.0.0.1"
-	if setup.cert != "" {
-		tlsConf = fmt.Sprintf("  tls:\n    certificate: %s\n    key: %s\n", setup.cert, setup.key)
-		// go-containerregistry falls back to plain HTTP for 127.0.0.1
-		// (and private networks); on 127.0.0.2 it talks HTTPS only, as
-		// to any registry on the internet.
-		ip = tlsIP
-	}
-	var lastErr error
-	for attempt := 0; attempt < 3; attempt++ {
-		port, err := freePort()
-		if err != nil {
-			return nil, err
-		}
-		cfg := filepath.Join(dir, "config.yml")
-		storage := filepath.Join(dir, "storage")
-		if err := os.MkdirAll(storage, 0o755); err != nil {
-			return nil, err
-		}
-		if err := os.WriteFile(cfg, fmt.Appendf(nil, registryConfig, storage, ip, port, tlsConf, auth), 0o644); err != nil {
-			return nil, err
-		}
-		r := &testRegistry{host: fmt.Sprintf("%s:%d", ip, port), logs: &syncBuffer{}, done: make(chan struct{}), tls: setup.cert != ""}
-		r.cmd = exec.Command(bin, "serve", cfg)
-		r.cmd.Stdout, r.cmd.Stderr = r.logs, r.logs
-		// The registry must not outlive a test binary that dies.
-		r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := r.cmd.Start(); err != nil {
-			return nil, fmt.Errorf("start %s: %w", bin, err)
-		}
-		go func() { r.cmd.Wait(); close(r.done) }()
-		if err := r.waitReady(15 * time.Second); err != nil {
-			r.stop()
-			lastErr = err
-			continue // most likely the port was taken in between: try another
-		}
-		return r, nil
-	}
-	return nil, lastErr
-}
-
-// waitReady polls /v2/ until the registry answers (200, or 401 with auth).
-func (r *testRegistry) waitReady(timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	c := &http.Client{Timeout: time.Second}
-	scheme := "http"
-	if r.tls {
-		scheme = "https"
-		c.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // only asks whether it is up
-	}
-	for time.Now().Before(deadline) {
-		select {
-		case <-r.done:
-			return fmt.Errorf("docker-registry exited: %s", r.logs.String())
-		default:
-		}
-		resp, err := c.Get(scheme + "://" + r.host + "/v2/")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusUnauthorized {
-				return nil
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return fmt.Errorf("docker-registry on %s did not answer /v2/ in %s: %s", r.host, timeout, r.logs.String())
-}
-
-func (r *testRegistry) stop() {
-	if r.cmd.Process != nil {
-		r.cmd.Process.Kill()
-	}
-	<-r.done
-}
-
-// shared is the registry of this test binary, started by the first test
-// that needs it and stopped by TestMain.
-var shared struct {
-	mu  sync.Mutex
-	reg *testRegistry
-	dir string
-	err error
+func wrapRegistry(r *testregistry.Registry) *testRegistry {
+	return &testRegistry{Registry: r, host: r.Host}
 }
 
 // sharedRegistry returns the binary's registry (no auth).
 func sharedRegistry(t testing.TB) *testRegistry {
 	t.Helper()
-	bin := registryBinary(t)
-	shared.mu.Lock()
-	defer shared.mu.Unlock()
-	if shared.reg == nil && shared.err == nil {
-		shared.dir, shared.err = os.MkdirTemp("", "ocierofs-registry-")
-		if shared.err == nil {
-			shared.reg, shared.err = startRegistry(bin, shared.dir, "")
-		}
-	}
-	if shared.err != nil {
-		t.Fatalf("registry: %v", shared.err)
-	}
-	return shared.reg
+	return wrapRegistry(testregistry.Shared(t))
 }
 
 // tlsIP is the address of HTTPS test registries.
-const tlsIP = "127.0.0.2"
+const tlsIP = testregistry.TLSIP
 
 // tlsRegistry starts a registry of the test's own that serves HTTPS with a
 // fresh self-signed certificate for tlsIP, stopped when the test ends.
 func tlsRegistry(t testing.TB) *testRegistry {
 	t.Helper()
-	bin := registryBinary(t)
+	testregistry.Binary(t)
 	dir := t.TempDir()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), cryptorand.Reader)
 	must(t, err)
@@ -300,30 +111,19 @@ func tlsRegistry(t testing.TB) *testRegistry {
 	cert, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
 	must(t, os.WriteFile(cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644))
 	must(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600))
-	r, err := startRegistryWith(bin, dir, registrySetup{cert: cert, key: keyFile})
-	if err != nil {
-		t.Fatalf("registry with TLS: %v", err)
-	}
-	t.Cleanup(r.stop)
-	return r
+	return wrapRegistry(testregistry.New(t, testregistry.Config{Cert: cert, Key: keyFile}))
 }
 
 // authRegistry starts a registry of the test's own that wants user:password
 // (htpasswd, bcrypt), stopped when the test ends.
 func authRegistry(t testing.TB, user, password string) *testRegistry {
 	t.Helper()
-	bin := registryBinary(t)
-	dir := t.TempDir()
+	testregistry.Binary(t)
 	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
 	must(t, err)
-	htpasswd := filepath.Join(dir, "htpasswd")
+	htpasswd := filepath.Join(t.TempDir(), "htpasswd")
 	must(t, os.WriteFile(htpasswd, []byte(user+":"+string(hash)+"\n"), 0o600))
-	r, err := startRegistry(bin, dir, htpasswd)
-	if err != nil {
-		t.Fatalf("registry with htpasswd: %v", err)
-	}
-	t.Cleanup(r.stop)
-	return r
+	return wrapRegistry(testregistry.New(t, testregistry.Config{Htpasswd: htpasswd}))
 }
 
 var uniqN atomic.Int64
@@ -390,7 +190,6 @@ func requireAbsent(t testing.TB, r name.Reference, extra ...remote.Option) {
 // before, so "the first time" rules are easy to write.
 type faultProxy struct {
 	host string
-	srv  *httptest.Server
 	rp   *httputil.ReverseProxy
 
 	// status, if set, may answer a request with an error status instead of
@@ -421,69 +220,31 @@ type faultRequest struct {
 
 func newFaultProxy(t testing.TB, upstream string) *faultProxy {
 	t.Helper()
-	target, err := url.Parse("http://" + upstream)
-	must(t, err)
 	p := &faultProxy{seen: map[string]int{}, dropped: map[string]int{}, stalled: map[string]int{}}
-	p.rp = httputil.NewSingleHostReverseProxy(target)
-	// Write through at once, so that a dropped connection has delivered
-	// the headers and a part of the body.
-	p.rp.FlushInterval = -1
-	p.rp.ErrorLog = log.New(io.Discard, "", 0)
+	p.rp = testregistry.Proxy(t, upstream)
 	p.rp.ModifyResponse = func(resp *http.Response) error {
-		if dg, ok := resp.Request.Context().Value(dropKey{}).(string); ok && resp.StatusCode == http.StatusOK {
-			limit := resp.ContentLength / 2
-			resp.Body = &droppingBody{rc: resp.Body, left: limit}
+		ctx := resp.Request.Context()
+		if dg, ok := ctx.Value(dropKey{}).(string); ok && resp.StatusCode == http.StatusOK {
+			resp.Body = testregistry.DropAfter(resp.Body, resp.ContentLength/2)
 			p.mu.Lock()
 			p.dropped[dg]++
 			p.mu.Unlock()
 		}
-		if dg, ok := resp.Request.Context().Value(stallKey{}).(string); ok && resp.StatusCode == http.StatusOK {
-			resp.Body = &droppingBody{rc: resp.Body, left: resp.ContentLength / 2, stall: resp.Request.Context()}
+		if dg, ok := ctx.Value(stallKey{}).(string); ok && resp.StatusCode == http.StatusOK {
+			resp.Body = testregistry.StallAfter(ctx, resp.Body, resp.ContentLength/2)
 			p.mu.Lock()
 			p.stalled[dg]++
 			p.mu.Unlock()
 		}
 		return nil
 	}
-	p.srv = httptest.NewServer(p)
-	t.Cleanup(p.srv.Close)
-	p.host = p.srv.Listener.Addr().String()
+	p.host = testregistry.Serve(t, p)
 	return p
 }
 
 type dropKey struct{}
 
 type stallKey struct{}
-
-// droppingBody ends with an error after left bytes; the reverse proxy then
-// aborts the response, which closes the client's connection in the middle
-// of the body.
-//
-// With stall set it sends nothing more instead, until stall is done (the
-// client went away).
-type droppingBody struct {
-	rc    io.ReadCloser
-	left  int64
-	stall context.Context
-}
-
-func (d *droppingBody) Read(b []byte) (int, error) {
-	if d.left <= 0 && d.stall != nil {
-		<-d.stall.Done()
-		return 0, errors.New("fault proxy: the client gave up on a stalled download")
-	}
-	if d.left <= 0 {
-		return 0, errors.New("fault proxy: connection dropped")
-	}
-	if int64(len(b)) > d.left {
-		b = b[:d.left]
-	}
-	n, err := d.rc.Read(b)
-	d.left -= int64(n)
-	return n, err
-}
-
-func (d *droppingBody) Close() error { return d.rc.Close() }
 
 func classify(r *http.Request) (class, digest string) {
 	p := r.URL.Path

@@ -7,11 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +18,7 @@ import (
 
 	"github.com/ocierofs/ocierofs/convert"
 	"github.com/ocierofs/ocierofs/convert/mirror"
+	"github.com/ocierofs/ocierofs/internal/testregistry"
 	"github.com/ocierofs/ocierofs/oci"
 )
 
@@ -144,10 +141,7 @@ func TestClassifyConvertErrors(t *testing.T) {
 // flipped (the whole blob comes, and is not what its digest names), or
 // cut off after half of it (a download that broke).
 func blobProxy(t *testing.T, upstream string, bad v1.Hash, cut bool) string {
-	u, err := url.Parse("http://" + upstream)
-	must(t, err)
-	p := httputil.NewSingleHostReverseProxy(u)
-	p.ErrorLog = log.New(io.Discard, "", 0)
+	p := testregistry.Proxy(t, upstream)
 	p.ModifyResponse = func(resp *http.Response) error {
 		if resp.Request.Method != http.MethodGet || !strings.HasSuffix(resp.Request.URL.Path, "/blobs/"+bad.String()) {
 			return nil
@@ -158,21 +152,15 @@ func blobProxy(t *testing.T, upstream string, bad v1.Hash, cut bool) string {
 			return err
 		}
 		if cut {
-			resp.Body = io.NopCloser(io.MultiReader(strings.NewReader(string(b[:len(b)/2])), errReader{}))
+			resp.Body = testregistry.DropAfter(io.NopCloser(bytes.NewReader(b)), int64(len(b)/2))
 			return nil
 		}
 		b[len(b)/2] ^= 0xff
-		resp.Body = io.NopCloser(strings.NewReader(string(b)))
+		resp.Body = io.NopCloser(bytes.NewReader(b))
 		return nil
 	}
-	srv := httptest.NewServer(p)
-	t.Cleanup(srv.Close)
-	return strings.TrimPrefix(srv.URL, "http://")
+	return testregistry.Serve(t, p)
 }
-
-type errReader struct{}
-
-func (errReader) Read([]byte) (int, error) { return 0, errors.New("cut off") }
 
 // A layer blob that is not what its digest names fails the task at once;
 // one whose download broke, a source that is not there or a converted one

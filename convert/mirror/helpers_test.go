@@ -15,17 +15,12 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,6 +34,7 @@ import (
 
 	"github.com/ocierofs/ocierofs/convert/fstree"
 	"github.com/ocierofs/ocierofs/convert/internal/roundtrip"
+	"github.com/ocierofs/ocierofs/internal/testregistry"
 )
 
 var must = roundtrip.Must
@@ -46,69 +42,18 @@ var must = roundtrip.Must
 // ---------------------------------------------------------------------------
 // The registry.
 
+// registry is one docker-registry process (internal/testregistry); host
+// is its 127.0.0.1:PORT.
 type registry struct {
+	*testregistry.Registry
 	host string
-	cmd  *exec.Cmd
-	logs *lockedBuffer
-	done chan struct{}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.b.Len() > 1<<20 {
-		return len(p), nil
-	}
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func registryBinary(t testing.TB) string {
-	t.Helper()
-	for _, p := range []string{"docker-registry", "/usr/bin/docker-registry"} {
-		if bin, err := exec.LookPath(p); err == nil {
-			return bin
-		}
-	}
-	const why = "no docker-registry binary (Debian package docker-registry)"
-	if os.Getenv("CI") != "" {
-		t.Fatal(why)
-	}
-	t.Skip(why)
-	return ""
 }
 
 func freePort(t testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := testregistry.FreePort()
 	must(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
-
-const registryConfig = `version: 0.1
-log:
-  level: error
-  accesslog:
-    disabled: true
-storage:
-  filesystem:
-    rootdirectory: %s
-  delete:
-    enabled: true
-http:
-  addr: 127.0.0.1:%d
-  secret: ocierofs-mirror-test
-%s`
 
 // notifyConfig points the registry's notifications at url with the header.
 func notifyConfig(url, header string) string {
@@ -130,48 +75,8 @@ func notifyConfig(url, header string) string {
 // extra is appended to its configuration.
 func startRegistry(t testing.TB, extra string) *registry {
 	t.Helper()
-	bin := registryBinary(t)
-	dir := t.TempDir()
-	var lastErr error
-	for attempt := 0; attempt < 3; attempt++ {
-		port := freePort(t)
-		cfg := filepath.Join(dir, "config.yml")
-		must(t, os.WriteFile(cfg, fmt.Appendf(nil, registryConfig, filepath.Join(dir, "storage"), port, extra), 0o644))
-		r := &registry{host: fmt.Sprintf("127.0.0.1:%d", port), logs: &lockedBuffer{}, done: make(chan struct{})}
-		r.cmd = exec.Command(bin, "serve", cfg)
-		r.cmd.Stdout, r.cmd.Stderr = r.logs, r.logs
-		r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		must(t, r.cmd.Start())
-		go func() { r.cmd.Wait(); close(r.done) }()
-		if lastErr = r.waitReady(15 * time.Second); lastErr == nil {
-			t.Cleanup(func() { r.cmd.Process.Kill(); <-r.done })
-			return r
-		}
-		r.cmd.Process.Kill()
-		<-r.done
-	}
-	t.Fatal(lastErr)
-	return nil
-}
-
-func (r *registry) waitReady(timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	c := &http.Client{Timeout: time.Second}
-	for time.Now().Before(deadline) {
-		select {
-		case <-r.done:
-			return fmt.Errorf("docker-registry exited: %s", r.logs.String())
-		default:
-		}
-		if resp, err := c.Get("http://" + r.host + "/v2/"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return fmt.Errorf("docker-registry on %s did not answer in %s: %s", r.host, timeout, r.logs.String())
+	r := testregistry.New(t, testregistry.Config{Extra: extra})
+	return &registry{Registry: r, host: r.Host}
 }
 
 func (r *registry) ref(t testing.TB, s string) name.Reference {
@@ -210,54 +115,23 @@ func (r *registry) waitTwin(t testing.TB, repoTag string, src v1.Hash, timeout t
 // to rate bytes a second, so a conversion lasts long enough to be killed.
 type throttle struct {
 	host string
-	mu   sync.Mutex
-	sent int64
+	sent atomic.Int64
 }
 
 func newThrottle(t testing.TB, upstream string, rate int) *throttle {
-	u, err := url.Parse("http://" + upstream)
-	must(t, err)
 	th := &throttle{}
-	rp := httputil.NewSingleHostReverseProxy(u)
-	rp.FlushInterval = -1
+	rp := testregistry.Proxy(t, upstream)
 	rp.ModifyResponse = func(resp *http.Response) error {
 		if resp.Request.Method == http.MethodGet && strings.Contains(resp.Request.URL.Path, "/blobs/sha256:") {
-			resp.Body = &slowBody{rc: resp.Body, rate: rate, th: th}
+			resp.Body = testregistry.Throttle(resp.Body, rate, &th.sent)
 		}
 		return nil
 	}
-	srv := httptest.NewServer(rp)
-	t.Cleanup(srv.Close)
-	th.host = strings.TrimPrefix(srv.URL, "http://")
+	th.host = testregistry.Serve(t, rp)
 	return th
 }
 
-func (th *throttle) bytes() int64 {
-	th.mu.Lock()
-	defer th.mu.Unlock()
-	return th.sent
-}
-
-type slowBody struct {
-	rc   io.ReadCloser
-	rate int
-	th   *throttle
-}
-
-func (s *slowBody) Read(p []byte) (int, error) {
-	chunk := s.rate / 20
-	if len(p) > chunk {
-		p = p[:chunk]
-	}
-	n, err := s.rc.Read(p)
-	s.th.mu.Lock()
-	s.th.sent += int64(n)
-	s.th.mu.Unlock()
-	time.Sleep(50 * time.Millisecond)
-	return n, err
-}
-
-func (s *slowBody) Close() error { return s.rc.Close() }
+func (th *throttle) bytes() int64 { return th.sent.Load() }
 
 // ---------------------------------------------------------------------------
 // Images.

@@ -3,9 +3,6 @@ package mirror_test
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,25 +21,22 @@ import (
 
 	"github.com/ocierofs/ocierofs/convert"
 	"github.com/ocierofs/ocierofs/convert/mirror"
+	"github.com/ocierofs/ocierofs/internal/testregistry"
 )
 
 // refusing is a proxy that answers the first n pushes of a twin's
 // manifest with 400 (which go-containerregistry does not retry).
 func refusing(t testing.TB, upstream string, n int32) string {
-	u, err := url.Parse("http://" + upstream)
-	must(t, err)
-	rp := httputil.NewSingleHostReverseProxy(u)
+	rp := testregistry.Proxy(t, upstream)
 	var left atomic.Int32
 	left.Store(n)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return testregistry.Serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPut && strings.Contains(r.URL.Path, "/manifests/") && strings.HasSuffix(r.URL.Path, "-erofs") && left.Add(-1) >= 0 {
 			http.Error(w, `{"errors":[{"code":"MANIFEST_INVALID","message":"refused by the test"}]}`, http.StatusBadRequest)
 			return
 		}
 		rp.ServeHTTP(w, r)
 	}))
-	t.Cleanup(srv.Close)
-	return strings.TrimPrefix(srv.URL, "http://")
 }
 
 // A failed attempt is retried after the backoff and the retry succeeds;
@@ -208,10 +202,8 @@ type mountCounter struct {
 }
 
 func newMountCounter(t testing.TB, upstream string) *mountCounter {
-	u, err := url.Parse("http://" + upstream)
-	must(t, err)
 	mc := &mountCounter{}
-	rp := httputil.NewSingleHostReverseProxy(u)
+	rp := testregistry.Proxy(t, upstream)
 	rp.ModifyResponse = func(resp *http.Response) error {
 		q := resp.Request.URL.Query()
 		if resp.Request.Method == http.MethodPost && q.Get("mount") != "" && q.Get("from") != "" && resp.StatusCode == http.StatusCreated {
@@ -224,9 +216,7 @@ func newMountCounter(t testing.TB, upstream string) *mountCounter {
 		}
 		return nil
 	}
-	srv := httptest.NewServer(rp)
-	t.Cleanup(srv.Close)
-	mc.host = strings.TrimPrefix(srv.URL, "http://")
+	mc.host = testregistry.Serve(t, rp)
 	return mc
 }
 

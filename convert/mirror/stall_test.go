@@ -2,64 +2,34 @@ package mirror_test
 
 import (
 	"context"
-	"errors"
-	"io"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ocierofs/ocierofs/convert/mirror"
+	"github.com/ocierofs/ocierofs/internal/testregistry"
 )
 
 // stallProxy is a proxy in front of the registry that sends half of the
 // blob digest, at its first download (always: every one), and then nothing
 // until the client goes away.
 func stallProxy(t testing.TB, upstream, digest string, always bool) (host string, stalls *atomic.Int32) {
-	u, err := url.Parse("http://" + upstream)
-	must(t, err)
 	stalls = new(atomic.Int32)
-	rp := httputil.NewSingleHostReverseProxy(u)
-	rp.FlushInterval = -1
+	rp := testregistry.Proxy(t, upstream)
 	rp.ModifyResponse = func(resp *http.Response) error {
 		rq := resp.Request
 		if rq.Method != http.MethodGet || !strings.HasSuffix(rq.URL.Path, "/blobs/"+digest) || resp.StatusCode != http.StatusOK {
 			return nil
 		}
 		if n := stalls.Add(1); n == 1 || always {
-			resp.Body = &stallingBody{rc: resp.Body, left: resp.ContentLength / 2, ctx: rq.Context()}
+			resp.Body = testregistry.StallAfter(rq.Context(), resp.Body, resp.ContentLength/2)
 		}
 		return nil
 	}
-	srv := httptest.NewServer(rp)
-	t.Cleanup(srv.Close)
-	return strings.TrimPrefix(srv.URL, "http://"), stalls
+	return testregistry.Serve(t, rp), stalls
 }
-
-type stallingBody struct {
-	rc   io.ReadCloser
-	left int64
-	ctx  context.Context
-}
-
-func (s *stallingBody) Read(p []byte) (int, error) {
-	if s.left <= 0 {
-		<-s.ctx.Done()
-		return 0, errors.New("stall proxy: the client went away")
-	}
-	if int64(len(p)) > s.left {
-		p = p[:s.left]
-	}
-	n, err := s.rc.Read(p)
-	s.left -= int64(n)
-	return n, err
-}
-
-func (s *stallingBody) Close() error { return s.rc.Close() }
 
 // TestServeStall: a worker whose registry stops sending in the middle of a
 // layer does not keep its task running (it reports progress all along, so

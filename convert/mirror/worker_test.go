@@ -32,6 +32,7 @@ import (
 
 	"github.com/ocierofs/ocierofs/convert"
 	"github.com/ocierofs/ocierofs/convert/mirror"
+	"github.com/ocierofs/ocierofs/internal/testregistry"
 )
 
 var built struct {
@@ -75,7 +76,7 @@ func TestWorkerKilled(t *testing.T) {
 	bin := mirrorBinary(t)
 	h := newHarness(t, "k", nil)
 	slow := newThrottle(t, h.reg.host, 256<<10)
-	var logs lockedBuffer
+	var logs testregistry.Buffer
 	a := exec.Command(bin, "serve", "--worker", "--nats", h.q.WorkerURL(), "--registry", slow.host, "--plain-http",
 		"--ack-wait", "3s", "--max-deliver", "3", "--backoff", "200ms", "--listen", "127.0.0.1:0", "--name", "A", "-j", "1")
 	a.Stdout, a.Stderr = &logs, &logs
@@ -290,7 +291,7 @@ nats { storeDir: %q, listen: "127.0.0.1:0" }
 queue { ackWait: "5s" }
 convert { "layer-compression": "zstd", jobs: 1 }
 `, reg.host, listen, t.TempDir()), 0o644))
-	var logs lockedBuffer
+	var logs testregistry.Buffer
 	cmd := exec.Command(bin, "serve", "--config", conf)
 	cmd.Env = append(os.Environ(), "OCIEROFS_TEST_SECRET=sekrit")
 	cmd.Stdout, cmd.Stderr = &logs, &logs
@@ -352,7 +353,7 @@ func TestServeTLS(t *testing.T) {
 	dir := t.TempDir()
 	cert, key := selfSigned(t, dir)
 	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	var logs lockedBuffer
+	var logs testregistry.Buffer
 	cmd := exec.Command(bin, "serve", "--registry", "127.0.0.1:1", "--nats-store", filepath.Join(dir, "nats"), "--nats-listen", "127.0.0.1:0",
 		"--listen", listen, "--tls-cert", cert, "--tls-key", key, "--secret", "tls-secret", "--tasks", "0")
 	cmd.Stdout, cmd.Stderr = &logs, &logs
@@ -434,7 +435,7 @@ func bombLayer(t testing.TB, size int64) *blobLayer {
 func TestDefaultMaxLayerSize(t *testing.T) {
 	bin := mirrorBinary(t)
 	h := newHarness(t, "m", nil)
-	var logs lockedBuffer
+	var logs testregistry.Buffer
 	w := exec.Command(bin, "serve", "--worker", "--nats", h.q.WorkerURL(), "--registry", h.reg.host, "--plain-http",
 		"--listen", "127.0.0.1:0", "--name", "W", "-j", "1")
 	w.Stdout, w.Stderr = &logs, &logs
@@ -468,7 +469,7 @@ func TestServeDefaultStore(t *testing.T) {
 	bin := mirrorBinary(t)
 	state := t.TempDir()
 	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	var logs lockedBuffer
+	var logs testregistry.Buffer
 	cmd := exec.Command(bin, "serve", "--registry", "127.0.0.1:1", "--nats-listen", "127.0.0.1:0", "--listen", listen, "--tasks", "0")
 	cmd.Env = append(os.Environ(), "XDG_STATE_HOME="+state)
 	cmd.Stdout, cmd.Stderr = &logs, &logs
@@ -482,7 +483,7 @@ func TestServeDefaultStore(t *testing.T) {
 }
 
 // waitReady waits up to 30 s for serve at url to answer /readyz with 200.
-func waitReady(t *testing.T, url string, logs *lockedBuffer) {
+func waitReady(t *testing.T, url string, logs *testregistry.Buffer) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
