@@ -37,6 +37,9 @@ import (
 // EROFS media types, os.features routing and layer content cache).
 const containerdVersion = "v2.4.2"
 
+// shortContainerd is why the containerd tests skip under -short.
+const shortContainerd = "-short: no containerd, root or kernel mounts; make test runs them"
+
 // needTool fails the test in CI (CI installs everything, see .ci/run) and
 // skips it elsewhere, with the reason.
 func needTool(t testing.TB, why string) {
@@ -53,6 +56,9 @@ func needTool(t testing.TB, why string) {
 // containerd-VERSION), else $(go env GOPATH)/bin.
 func containerdBinDir(t testing.TB) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip(shortContainerd)
+	}
 	var dirs []string
 	if d := os.Getenv("OCIEROFS_CONTAINERD_BIN"); d != "" {
 		dirs = append(dirs, d)
@@ -92,6 +98,9 @@ func containerdBinDir(t testing.TB) string {
 // runcBinary finds runc (Debian package runc).
 func runcBinary(t testing.TB) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip(shortContainerd)
+	}
 	for _, p := range []string{"runc", "/usr/sbin/runc", "/usr/bin/runc"} {
 		if bin, err := exec.LookPath(p); err == nil {
 			return bin
@@ -130,9 +139,12 @@ func staticBusybox(t testing.TB) []byte {
 // requireContainerdHost checks what containerd's EROFS snapshotter needs
 // from the kernel. Not being root skips (as every mounting test does); a
 // root without erofs or overlay fails: containerd could not run what
-// ocierofs makes on this machine.
+// ocierofs makes on this machine. Under -short it skips.
 func requireContainerdHost(t testing.TB) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip(shortContainerd)
+	}
 	if os.Geteuid() != 0 {
 		t.Skip("containerd needs root")
 	}

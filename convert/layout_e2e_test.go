@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ocierofs/ocierofs/convert"
+	"github.com/ocierofs/ocierofs/convert/internal/roundtrip"
 	"github.com/ocierofs/ocierofs/oci"
 )
 
@@ -113,6 +114,9 @@ func TestConvertLayout(t *testing.T) {
 // stackAndCheck mounts the layers, stacks them with overlayfs as containerd
 // does, and checks what every layer contributed.
 func stackAndCheck(t *testing.T, blobs []string) {
+	if testing.Short() {
+		t.Skip(roundtrip.ShortMount)
+	}
 	if os.Geteuid() != 0 {
 		t.Skip("mounting needs root")
 	}

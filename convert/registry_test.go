@@ -1,11 +1,11 @@
 package convert_test
 
 // Helpers of the end-to-end tests (image_test.go): a real registry
-// (Debian's docker-registry, started by internal/testregistry), a
-// fault-injecting proxy in front of it, a transport that counts blob
-// uploads, an image builder that makes layers with archive/tar and gzip,
-// the conversion as the CLI does it, and the mount + umoci comparison of a
-// converted image with its source.
+// (Debian's docker-registry, started by internal/testregistry; none under
+// -short), a fault-injecting proxy in front of it, a transport that counts
+// blob uploads, an image builder that makes layers with archive/tar and
+// gzip, the conversion as the CLI does it, and the mount + umoci comparison
+// of a converted image with its source.
 
 import (
 	"archive/tar"
@@ -78,7 +78,8 @@ func wrapRegistry(r *testregistry.Registry) *testRegistry {
 	return &testRegistry{Registry: r, host: r.Host}
 }
 
-// sharedRegistry returns the binary's registry (no auth).
+// sharedRegistry returns the binary's registry (no auth). Under -short it
+// skips the test: the fast tier starts no registry.
 func sharedRegistry(t testing.TB) *testRegistry {
 	t.Helper()
 	return wrapRegistry(testregistry.Shared(t))
@@ -805,6 +806,9 @@ func hasFilesystem(fs string) bool {
 // umociRootfs unpacks img with umoci (as root) and returns the rootfs.
 func umociRootfs(t testing.TB, img v1.Image) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: no umoci; make test runs it")
+	}
 	bin, err := exec.LookPath("umoci")
 	if err != nil {
 		t.Skip("no umoci (Debian package umoci)")

@@ -47,8 +47,8 @@ func TestMetaRunsSameImage(t *testing.T) {
 					t.Errorf("%d workers: image of %d bytes differs from one worker's (%d bytes) at %d", n, len(got), len(one), firstDiff(got, one))
 				}
 			}
-			if !canMount() {
-				t.Skip("cannot mount EROFS here (needs root and the erofs module)")
+			if why := noMount(); why != "" {
+				t.Skip(why)
 			}
 			mountCompare(t, one, files)
 		})

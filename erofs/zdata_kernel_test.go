@@ -21,8 +21,8 @@ import (
 // highly repetitive text beside random files and duplicates. The kernel
 // reads every byte of every file here, the tails included.
 func TestCompressedLayerTail(t *testing.T) {
-	if !canMount() {
-		t.Skip("kernel mount checks need root and a kernel with erofs and loop")
+	if why := noMount(); why != "" {
+		t.Skip(why)
 	}
 	rnd := rand.New(rand.NewPCG(40, 2))
 	random := func(n int) []byte {
@@ -113,11 +113,8 @@ func (g *gibSource) Read(p []byte) (int, error) {
 // with lz4, mounts the image and compares the SHA-256 of what the kernel
 // reads with that of the stream.
 func TestCompressedGiB(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short")
-	}
-	if !canMount() {
-		t.Skip("kernel mount checks need root and a kernel with erofs and loop")
+	if why := noMount(); why != "" {
+		t.Skip(why)
 	}
 	const size = 1 << 30
 	dir := t.TempDir()
@@ -168,6 +165,9 @@ func TestCompressedGiB(t *testing.T) {
 // -zlz4 and -zlz4hc (several pcluster sizes) with the package's reader and
 // compares every file with the directory they were made from.
 func TestDebianLZ4Images(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: no mkfs.erofs; make test runs it")
+	}
 	mkfs, err := exec.LookPath("mkfs.erofs")
 	if err != nil {
 		t.Skip("no mkfs.erofs (Debian package erofs-utils)")
@@ -266,7 +266,7 @@ func TestPclusterBlockLimits(t *testing.T) {
 					t.Errorf("reader: %s: %d bytes, %v", name, len(got), err)
 				}
 			}
-			if canMount() {
+			if noMount() == "" {
 				mountCompare(t, raw, files)
 			}
 		})

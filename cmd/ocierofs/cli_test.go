@@ -220,6 +220,9 @@ func TestCLI(t *testing.T) {
 		}
 	}
 
+	if testing.Short() {
+		t.Skip("-short: extract as root (owners, devices); make test runs it")
+	}
 	if os.Geteuid() != 0 {
 		t.Skip("extract restores owners and devices only as root")
 	}
@@ -559,6 +562,9 @@ func TestExtractInterrupted(t *testing.T) {
 // makes named temp files there; on this kernel an unnamed file could be
 // linked too, so the test shows the result, not which way was taken.
 func TestMkfsWithoutProc(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: no mount namespaces; make test runs it")
+	}
 	if os.Geteuid() != 0 {
 		t.Skip("hiding /proc needs root (a mount namespace)")
 	}

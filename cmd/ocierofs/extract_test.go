@@ -274,6 +274,9 @@ func TestExtractSparse(t *testing.T) {
 // TestExtractReadOnlyDir: an unprivileged user can extract a directory
 // without write permission that has entries: its mode comes last.
 func TestExtractReadOnlyDir(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: needs root to run extract as another user; make test runs it")
+	}
 	setpriv, err := exec.LookPath("setpriv")
 	if os.Geteuid() != 0 || err != nil {
 		t.Skip("needs root and setpriv (util-linux) to run extract as another user")

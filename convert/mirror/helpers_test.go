@@ -72,7 +72,8 @@ func notifyConfig(url, header string) string {
 }
 
 // startRegistry runs docker-registry on 127.0.0.1 until the test ends;
-// extra is appended to its configuration.
+// extra is appended to its configuration. Under -short it skips the test:
+// the fast tier starts no registry.
 func startRegistry(t testing.TB, extra string) *registry {
 	t.Helper()
 	r := testregistry.New(t, testregistry.Config{Extra: extra})
@@ -331,6 +332,9 @@ func hasOverlay() bool {
 
 func umociRootfs(t testing.TB, img v1.Image) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: no umoci; make test runs it")
+	}
 	bin, err := exec.LookPath("umoci")
 	if err != nil {
 		t.Skip("no umoci (Debian package umoci)")

@@ -6,6 +6,9 @@
 //
 //	reg := testregistry.New(t, testregistry.Config{})
 //	ref := reg.Host + "/app:1"
+//
+// Under go test -short no registry starts: Binary skips the test, so the
+// fast tier needs no docker-registry; make test runs these tests.
 package testregistry
 
 import (
@@ -50,10 +53,17 @@ type Config struct {
 // talks HTTPS only, as to any registry on the internet.
 const TLSIP = "127.0.0.2"
 
-// Binary finds docker-registry, or says why the test cannot run: a
-// missing binary fails the test in CI (CI set) and skips it elsewhere.
+// ShortReason is why a test that needs a registry skips under -short.
+const ShortReason = "-short: no docker-registry; make test runs it"
+
+// Binary finds docker-registry, or says why the test cannot run: it skips
+// under -short, and a missing binary fails the test in CI (CI set) and
+// skips it elsewhere.
 func Binary(t testing.TB) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip(ShortReason)
+	}
 	for _, p := range []string{"docker-registry", "/usr/bin/docker-registry"} {
 		if bin, err := exec.LookPath(p); err == nil {
 			return bin

@@ -2,7 +2,9 @@
 // tests: it loop-mounts EROFS images, extracts tars with GNU tar as the
 // reference, maps OCI whiteouts in an extracted tree to their overlayfs
 // form, and reads images with the independent checkers (go-erofs,
-// fsck.erofs). Tests only: nothing in the build imports it.
+// fsck.erofs). Tests only: nothing in the build imports it. Under go test
+// -short, RequireMount skips and Fsck declines: the fast tier mounts nothing
+// and runs no outside checker.
 //
 //	roundtrip.RequireMount(t)
 //	mnt := roundtrip.Mount(t, "layer.erofs")

@@ -17,12 +17,20 @@ var mountProbe struct {
 	reason string // why mounting is impossible; "" if it works
 }
 
+// ShortMount is why a test that mounts skips under go test -short: the
+// fast tier needs no root and no kernel module, as root or not.
+const ShortMount = "-short: no kernel mounts; make test runs them"
+
 // RequireMount skips the test, with one line saying why, unless this
 // machine can loop-mount EROFS images: root, erofs in the kernel (after
 // modprobe erofs), and a loop device that attaches. Whether the kernel then
-// accepts an image is what the tests check, so it is not probed.
+// accepts an image is what the tests check, so it is not probed. Under
+// -short it always skips.
 func RequireMount(t testing.TB) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip(ShortMount)
+	}
 	mountProbe.once.Do(func() { mountProbe.reason = probeMount() })
 	if mountProbe.reason != "" {
 		t.Skip(mountProbe.reason)

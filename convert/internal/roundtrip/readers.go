@@ -180,10 +180,14 @@ func unixMode(m fs.FileMode) (uint32, error) {
 
 // Fsck runs Debian's fsck.erofs (erofs-utils 1.5) with args on img and
 // fails the test unless it exits 0. It returns a reason instead when fsck
-// cannot judge this image: it is not installed, or the image has a block
-// size erofs-utils 1.5 was not built for (it says so).
+// cannot judge this image: it is not installed, the image has a block
+// size erofs-utils 1.5 was not built for (it says so), or the test runs
+// under -short (the fast tier runs no outside tools).
 func Fsck(t testing.TB, img string, blockSize int, args ...string) (skip string) {
 	t.Helper()
+	if testing.Short() {
+		return "-short: no fsck.erofs; make test runs it"
+	}
 	if _, err := exec.LookPath("fsck.erofs"); err != nil {
 		return "no fsck.erofs (Debian package erofs-utils)"
 	}
