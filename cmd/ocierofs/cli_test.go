@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,14 +23,40 @@ import (
 	"github.com/ocierofs/ocierofs/convert/fstree"
 )
 
-// bin builds the command once per test run.
+// built is the directory of the programs the tests run, built once per
+// test binary and removed by TestMain.
+var built struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// programs builds ocierofs and ocierofs-mirror, once, into one directory,
+// as they are installed (serve and sync find the mirror beside ocierofs),
+// and returns it. Tests copy a program elsewhere to run it differently.
+func programs(t *testing.T) string {
+	t.Helper()
+	built.once.Do(func() {
+		built.dir, built.err = os.MkdirTemp("", "ocierofs-bin-")
+		for pkg, name := range map[string]string{".": "ocierofs", "../ocierofs-mirror": "ocierofs-mirror"} {
+			if built.err != nil {
+				return
+			}
+			if out, err := exec.Command("go", "build", "-o", filepath.Join(built.dir, name), pkg).CombinedOutput(); err != nil {
+				built.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+			}
+		}
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
+	}
+	return built.dir
+}
+
+// bin is the ocierofs the tests run (programs).
 func bin(t *testing.T) string {
 	t.Helper()
-	b := filepath.Join(t.TempDir(), "ocierofs")
-	if out, err := exec.Command("go", "build", "-o", b, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return b
+	return filepath.Join(programs(t), "ocierofs")
 }
 
 func run(t *testing.T, b string, args ...string) (string, string, int) {

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -12,13 +10,7 @@ import (
 // serve and sync show the mirror program's help; an unknown command is one
 // line and exit status 1.
 func TestHelpCommand(t *testing.T) {
-	dir := t.TempDir()
-	b := filepath.Join(dir, "ocierofs")
-	for pkg, out := range map[string]string{".": b, "../ocierofs-mirror": filepath.Join(dir, "ocierofs-mirror")} {
-		if o, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", pkg, err, o)
-		}
-	}
+	b := bin(t) // beside ocierofs-mirror
 	for _, tc := range []struct{ help, want []string }{
 		{[]string{"help"}, []string{"--help"}},
 		{[]string{"help", "convert"}, []string{"convert", "--help"}},

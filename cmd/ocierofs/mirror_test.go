@@ -17,13 +17,8 @@ import (
 // error; and ocierofs itself links neither NATS nor Prometheus (the point
 // of the split: 6 MB less memory for every image build).
 func TestMirrorCommands(t *testing.T) {
-	dir := t.TempDir()
+	dir := programs(t)
 	oc := filepath.Join(dir, "ocierofs")
-	for pkg, out := range map[string]string{".": oc, "../ocierofs-mirror": filepath.Join(dir, "ocierofs-mirror")} {
-		if b, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", pkg, err, b)
-		}
-	}
 
 	mods, err := exec.Command("go", "version", "-m", oc).CombinedOutput()
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,8 +18,18 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 )
 
-// TestMain keeps the tests' twin records out of the user's cache.
+// TestMain keeps the tests' twin records out of the user's cache, but not
+// go build's: the programs the tests build reuse the user's build cache
+// (GOCACHE, fixed before XDG_CACHE_HOME moves) instead of compiling every
+// dependency afresh. It removes the programs afterwards.
 func TestMain(m *testing.M) {
+	if os.Getenv("GOCACHE") == "" {
+		if out, err := exec.Command("go", "env", "GOCACHE").Output(); err == nil {
+			if c := strings.TrimSpace(string(out)); c != "" && c != "off" {
+				os.Setenv("GOCACHE", c)
+			}
+		}
+	}
 	dir, err := os.MkdirTemp("", "ocierofs-cache-")
 	if err != nil {
 		panic(err)
@@ -26,6 +37,9 @@ func TestMain(m *testing.M) {
 	os.Setenv("XDG_CACHE_HOME", dir)
 	code := m.Run()
 	os.RemoveAll(dir)
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
 	os.Exit(code)
 }
 
