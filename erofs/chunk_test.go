@@ -401,7 +401,8 @@ func TestChunkTableMemory(t *testing.T) {
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&after)
-	per := float64(after.HeapAlloc-before.HeapAlloc) / n
+	// Signed: what an earlier test left behind may be freed meanwhile.
+	per := float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / n
 	t.Logf("chunk table: %.1f bytes per distinct chunk (%d chunks, %d MB of data)", per, n, n*512>>20)
 	if b.chunks.len() != n {
 		t.Fatalf("%d chunks in the table, want %d", b.chunks.len(), n)
