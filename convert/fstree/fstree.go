@@ -19,18 +19,21 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/ocierofs/ocierofs/erofs"
 )
 
-// File type bits of Node.Mode (st_mode).
+// File type bits of Node.Mode (st_mode): erofs's, which are Linux's, under
+// the names a caller of fstree knows them by.
 const (
-	S_IFMT   = 0o170000
-	S_IFSOCK = 0o140000
-	S_IFLNK  = 0o120000
-	S_IFREG  = 0o100000
-	S_IFBLK  = 0o060000
-	S_IFDIR  = 0o040000
-	S_IFCHR  = 0o020000
-	S_IFIFO  = 0o010000
+	S_IFMT   = erofs.S_IFMT
+	S_IFSOCK = erofs.S_IFSOCK
+	S_IFLNK  = erofs.S_IFLNK
+	S_IFREG  = erofs.S_IFREG
+	S_IFBLK  = erofs.S_IFBLK
+	S_IFDIR  = erofs.S_IFDIR
+	S_IFCHR  = erofs.S_IFCHR
+	S_IFIFO  = erofs.S_IFIFO
 
 	permMask = 0o7777
 )
