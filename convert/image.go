@@ -502,6 +502,14 @@ type layerSource struct {
 
 // job returns the (possibly shared) conversion of one layer, starting it
 // with run unless a job of that key exists.
+//
+// It is not a singleflight.Group, which cannot say all of this: the job is
+// returned at once, for the layers above to take its directory records
+// (ops), ready once its tar is read and before its result; a job that
+// succeeded stays for later images and platforms, where a Group forgets a
+// key once its call returns; a running job is joined only while its
+// caller's context lives and no layer below it failed; and the slot is
+// taken here, in the order layers are asked for.
 func (c *Converter) job(ctx context.Context, key string, waiting Progress, lower []*dirOps, run func(*layerJob) error) *layerJob {
 	c.mu.Lock()
 	defer c.mu.Unlock()
