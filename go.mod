@@ -8,6 +8,7 @@ require (
 	github.com/docker/cli v29.7.2+incompatible
 	github.com/erofs/go-erofs v0.3.1
 	github.com/google/go-containerregistry v0.22.1
+	github.com/hanwen/go-fuse/v2 v2.12.1
 	github.com/klauspost/compress v1.20.4
 	github.com/nats-io/nats-server/v2 v2.15.3
 	github.com/nats-io/nats.go v1.56.0
