@@ -44,6 +44,10 @@ type Options struct {
 	Log func(string)
 	// Debug logs every FUSE request.
 	Debug bool
+	// Record, if set, is told the path of each file at its first opening
+	// in a layer (the path inside the image, without a leading slash): the
+	// order in which a workload reads, for a prefetch list.
+	Record func(path string)
 }
 
 // Mount is a stack of layers mounted at Target.
@@ -113,7 +117,7 @@ func Stack(target, base string, layers []Layer, opt Options) (m *Mount, err erro
 
 // serveLayer mounts one layer at dir and serves it.
 func serveLayer(dir string, l Layer, opt Options) (*fuse.Server, error) {
-	lf := &layerFS{img: l.Image, fail: func(what string, err error) syscall.Errno {
+	lf := &layerFS{img: l.Image, record: opt.Record, recorded: map[uint64]bool{}, fail: func(what string, err error) syscall.Errno {
 		if opt.Log != nil {
 			opt.Log(fmt.Sprintf("layer %s: %s: %v", l.Name, what, err))
 		}
@@ -134,6 +138,11 @@ func serveLayer(dir string, l Layer, opt Options) (*fuse.Server, error) {
 			Debug:            opt.Debug,
 			MaxReadAhead:     512 << 10,
 			DirectMountFlags: unix.MS_RDONLY | unix.MS_NODEV | unix.MS_NOSUID,
+			// Passthrough would make each layer count as a stacked file
+			// system: with the overlay over the layers, a container's
+			// overlay over that would pass the kernel's stacking depth
+			// of two.
+			DisabledCapabilities: fuse.CAP_PASSTHROUGH,
 		},
 		EntryTimeout:    &forever,
 		AttrTimeout:     &forever,

@@ -3,6 +3,7 @@ package mount
 import (
 	"context"
 	"io"
+	"path"
 	"sync"
 	"syscall"
 
@@ -20,8 +21,9 @@ import (
 // layer.
 type node struct {
 	fs.Inode
-	l   *layerFS
-	ino *erofs.Inode
+	l    *layerFS
+	ino  *erofs.Inode
+	path string // the name it was first looked up by, for Options.Record
 
 	once sync.Once
 	ents map[string]erofs.Dirent // a directory's entries by name
@@ -34,6 +36,10 @@ type layerFS struct {
 	// fail reports an error of the image or its blob: every such error is
 	// EIO to the reader, and the message goes to the log.
 	fail func(what string, err error) syscall.Errno
+
+	record   func(path string)
+	mu       sync.Mutex
+	recorded map[uint64]bool // nids whose opening was recorded
 }
 
 var (
@@ -82,7 +88,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 		return nil, n.l.fail("read inode", err)
 	}
 	fillAttr(child, &out.Attr)
-	c := &node{l: n.l, ino: child}
+	c := &node{l: n.l, ino: child, path: path.Join(n.path, name)}
 	return n.NewInode(ctx, c, fs.StableAttr{Mode: child.Mode & erofs.S_IFMT, Ino: ino(child.Nid)}), 0
 }
 
@@ -149,6 +155,15 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	r, err := n.l.img.DataReader(n.ino)
 	if err != nil {
 		return nil, 0, n.l.fail("open", err)
+	}
+	if n.l.record != nil {
+		n.l.mu.Lock()
+		first := !n.l.recorded[n.ino.Nid]
+		n.l.recorded[n.ino.Nid] = true
+		n.l.mu.Unlock()
+		if first {
+			n.l.record(n.path)
+		}
 	}
 	// The image never changes: the page cache may keep what it read
 	// across opens.

@@ -89,6 +89,8 @@ func newApp() *cli.App {
 			extractCommand,
 			verifyCommand,
 			checkCommand,
+			lazyMountCommand,
+			lazyUmountCommand,
 			version.Command,
 			helpCommand,
 		},

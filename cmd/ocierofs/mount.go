@@ -1,0 +1,457 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
+
+	"github.com/ocierofs/ocierofs/cmd/internal/options"
+	"github.com/ocierofs/ocierofs/convert"
+	"github.com/ocierofs/ocierofs/erofs"
+	"github.com/ocierofs/ocierofs/lazy"
+	"github.com/ocierofs/ocierofs/mount"
+	"github.com/ocierofs/ocierofs/oci"
+)
+
+var lazyMountCommand = &cli.Command{
+	Name:      "mount",
+	Usage:     "mount an EROFS image's merged root filesystem read-only, fetching only what is read",
+	ArgsUsage: "IMAGE MOUNTPOINT",
+	Description: "IMAGE: a converted image (EROFS layers) in a registry or oci:DIR[:TAG]. Each layer\n" +
+		"is served through FUSE and the layers are stacked by the kernel's overlayfs at\n" +
+		"MOUNTPOINT. Registry layers are read with HTTP range requests into a chunk cache\n" +
+		"on disk (--cache-dir, shared by every mount of layers it holds); a +zstd layer is\n" +
+		"fetched whole first, as it has no chunk index. A layout's files are read in place.\n" +
+		"The command stays in the foreground and serves the mount until SIGINT, SIGTERM,\n" +
+		"or `ocierofs umount MOUNTPOINT`. A read the registry cannot serve within\n" +
+		"--read-timeout (after retries) fails with EIO; the mount stays.\n" +
+		"--prefetch all fetches every layer in the background when reads leave the\n" +
+		"network idle, and checks each against its digest: from then on every chunk is\n" +
+		"checked before use. Needs root (or access to /dev/fuse and mount rights).",
+	Flags: slices.Concat(
+		options.Only(options.SourceFlags(), "username", "password", "plain-http", "insecure", "stall-timeout"),
+		options.LoginFlags(),
+		[]cli.Flag{
+			&cli.StringFlag{Name: "platform", DefaultText: options.HostPlatform(), Usage: "the image of an index to mount"},
+			&cli.StringFlag{Name: "cache-dir", DefaultText: "/var/cache/ocierofs/chunks as root, else $XDG_CACHE_HOME/ocierofs/chunks", Usage: "where fetched chunks are kept"},
+			&cli.StringFlag{Name: "cache-size", Value: "10G", Usage: "bound of the chunk cache (K, M, G, T); the least recently used chunks go past it"},
+			&cli.StringFlag{Name: "prefetch", Value: "none", Usage: "none, or all: fetch and check every layer in the background"},
+			&cli.DurationFlag{Name: "read-timeout", Value: lazy.DefaultTimeout, Usage: "fail a read (EIO) whose bytes the registry has not given in this long, retries included"},
+			&cli.StringFlag{Name: "record", Usage: "write the path of each file opened, in the order of first opening, to `FILE` when the mount ends"},
+			&cli.BoolFlag{Name: "debug", Usage: "log every FUSE request on stderr"},
+		}),
+	Action: func(c *cli.Context) error {
+		if c.NArg() != 2 {
+			return fmt.Errorf("mount: want IMAGE MOUNTPOINT")
+		}
+		ctx, stop := interruptible(c.Context)
+		defer stop()
+		return runMount(ctx, c, c.Args().Get(0), c.Args().Get(1))
+	},
+}
+
+var lazyUmountCommand = &cli.Command{
+	Name:      "umount",
+	Usage:     "unmount what ocierofs mount mounted, and stop its server",
+	ArgsUsage: "MOUNTPOINT",
+	Action: func(c *cli.Context) error {
+		if c.NArg() != 1 {
+			return fmt.Errorf("umount: want MOUNTPOINT")
+		}
+		return runUmount(c.Args().First())
+	},
+}
+
+// runDir holds a directory per mount: the layers' mount points and the
+// pid of the server, found by the mount point's name.
+func runDir() string {
+	if os.Geteuid() == 0 {
+		return "/run/ocierofs"
+	}
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		return filepath.Join(d, "ocierofs")
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("ocierofs-%d", os.Geteuid()))
+}
+
+// mountState is the run directory of the mount at target.
+func mountState(target string) string {
+	sum := sha256.Sum256([]byte(target))
+	return filepath.Join(runDir(), fmt.Sprintf("mnt-%x", sum[:8]))
+}
+
+func defaultCacheDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/cache/ocierofs/chunks"
+	}
+	d, err := os.UserCacheDir()
+	if err != nil {
+		d = os.TempDir()
+	}
+	return filepath.Join(d, "ocierofs", "chunks")
+}
+
+// parseByteSize reads a byte count with an optional K, M, G or T suffix.
+func parseByteSize(s string) (int64, error) {
+	unit := int64(1)
+	if i := len(s) - 1; i > 0 {
+		if k := strings.IndexByte("KMGT", s[i]&^0x20); k >= 0 {
+			s, unit = s[:i], int64(1)<<(10*(k+1))
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || n > (1<<62)/unit {
+		return 0, fmt.Errorf("size %q: want bytes, or a number with K, M, G or T", s)
+	}
+	return n * unit, nil
+}
+
+func runMount(ctx context.Context, c *cli.Context, ref, target string) error {
+	if err := mount.Available(); err != nil {
+		return err
+	}
+	target, err := filepath.Abs(target)
+	if err != nil {
+		return err
+	}
+	if fi, err := os.Stat(target); err != nil || !fi.IsDir() {
+		return fmt.Errorf("mount point %s: not a directory", target)
+	}
+	prefetch := c.String("prefetch")
+	if prefetch != "all" && prefetch != "none" {
+		return fmt.Errorf("--prefetch %q: want all or none", prefetch)
+	}
+	cacheSize, err := parseByteSize(c.String("cache-size"))
+	if err != nil {
+		return fmt.Errorf("--cache-size: %w", err)
+	}
+	state := mountState(target)
+	if pid, ok := serverOf(state); ok {
+		return fmt.Errorf("%s: already mounted by ocierofs (pid %d): ocierofs umount %s", target, pid, target)
+	}
+	os.RemoveAll(state)
+
+	src, err := oci.ParseRef(ref, c.Bool("plain-http") || c.Bool("insecure"))
+	if err != nil {
+		return err
+	}
+	rem := oci.Remote{Insecure: c.Bool("insecure"), StallTimeout: options.StallTimeout(c)}
+	rem, _, err = options.Credentials(ctx, c, rem, src, nil)
+	if err != nil {
+		return err
+	}
+	art, err := oci.Get(ctx, src, rem)
+	if err != nil {
+		return err
+	}
+	img := art.Image
+	if art.Index != nil {
+		if img, err = platformImage(art, c.String("platform")); err != nil {
+			return err
+		}
+	}
+	cacheDir := c.String("cache-dir")
+	if cacheDir == "" {
+		cacheDir = defaultCacheDir()
+	}
+	var cache *lazy.Cache
+	var blobSrc lazy.Source
+	switch src.Kind {
+	case oci.Registry:
+		repo := src.Name.Context()
+		client, err := rem.BlobClient(ctx, repo)
+		if err != nil {
+			return err
+		}
+		blobSrc = lazy.Registry(client, repo)
+	case oci.Layout:
+		blobSrc = lazy.Layout(src.Path)
+	default:
+		return fmt.Errorf("%s: mount reads images in a registry or an OCI layout", ref)
+	}
+	logf := func(s string) { fmt.Fprintf(os.Stderr, "%s %s\n", time.Now().Format("15:04:05"), s) }
+	lopt := lazy.Options{Timeout: c.Duration("read-timeout"), Log: logf}
+	openCache := func() (*lazy.Cache, error) {
+		if cache == nil {
+			cache, err = lazy.OpenCache(cacheDir, cacheSize)
+		}
+		return cache, err
+	}
+	layers, blobs, closers, err := openLayers(ctx, img, blobSrc, openCache, lopt, logf)
+	defer func() {
+		for _, cl := range closers {
+			cl.Close()
+		}
+	}()
+	if err != nil {
+		return fmt.Errorf("%s: %w", ref, err)
+	}
+
+	rec := &recorder{}
+	mopt := mount.Options{Log: logf, Debug: c.Bool("debug")}
+	if c.String("record") != "" {
+		mopt.Record = rec.add
+	}
+	if err := os.MkdirAll(state, 0o700); err != nil {
+		return err
+	}
+	defer os.RemoveAll(state)
+	m, err := mount.Stack(target, filepath.Join(state, "layers"), layers, mopt)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(state, "pid"), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
+		m.Unmount()
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "mounted %s at %s (%s)\n", ref, target, count(len(layers), "layer"))
+
+	if prefetch == "all" && len(blobs) > 0 {
+		go prefetchAll(ctx, blobs, logf)
+	}
+	waitUnmounted(ctx, target)
+	err = m.Unmount()
+	if cache != nil {
+		st := cache.Stats()
+		fmt.Fprintf(os.Stderr, "unmounted %s: fetched %d bytes in %s\n", target, st.Bytes, count(int(st.Requests), "request"))
+	}
+	if name := c.String("record"); name != "" {
+		if werr := rec.write(name); werr != nil && err == nil {
+			err = fmt.Errorf("--record: %w", werr)
+		}
+	}
+	return err
+}
+
+// openLayers opens every layer of img as an EROFS image: a layout's raw
+// layer in place, a registry's by ranges through the cache, a +zstd one
+// fetched whole into the cache. blobs are the ranged ones, to prefetch.
+func openLayers(ctx context.Context, img v1.Image, src lazy.Source, openCache func() (*lazy.Cache, error), lopt lazy.Options, logf func(string)) (layers []mount.Layer, blobs []*lazy.Blob, closers []io.Closer, err error) {
+	ls, err := img.Layers()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	for i, l := range ls {
+		dg, err := l.Digest()
+		if err != nil {
+			return nil, nil, closers, err
+		}
+		mt, err := l.MediaType()
+		if err != nil {
+			return nil, nil, closers, err
+		}
+		if !convert.IsEROFS(mt) {
+			return nil, nil, closers, fmt.Errorf("layer %d (%s) is %s, not EROFS: convert the image first (ocierofs convert)", i, dg, mt)
+		}
+		size, err := l.Size()
+		if err != nil {
+			return nil, nil, closers, err
+		}
+		var r io.ReaderAt
+		var n int64
+		switch p, inPlace := lazy.FilePath(src, dg); {
+		case strings.HasSuffix(string(mt), "+zstd"):
+			cache, err := openCache()
+			if err != nil {
+				return nil, nil, closers, err
+			}
+			logf(fmt.Sprintf("layer %d (%s) is +zstd, which has no chunk index to read ranges by: fetching it whole (%d bytes)", i, dg, size))
+			b, err := cache.Whole(ctx, src, dg, func(r io.Reader) (io.ReadCloser, error) { return oci.Decompressor("zstd", r) }, lopt)
+			if err != nil {
+				return nil, nil, closers, fmt.Errorf("layer %d: %w", i, err)
+			}
+			r, n = b, b.Size()
+		case inPlace:
+			f, err := os.Open(p)
+			if err != nil {
+				return nil, nil, closers, fmt.Errorf("layer %d: %w", i, err)
+			}
+			closers = append(closers, f)
+			r, n = f, size
+		default:
+			cache, err := openCache()
+			if err != nil {
+				return nil, nil, closers, err
+			}
+			b, err := cache.Ranged(src, dg, size, lopt)
+			if err != nil {
+				return nil, nil, closers, err
+			}
+			blobs = append(blobs, b)
+			r, n = b, size
+		}
+		ei, err := erofs.Open(r, n)
+		if err != nil {
+			return nil, nil, closers, fmt.Errorf("layer %d (%s): %w", i, dg, err)
+		}
+		layers = append(layers, mount.Layer{Image: ei, Name: "ocierofs:" + dg.String()})
+	}
+	return layers, blobs, closers, nil
+}
+
+// prefetchAll fetches and checks each blob in turn, in the background.
+func prefetchAll(ctx context.Context, blobs []*lazy.Blob, logf func(string)) {
+	for _, b := range blobs {
+		if err := b.Prefetch(ctx); err != nil {
+			if ctx.Err() == nil {
+				logf(fmt.Sprintf("prefetch: %v", err))
+			}
+			continue
+		}
+		logf(fmt.Sprintf("prefetch: blob %s fetched and checked", b.Digest()))
+	}
+}
+
+// waitUnmounted returns when ctx ends (a signal), or when target is no
+// longer a mount point (unmounted by umount(8), say).
+func waitUnmounted(ctx context.Context, target string) {
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if !isMountPoint(target) {
+				return
+			}
+		}
+	}
+}
+
+// isMountPoint reports whether /proc/self/mountinfo lists p.
+func isMountPoint(p string) bool {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return true
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if fs := strings.Fields(sc.Text()); len(fs) > 4 && unescapeMountinfo(fs[4]) == p {
+			return true
+		}
+	}
+	return false
+}
+
+// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// serverOf is the pid of the live server of the mount whose run directory
+// is state.
+func serverOf(state string) (int, bool) {
+	raw, err := os.ReadFile(filepath.Join(state, "pid"))
+	if err != nil {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err != nil || pid <= 0 {
+		return 0, false
+	}
+	if err := unix.Kill(pid, 0); err != nil && !errors.Is(err, unix.EPERM) {
+		return 0, false
+	}
+	return pid, true
+}
+
+// runUmount stops the server of the mount at target, which unmounts it;
+// where no server lives any more, it unmounts what is left itself.
+func runUmount(target string) error {
+	target, err := filepath.Abs(target)
+	if err != nil {
+		return err
+	}
+	state := mountState(target)
+	if pid, ok := serverOf(state); ok {
+		if err := unix.Kill(pid, unix.SIGTERM); err != nil {
+			return fmt.Errorf("umount %s: signal pid %d: %w", target, pid, err)
+		}
+		for range 300 {
+			if _, ok := serverOf(state); !ok || unix.Kill(pid, 0) != nil {
+				return nil
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		return fmt.Errorf("umount %s: pid %d did not stop in 30s", target, pid)
+	}
+	var left []string
+	if isMountPoint(target) {
+		left = append(left, target)
+	}
+	layers, _ := filepath.Glob(filepath.Join(state, "layers", "*"))
+	for _, p := range layers {
+		if isMountPoint(p) {
+			left = append(left, p)
+		}
+	}
+	if len(left) == 0 {
+		return fmt.Errorf("umount %s: not mounted by ocierofs mount", target)
+	}
+	for _, p := range left {
+		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil {
+			return fmt.Errorf("umount %s: %w", p, err)
+		}
+	}
+	os.RemoveAll(state)
+	return nil
+}
+
+// recorder keeps the paths of files in the order of their first opening.
+type recorder struct {
+	mu    sync.Mutex
+	seen  map[string]bool
+	paths []string
+}
+
+func (r *recorder) add(p string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.seen == nil {
+		r.seen = map[string]bool{}
+	}
+	if !r.seen[p] {
+		r.seen[p] = true
+		r.paths = append(r.paths, p)
+	}
+}
+
+func (r *recorder) write(name string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var b strings.Builder
+	for _, p := range r.paths {
+		b.WriteString("/" + p + "\n")
+	}
+	return os.WriteFile(name, []byte(b.String()), 0o644)
+}
