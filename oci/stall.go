@@ -84,9 +84,11 @@ type stallTransport struct {
 
 func (t stallTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx, cancel := context.WithCancel(req.Context())
-	w := &watchdog{err: &StallError{Method: req.Method, URL: req.URL.String(), Idle: t.d}, cancel: cancel}
+	// Armed before the timer starts: fire may run at once.
+	w := &watchdog{err: &StallError{Method: req.Method, URL: req.URL.String(), Idle: t.d}, cancel: cancel, armed: true}
+	w.mu.Lock()
 	w.timer = time.AfterFunc(t.d, w.fire)
-	w.armed = true
+	w.mu.Unlock()
 	req = req.WithContext(ctx)
 	if req.Body != nil && req.Body != http.NoBody {
 		req.Body = &uploadBody{rc: req.Body, w: w}
