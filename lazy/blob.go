@@ -224,8 +224,37 @@ func (b *Blob) chunk(i int64, bg bool) (*os.File, error) {
 	if err := b.fetch(i, bg); err != nil {
 		return nil, err
 	}
+	if !bg && !b.whole && i > 0 {
+		b.readAhead(i)
+	}
 	return b.openChunk(i)
 }
+
+// readAhead starts fetching the chunks after i when the chunk before i is
+// in the cache: a file read through, whose next chunk would otherwise cost
+// a round trip of its own. A few run at once per cache, at most.
+func (b *Blob) readAhead(i int64) {
+	if _, err := os.Stat(b.chunkPath(i - 1)); err != nil {
+		return
+	}
+	for j := i + 1; j <= i+readAheadChunks && j < b.chunks(); j++ {
+		if _, err := os.Stat(b.chunkPath(j)); err == nil {
+			continue
+		}
+		select {
+		case b.c.ahead <- struct{}{}:
+		default:
+			return
+		}
+		go func() {
+			defer func() { <-b.c.ahead }()
+			b.fetch(j, true)
+		}()
+	}
+}
+
+// readAheadChunks is how far past a sequential read readAhead fetches.
+const readAheadChunks = 2
 
 // openChunk opens chunk i of the cache, checking it against its digest the
 // first time this process reads it. A chunk of the wrong length (cut by a

@@ -37,6 +37,8 @@ type Cache struct {
 	// active counts foreground fetches in flight; a prefetch waits for
 	// none, so that it takes bandwidth only when reads leave it free.
 	active atomic.Int64
+	// ahead bounds the read-ahead fetches in flight.
+	ahead chan struct{}
 
 	fetched  atomic.Int64
 	requests atomic.Int64
@@ -49,7 +51,7 @@ func OpenCache(dir string, limit int64) (*Cache, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("cache: %w", err)
 	}
-	c := &Cache{dir: dir, limit: limit, blobs: map[v1.Hash]*Blob{}}
+	c := &Cache{dir: dir, limit: limit, blobs: map[v1.Hash]*Blob{}, ahead: make(chan struct{}, 4)}
 	total, err := c.scan(true)
 	if err != nil {
 		return nil, fmt.Errorf("cache %s: %w", dir, err)

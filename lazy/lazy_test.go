@@ -362,3 +362,38 @@ func TestLayout(t *testing.T) {
 		t.Fatal("layout range differs")
 	}
 }
+
+// TestReadAhead: reading a blob through fetches the chunks after the one
+// read before they are asked for, and each chunk once.
+func TestReadAhead(t *testing.T) {
+	f := newFaultyRegistry(t)
+	data := randomBytes(6*lazy.ChunkSize, 8)
+	dg := f.push(t, data, "application/vnd.erofs.layer.v1")
+	dir := t.TempDir()
+	c, _ := lazy.OpenCache(dir, 0)
+	b, _ := c.Ranged(f.source(t, 0), dg, int64(len(data)), lazy.Options{})
+	p := make([]byte, 10)
+	b.ReadAt(p, 0)
+	b.ReadAt(p, lazy.ChunkSize)
+	chunk := func(i int) string { return filepath.Join(dir, "sha256", dg.Hex, "c"+string(rune('0'+i))) }
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err2 := os.Stat(chunk(2))
+		_, err3 := os.Stat(chunk(3))
+		if err2 == nil && err3 == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("chunks 2 and 3 not read ahead of a sequential read")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	got, err := io.ReadAll(io.NewSectionReader(b, 0, b.Size()))
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read %d bytes, %v", len(got), err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := f.gets.Load(); n != 6 {
+		t.Fatalf("%d requests for 6 chunks", n)
+	}
+}
