@@ -458,3 +458,36 @@ func TestMountErrors(t *testing.T) {
 		t.Errorf("--prefetch some: exit %d: %s", code, stderr)
 	}
 }
+
+// TestMountLogin: mount logs in as convert does (--username, --password),
+// and without them says that the registry wants a login.
+func TestMountLogin(t *testing.T) {
+	requireLazyMount(t)
+	b := bin(t)
+	reg := newLoginRegistry(t, "alice", "s3cret")
+	ref := reg.host + "/busybox:erofs"
+	if _, stderr, code := run(t, b, "convert", "--plain-http", "-q", "--username", "alice", "--password", "s3cret", "oci:"+copyBusyboxLayout(t)+":latest", ref); code != 0 {
+		t.Fatalf("convert: %s", stderr)
+	}
+	target := t.TempDir()
+	_, stderr, code := run(t, b, "mount", "--plain-http", "--cache-dir", t.TempDir(), ref, target)
+	if code == 0 || !strings.Contains(stderr, "401") && !strings.Contains(strings.ToLower(stderr), "unauthorized") {
+		t.Fatalf("mount without a login: exit %d: %s", code, stderr)
+	}
+	reg.reset()
+	m := startMount(t, b, "--plain-http", "--cache-dir", t.TempDir(), "--username", "alice", "--password", "s3cret", ref, target)
+	if _, err := os.ReadFile(filepath.Join(target, "bin", "busybox")); err != nil {
+		t.Fatal(err)
+	}
+	reg.mu.Lock()
+	reads := reg.blobReads
+	reg.mu.Unlock()
+	if reads == 0 {
+		t.Fatal("no blob read from the registry")
+	}
+	if u := reg.users(); len(u) != 1 || u[0] != "alice" {
+		t.Fatalf("users sent: %v", u)
+	}
+	m.cmd.Process.Signal(syscall.SIGTERM)
+	must(t, m.wait(t))
+}
