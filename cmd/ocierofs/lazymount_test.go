@@ -494,3 +494,35 @@ func TestMountLogin(t *testing.T) {
 	m.cmd.Process.Signal(syscall.SIGTERM)
 	must(t, m.wait(t))
 }
+
+// TestMountKilled: what a killed server leaves mounted, umount detaches,
+// and a new mount at the same place works.
+func TestMountKilled(t *testing.T) {
+	requireLazyMount(t)
+	b := bin(t)
+	host := dockerRegistry(t)
+	ref := convertBusyboxTo(t, b, host)
+	target := t.TempDir()
+	cache := t.TempDir()
+	m := startMount(t, b, "--plain-http", "--cache-dir", cache, ref, target)
+	m.cmd.Process.Kill()
+	m.wait(t)
+	if !isMountPoint(target) {
+		t.Fatal("the overlay went with the killed server: nothing to test")
+	}
+	if _, stderr, code := run(t, b, "umount", target); code != 0 {
+		t.Fatalf("umount after a kill: exit %d: %s", code, stderr)
+	}
+	if isMountPoint(target) {
+		t.Fatal("still mounted after umount")
+	}
+	m = startMount(t, b, "--plain-http", "--cache-dir", cache, ref, target)
+	m.cmd.Process.Kill()
+	m.wait(t)
+	m = startMount(t, b, "--plain-http", "--cache-dir", cache, ref, target)
+	if _, err := os.ReadFile(filepath.Join(target, "bin", "busybox")); err != nil {
+		t.Fatalf("a mount over a killed one: %v", err)
+	}
+	m.cmd.Process.Signal(syscall.SIGTERM)
+	must(t, m.wait(t))
+}

@@ -143,7 +143,8 @@ func runMount(ctx context.Context, c *cli.Context, ref, target string) error {
 	if pid, ok := serverOf(state); ok {
 		return fmt.Errorf("%s: already mounted by ocierofs (pid %d): ocierofs umount %s", target, pid, target)
 	}
-	os.RemoveAll(state)
+	// A server that was killed left its mounts, whose reads fail.
+	detachLeftovers(target, state)
 
 	src, err := oci.ParseRef(ref, c.Bool("plain-http") || c.Bool("insecure"))
 	if err != nil {
@@ -405,6 +406,19 @@ func runUmount(target string) error {
 		}
 		return fmt.Errorf("umount %s: pid %d did not stop in 30s", target, pid)
 	}
+	if _, err := os.Stat(state); err != nil {
+		return fmt.Errorf("umount %s: not mounted by ocierofs mount", target)
+	}
+	return detachLeftovers(target, state)
+}
+
+// detachLeftovers detaches what a server that no longer runs left mounted
+// at target and under its run directory state, and removes state. Without
+// state, target is not touched: it is not known to be ocierofs's.
+func detachLeftovers(target, state string) error {
+	if _, err := os.Stat(state); err != nil {
+		return nil
+	}
 	var left []string
 	if isMountPoint(target) {
 		left = append(left, target)
@@ -415,16 +429,12 @@ func runUmount(target string) error {
 			left = append(left, p)
 		}
 	}
-	if len(left) == 0 {
-		return fmt.Errorf("umount %s: not mounted by ocierofs mount", target)
-	}
 	for _, p := range left {
 		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil {
 			return fmt.Errorf("umount %s: %w", p, err)
 		}
 	}
-	os.RemoveAll(state)
-	return nil
+	return os.RemoveAll(state)
 }
 
 // recorder keeps the paths of files in the order of their first opening.
