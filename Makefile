@@ -66,6 +66,7 @@ test-deps:
 	modprobe erofs 2>/dev/null || true
 	modprobe loop 2>/dev/null || true
 	modprobe overlay 2>/dev/null || true
+	modprobe fuse 2>/dev/null || true
 	$(GO) version
 	$(GO) mod download
 	cd deploy && $(GO) mod download
