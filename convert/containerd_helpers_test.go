@@ -31,6 +31,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ocierofs/ocierofs/convert/fstree"
+	"github.com/ocierofs/ocierofs/internal/mountinfo"
 )
 
 // containerdVersion is the containerd the tests are written against (its
@@ -457,7 +458,7 @@ func (c *ctrd) stop(t testing.TB) {
 			if len(fields) < 5 {
 				continue
 			}
-			mp := unescapeMountinfo(fields[4])
+			mp := mountinfo.Unescape(fields[4])
 			for _, d := range []string{c.root, c.state, c.sockDir} {
 				if mp == d || strings.HasPrefix(mp, d+"/") {
 					mnts = append(mnts, mp)
@@ -476,25 +477,6 @@ func (c *ctrd) stop(t testing.TB) {
 	for ns := range c.namespaces {
 		os.Remove(filepath.Join("/run/containerd/runc", ns)) // only if empty: another containerd may use it
 	}
-}
-
-// unescapeMountinfo undoes the octal escapes of /proc/self/mountinfo.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // logTail is the last n lines of containerd's log.
@@ -900,7 +882,7 @@ func isMountPoint(dir string) bool {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if fields := strings.Fields(sc.Text()); len(fields) >= 5 && unescapeMountinfo(fields[4]) == dir {
+		if fields := strings.Fields(sc.Text()); len(fields) >= 5 && mountinfo.Unescape(fields[4]) == dir {
 			return true
 		}
 	}

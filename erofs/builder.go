@@ -408,11 +408,8 @@ func (b *Builder) Link(p string, f *File) error {
 // newFile makes e's inode, which fill gives its data. A failed fill
 // leaves the output out of step with the tree, so its error is sticky.
 func (b *Builder) newFile(e Entry, fill func(*inode) error) (*inode, error) {
-	if b.err != nil {
-		return nil, b.err
-	}
-	if b.finished {
-		return nil, errors.New("erofs: Add after Finish")
+	if err := b.usable(); err != nil {
+		return nil, err
 	}
 	if _, err := CleanPath(e.Path); err != nil {
 		return nil, fmt.Errorf("erofs: entry %q: %w", e.Path, err)
@@ -432,13 +429,22 @@ func (b *Builder) newFile(e Entry, fill func(*inode) error) (*inode, error) {
 	return ino, nil
 }
 
-// putAt puts ino at the path name in the tree.
-func (b *Builder) putAt(name string, ino *inode) error {
+// usable is the error that stops every Add: an earlier sticky one, or
+// Finish having run.
+func (b *Builder) usable() error {
 	if b.err != nil {
 		return b.err
 	}
 	if b.finished {
 		return errors.New("erofs: Add after Finish")
+	}
+	return nil
+}
+
+// putAt puts ino at the path name in the tree.
+func (b *Builder) putAt(name string, ino *inode) error {
+	if err := b.usable(); err != nil {
+		return err
 	}
 	p, err := CleanPath(name)
 	if err != nil {
@@ -475,11 +481,8 @@ func (b *Builder) putAt(name string, ino *inode) error {
 }
 
 func (b *Builder) addHardLink(name, target string) error {
-	if b.err != nil {
-		return b.err
-	}
-	if b.finished {
-		return errors.New("erofs: Add after Finish")
+	if err := b.usable(); err != nil {
+		return err
 	}
 	p, err := CleanPath(name)
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/ocierofs/ocierofs/cmd/internal/options"
 	"github.com/ocierofs/ocierofs/convert"
 	"github.com/ocierofs/ocierofs/erofs"
+	"github.com/ocierofs/ocierofs/internal/mountinfo"
 	"github.com/ocierofs/ocierofs/lazy"
 	"github.com/ocierofs/ocierofs/mount"
 	"github.com/ocierofs/ocierofs/oci"
@@ -343,30 +344,11 @@ func isMountPoint(p string) bool {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if fs := strings.Fields(sc.Text()); len(fs) > 4 && unescapeMountinfo(fs[4]) == p {
+		if fs := strings.Fields(sc.Text()); len(fs) > 4 && mountinfo.Unescape(fs[4]) == p {
 			return true
 		}
 	}
 	return false
-}
-
-// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // serverOf is the pid of the live server of the mount whose run directory
