@@ -118,6 +118,18 @@ func zConfigs(t testing.TB) []zConfig {
 	return cs
 }
 
+// zShortSkip reports whether go test -short leaves configuration c out:
+// lz4 at its fast default level runs every configuration; the other
+// codecs and levels run the two that TestWorkersSameImage picks (64 KiB
+// pclusters with tail packing, 4 KiB with fragments), and leave the
+// extent cutting's other paths to lz4.
+func zShortSkip(c Compression) bool {
+	if !testing.Short() || c.Algorithm == AlgLZ4 && c.Level == codecs[AlgLZ4].defaultLevel {
+		return false
+	}
+	return !(c.PclusterSize == 65536 && c.TailPacking && !c.Fragments || c.PclusterSize == 4096 && !c.TailPacking && c.Fragments)
+}
+
 func buildZ(t testing.TB, cfg zConfig, files map[string][]byte) []byte {
 	return buildZWorkers(t, cfg, files, 0)
 }
@@ -166,10 +178,14 @@ func TestCompressedRoundTrip(t *testing.T) {
 	}
 	for _, cfg := range zConfigs(t) {
 		// lz4 gets every input everywhere; the slower codecs get them at
-		// their default level with 64 KiB pclusters and tail packing.
+		// their default level with 64 KiB pclusters and tail packing (not
+		// under -short: the small inputs, in fewer configurations).
 		c := cfg.c
+		if zShortSkip(c) {
+			continue
+		}
 		files := all
-		if c.Algorithm != AlgLZ4 && !(c.Level == codecs[c.Algorithm].defaultLevel && c.PclusterSize == 65536 && c.TailPacking && !c.Fragments) {
+		if c.Algorithm != AlgLZ4 && (testing.Short() || !(c.Level == codecs[c.Algorithm].defaultLevel && c.PclusterSize == 65536 && c.TailPacking && !c.Fragments)) {
 			files = small
 		}
 		var plainSize int
@@ -291,9 +307,13 @@ func TestWorkersSameImage(t *testing.T) {
 			!(c.PclusterSize == 65536 && c.TailPacking && !c.Fragments || c.PclusterSize == 4096 && !c.TailPacking && c.Fragments) {
 			continue
 		}
+		workers := []int{2, 3, 8}
+		if testing.Short() {
+			workers = []int{3}
+		}
 		t.Run(cfg.name, func(t *testing.T) {
 			one := buildZWorkers(t, cfg, files, 1)
-			for _, n := range []int{2, 3, 8} {
+			for _, n := range workers {
 				if got := buildZWorkers(t, cfg, files, n); !bytes.Equal(got, one) {
 					t.Errorf("%d workers: image of %d bytes differs from one worker's (%d bytes) at %d", n, len(got), len(one), firstDiff(got, one))
 				}
