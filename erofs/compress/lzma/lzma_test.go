@@ -78,8 +78,18 @@ func check(t *testing.T, e *Encoder, d *Decoder, src []byte, budget int) (int, i
 }
 
 func TestRoundTrip(t *testing.T) {
+	levels := []int{0, 1, 3, 4, 6, 9}
+	if testing.Short() {
+		// Each parser with a short and the longest nice length (0, 3), the
+		// optimal parser's first level and the default (4, 6), on at most
+		// 1 MiB of each input.
+		levels = []int{0, 3, 4, 6}
+	}
 	for name, data := range corpora() {
-		for _, level := range []int{0, 1, 3, 4, 6, 9} {
+		if testing.Short() {
+			data = data[:min(len(data), 1<<20)]
+		}
+		for _, level := range levels {
 			t.Run(fmt.Sprintf("%s/L%d", name, level), func(t *testing.T) {
 				e, err := NewEncoder(level, WithDictSize(64<<10))
 				if err != nil {
