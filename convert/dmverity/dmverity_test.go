@@ -62,10 +62,16 @@ var rootLine = regexp.MustCompile(`(?m)^Root hash:\s*([0-9a-f]+)$`)
 func TestFormatVeritysetup(t *testing.T) {
 	bin := veritysetup(t)
 	dir := t.TempDir()
+	// The trees of three levels: 64 MiB of 4 KiB data blocks, or under
+	// -short the same tree over 8 MiB of 512-byte ones.
+	deep := 4096
+	if testing.Short() {
+		deep = 512
+	}
 	for _, c := range []struct{ size, dbs int }{
 		{1, 4096}, {BlockSize, 4096}, {2 * BlockSize, 4096}, {5000, 4096},
 		{hashesPerBlock * BlockSize, 4096}, {(hashesPerBlock + 1) * BlockSize, 4096},
-		{hashesPerBlock * hashesPerBlock * BlockSize, 4096}, {(hashesPerBlock*hashesPerBlock + 3) * BlockSize, 4096},
+		{hashesPerBlock * hashesPerBlock * deep, deep}, {(hashesPerBlock*hashesPerBlock + 3) * deep, deep},
 		{(batch*3+7)*BlockSize + 100, 4096},
 		{512, 512}, {64512, 512}, {hashesPerBlock * 512, 512}, {(hashesPerBlock + 1) * 512, 512},
 		{(batch*9 + 5) * 1024, 1024}, {3 * 2048, 2048},
