@@ -119,7 +119,9 @@ func TestTarFileData(t *testing.T) {
 				if !bytes.Equal(got, want) {
 					t.Fatalf("%d workers: the tar file's image differs from the stream's (%d vs %d bytes)", workers, len(got), len(want))
 				}
-				if workers == 3 {
+				if why := roundtrip.NoMount(); workers == 3 && why != "" {
+					t.Logf("kernel read skipped: %s", why)
+				} else if workers == 3 {
 					mnt := roundtrip.Mount(t, img)
 					for name, data := range files {
 						b, err := os.ReadFile(filepath.Join(mnt, name))

@@ -21,19 +21,24 @@ var mountProbe struct {
 // fast tier needs no root and no kernel module, as root or not.
 const ShortMount = "-short: no kernel mounts; make test runs them"
 
-// RequireMount skips the test, with one line saying why, unless this
-// machine can loop-mount EROFS images: root, erofs in the kernel (after
-// modprobe erofs), and a loop device that attaches. Whether the kernel then
-// accepts an image is what the tests check, so it is not probed. Under
-// -short it always skips.
-func RequireMount(t testing.TB) {
-	t.Helper()
+// NoMount says why this machine cannot loop-mount EROFS images, "" if it
+// can: root, erofs in the kernel (after modprobe erofs), and a loop device
+// that attaches. Whether the kernel then accepts an image is what the
+// tests check, so it is not probed. Under -short it is ShortMount.
+func NoMount() string {
 	if testing.Short() {
-		t.Skip(ShortMount)
+		return ShortMount
 	}
 	mountProbe.once.Do(func() { mountProbe.reason = probeMount() })
-	if mountProbe.reason != "" {
-		t.Skip(mountProbe.reason)
+	return mountProbe.reason
+}
+
+// RequireMount skips the test, with one line saying why (NoMount), unless
+// this machine can loop-mount EROFS images.
+func RequireMount(t testing.TB) {
+	t.Helper()
+	if why := NoMount(); why != "" {
+		t.Skip(why)
 	}
 }
 
@@ -103,9 +108,11 @@ func KernelLog() string {
 // directory and unmounts it when the test ends. Extra devices (blobs, the
 // tar of a tar index) are given as files: each goes on a read-only loop
 // device of its own, as the kernel opens device= as a block device. A
-// refused mount fails the test, with the kernel's erofs messages.
+// refused mount fails the test, with the kernel's erofs messages; a
+// machine that cannot mount (NoMount) skips it.
 func Mount(t testing.TB, img string, devices ...string) string {
 	t.Helper()
+	RequireMount(t)
 	mnt := t.TempDir()
 	o := "loop,ro"
 	for _, d := range devices {
