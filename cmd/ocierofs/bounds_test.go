@@ -53,6 +53,7 @@ func stallingRegistry(t *testing.T) string {
 // with exit 1 and one line naming the blob and the registry, after the
 // retries, instead of hanging.
 func TestConvertCLIStall(t *testing.T) {
+	t.Parallel()
 	host := stallingRegistry(t)
 	src, err := name.ParseReference(host + "/e2e/bb:1")
 	if err != nil {
@@ -84,6 +85,7 @@ func TestConvertCLIStall(t *testing.T) {
 // small gzip of zeros does not become a huge image; the tar's size is
 // bounded from a file and from stdin, with exit 1 and no output.
 func TestMkfsMaxLayerSize(t *testing.T) {
+	t.Parallel()
 	b := bin(t)
 	dir := t.TempDir()
 	bomb := filepath.Join(dir, "bomb.tar.gz")

@@ -237,6 +237,7 @@ func TestExtractNoPartial(t *testing.T) {
 // TestExtractSparse: holes of a chunked image, and zeros of any image,
 // become holes of the extracted file, whose bytes are those of the tar.
 func TestExtractSparse(t *testing.T) {
+	t.Parallel()
 	b := bin(t)
 	dir := t.TempDir()
 	layer := filepath.Join(dir, "l.tar")

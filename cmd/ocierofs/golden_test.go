@@ -25,6 +25,7 @@ const goldenFile = "../../testdata/golden-digests.txt"
 // options, and convert of the busybox layout with the main image options,
 // give the pinned bytes, with one worker and with three.
 func TestGolden(t *testing.T) {
+	t.Parallel()
 	b := bin(t)
 	dir := t.TempDir()
 	demo := "../../testdata/demo-layer.tar.gz"

@@ -17,6 +17,7 @@ import (
 // error; and ocierofs itself links neither NATS nor Prometheus (the point
 // of the split: 6 MB less memory for every image build).
 func TestMirrorCommands(t *testing.T) {
+	t.Parallel()
 	dir := programs(t)
 	oc := filepath.Join(dir, "ocierofs")
 

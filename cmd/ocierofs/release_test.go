@@ -14,6 +14,7 @@ import (
 // urfave/cli's documentation writers, which would bring the Markdown
 // renderer and its initialisation into every image build.
 func TestReleaseBuild(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("make"); err != nil {
 		t.Skip("make is not installed")
 	}
