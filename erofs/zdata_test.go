@@ -122,10 +122,14 @@ func zConfigs(t testing.TB) []zConfig {
 // lz4 at its fast default level runs every configuration; the other
 // codecs and levels run the two that TestWorkersSameImage picks (64 KiB
 // pclusters with tail packing, 4 KiB with fragments), and leave the
-// extent cutting's other paths to lz4.
+// extent cutting's other paths to lz4; a codec's maximum level is left
+// to its package's tests (erofs/compress/...).
 func zShortSkip(c Compression) bool {
 	if !testing.Short() || c.Algorithm == AlgLZ4 && c.Level == codecs[AlgLZ4].defaultLevel {
 		return false
+	}
+	if k := codecs[c.Algorithm]; c.Level == k.maxLevel && k.maxLevel != k.defaultLevel {
+		return true
 	}
 	return !(c.PclusterSize == 65536 && c.TailPacking && !c.Fragments || c.PclusterSize == 4096 && !c.TailPacking && c.Fragments)
 }
