@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -74,18 +76,23 @@ func TestMirrorCommands(t *testing.T) {
 		t.Errorf("HEAD %s after sync: %v", twin, err)
 	}
 
-	// The mirror's exit status passes through.
-	if _, errOut, code := run(t, oc, "sync", "--registry", "127.0.0.1:1", "--plain-http", "-q"); code != 1 || !strings.HasPrefix(errOut, "ocierofs: catalog of 127.0.0.1:1: ") {
+	// The mirror's exit status passes through. The registry answers 404
+	// to everything: an error no retry takes (an unreachable one would
+	// be retried for seconds).
+	refusing := httptest.NewServer(http.NotFoundHandler())
+	defer refusing.Close()
+	bad := strings.TrimPrefix(refusing.URL, "http://")
+	if _, errOut, code := run(t, oc, "sync", "--registry", bad, "--plain-http", "-q"); code != 1 || !strings.HasPrefix(errOut, "ocierofs: catalog of "+bad+": ") {
 		t.Errorf("sync of an unreachable registry: exit %d, stderr %q; want 1 from ocierofs-mirror", code, errOut)
 	}
 
 	// Numbers of the file as flags take them: NATS's syntax reads an
 	// unquoted 20G as the float 2e10 (review 20-d: "2e+10" was refused).
 	conf := filepath.Join(t.TempDir(), "m.conf")
-	if err := os.WriteFile(conf, []byte("registry: \"127.0.0.1:1\"\nplainHTTP: true\nconvert { \"max-layer-size\": 20G, jobs: 2 }\n"), 0o644); err != nil {
+	if err := os.WriteFile(conf, []byte("registry: \""+bad+"\"\nplainHTTP: true\nconvert { \"max-layer-size\": 20G, jobs: 2 }\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, errOut, code := run(t, oc, "sync", "--config", conf, "-q"); code != 1 || !strings.HasPrefix(errOut, "ocierofs: catalog of 127.0.0.1:1: ") {
+	if _, errOut, code := run(t, oc, "sync", "--config", conf, "-q"); code != 1 || !strings.HasPrefix(errOut, "ocierofs: catalog of "+bad+": ") {
 		t.Errorf("sync with convert options in its file: exit %d, stderr %q; want the catalog's error, past the options", code, errOut)
 	}
 
