@@ -319,7 +319,7 @@ func goErofsCompare(t *testing.T, path string, files map[string][]byte) {
 func fsckErofs(t *testing.T, path string) {
 	t.Helper()
 	if testing.Short() {
-		t.Log("fsck.erofs skipped: -short runs no outside tools; make test runs it")
+		t.Log("fsck.erofs skipped: -short: no fsck.erofs; make test runs it")
 		return
 	}
 	if _, err := exec.LookPath("fsck.erofs"); err != nil {

@@ -4,7 +4,7 @@
 // form, and reads images with the independent checkers (go-erofs,
 // fsck.erofs). Tests only: nothing in the build imports it. Under go test
 // -short, RequireMount skips and Fsck declines: the fast tier mounts nothing
-// and runs no outside checker.
+// and needs no erofs-utils.
 //
 //	roundtrip.RequireMount(t)
 //	mnt := roundtrip.Mount(t, "layer.erofs")

@@ -182,7 +182,7 @@ func unixMode(m fs.FileMode) (uint32, error) {
 // fails the test unless it exits 0. It returns a reason instead when fsck
 // cannot judge this image: it is not installed, the image has a block
 // size erofs-utils 1.5 was not built for (it says so), or the test runs
-// under -short (the fast tier runs no outside tools).
+// under -short (the fast tier needs no erofs-utils).
 func Fsck(t testing.TB, img string, blockSize int, args ...string) (skip string) {
 	t.Helper()
 	if testing.Short() {
