@@ -122,71 +122,25 @@ func parseByteSize(s string) (int64, error) {
 }
 
 func runMount(ctx context.Context, c *cli.Context, ref, target string) error {
-	if err := mount.Available(); err != nil {
-		return err
-	}
-	target, err := filepath.Abs(target)
+	target, state, cacheSize, err := mountChecks(c, target)
 	if err != nil {
 		return err
 	}
-	if fi, err := os.Stat(target); err != nil || !fi.IsDir() {
-		return fmt.Errorf("mount point %s: not a directory", target)
-	}
-	prefetch := c.String("prefetch")
-	if prefetch != "all" && prefetch != "none" {
-		return fmt.Errorf("--prefetch %q: want all or none", prefetch)
-	}
-	cacheSize, err := parseByteSize(c.String("cache-size"))
-	if err != nil {
-		return fmt.Errorf("--cache-size: %w", err)
-	}
-	state := mountState(target)
-	if pid, ok := serverOf(state); ok {
-		return fmt.Errorf("%s: already mounted by ocierofs (pid %d): ocierofs umount %s", target, pid, target)
-	}
-	// A server that was killed left its mounts, whose reads fail.
-	detachLeftovers(target, state)
-
-	src, err := oci.ParseRef(ref, c.Bool("plain-http") || c.Bool("insecure"))
+	src, rem, img, err := mountSource(ctx, c, ref)
 	if err != nil {
 		return err
 	}
-	rem := oci.Remote{Insecure: c.Bool("insecure"), StallTimeout: options.StallTimeout(c)}
-	rem, _, err = options.Credentials(ctx, c, rem, src, nil)
+	blobSrc, err := mountBlobs(ctx, src, rem, ref)
 	if err != nil {
 		return err
-	}
-	art, err := oci.Get(ctx, src, rem)
-	if err != nil {
-		return err
-	}
-	img := art.Image
-	if art.Index != nil {
-		if img, err = platformImage(art, c.String("platform")); err != nil {
-			return err
-		}
 	}
 	cacheDir := c.String("cache-dir")
 	if cacheDir == "" {
 		cacheDir = defaultCacheDir()
 	}
-	var cache *lazy.Cache
-	var blobSrc lazy.Source
-	switch src.Kind {
-	case oci.Registry:
-		repo := src.Name.Context()
-		client, err := rem.BlobClient(ctx, repo)
-		if err != nil {
-			return err
-		}
-		blobSrc = lazy.Registry(client, repo)
-	case oci.Layout:
-		blobSrc = lazy.Layout(src.Path)
-	default:
-		return fmt.Errorf("%s: mount reads images in a registry or an OCI layout", ref)
-	}
 	logf := func(s string) { fmt.Fprintf(os.Stderr, "%s %s\n", time.Now().Format("15:04:05"), s) }
 	lopt := lazy.Options{Timeout: c.Duration("read-timeout"), Log: logf}
+	var cache *lazy.Cache
 	openCache := func() (*lazy.Cache, error) {
 		if cache == nil {
 			cache, err = lazy.OpenCache(cacheDir, cacheSize)
@@ -202,7 +156,6 @@ func runMount(ctx context.Context, c *cli.Context, ref, target string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", ref, err)
 	}
-
 	rec := &recorder{}
 	mopt := mount.Options{Log: logf, Debug: c.Bool("debug")}
 	if c.String("record") != "" {
@@ -221,8 +174,7 @@ func runMount(ctx context.Context, c *cli.Context, ref, target string) error {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "mounted %s at %s (%s)\n", ref, target, count(len(layers), "layer"))
-
-	if prefetch == "all" && len(blobs) > 0 {
+	if c.String("prefetch") == "all" && len(blobs) > 0 {
 		go prefetchAll(ctx, blobs, logf)
 	}
 	waitUnmounted(ctx, target)
@@ -237,6 +189,74 @@ func runMount(ctx context.Context, c *cli.Context, ref, target string) error {
 		}
 	}
 	return err
+}
+
+// mountChecks checks what mount needs before it reads anything: FUSE, a
+// directory to mount on that ocierofs does not serve already (what a
+// killed server left there is cleared), and the flags. It returns the
+// mount point's absolute path, its state directory and the cache bound.
+func mountChecks(c *cli.Context, target string) (abs, state string, cacheSize int64, err error) {
+	if err := mount.Available(); err != nil {
+		return "", "", 0, err
+	}
+	if abs, err = filepath.Abs(target); err != nil {
+		return "", "", 0, err
+	}
+	if fi, err := os.Stat(abs); err != nil || !fi.IsDir() {
+		return "", "", 0, fmt.Errorf("mount point %s: not a directory", abs)
+	}
+	if p := c.String("prefetch"); p != "all" && p != "none" {
+		return "", "", 0, fmt.Errorf("--prefetch %q: want all or none", p)
+	}
+	if cacheSize, err = parseByteSize(c.String("cache-size")); err != nil {
+		return "", "", 0, fmt.Errorf("--cache-size: %w", err)
+	}
+	state = mountState(abs)
+	if pid, ok := serverOf(state); ok {
+		return "", "", 0, fmt.Errorf("%s: already mounted by ocierofs (pid %d): ocierofs umount %s", abs, pid, abs)
+	}
+	// A server that was killed left its mounts, whose reads fail.
+	detachLeftovers(abs, state)
+	return abs, state, cacheSize, nil
+}
+
+// mountSource resolves the image to mount (of an index, the platform
+// asked for), logged in as convert logs in.
+func mountSource(ctx context.Context, c *cli.Context, ref string) (oci.Ref, oci.Remote, v1.Image, error) {
+	src, err := oci.ParseRef(ref, c.Bool("plain-http") || c.Bool("insecure"))
+	if err != nil {
+		return src, oci.Remote{}, nil, err
+	}
+	rem := oci.Remote{Insecure: c.Bool("insecure"), StallTimeout: options.StallTimeout(c)}
+	if rem, _, err = options.Credentials(ctx, c, rem, src, nil); err != nil {
+		return src, rem, nil, err
+	}
+	art, err := oci.Get(ctx, src, rem)
+	if err != nil {
+		return src, rem, nil, err
+	}
+	img := art.Image
+	if art.Index != nil {
+		img, err = platformImage(art, c.String("platform"))
+	}
+	return src, rem, img, err
+}
+
+// mountBlobs is where the layers' bytes come from: the registry's blob
+// endpoint by ranges, or an OCI layout's files.
+func mountBlobs(ctx context.Context, src oci.Ref, rem oci.Remote, ref string) (lazy.Source, error) {
+	switch src.Kind {
+	case oci.Registry:
+		repo := src.Name.Context()
+		client, err := rem.BlobClient(ctx, repo)
+		if err != nil {
+			return nil, err
+		}
+		return lazy.Registry(client, repo), nil
+	case oci.Layout:
+		return lazy.Layout(src.Path), nil
+	}
+	return nil, fmt.Errorf("%s: mount reads images in a registry or an OCI layout", ref)
 }
 
 // openLayers opens every layer of img as an EROFS image: a layout's raw
