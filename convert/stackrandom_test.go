@@ -2,8 +2,10 @@ package convert_test
 
 // TestStackRandom is a randomized differential test of how layers stack.
 // Each seed makes a stack of 2 to 5 small layers (files, directories,
-// symlinks, hard links, whiteouts, opaque markers, character devices 0:0,
-// fifos, entries listed twice, paths that change type within a layer) and
+// symlinks, hard links within and across layers, whiteouts, opaque
+// markers, character devices 0:0, fifos, owners, modes, xattrs and mtimes
+// (also of hard links, whose own header the inode does not take), entries
+// listed twice, paths that change type within a layer) and
 // compares, for the same layers:
 //
 //   - the stacked conversion, mounted and stacked with overlayfs, and the
@@ -325,6 +327,26 @@ func (g *stackGen) decorate(e e2eEntry, dir bool) e2eEntry {
 	return e
 }
 
+// stamp gives some of the entries decorate leaves alone (symlinks, hard
+// links, devices, fifos, whiteouts) an owner or an mtime, and some hard
+// links a mode: a hard link's header is not its inode's, which its target
+// gives.
+func (g *stackGen) stamp(e e2eEntry) e2eEntry {
+	if g.r.IntN(4) == 0 {
+		e = e.own(int(g.pick(1, 1000)), int(g.pick(0, 2)))
+	}
+	if g.r.IntN(3) == 0 {
+		e = e.at(e2eTime.Add(time.Duration(g.pick(-2, -1, 1)) * time.Hour))
+	}
+	if e.hdr.Typeflag == tar.TypeLink && g.r.IntN(3) == 0 {
+		e = e.perm(g.pick(0o600, 0o644, 0o755))
+	}
+	return e
+}
+
+// perm sets e's mode bits, as a tar writer may give a hard link's header.
+func (e e2eEntry) perm(mode int64) e2eEntry { e.hdr.Mode = mode; return e }
+
 func (g *stackGen) file(p string) e2eEntry {
 	c := stackGenContents[g.r.IntN(len(stackGenContents))]
 	if len(c.data) > 100 && g.r.IntN(3) != 0 {
@@ -396,7 +418,7 @@ func randomStack(seed uint64) [][]e2eEntry {
 				st.drop(p) // a directory over a file of the layer replaces it
 				g.remember(p)
 			case k < 47:
-				add(eSym(p, []string{"a", "../b", "/c/d", "x/y"}[g.r.IntN(4)]))
+				add(g.stamp(eSym(p, []string{"a", "../b", "/c/d", "x/y"}[g.r.IntN(4)])))
 				st.drop(p)
 				st.nondir[p] = true
 				g.remember(p)
@@ -419,12 +441,12 @@ func randomStack(seed uint64) [][]e2eEntry {
 				if len(ts) == 0 {
 					continue
 				}
-				add(eLink(p, ts[g.r.IntN(len(ts))]))
+				add(g.stamp(eLink(p, ts[g.r.IntN(len(ts))])))
 				st.drop(p)
 				st.nondir[p] = true
 				g.remember(p)
 			case k < 66:
-				add(eWhiteout(p))
+				add(g.stamp(eWhiteout(p)))
 				st.drop(p)
 				g.remember(p)
 			case k < 75: // an opaque marker, in p's directory or the root
@@ -441,11 +463,11 @@ func randomStack(seed uint64) [][]e2eEntry {
 					add(eOpaque(d))
 				}
 			case k < 80: // a character device 0:0: a whiteout to overlayfs
-				add(eNode(p, tar.TypeChar, 0o600, 0, 0))
+				add(g.stamp(eNode(p, tar.TypeChar, 0o600, 0, 0)))
 				st.drop(p)
 				g.remember(p)
 			case k < 82:
-				add(eNode(p, tar.TypeFifo, 0o644, 0, 0))
+				add(g.stamp(eNode(p, tar.TypeFifo, 0o644, 0, 0)))
 				st.drop(p)
 				st.nondir[p] = true
 				g.remember(p)
@@ -578,6 +600,9 @@ func entryCode(e e2eEntry) string {
 		s = fmt.Sprintf("eSym(%q, %q)", h.Name, h.Linkname)
 	case tar.TypeLink:
 		s = fmt.Sprintf("eLink(%q, %q)", h.Name, h.Linkname)
+		if h.Mode != 0 {
+			s += fmt.Sprintf(".perm(0o%o)", h.Mode)
+		}
 	case tar.TypeChar:
 		s = fmt.Sprintf("eNode(%q, tar.TypeChar, 0o%o, %d, %d)", h.Name, h.Mode, h.Devmajor, h.Devminor)
 	case tar.TypeFifo:
