@@ -5,15 +5,12 @@ package convert_test
 // symlinks, hard links within and across layers, whiteouts, opaque
 // markers, character devices 0:0, fifos, owners, modes, xattrs and mtimes
 // (also of hard links, whose own header the inode does not take), entries
-// listed twice, paths that change type within a layer) and
-// compares, for the same layers:
+// listed twice, paths that change type within a layer) and compares, for
+// the same layers:
 //
 //   - the stacked conversion, mounted and stacked with overlayfs, and the
 //     flattened conversion, mounted, with fstree.Stack and with each other;
 //   - convert.Check of either conversion against the source;
-//   - fstree.Stack with naiveFS, an applier of its own that takes the tars
-//     in order, as docker and containerd do, with the README's choices
-//     where they differ;
 //   - fstree.Stack with containerd's own applier, the reference (ctrOracle:
 //     pkg/archive.Apply into one directory, as its native snapshotter
 //     unpacks, layer by layer), where every difference must be of a kind
@@ -22,10 +19,11 @@ package convert_test
 //   - fstree.Stack with a second run of it, and, every 4th seed, each
 //     conversion's digest with a second conversion's.
 //
-// A stack may be refused, but only by all four alike (the two conversions,
-// fstree.Stack, naiveFS), but for a hard link to a lower layer's file,
-// which the stacked conversion refuses alone. A failing seed is printed as a stackCase of
-// stackEdgeCases (TestStackEdges), to paste there once fixed.
+// The conversions, check and fstree.Stack must agree exactly, also in
+// refusing a stack (all three), but for a hard link to a lower layer's
+// file, which the stacked conversion refuses alone. A failing seed is
+// printed as a stackCase of stackEdgeCases (TestStackEdges), to paste
+// there once fixed.
 //
 //	STACK_RANDOM_SEEDS=0-999 go test ./convert -run 'TestStackRandom$' -count=1 -timeout 2h
 //	STACK_RANDOM_SEEDS=0-2999 go test ./convert -run 'TestStackRandomContainerd$' -count=1 -timeout 1h
@@ -83,7 +81,7 @@ func TestStackRandom(t *testing.T) {
 		ok := t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			defer func() { skipped = t.Skipped() }()
 			o = runStackCase(t, reg, layers, seed%4 == 0)
-			if len(o.errs) == 4 {
+			if len(o.errs) == 3 {
 				t.Logf("refused by all: %s", o.errList())
 			}
 		})
@@ -101,7 +99,7 @@ func TestStackRandom(t *testing.T) {
 		if o != nil {
 			oracle.add(seed, o.ctr)
 			images += o.images
-			if len(o.errs) == 4 {
+			if len(o.errs) == 3 {
 				refused++
 			}
 		}
@@ -207,7 +205,7 @@ func TestStackRandomShrink(t *testing.T) {
 	for _, x := range []struct {
 		name string
 		tr   *fstree.Tree
-	}{{"fstree.Stack", o.stack}, {"stacked", o.stacked}, {"flattened", o.flat}, {"naive", o.naive}} {
+	}{{"fstree.Stack", o.stack}, {"stacked", o.stacked}, {"flattened", o.flat}} {
 		fmt.Fprintf(&b, "%s:", x.name)
 		if x.tr == nil {
 			b.WriteString(" (none)\n")
@@ -644,277 +642,6 @@ func entryCode(e e2eEntry) string {
 }
 
 // ---------------------------------------------------------------------------
-// naiveFS applies the tars in order, one entry after the other, as docker
-// and containerd apply them, with the README's choices where they differ:
-// a directory a layer implies over a lower non-directory is a new one, with
-// default metadata; an opaque marker keeps the layer's own entries, and the
-// lower directories that hold them, with default metadata. It shares no
-// code with fstree, and keeps no more than a map of paths.
-
-type naiveInode struct {
-	hdr  tar.Header
-	data []byte
-}
-
-type naiveNode struct {
-	ino      *naiveInode // shared by hard links; nil for a directory
-	dir      tar.Header
-	implied  bool
-	children map[string]bool
-}
-
-type naiveFS struct {
-	nodes map[string]*naiveNode
-	put   map[string]bool // the paths the current layer put
-	// held are the directories that hold a whiteout or an opaque marker
-	// of the current layer: they are in the layer's tree (overlayfs shows
-	// them under a later opaque marker), as if they held an entry of it.
-	held map[string]bool
-	// gone are the paths the current layer whited out and has not put
-	// again: a hard link to one is a whiteout too (the README's choice:
-	// overlayfs makes its whiteouts links of one inode).
-	gone map[string]bool
-}
-
-func naiveDir(mode int64) *naiveNode {
-	return &naiveNode{dir: tar.Header{Typeflag: tar.TypeDir, Mode: mode}, implied: true, children: map[string]bool{}}
-}
-
-func naiveApply(layers [][]e2eEntry) (*fstree.Tree, error) {
-	f := &naiveFS{nodes: map[string]*naiveNode{".": naiveDir(0o755)}}
-	for li, es := range layers {
-		f.put, f.held, f.gone = map[string]bool{}, map[string]bool{}, map[string]bool{}
-		for _, e := range es {
-			h := e.hdr
-			if err := f.entry(&h, e.data); err != nil {
-				return nil, fmt.Errorf("layer %d: entry %q: %w", li+1, h.Name, err)
-			}
-		}
-	}
-	return f.tree()
-}
-
-func (f *naiveFS) remove(p string) {
-	n := f.nodes[p]
-	if n == nil {
-		return
-	}
-	for k := range n.children {
-		f.remove(k)
-	}
-	delete(f.nodes, p)
-	delete(f.put, p)
-	if p != "." {
-		delete(f.nodes[path.Dir(p)].children, p)
-	}
-}
-
-func (f *naiveFS) set(p string, n *naiveNode) {
-	f.nodes[p] = n
-	f.put[p] = true
-	delete(f.gone, p)
-	if p != "." {
-		f.nodes[path.Dir(p)].children[p] = true
-	}
-}
-
-// ensureDir makes p a directory: a lower non-directory gives way to a new
-// one; one of the current layer is an error, as it is to tar.
-func (f *naiveFS) ensureDir(p string) error {
-	if p == "." {
-		return nil
-	}
-	n := f.nodes[p]
-	if n != nil && n.ino == nil {
-		return nil
-	}
-	if n != nil {
-		if f.put[p] {
-			return fmt.Errorf("parent %q is not a directory", p)
-		}
-		f.remove(p)
-	}
-	if err := f.ensureDir(path.Dir(p)); err != nil {
-		return err
-	}
-	f.set(p, naiveDir(0o755))
-	return nil
-}
-
-// holds reports whether the directory p has something of the current layer
-// below it.
-func (f *naiveFS) holds(p string) bool {
-	if f.held[p] {
-		return true
-	}
-	for k := range f.nodes[p].children {
-		if f.put[k] || f.holds(k) {
-			return true
-		}
-	}
-	return false
-}
-
-// hideLower is an opaque marker in p: what lower layers have below p goes,
-// but for the directories that hold the layer's entries, which lose
-// their lower metadata.
-func (f *naiveFS) hideLower(p string) {
-	for k := range f.nodes[p].children {
-		n := f.nodes[k]
-		switch {
-		case f.put[k] && n.ino != nil:
-		case f.put[k]:
-			f.hideLower(k)
-		case n.ino == nil && f.holds(k):
-			kids := n.children
-			*n = *naiveDir(0o755)
-			n.children = kids
-			f.hideLower(k)
-		default:
-			f.remove(k)
-		}
-	}
-}
-
-// naiveClean drops the tar's trusted.overlay.* xattrs, as the readers do.
-func naiveClean(h tar.Header) tar.Header {
-	var recs map[string]string
-	for k, v := range h.PAXRecords {
-		if strings.HasPrefix(k, "SCHILY.xattr.trusted.overlay.") {
-			continue
-		}
-		if recs == nil {
-			recs = map[string]string{}
-		}
-		recs[k] = v
-	}
-	h.PAXRecords = recs
-	return h
-}
-
-func (f *naiveFS) entry(h *tar.Header, data []byte) error {
-	p := path.Clean("/" + h.Name)[1:]
-	if p == "" {
-		p = "."
-	}
-	base, dir := path.Base(p), path.Dir(p)
-	if p != "." {
-		switch {
-		case base == ".wh..wh..opq":
-			if err := f.ensureDir(dir); err != nil {
-				return err
-			}
-			f.held[dir] = true
-			f.hideLower(dir)
-			return nil
-		case strings.HasPrefix(base, ".wh..wh."):
-			return nil
-		case strings.HasPrefix(base, ".wh."):
-			if err := f.ensureDir(dir); err != nil {
-				return err
-			}
-			f.held[dir] = true
-			f.remove(path.Join(dir, base[4:]))
-			f.gone[path.Join(dir, base[4:])] = true
-			return nil
-		case h.Typeflag == tar.TypeChar && h.Devmajor == 0 && h.Devminor == 0:
-			if err := f.ensureDir(dir); err != nil {
-				return err
-			}
-			f.held[dir] = true
-			f.remove(p)
-			f.gone[p] = true
-			return nil
-		}
-		if err := f.ensureDir(dir); err != nil {
-			return err
-		}
-	}
-	var n *naiveNode
-	switch h.Typeflag {
-	case tar.TypeDir:
-		if old := f.nodes[p]; old != nil && old.ino == nil {
-			old.dir, old.implied = naiveClean(*h), false
-			f.put[p] = true
-			return nil
-		}
-		n = &naiveNode{dir: naiveClean(*h), children: map[string]bool{}}
-	case tar.TypeLink:
-		t := f.nodes[path.Clean(h.Linkname)]
-		if t == nil && f.gone[path.Clean(h.Linkname)] && p != "." {
-			f.held[dir] = true
-			f.remove(p)
-			f.gone[p] = true
-			return nil
-		}
-		if t == nil || t.ino == nil {
-			return fmt.Errorf("link target %q missing or a directory", h.Linkname)
-		}
-		n = &naiveNode{ino: t.ino}
-	default:
-		n = &naiveNode{ino: &naiveInode{hdr: naiveClean(*h), data: data}}
-	}
-	if p == "." {
-		return fmt.Errorf("root not a directory")
-	}
-	f.remove(p)
-	f.set(p, n)
-	return nil
-}
-
-// tree writes the naive tree into a tar, parents first, and reads it back
-// as it is (whiteouts kept, were there any).
-func (f *naiveFS) tree() (*fstree.Tree, error) {
-	var ps []string
-	for p := range f.nodes {
-		ps = append(ps, p)
-	}
-	sort.Slice(ps, func(i, j int) bool {
-		if ps[i] == "." || ps[j] == "." {
-			return ps[i] == "."
-		}
-		if ci, cj := strings.Count(ps[i], "/"), strings.Count(ps[j], "/"); ci != cj {
-			return ci < cj
-		}
-		return ps[i] < ps[j]
-	})
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	first := map[*naiveInode]string{}
-	for _, p := range ps {
-		n := f.nodes[p]
-		var h tar.Header
-		var data []byte
-		if n.ino == nil {
-			h = n.dir
-			h.Typeflag = tar.TypeDir
-			h.Name = p + "/"
-		} else if q, ok := first[n.ino]; ok {
-			h = tar.Header{Typeflag: tar.TypeLink, Name: p, Linkname: q}
-		} else {
-			first[n.ino] = p
-			h = n.ino.hdr
-			h.Name = p
-			data = n.ino.data
-		}
-		if h.ModTime.IsZero() {
-			h.ModTime = e2eTime
-		}
-		h.Format = tar.FormatPAX
-		if err := tw.WriteHeader(&h); err != nil {
-			return nil, err
-		}
-		if _, err := tw.Write(data); err != nil {
-			return nil, err
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return nil, err
-	}
-	return fstree.FromTar(&buf, fstree.TarOptions{Whiteouts: fstree.WhiteoutsKeep})
-}
-
-// ---------------------------------------------------------------------------
 // One stack.
 
 // stackOutcome is what one stack came to.
@@ -923,7 +650,7 @@ type stackOutcome struct {
 	errs   map[string]string   // who refused the stack → why
 	images int                 // converted images built
 	// What each shows, for the shrinker's report.
-	stack, stacked, flat, naive *fstree.Tree
+	stack, stacked, flat *fstree.Tree
 	// How containerd's applier and fstree.Stack compare.
 	ctr *ctrOutcome
 }
@@ -998,20 +725,6 @@ func runStackCase(t *testing.T, reg *testRegistry, layers [][]e2eEntry, determin
 	if len(o.ctr.unexplained) > 0 {
 		o.fail("containerd vs fstree.Stack, unexplained", o.ctr.unexplained...)
 	}
-	if naive, err := naiveApply(layers); err != nil {
-		o.errs["naive"] = err.Error()
-	} else {
-		o.naive = naive
-	}
-	if o.naive != nil && o.stack != nil {
-		// The naive tree has e2eTime on every directory, the ones no
-		// entry gave an mtime too. Neither tree has a mount's hidden
-		// xattrs: a trusted.overlay.* of the tar's that fstree.Stack
-		// kept would show here only.
-		if d := fstree.Diff(o.stack, o.naive, fstree.DiffOptions{IgnoreImpliedMtime: true, Want: "stack", Got: "naive"}); len(d) > 0 {
-			o.fail("naive vs fstree.Stack", d...)
-		}
-	}
 
 	// overlayfs hides its trusted.overlay.* from listxattr.
 	ignoreOverlay := func(p, field string) bool { return strings.HasPrefix(field, "xattr:trusted.overlay.") }
@@ -1077,7 +790,7 @@ func runStackCase(t *testing.T, reg *testRegistry, layers [][]e2eEntry, determin
 		// link into another's (the README says so).
 		delete(o.errs, "stacked")
 	}
-	if len(o.errs) > 0 && len(o.errs) < 4 {
+	if len(o.errs) > 0 && len(o.errs) < 3 {
 		o.fail("refused by some", o.errList())
 	}
 	return o
