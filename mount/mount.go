@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package mount serves the EROFS layers of an image read-only through
 // FUSE, one file system per layer, and stacks them with the kernel's
 // overlayfs: the merged tree is the kernel's, by the same rules as when
