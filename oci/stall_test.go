@@ -59,7 +59,6 @@ func wantStall(t *testing.T, err error, srv *httptest.Server, start time.Time, d
 }
 
 func TestStallDownload(t *testing.T) {
-	t.Parallel()
 	const d = 300 * time.Millisecond
 	srv := stallServer(t, func(w http.ResponseWriter, r *http.Request, stall <-chan struct{}) {
 		w.Header().Set("Content-Length", "2048")
@@ -81,7 +80,6 @@ func TestStallDownload(t *testing.T) {
 }
 
 func TestStallNoAnswer(t *testing.T) {
-	t.Parallel()
 	const d = 300 * time.Millisecond
 	srv := stallServer(t, func(w http.ResponseWriter, r *http.Request, stall <-chan struct{}) { <-stall })
 	start := time.Now()
@@ -90,7 +88,6 @@ func TestStallNoAnswer(t *testing.T) {
 }
 
 func TestStallUpload(t *testing.T) {
-	t.Parallel()
 	const d = 300 * time.Millisecond
 	// The registry reads the first bytes of the upload and no more; the
 	// client's writes then block once the socket buffers are full.
@@ -112,7 +109,6 @@ func TestStallUpload(t *testing.T) {
 
 // A transfer that is slow but never stops for the bound is not cut.
 func TestStallSlowButMoving(t *testing.T) {
-	t.Parallel()
 	const d = 300 * time.Millisecond
 	srv := stallServer(t, func(w http.ResponseWriter, r *http.Request, stall <-chan struct{}) {
 		w.Header().Set("Content-Length", "8")
@@ -140,7 +136,6 @@ func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
 // A reader that pauses between reads longer than the bound is not cut: a
 // layer below is read only as far as the layer above needs it.
 func TestStallReaderPauses(t *testing.T) {
-	t.Parallel()
 	const d = 200 * time.Millisecond
 	srv := stallServer(t, func(w http.ResponseWriter, r *http.Request, stall <-chan struct{}) {
 		w.Header().Set("Content-Length", "4")
