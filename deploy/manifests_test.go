@@ -777,25 +777,31 @@ func TestRunNATS(t *testing.T) {
 	for _, p := range clusterPorts {
 		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
 	}
-	var nodes []*process
 	var local []string
 	for i := range 3 {
-		dir := t.TempDir()
-		conf := filepath.Join(dir, "nats.conf")
-		os.WriteFile(conf, fmt.Appendf(nil, natsNodeConf, i, client[i], monitor[i], filepath.Join(dir, "js"), user, pass, clusterPorts[i], strings.Join(routes, ", ")), 0o600)
-		nodes = append(nodes, start(t, os.Environ(), ns, "-c", conf))
 		// The Secret's URL, pointed at this node.
 		u := urls[i]
 		at := strings.LastIndex(u, "@")
 		local = append(local, fmt.Sprintf("%s@127.0.0.1:%d", u[:at], client[i]))
 	}
-	for i, n := range nodes {
-		waitOK(t, n, fmt.Sprintf("http://127.0.0.1:%d/healthz", monitor[i]))
+	startNode := func(i int) *process {
+		dir := t.TempDir()
+		conf := filepath.Join(dir, "nats.conf")
+		os.WriteFile(conf, fmt.Appendf(nil, natsNodeConf, i, client[i], monitor[i], filepath.Join(dir, "js"), user, pass, clusterPorts[i], strings.Join(routes, ", ")), 0o600)
+		return start(t, os.Environ(), ns, "-c", conf)
 	}
 	pods := podTemplates(objs)
 	front := runnable(t, objs, pods["ocierofs-mirror-frontend"], map[string]string{"nats-url": strings.Join(local, ",")})
 	work := runnable(t, objs, pods["ocierofs-mirror-worker"], map[string]string{"nats-url": strings.Join(local, ",")})
+	// The frontend starts when one node of three is up, as pods of a
+	// StatefulSet may: with no JetStream leader yet it must wait, not exit.
+	nodes := []*process{startNode(0)}
 	pf := start(t, front.env, bin, front.args...)
+	time.Sleep(7 * time.Second) // beyond a JetStream request's timeout
+	nodes = append(nodes, startNode(1), startNode(2))
+	for i, n := range nodes {
+		waitOK(t, n, fmt.Sprintf("http://127.0.0.1:%d/healthz", monitor[i]))
+	}
 	checkServing(t, pf, front, true)
 	pw := start(t, work.env, bin, work.args...)
 	checkServing(t, pw, work, false)

@@ -78,8 +78,13 @@ func OpenQueue(ctx context.Context, cfg *Config, logf func(string, ...any)) (*Qu
 			logf("embedded NATS server on %s, JetStream store %s; workers elsewhere connect with nats://TOKEN@HOST:PORT, the token in %s",
 				url, cfg.NATS.StoreDir, filepath.Join(cfg.NATS.StoreDir, tokenFile))
 		}
-	} else if cfg.NATS.Creds != "" {
-		opts = append(opts, nats.UserCredentials(cfg.NATS.Creds))
+	} else {
+		// A cluster that is not up yet is waited for (setupPatiently),
+		// as when the mirror's pods start before the NATS pods.
+		opts = append(opts, nats.RetryOnFailedConnect(true))
+		if cfg.NATS.Creds != "" {
+			opts = append(opts, nats.UserCredentials(cfg.NATS.Creds))
+		}
 	}
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
@@ -87,11 +92,49 @@ func OpenQueue(ctx context.Context, cfg *Config, logf func(string, ...any)) (*Qu
 		return nil, fmt.Errorf("nats %s: %w", RedactURL(url), err)
 	}
 	q.nc = nc
-	if err := q.setup(ctx); err != nil {
+	if err := q.setupPatiently(ctx, logf); err != nil {
 		q.Close()
 		return nil, err
 	}
 	return q, nil
+}
+
+// setupPatience bounds how long OpenQueue waits for a NATS cluster that
+// is still electing its JetStream leader.
+const setupPatience = 2 * time.Minute
+
+// setupPatiently runs setup until it succeeds, fails for good, or
+// setupPatience passes. A cluster whose nodes start together (as in a
+// Kubernetes StatefulSet) times out JetStream requests, or answers 503,
+// until its meta leader is elected; that is a wait, not an error.
+func (q *Queue) setupPatiently(ctx context.Context, logf func(string, ...any)) error {
+	deadline := time.Now().Add(setupPatience)
+	wait := 500 * time.Millisecond
+	for {
+		err := q.setup(ctx)
+		if err == nil || !jetStreamNotReady(err) || ctx.Err() != nil || time.Now().After(deadline) {
+			return err
+		}
+		if logf != nil {
+			logf("JetStream is not ready (%v); trying again in %v", err, wait)
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+// jetStreamNotReady reports whether err is JetStream still starting: a
+// request that timed out or found no responder, or a 503 answer.
+func jetStreamNotReady(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.Code == 503
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders)
 }
 
 func (q *Queue) startServer() error {

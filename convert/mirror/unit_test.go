@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -21,6 +22,8 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ocierofs/ocierofs/convert"
 	"github.com/ocierofs/ocierofs/erofs"
@@ -595,5 +598,24 @@ func TestNotifyTooLarge(t *testing.T) {
 	defer mu.Unlock()
 	if n := strings.Count(logged.String(), "refused with 413"); n != 2 {
 		t.Errorf("%d log lines for two refused bodies:\n%s", n, logged.String())
+	}
+}
+
+// TestJetStreamNotReady: what OpenQueue waits out (a cluster still
+// electing its leader) and what it reports at once.
+func TestJetStreamNotReady(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("stream X: %w", context.DeadlineExceeded), true},
+		{nats.ErrNoResponders, true},
+		{&jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"}, true},
+		{fmt.Errorf("stream X: %w", &jetstream.APIError{Code: 500, ErrorCode: 10023, Description: "insufficient resources"}), false},
+		{errors.New("nats: authorization violation"), false},
+	} {
+		if got := jetStreamNotReady(c.err); got != c.want {
+			t.Errorf("jetStreamNotReady(%v) = %v, want %v", c.err, got, c.want)
+		}
 	}
 }
