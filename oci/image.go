@@ -3,6 +3,7 @@ package oci
 import (
 	"archive/tar"
 	"bufio"
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/tls"
@@ -14,6 +15,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path"
 	"strings"
@@ -102,24 +104,20 @@ func (r Remote) Options(ctx context.Context) []remote.Option {
 // registry reference), by starting an upload there and cancelling it:
 // before a conversion, so that a target that cannot be reached or written
 // fails at once, not after every layer is converted. A registry that
-// answers 429 or 5xx is left for the push itself, which retries.
+// answers 429 or 5xx, or not within a minute, is left for the push
+// itself, which retries.
 func (r Remote) CheckPush(ctx context.Context, ref Ref) error {
-	// go-containerregistry's check takes no context: it runs beside the
-	// caller, who waits for its answer, ctx's end, or a minute.
-	errc := make(chan error, 1)
-	go func() { errc <- remote.CheckPushPermission(ref.Name, r.keychain(), r.transport()) }()
-	var err error
-	select {
-	case err = <-errc:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(time.Minute):
-		return nil // the push will tell
-	}
+	tctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	err := r.tryUpload(tctx, ref.Name.Context())
 	var te *transport.Error
 	switch {
 	case err == nil:
 		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case tctx.Err() != nil:
+		return nil // the push will tell
 	case errors.As(err, &te) && (te.StatusCode == http.StatusUnauthorized || te.StatusCode == http.StatusForbidden):
 		reg := ref.Name.Context().RegistryStr()
 		return fmt.Errorf("cannot push to %s: %w (log in with docker login %s, or give --dest-creds USER:PASSWORD)", ref.Name.Context(), err, reg)
@@ -127,6 +125,53 @@ func (r Remote) CheckPush(ctx context.Context, ref Ref) error {
 		return nil
 	}
 	return fmt.Errorf("cannot push to %s: %w", ref.Name.Context(), err)
+}
+
+// tryUpload starts a blob upload in repo, as a push begins, and cancels
+// it before returning: no request of the check outlives it (the check of
+// go-containerregistry cancels in the background, and takes no context).
+func (r Remote) tryUpload(ctx context.Context, repo name.Repository) error {
+	auth, err := authn.Resolve(ctx, r.keychain(), repo)
+	if err != nil {
+		return err
+	}
+	tr, err := transport.NewWithContext(ctx, repo.Registry, auth, r.transport(), []string{repo.Scope(transport.PushScope)})
+	if err != nil {
+		return err
+	}
+	client := &http.Client{Transport: tr}
+	start := &url.URL{Scheme: repo.Registry.Scheme(), Host: repo.RegistryStr(), Path: "/v2/" + repo.RepositoryStr() + "/blobs/uploads/"}
+	resp, err := request(ctx, client, http.MethodPost, start.String())
+	if err != nil {
+		return err
+	}
+	loc := resp.Header.Get("Location")
+	if err := transport.CheckError(resp, http.StatusAccepted); err != nil {
+		return err
+	}
+	if u, err := start.Parse(loc); loc != "" && err == nil {
+		if resp, err := request(ctx, client, http.MethodDelete, u.String()); err == nil {
+			resp.Body.Close() // a registry that keeps the upload lets it expire
+		}
+	}
+	return nil
+}
+
+// request sends a request without a body, and drains and closes the answer's
+// body but for its first bytes (an error's message).
+func request(ctx context.Context, client *http.Client, method, u string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	resp.Body = io.NopCloser(bytes.NewReader(b))
+	return resp, nil
 }
 
 // WithCredential returns r with c as the credential of registry (a name
