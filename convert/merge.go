@@ -1,13 +1,12 @@
 package convert
 
 import (
+	"archive/tar"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/ocierofs/ocierofs/erofs"
@@ -15,14 +14,15 @@ import (
 )
 
 // Merging layer images (ocierofs merge): the trees of several EROFS layer
-// images, bottom layer first, are stacked the way overlayfs stacks them —
-// whiteouts delete, opaque directories hide what is below, upper entries
-// replace lower ones — into one image of the result, with no overlay
-// markers left. By default the merged image holds metadata only and refers
-// to the file data where it is: in the layer images themselves and in
-// their blobs, which become its extra devices (containerd's fsmeta, the
-// nydus bootstrap idea on plain EROFS). Data that cannot be referenced in
-// place (inline tails, compressed files) is copied into the merged image.
+// images, bottom layer first, are stacked the way overlayfs stacks them
+// (whiteout decides: each image read as overlayfs reads a lower layer,
+// whiteout.Lowerdir, the stack a whiteout.Tree) into one image of the
+// result, with no overlay markers left. By default the merged image
+// holds metadata only and refers to the file data where it is: in the
+// layer images themselves and in their blobs, which become its extra
+// devices (containerd's fsmeta, the nydus bootstrap idea on plain EROFS).
+// Data that cannot be referenced in place (inline tails, compressed
+// files) is copied into the merged image.
 //
 // With MergeOptions.Blob the data is copied instead, into one new blob
 // whose chunks are deduplicated (Erofs.ChunkSize, or one block): content
@@ -58,12 +58,12 @@ type mergeLayer struct {
 	devFiles []string
 }
 
-// mnode is a name in the merged tree: the topmost layer's inode for it.
+// mnode is the source of a merged path: a layer's inode, by the header
+// that stands for it in the layer's change set.
 type mnode struct {
-	layer    int
-	src      string // path in that layer
-	ino      *erofs.Inode
-	children map[string]*mnode // directories
+	layer int
+	src   string // path in that layer
+	ino   *erofs.Inode
 	// A regular file's data in place (merging by reference): read once by
 	// planDevices, used by add; nil if it must be copied.
 	refs  []erofs.ChunkRef
@@ -99,16 +99,19 @@ func Merge(out string, layers []string, opt MergeOptions) (res *MergeResult, err
 	}
 	opt.Erofs.BlockSize = bs
 
-	root := &mnode{layer: -1, children: map[string]*mnode{}}
+	m := &merger{layers: ls, opt: opt, res: &MergeResult{}, srcs: map[*tar.Header]*mnode{}, devNum: map[[2]int]uint16{}, links: map[[2]uint64]string{}}
+	stack := whiteout.NewTree()
 	for i, l := range ls {
-		if err := stackLayer(root, i, l); err != nil {
+		wl, err := m.readLayer(i)
+		if err == nil {
+			err = stack.Apply(wl)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("merge: %s: %w", l.path, err)
 		}
 	}
-
-	m := &merger{layers: ls, opt: opt, res: &MergeResult{}, devNum: map[[2]int]uint16{}, links: map[[2]uint64]string{}}
 	if opt.Blob == "" {
-		if err := m.planDevices(root); err != nil {
+		if err := m.planDevices(stack); err != nil {
 			return nil, err
 		}
 	}
@@ -138,7 +141,7 @@ func Merge(out string, layers []string, opt MergeOptions) (res *MergeResult, err
 		return nil, fmt.Errorf("merge: %w", err)
 	}
 	defer m.b.Close()
-	if err := m.emit(root, ""); err != nil {
+	if err := stack.Walk(m.add); err != nil {
 		return nil, fmt.Errorf("merge: %w", err)
 	}
 	if err := m.b.Finish(); err != nil {
@@ -243,58 +246,32 @@ func openLayer(p string) (_ *mergeLayer, err error) {
 	return l, nil
 }
 
-// stackLayer applies layer i on top of the tree, as overlayfs would. The
-// image's Walk visits a directory before its entries, so each entry's
-// parent is in dirs by then; it also refuses a directory listed twice.
-func stackLayer(root *mnode, i int, l *mergeLayer) error {
-	dirs := map[string]*mnode{} // this layer's directories, by path
-	return l.img.Walk(".", func(p string, ino *erofs.Inode) error {
-		if p == "." {
-			// An opaque marker on a layer's root hides nothing:
-			// overlayfs ignores it on a lower layer's root, and so
-			// does a stack of these layers as containerd mounts them
-			// (and mkfs.erofs's merge of them).
-			root.layer, root.src, root.ino = i, "", ino
-			dirs[p] = root
-			return nil
-		}
-		dir, name := dirs[path.Dir(p)], path.Base(p)
-		if ino.Mode&erofs.S_IFMT == erofs.S_IFCHR && ino.Devmajor == 0 && ino.Devminor == 0 {
-			delete(dir.children, name) // a whiteout
-			return nil
-		}
-		old := dir.children[name]
-		n := &mnode{layer: i, src: p, ino: ino}
-		if ino.IsDir() {
-			n.children = map[string]*mnode{}
-			if old != nil && old.children != nil && !opaque(l.img, ino) {
-				n.children = old.children
+// readLayer reads layer i's change set as overlayfs stacks the layer
+// (whiteout.Lowerdir): a header for each name of an inode, and the inode
+// of each header into m.srcs.
+func (m *merger) readLayer(i int) (*whiteout.Layer, error) {
+	img := m.layers[i].img
+	wl := whiteout.NewLayer(whiteout.Lowerdir)
+	return wl, img.Walk(".", func(p string, ino *erofs.Inode) error {
+		h := &tar.Header{Name: p, Typeflag: tar.TypeReg}
+		switch ino.Mode & erofs.S_IFMT {
+		case erofs.S_IFDIR:
+			h.Typeflag = tar.TypeDir
+			xs, err := img.InodeXattrs(ino)
+			if err != nil {
+				return fmt.Errorf("%s: %w", p, err)
 			}
-			dirs[p] = n
+			for _, x := range xs {
+				if x.Name == whiteout.OpaqueXattr {
+					h.PAXRecords = map[string]string{"SCHILY.xattr." + x.Name: string(x.Value)}
+				}
+			}
+		case erofs.S_IFCHR:
+			h.Typeflag, h.Devmajor, h.Devminor = tar.TypeChar, int64(ino.Devmajor), int64(ino.Devminor)
 		}
-		dir.children[name] = n
-		return nil
+		m.srcs[h] = &mnode{layer: i, src: p, ino: ino}
+		return wl.Add(h)
 	})
-}
-
-func dirName(p string) string {
-	if p == "" {
-		return "."
-	}
-	return p
-}
-
-func opaque(img *erofs.Image, ino *erofs.Inode) bool {
-	xs, err := img.InodeXattrs(ino)
-	if err != nil {
-		return false
-	}
-	for _, x := range xs {
-		if x.Name == whiteout.OpaqueXattr && string(x.Value) == "y" {
-			return true
-		}
-	}
-	return false
 }
 
 // merger writes the merged tree.
@@ -303,6 +280,8 @@ type merger struct {
 	opt    MergeOptions
 	b      *erofs.Builder
 	res    *MergeResult
+	// srcs are the inodes of the layers' headers.
+	srcs map[*tar.Header]*mnode
 	// devNum maps (layer, its device id) to the merged image's device.
 	devNum map[[2]int]uint16
 	// links: the first merged path of each (layer, nid), for hard links.
@@ -332,32 +311,28 @@ func (m *merger) device(file string, slot erofs.DeviceSlot) (uint16, error) {
 // it keeps refers to them, so that one device per layer, in layer order,
 // mounts it (containerd's fsmeta convention); a device is added beyond
 // that only if something refers to it (data on a blob layer's own image).
-func (m *merger) planDevices(root *mnode) error {
+func (m *merger) planDevices(t *whiteout.Tree) error {
 	used := map[[2]int]bool{}
-	var walk func(n *mnode) error
-	walk = func(n *mnode) error {
-		if n.ino != nil && n.ino.IsRegular() {
-			bits, refs, ok, err := m.layers[n.layer].img.ChunkRefs(n.ino)
-			if err != nil {
-				return fmt.Errorf("%s: %s: %w", m.layers[n.layer].path, n.src, err)
-			}
-			if ok {
-				n.refs, n.cbits = refs, bits
-			}
-			for _, r := range n.refs {
-				if !r.Hole {
-					used[[2]int{n.layer, int(r.Device)}] = true
-				}
-			}
+	err := t.Walk(func(_ string, w *whiteout.Node) error {
+		n := m.srcs[w.Hdr]
+		if !n.ino.IsRegular() {
+			return nil
 		}
-		for _, c := range n.children {
-			if err := walk(c); err != nil {
-				return err
+		bits, refs, ok, err := m.layers[n.layer].img.ChunkRefs(n.ino)
+		if err != nil {
+			return fmt.Errorf("%s: %s: %w", m.layers[n.layer].path, n.src, err)
+		}
+		if ok {
+			n.refs, n.cbits = refs, bits
+		}
+		for _, r := range n.refs {
+			if !r.Hole {
+				used[[2]int{n.layer, int(r.Device)}] = true
 			}
 		}
 		return nil
-	}
-	if err := walk(root); err != nil {
+	})
+	if err != nil {
 		return err
 	}
 	for i, l := range m.layers {
@@ -386,27 +361,12 @@ func (m *merger) planDevices(root *mnode) error {
 	return nil
 }
 
-// emit adds n and what is below it, depth first in name order.
-func (m *merger) emit(n *mnode, p string) error {
-	if n.ino != nil {
-		if err := m.add(n, p); err != nil {
-			return err
-		}
+// add adds the merged path p, whose node is w.
+func (m *merger) add(p string, w *whiteout.Node) error {
+	n := m.srcs[w.Hdr]
+	if p == "." {
+		p = ""
 	}
-	names := make([]string, 0, len(n.children))
-	for name := range n.children {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		if err := m.emit(n.children[name], path.Join(p, name)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (m *merger) add(n *mnode, p string) error {
 	l := m.layers[n.layer]
 	ino := n.ino
 	m.res.Entries++
@@ -421,13 +381,13 @@ func (m *merger) add(n *mnode, p string) error {
 		Path: p, Mode: ino.Mode, Uid: ino.Uid, Gid: ino.Gid, Mtime: ino.Mtime,
 		Devmajor: ino.Devmajor, Devminor: ino.Devminor,
 	}
-	xs, err := l.img.Xattrs(dirName(n.src))
+	xs, err := l.img.Xattrs(n.src)
 	if err != nil {
 		return fmt.Errorf("%s: %s: %w", l.path, n.src, err)
 	}
 	for _, x := range xs {
 		// overlayfs markers meant the layers below; the merge applied them.
-		if !strings.HasPrefix(x.Name, "trusted.overlay.") {
+		if whiteout.Lowerdir.KeepXattr(x.Name) {
 			e.Xattrs = append(e.Xattrs, x)
 		}
 	}

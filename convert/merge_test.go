@@ -15,6 +15,7 @@ import (
 	"github.com/ocierofs/ocierofs/convert/fstree"
 	"github.com/ocierofs/ocierofs/convert/internal/roundtrip"
 	"github.com/ocierofs/ocierofs/erofs"
+	"github.com/ocierofs/ocierofs/whiteout"
 )
 
 // mergeLayers are three layers that exercise every overlay rule: a
@@ -247,4 +248,82 @@ func TestMergeErrors(t *testing.T) {
 			t.Errorf("Merge(%v) failed but left %s", in, out)
 		}
 	}
+}
+
+// overlayFormLayers are layers whose images spell the overlay rules the
+// way merge reads them: the middle one is made with --whiteouts keep, so
+// its character devices 0:0 and trusted.overlay.opaque xattrs come from
+// the tar as they are, and its .wh. name is a plain file.
+func overlayFormLayers(t *testing.T) (layers [3][]byte, opts [3]convert.Options) {
+	t1 := time.Unix(1700000000, 0)
+	t2 := t1.Add(time.Hour)
+	wh := func(name string) craftedEntry {
+		return craftedEntry{hdr: tar.Header{Name: name, Typeflag: tar.TypeChar, ModTime: t2, Format: tar.FormatPAX}}
+	}
+	const opq = "SCHILY.xattr." + whiteout.OpaqueXattr
+	layers[0] = tarOf(t,
+		cDir("./", 0o755, t1), cFile("f", "whited out by a device\n", 0o644, t1),
+		cDir("d/", 0o755, t1), cFile("d/x", "in a whited-out dir\n", 0o644, t1),
+		cDir("o/", 0o755, t1), cFile("o/hidden", "under an opaque dir\n", 0o644, t1),
+		cFile("o/kept", "replaced in the opaque dir\n", 0o644, t1),
+		cFile("g", "a .wh.g file does not delete me\n", 0o644, t1),
+		cFile("f2d", "a file that becomes a dir\n", 0o644, t1),
+		cDir("d2f/", 0o755, t1), cFile("d2f/y", "under a dir that becomes a file\n", 0o644, t1),
+		cDir("keep/", 0o755, t1), cFile("keep/z", "in a dir an opaque root does not hide\n", 0o644, t1),
+	)
+	layers[1] = tarOf(t,
+		// An opaque root, which overlayfs ignores on a layer's root.
+		cDir("./", 0o755, t2).pax(opq, "y"),
+		wh("f"), wh("d"), wh("nothing"),
+		cDir("o/", 0o750, t2).pax(opq, "y"), cFile("o/kept", "layer 2's\n", 0o644, t2), wh("o/gone"),
+		cFile(".wh.g", "a plain file in an image\n", 0o644, t2),
+		cDir("f2d/", 0o755, t2), cFile("f2d/in", "inside\n", 0o644, t2),
+		cFile("d2f", "now a file\n", 0o644, t2),
+	)
+	layers[2] = tarOf(t,
+		// A directory over the whiteout of the one below: nothing of
+		// layer 1's d shows.
+		cDir("d/", 0o700, t2), cFile("d/new", "new\n", 0o644, t2),
+		cFile(".wh.f2d", "", 0o644, t2), cFile("o/.wh.kept", "", 0o644, t2),
+	)
+	opts[1].Whiteouts = whiteout.Keep
+	return layers, opts
+}
+
+// TestMergeOverlayForm merges layer images that hold the overlay rules in
+// each spelling (devices 0:0 over a file and a directory, an opaque
+// directory, an opaque root, a .wh. plain file, a directory over a file
+// and the reverse) and compares the mount of the merged image with the
+// overlayfs mount of the layers.
+func TestMergeOverlayForm(t *testing.T) {
+	roundtrip.RequireMount(t)
+	layers, opts := overlayFormLayers(t)
+	dir := roundtrip.WorkDir(t)
+	var imgs, mnts []string
+	for i, l := range layers {
+		src := filepath.Join(dir, fmt.Sprintf("l%d.tar", i))
+		must(t, os.WriteFile(src, l, 0o644))
+		img := filepath.Join(dir, fmt.Sprintf("l%d.erofs", i))
+		if _, err := convert.Mkfs(img, src, opts[i]); err != nil {
+			t.Fatal(err)
+		}
+		imgs = append(imgs, img)
+		mnts = append(mnts, roundtrip.Mount(t, img))
+	}
+	want := treeFromDir(t, overlayMount(t, mnts...))
+	for p, present := range map[string]bool{
+		"f": false, "d/x": false, "o/hidden": false, "o/kept": false, "nothing": false, "f2d": false, "d2f/y": false,
+		"d/new": true, ".wh.g": true, "g": true, "keep/z": true, "d2f": true, "o": true,
+	} {
+		if (want.Node(p) != nil) != present {
+			t.Fatalf("overlay of the layers: %s present = %v", p, !present)
+		}
+	}
+	out := filepath.Join(dir, "merged.erofs")
+	res, err := convert.Merge(out, imgs, convert.MergeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := treeFromDir(t, roundtrip.Mount(t, out, res.Devices...))
+	reportDiff(t, "overlay of the layers vs merged", fstree.Diff(want, got, fstree.DiffOptions{}))
 }

@@ -109,7 +109,8 @@ func newDir(h *tar.Header) *Node { return &Node{Hdr: h, dir: true, kids: map[str
 
 // NewLayer returns the change set of an empty layer. With Keep, the tar
 // is taken as it is: whiteouts and opaque markers are plain files, a
-// device 0:0 is a device.
+// device 0:0 is a device. With Lowerdir, the entries are a layer in
+// overlayfs's form, whiteouts devices 0:0 and opaque directories xattrs.
 func NewLayer(m Mode) *Layer {
 	return &Layer{mode: m, root: newDir(nil), opaque: map[string]bool{}, whited: map[string]bool{}}
 }
@@ -136,15 +137,10 @@ func (l *Layer) add(h *tar.Header) error {
 	if l.mode == Overlay && p != "." {
 		switch {
 		case base == OpaqueMarker:
-			d, err := l.dir(dir)
-			if err != nil {
-				return err
-			}
-			d.Opaque, l.opaque[dir] = true, true
 			if dir == "." && l.rootMarker == nil {
 				l.rootMarker = h
 			}
-			return nil
+			return l.markOpaque(dir)
 		case strings.HasPrefix(base, MetaPrefix):
 			return nil
 		case strings.HasPrefix(base, Prefix):
@@ -155,6 +151,17 @@ func (l *Layer) add(h *tar.Header) error {
 			return l.put(dir, name, &Node{Hdr: h, Whiteout: true})
 		case isDevice0(h):
 			return l.put(dir, base, &Node{Hdr: h, Whiteout: true})
+		}
+	}
+	if l.mode == Lowerdir && p != "." {
+		switch {
+		case isDevice0(h):
+			return l.put(dir, base, &Node{Hdr: h, Whiteout: true})
+		case h.Typeflag == tar.TypeDir && h.PAXRecords["SCHILY.xattr."+OpaqueXattr] == "y":
+			if err := l.put(dir, base, newDir(h)); err != nil {
+				return err
+			}
+			return l.markOpaque(p)
 		}
 	}
 	if h.Typeflag == tar.TypeLink {
@@ -199,6 +206,16 @@ func (l *Layer) put(dir, name string, n *Node) error {
 		n.Opaque = l.opaque[p]
 	}
 	d.kids[name] = n
+	return nil
+}
+
+// markOpaque makes the layer's directory at p opaque.
+func (l *Layer) markOpaque(p string) error {
+	d, err := l.dir(p)
+	if err != nil {
+		return err
+	}
+	d.Opaque, l.opaque[p] = true, true
 	return nil
 }
 

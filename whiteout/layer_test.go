@@ -8,13 +8,19 @@ import (
 )
 
 // layerOf reads a layer written one entry a word: "f:p" a file, "d:p" a
-// directory, "s:p" a symlink, "c:p" a device 0:0, "w:p" a whiteout of p,
-// "o:p" an opaque marker in p, "l:p:t" a hard link to t. Each header's
-// Uname is "L<layer>" so that trees show whose file a path holds.
+// directory, "D:p" one with trusted.overlay.opaque=y, "s:p" a symlink,
+// "c:p" a device 0:0, "w:p" a whiteout of p, "o:p" an opaque marker in p,
+// "l:p:t" a hard link to t. A first word "lowerdir" reads the layer in
+// that mode. Each header's Uname is "L<layer>" so that trees show whose
+// file a path holds.
 func layerOf(t *testing.T, layer int, spec string) (*Layer, error) {
 	t.Helper()
 	l := NewLayer(Overlay)
 	for _, w := range strings.Fields(spec) {
+		if w == "lowerdir" {
+			l.mode = Lowerdir
+			continue
+		}
 		parts := strings.Split(w, ":")
 		h := &tar.Header{Name: parts[1], Mode: 0o644, Uname: fmt.Sprintf("L%d", layer)}
 		switch parts[0] {
@@ -22,6 +28,9 @@ func layerOf(t *testing.T, layer int, spec string) (*Layer, error) {
 			h.Typeflag = tar.TypeReg
 		case "d":
 			h.Typeflag, h.Mode = tar.TypeDir, 0o755
+		case "D":
+			h.Typeflag, h.Mode = tar.TypeDir, 0o755
+			h.PAXRecords = map[string]string{"SCHILY.xattr." + OpaqueXattr: "y"}
 		case "s":
 			h.Typeflag, h.Linkname = tar.TypeSymlink, "x"
 		case "c":
@@ -200,6 +209,11 @@ func TestStackRules(t *testing.T) {
 			`layer 2: entry "d/.wh..wh..opq": parent "d" is not a directory`, ""},
 		{"an entry below a lower file", []string{"d:. f:d", "f:d/c"},
 			"./L1 d/* d/c=L2", "./L1 d/* d/c=L2"},
+		{"a layer in overlayfs's form: devices 0:0, opaque xattrs, .wh. files",
+			[]string{"d:. f:f d:d f:d/x d:o f:o/h f:g f:f2d d:d2f f:d2f/y d:k f:k/z",
+				"lowerdir D:. c:f c:d c:no D:o f:o/k f:.wh.g o:k d:f2d f:f2d/in f:d2f"},
+			"./L2 .wh.g=L2 d2f=L2 f2d/L2 f2d/in=L2 g=L1 k/L1 k/.wh..wh..opq=L2 k/z=L1 o/L2 o/k=L2",
+			"./L2+g .wh.g=L2 d~L2 d2f=L2 f~L2 f2d/L2 f2d/in=L2 k/L1 k/.wh..wh..opq=L2 no~L2 o/L2+o o/k=L2"},
 		{"the root must be a directory", []string{"f:."},
 			`layer 1: entry ".": the root must be a directory`, ""},
 	} {

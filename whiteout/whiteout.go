@@ -22,7 +22,9 @@
 // NAME and as the xattr trusted.overlay.opaque="y" on dir. A directory that
 // holds whiteout devices also gets an empty trusted.overlay.origin, as
 // mkfs.erofs --aufs does, so overlayfs never shows the devices through a
-// directory it does not merge.
+// directory it does not merge. A layer already in that form, as an EROFS
+// layer image holds it, is read with NewLayer(Lowerdir): that is how
+// ocierofs merge stacks layer images.
 package whiteout
 
 import (
@@ -49,6 +51,12 @@ const (
 	Overlay Mode = iota
 	// Keep leaves the tar as it is: .wh. files stay regular files.
 	Keep
+	// Lowerdir reads a layer in overlayfs's form, as one of its lower
+	// directories (an EROFS layer image) holds it: a character device 0:0
+	// is a whiteout, a directory whose header has the PAX record
+	// SCHILY.xattr.trusted.overlay.opaque=y is opaque, and .wh. names are
+	// plain files. An opaque root is not, as overlayfs ignores it there.
+	Lowerdir
 )
 
 // ParseMode parses "overlay" or "keep".
@@ -63,10 +71,7 @@ func ParseMode(s string) (Mode, error) {
 }
 
 func (m Mode) String() string {
-	if m == Keep {
-		return "keep"
-	}
-	return "overlay"
+	return [...]string{"overlay", "keep", "lowerdir"}[m]
 }
 
 // KeepXattr reports whether a layer read in mode m keeps an xattr of a
