@@ -4,8 +4,9 @@ import (
 	"archive/tar"
 	"errors"
 	"fmt"
+	"maps"
 	"path"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/ocierofs/ocierofs/internal/entrypath"
@@ -133,7 +134,7 @@ func (l *Layer) add(h *tar.Header) error {
 	if err != nil {
 		return err
 	}
-	dir, base := split(p)
+	dir, base := path.Dir(p), path.Base(p)
 	if l.mode == Overlay && p != "." {
 		switch {
 		case base == OpaqueMarker:
@@ -192,7 +193,7 @@ func (l *Layer) put(dir, name string, n *Node) error {
 	if err != nil {
 		return err
 	}
-	p := join(dir, name)
+	p := path.Join(dir, name)
 	old := d.kids[name]
 	switch {
 	case n.Whiteout:
@@ -226,18 +227,19 @@ func (l *Layer) dir(p string) (*Node, error) {
 	if p == "." {
 		return d, nil
 	}
-	for i, c := range strings.Split(p, "/") {
+	parts := strings.Split(p, "/")
+	for i, c := range parts {
 		k := d.kids[c]
 		switch {
 		case k == nil || k.Whiteout:
-			q := prefix(p, i)
+			q := strings.Join(parts[:i+1], "/")
 			fresh := k != nil
 			l.opaque[q] = l.opaque[q] || fresh
 			k = newDir(nil)
 			k.fresh, k.Opaque = fresh, l.opaque[q]
 			d.kids[c] = k
 		case !k.dir:
-			return nil, fmt.Errorf("parent %q is not a directory", prefix(p, i))
+			return nil, fmt.Errorf("parent %q is not a directory", strings.Join(parts[:i+1], "/"))
 		}
 		d = k
 	}
@@ -280,7 +282,7 @@ func (l *Layer) link(h *tar.Header) (*Node, error) {
 		case k.Whiteout:
 			return nil, fmt.Errorf("hard link to %q, which its layer removed", t)
 		case !k.dir:
-			return nil, fmt.Errorf("hard link to %q: %q is not a directory", t, prefix(t, i))
+			return nil, fmt.Errorf("hard link to %q: %q is not a directory", t, strings.Join(parts[:i+1], "/"))
 		}
 		d, hidden = k, hidden || k.Opaque || k.fresh
 	}
@@ -354,7 +356,7 @@ func (l *Layer) Overlay(below *Tree) (*Tree, error) {
 		return nil, err
 	}
 	if l.rootMarker != nil && lower != nil {
-		for _, name := range sortedNames(lower.kids) {
+		for _, name := range slices.Sorted(maps.Keys(lower.kids)) {
 			switch k := root.kids[name]; {
 			case k == nil:
 				h := *l.rootMarker // one inode each
@@ -371,7 +373,7 @@ func (l *Layer) Overlay(below *Tree) (*Tree, error) {
 // overlayDir fills out, the overlay form of the layer's directory d, over
 // lower (nil: none); hidden says that nothing below shows in d.
 func overlayDir(out, d, lower *Node, hidden bool) error {
-	for _, name := range sortedNames(d.kids) {
+	for _, name := range slices.Sorted(maps.Keys(d.kids)) {
 		k := d.kids[name]
 		o := &Node{Hdr: k.Hdr, Whiteout: k.Whiteout, Opaque: k.Opaque || k.fresh, dir: k.dir}
 		out.kids[name] = o
@@ -409,45 +411,7 @@ func Clean(name string) (string, error) {
 	return p, err
 }
 
-// split returns the directory of p ("." at the top) and its last name.
-func split(p string) (dir, base string) {
-	if i := strings.LastIndexByte(p, '/'); i >= 0 {
-		return p[:i], p[i+1:]
-	}
-	return ".", p
-}
-
-// join is dir/name, or name in the root.
-func join(dir, name string) string {
-	if dir == "." {
-		return name
-	}
-	return dir + "/" + name
-}
-
-// prefix is p up to its component i.
-func prefix(p string, i int) string {
-	for j := 0; j < len(p); j++ {
-		if p[j] == '/' {
-			if i == 0 {
-				return p[:j]
-			}
-			i--
-		}
-	}
-	return p
-}
-
 // isDevice0 reports a character device 0:0, overlayfs's whiteout.
 func isDevice0(h *tar.Header) bool {
 	return h.Typeflag == tar.TypeChar && h.Devmajor == 0 && h.Devminor == 0
-}
-
-func sortedNames(m map[string]*Node) []string {
-	ns := make([]string, 0, len(m))
-	for n := range m {
-		ns = append(ns, n)
-	}
-	sort.Strings(ns)
-	return ns
 }

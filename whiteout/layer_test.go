@@ -3,6 +3,7 @@ package whiteout
 import (
 	"archive/tar"
 	"fmt"
+	"path"
 	"strings"
 	"testing"
 )
@@ -36,8 +37,7 @@ func layerOf(t *testing.T, layer int, spec string) (*Layer, error) {
 		case "c":
 			h.Typeflag = tar.TypeChar
 		case "w":
-			dir, base := split(parts[1])
-			h.Typeflag, h.Name = tar.TypeReg, dir+"/"+Prefix+base
+			h.Typeflag, h.Name = tar.TypeReg, path.Join(path.Dir(parts[1]), Prefix+path.Base(parts[1]))
 		case "o":
 			h.Typeflag, h.Name = tar.TypeReg, parts[1]+"/"+OpaqueMarker
 		case "l":

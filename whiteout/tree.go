@@ -2,6 +2,8 @@ package whiteout
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 )
 
@@ -37,7 +39,7 @@ func (t *Tree) Walk(fn func(p string, n *Node) error) error {
 }
 
 func walk(dir string, d *Node, fn func(p string, n *Node) error) error {
-	for _, name := range sortedNames(d.kids) {
+	for _, name := range slices.Sorted(maps.Keys(d.kids)) {
 		p, k := dir+name, d.kids[name]
 		if err := fn(p, k); err != nil {
 			return err
