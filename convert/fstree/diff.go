@@ -2,6 +2,8 @@ package fstree
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -211,69 +213,40 @@ func diffXattrs(p string, w, g map[string]string, ignore func(p, field string) b
 // have. Paths linked in either tree form components; a component whose
 // partition differs between the trees is one line.
 func diffLinks(want, got *Tree, ignore func(p, field string) bool, l labels) []string {
-	parent := make(map[string]string)
-	var find func(string) string
-	find = func(p string) string {
-		q := parent[p]
-		if q == p {
-			return p
+	parent := make(map[string]string) // a union-find forest of the paths
+	find := func(p string) string {
+		for parent[p] != p {
+			p = parent[p]
 		}
-		r := find(q)
-		parent[p] = r
-		return r
+		return p
 	}
-	union := func(a, b string) {
-		ra, rb := find(a), find(b)
-		if ra != rb {
-			parent[ra] = rb
-		}
-	}
-	common := func(p string) bool { return want.nodes[p] != nil && got.nodes[p] != nil }
 	for _, t := range []*Tree{want, got} {
 		for _, g := range t.LinkGroups() {
-			first := ""
+			g = slices.DeleteFunc(g, func(p string) bool { return want.nodes[p] == nil || got.nodes[p] == nil })
 			for _, p := range g {
-				if !common(p) {
-					continue
-				}
 				if _, ok := parent[p]; !ok {
 					parent[p] = p
 				}
-				if first == "" {
-					first = p
-				}
-				union(first, p)
+				parent[find(p)] = find(g[0])
 			}
 		}
 	}
+	ps := slices.Collect(maps.Keys(parent))
+	sortPaths(ps)
+	var roots []string
 	comps := make(map[string][]string)
-	for p := range parent {
+	for _, p := range ps {
 		r := find(p)
+		if comps[r] == nil {
+			roots = append(roots, r)
+		}
 		comps[r] = append(comps[r], p)
 	}
-	var keys [][]string
-	for _, c := range comps {
-		if len(c) > 1 {
-			sortPaths(c)
-			keys = append(keys, c)
-		}
-	}
-	sort.Slice(keys, func(i, j int) bool { return pathLess(keys[i][0], keys[j][0]) })
-
 	var out []string
-	for _, c := range keys {
+	for _, r := range roots {
+		c := comps[r]
 		wp, gp := partition(want, c), partition(got, c)
-		if wp == gp {
-			continue
-		}
-		skip := false
-		for _, p := range c {
-			if ignore(p, "links") {
-				skip = true
-				break
-			}
-		}
-		if !skip {
+		if wp != gp && !slices.ContainsFunc(c, func(p string) bool { return ignore(p, "links") }) {
 			out = append(out, l.line("hard links:", wp, gp))
 		}
 	}
@@ -283,24 +256,11 @@ func diffLinks(want, got *Tree, ignore func(p, field string) bool, l labels) []s
 // partition formats how t groups the paths c (in Paths order) into inodes:
 // "[a b] [c]".
 func partition(t *Tree, c []string) string {
-	var groups [][]string
-	byID := make(map[int]int) // link id → index in groups
-	for _, p := range c {
-		id := t.nodes[p].link
-		if i, ok := byID[id]; ok && id != 0 {
-			groups[i] = append(groups[i], p)
-			continue
-		}
-		if id != 0 {
-			byID[id] = len(groups)
-		}
-		groups = append(groups, []string{p})
+	var parts []string
+	for _, g := range t.groups(c) {
+		parts = append(parts, strings.Join(g, " "))
 	}
-	parts := make([]string, len(groups))
-	for i, g := range groups {
-		parts[i] = "[" + strings.Join(g, " ") + "]"
-	}
-	return strings.Join(parts, " ")
+	return "[" + strings.Join(parts, "] [") + "]"
 }
 
 func isWhiteoutDev(n *Node) bool {

@@ -1,6 +1,7 @@
 package fstree
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -68,51 +69,35 @@ func (d dirFS) Lstat(name string) (Info, error) {
 	return fi, nil
 }
 
+// Xattrs reads the xattrs of name. The kernel bounds an xattr list and
+// a value at 64 KiB (XATTR_LIST_MAX, XATTR_SIZE_MAX), so a buffer of
+// that size always takes them.
 func (d dirFS) Xattrs(name string) ([]Xattr, error) {
-	p := d.path(name)
-	list, err := getBuf(func(b []byte) (int, error) { return unix.Llistxattr(p, b) })
+	p, list, val := d.path(name), []byte(nil), []byte(nil)
+	n, err := unix.Llistxattr(p, nil)
+	if n > 0 { // most files have none: no buffers then
+		list, val = make([]byte, 64<<10), make([]byte, 64<<10)
+		n, err = unix.Llistxattr(p, list)
+	}
+	if errors.Is(err, unix.ENOTSUP) {
+		return nil, nil
+	}
 	if err != nil {
-		if errors.Is(err, unix.ENOTSUP) {
-			return nil, nil
-		}
 		return nil, &fs.PathError{Op: "llistxattr", Path: name, Err: err}
 	}
 	var xs []Xattr
-	for _, x := range strings.Split(string(list), "\x00") {
+	for _, x := range strings.Split(string(list[:n]), "\x00") {
 		if x == "" {
 			continue
 		}
-		v, err := getBuf(func(b []byte) (int, error) { return unix.Lgetxattr(p, x, b) })
+		v, err := unix.Lgetxattr(p, x, val)
 		if errors.Is(err, unix.ENODATA) {
 			continue // removed since the listing
 		}
 		if err != nil {
 			return nil, &fs.PathError{Op: "lgetxattr " + x, Path: name, Err: err}
 		}
-		xs = append(xs, Xattr{Name: x, Value: v})
+		xs = append(xs, Xattr{Name: x, Value: bytes.Clone(val[:v])})
 	}
 	return xs, nil
-}
-
-// getBuf calls a size-returning xattr syscall twice: first for the size,
-// then for the bytes, again if the value grew in between.
-func getBuf(call func([]byte) (int, error)) ([]byte, error) {
-	for {
-		n, err := call(nil)
-		if err != nil {
-			return nil, err
-		}
-		if n == 0 {
-			return []byte{}, nil
-		}
-		b := make([]byte, n)
-		n, err = call(b)
-		if errors.Is(err, unix.ERANGE) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		return b[:n], nil
-	}
 }

@@ -16,6 +16,8 @@
 package fstree
 
 import (
+	"path"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -117,7 +119,7 @@ func (t *Tree) MarkWhiteoutDirs() int {
 		if p == "." || c.Type() != S_IFCHR || c.Devmajor != 0 || c.Devminor != 0 {
 			continue
 		}
-		d := t.nodes[parentOf(p)]
+		d := t.nodes[path.Dir(p)]
 		if _, ok := d.Xattrs[xattrOrigin]; ok {
 			continue
 		}
@@ -134,20 +136,30 @@ func (t *Tree) MarkWhiteoutDirs() int {
 // least two paths. Each group is in Paths order and the groups are ordered
 // by their first path.
 func (t *Tree) LinkGroups() [][]string {
-	byID := make(map[int][]string)
+	var ps []string
 	for p, n := range t.nodes {
 		if n.link != 0 {
-			byID[n.link] = append(byID[n.link], p)
+			ps = append(ps, p)
 		}
 	}
+	sortPaths(ps)
+	return slices.DeleteFunc(t.groups(ps), func(g []string) bool { return len(g) < 2 })
+}
+
+// groups splits ps, in Paths order, into t's inodes, in the order of
+// their first paths.
+func (t *Tree) groups(ps []string) [][]string {
 	var gs [][]string
-	for _, g := range byID {
-		if len(g) >= 2 {
-			sortPaths(g)
-			gs = append(gs, g)
+	at := make(map[int]int) // link id → index in gs
+	for _, p := range ps {
+		id := t.nodes[p].link
+		if i, ok := at[id]; ok && id != 0 {
+			gs[i] = append(gs[i], p)
+			continue
 		}
+		at[id] = len(gs)
+		gs = append(gs, []string{p})
 	}
-	sort.Slice(gs, func(i, j int) bool { return pathLess(gs[i][0], gs[j][0]) })
 	return gs
 }
 
@@ -157,48 +169,20 @@ func (t *Tree) newLink() int {
 	return t.nextLink
 }
 
-// pathLess orders paths as Paths documents.
+// pathLess orders paths as Paths documents: "." first, then name by
+// name, which is bytewise with '/' before every other byte.
 func pathLess(a, b string) bool {
-	if a == b {
-		return false
+	if a == "." || b == "." {
+		return a == "." && b != "."
 	}
-	if a == "." {
-		return true
-	}
-	if b == "." {
-		return false
-	}
-	n := min(len(a), len(b))
-	for i := 0; i < n; i++ {
-		ca, cb := a[i], b[i]
-		if ca == cb {
-			continue
+	for {
+		ca, ra, moreA := strings.Cut(a, "/")
+		cb, rb, moreB := strings.Cut(b, "/")
+		if ca != cb || !moreA || !moreB {
+			return ca < cb || ca == cb && !moreA && moreB
 		}
-		if ca == '/' {
-			return true
-		}
-		if cb == '/' {
-			return false
-		}
-		return ca < cb
+		a, b = ra, rb
 	}
-	return len(a) < len(b)
 }
 
 func sortPaths(ps []string) { sort.Slice(ps, func(i, j int) bool { return pathLess(ps[i], ps[j]) }) }
-
-// parentOf returns the directory holding path p ("." for top-level names).
-func parentOf(p string) string {
-	if i := strings.LastIndexByte(p, '/'); i >= 0 {
-		return p[:i]
-	}
-	return "."
-}
-
-// joinPath joins a directory path and a name.
-func joinPath(dir, name string) string {
-	if dir == "." {
-		return name
-	}
-	return dir + "/" + name
-}

@@ -5,14 +5,14 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"path"
 	"time"
+
+	"github.com/ocierofs/ocierofs/erofs"
 )
 
 // Xattr is one extended attribute, by its full name.
-type Xattr struct {
-	Name  string
-	Value []byte
-}
+type Xattr = erofs.Xattr
 
 // Info is what StatFS.Lstat says about one path.
 type Info struct {
@@ -79,7 +79,7 @@ func (w *walker) dir(name string) error {
 		if !validName(e.Name()) {
 			return fmt.Errorf("fstree: %s: bad directory entry %q", name, e.Name())
 		}
-		p := joinPath(name, e.Name())
+		p := path.Join(name, e.Name())
 		if w.t.nodes[p] != nil {
 			return fmt.Errorf("fstree: %s: listed twice", p)
 		}
