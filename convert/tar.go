@@ -2,12 +2,11 @@ package convert
 
 import (
 	"archive/tar"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"hash"
 	"io"
-	"net/url"
+	"maps"
 	"runtime"
 	"slices"
 	"strings"
@@ -350,30 +349,11 @@ func (l *tarLayer) headerMeta(hdr *tar.Header, e *erofs.Entry) error {
 	e.Uid, e.Gid = uint32(hdr.Uid), uint32(hdr.Gid)
 	e.Mode = uint32(hdr.Mode) & 0o7777
 	e.Mtime = hdr.ModTime
-	n0 := len(l.warnings)
-	for k, v := range hdr.PAXRecords {
-		var name, value string
-		switch {
-		case strings.HasPrefix(k, "SCHILY.xattr."):
-			name, value = k[len("SCHILY.xattr."):], v
-		case strings.HasPrefix(k, "LIBARCHIVE.xattr."):
-			n, err := url.PathUnescape(k[len("LIBARCHIVE.xattr."):])
-			if err != nil {
-				return fmt.Errorf("pax record %q: %w", k, err)
-			}
-			b, err := base64.StdEncoding.DecodeString(v)
-			if err != nil {
-				if b, err = base64.RawStdEncoding.DecodeString(v); err != nil {
-					return fmt.Errorf("pax record %q: bad base64 value", k)
-				}
-			}
-			name, value = n, string(b)
-		default:
-			continue
-		}
-		if _, dup := hdr.PAXRecords["SCHILY.xattr."+name]; dup && strings.HasPrefix(k, "LIBARCHIVE.") {
-			continue
-		}
+	xs, err := whiteout.Xattrs(hdr)
+	if err != nil {
+		return err
+	}
+	for _, name := range slices.Sorted(maps.Keys(xs)) {
 		if err := erofs.CheckXattrName(name); err != nil {
 			l.warnings = append(l.warnings, fmt.Sprintf("%s: xattr %q left out: %v", e.Path, name, err))
 			continue
@@ -382,10 +362,7 @@ func (l *tarLayer) headerMeta(hdr *tar.Header, e *erofs.Entry) error {
 			l.warnings = append(l.warnings, fmt.Sprintf("%s: xattr %q left out: overlayfs would act on it; a layer says what it hides with whiteouts", e.Path, name))
 			continue
 		}
-		e.Xattrs = append(e.Xattrs, erofs.Xattr{Name: name, Value: []byte(value)})
-	}
-	if len(l.warnings) > n0+1 {
-		slices.Sort(l.warnings[n0:]) // in name order, not the map's
+		e.Xattrs = append(e.Xattrs, erofs.Xattr{Name: name, Value: []byte(xs[name])})
 	}
 	return nil
 }

@@ -28,7 +28,10 @@
 package whiteout
 
 import (
+	"archive/tar"
+	"encoding/base64"
 	"fmt"
+	"net/url"
 	"strings"
 )
 
@@ -82,4 +85,39 @@ func (m Mode) String() string {
 // deleted.
 func (m Mode) KeepXattr(name string) bool {
 	return m == Keep || !strings.HasPrefix(name, OverlayXattrPrefix)
+}
+
+// Xattrs returns the xattrs of a tar header's PAX records, by name:
+// SCHILY.xattr.NAME holds the raw value, LIBARCHIVE.xattr.NAME the name
+// URL-escaped and the value in base64; SCHILY's wins where both name one.
+// Which of them a layer keeps is KeepXattr's, and the format's, to say.
+func Xattrs(h *tar.Header) (map[string]string, error) {
+	var xs map[string]string
+	set := func(k, v string) {
+		if xs == nil {
+			xs = map[string]string{}
+		}
+		xs[k] = v
+	}
+	for k, v := range h.PAXRecords {
+		name, ok := strings.CutPrefix(k, "LIBARCHIVE.xattr.")
+		if !ok {
+			continue
+		}
+		name, err := url.PathUnescape(name)
+		if err != nil {
+			return nil, fmt.Errorf("pax record %q: %w", k, err)
+		}
+		b, err := base64.RawStdEncoding.DecodeString(strings.TrimRight(v, "="))
+		if err != nil {
+			return nil, fmt.Errorf("pax record %q: bad base64 value", k)
+		}
+		set(name, string(b))
+	}
+	for k, v := range h.PAXRecords {
+		if name, ok := strings.CutPrefix(k, "SCHILY.xattr."); ok {
+			set(name, v)
+		}
+	}
+	return xs, nil
 }

@@ -2,6 +2,7 @@ package whiteout
 
 import (
 	"archive/tar"
+	"maps"
 	"testing"
 )
 
@@ -103,5 +104,29 @@ func TestCovers(t *testing.T) {
 	}
 	if l.RootOpaque() {
 		t.Error("RootOpaque without a marker on the root")
+	}
+}
+
+func TestXattrs(t *testing.T) {
+	h := &tar.Header{PAXRecords: map[string]string{
+		"SCHILY.xattr.user.a":           "raw",
+		"LIBARCHIVE.xattr.user.a":       "bG9zZXM=", // SCHILY's wins
+		"LIBARCHIVE.xattr.user.%62":     "Yg==",     // padded
+		"LIBARCHIVE.xattr.user.c":       "Yw",       // unpadded
+		"SCHILY.xattr.trusted.x":        "",
+		"GNU.sparse.name":               "not an xattr",
+		"LIBARCHIVE.creationtime":       "1",
+		"SCHILY.xattr.security.selinux": "ctx",
+	}}
+	got, err := Xattrs(h)
+	want := map[string]string{"user.a": "raw", "user.b": "b", "user.c": "c", "trusted.x": "", "security.selinux": "ctx"}
+	if err != nil || !maps.Equal(got, want) {
+		t.Errorf("Xattrs = %q, %v; want %q", got, err, want)
+	}
+	for _, bad := range []string{"LIBARCHIVE.xattr.user.%zz", "LIBARCHIVE.xattr.user.d"} {
+		h := &tar.Header{PAXRecords: map[string]string{bad: "!!"}}
+		if got, err := Xattrs(h); err == nil {
+			t.Errorf("Xattrs(%s) = %q, want an error", bad, got)
+		}
 	}
 }

@@ -3,12 +3,9 @@ package fstree
 import (
 	"archive/tar"
 	"crypto/sha256"
-	"encoding/base64"
 	"fmt"
 	"io"
 	"maps"
-	"net/url"
-	"strings"
 	"time"
 
 	"github.com/ocierofs/ocierofs/erofs"
@@ -45,11 +42,10 @@ type TarOptions struct {
 //   - Names as whiteout.Clean makes them; a bad one is an error.
 //   - Parents never declared implied: mode 040755, uid and gid 0, mtime
 //     ImpliedDirMtime, Implied set.
-//   - Xattrs from PAX records SCHILY.xattr.NAME (raw value) and
-//     LIBARCHIVE.xattr.NAME (URL-encoded name, base64 value); SCHILY wins.
-//     Names EROFS cannot store (other namespaces, over 255 bytes) are
-//     left out, as converters leave them out, and, with overlay
-//     whiteouts, the tar's own trusted.overlay.*.
+//   - Xattrs from PAX records, as whiteout.Xattrs reads them. Names EROFS
+//     cannot store (other namespaces, over 255 bytes) are left out, as
+//     converters leave them out, and, with overlay whiteouts, the tar's
+//     own trusted.overlay.*.
 //   - With overlay whiteouts, a whiteout a character device 0:0: of no
 //     permission bits and the .wh. entry's uid, gid and mtime (no xattrs),
 //     as mkfs.erofs and containerd's and docker's appliers make it
@@ -198,40 +194,12 @@ func owner(hdr *tar.Header) (uid, gid uint32, err error) {
 	return uint32(hdr.Uid), uint32(hdr.Gid), nil
 }
 
-// tarXattrs collects the xattrs of hdr's PAX records, but those EROFS
+// tarXattrs are the xattrs of hdr (whiteout.Xattrs) but those EROFS
 // cannot store (erofs.CheckXattrName: a converter leaves them out) and,
 // with overlay whiteouts, overlayfs's own (trusted.overlay.*), which
 // converters leave out too.
 func tarXattrs(hdr *tar.Header, mode whiteout.Mode) (map[string]string, error) {
-	const schily, libarchive = "SCHILY.xattr.", "LIBARCHIVE.xattr."
-	var xs map[string]string
-	set := func(k, v string) {
-		if erofs.CheckXattrName(k) != nil || !mode.KeepXattr(k) {
-			return
-		}
-		if xs == nil {
-			xs = make(map[string]string)
-		}
-		xs[k] = v
-	}
-	for k, v := range hdr.PAXRecords {
-		if !strings.HasPrefix(k, libarchive) {
-			continue
-		}
-		name, err := url.PathUnescape(k[len(libarchive):])
-		if err != nil || name == "" {
-			return nil, fmt.Errorf("bad xattr record %q", k)
-		}
-		val, err := base64.RawStdEncoding.DecodeString(strings.TrimRight(v, "="))
-		if err != nil {
-			return nil, fmt.Errorf("xattr record %q: %w", k, err)
-		}
-		set(name, string(val))
-	}
-	for k, v := range hdr.PAXRecords {
-		if name, ok := strings.CutPrefix(k, schily); ok && name != "" {
-			set(name, v)
-		}
-	}
-	return xs, nil
+	xs, err := whiteout.Xattrs(hdr)
+	maps.DeleteFunc(xs, func(k, _ string) bool { return erofs.CheckXattrName(k) != nil || !mode.KeepXattr(k) })
+	return xs, err
 }
