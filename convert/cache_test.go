@@ -20,6 +20,7 @@ import (
 
 	"github.com/ocierofs/ocierofs/convert"
 	"github.com/ocierofs/ocierofs/convert/dmverity"
+	"github.com/ocierofs/ocierofs/convert/internal/convtest"
 	"github.com/ocierofs/ocierofs/erofs"
 )
 
@@ -28,8 +29,8 @@ import (
 // there, and refill only what is missing.
 func TestCacheImage(t *testing.T) {
 	ctx := context.Background()
-	src := e2eImage(t, "amd64", testImageLayers(t)...)
-	desc := srcDescriptor(t, src)
+	src := convtest.Image(t, "amd64", convtest.TestImageLayers(t)...)
+	desc := convtest.SourceDescriptor(t, src)
 	published := publishedDiffIDs(t, src)
 	srcCfg, err := src.ConfigFile()
 	must(t, err)
@@ -58,7 +59,7 @@ func TestCacheImage(t *testing.T) {
 			if err != nil {
 				t.Fatalf("layer %d: %v", i, err)
 			}
-			if got := sha256Of(b); got != published[i] {
+			if got := convtest.SHA256(b); got != published[i] {
 				t.Errorf("layer %d: cache entry %s, convert made %s", i, got, published[i])
 			}
 		}
@@ -118,9 +119,9 @@ func TestCacheImage(t *testing.T) {
 // second image over other layers is warned.
 func TestCacheLowerLayers(t *testing.T) {
 	ctx := context.Background()
-	top := e2eLayer(t, eFile("opt/f", 0o644, []byte("shared\n")))
-	a := e2eImage(t, "amd64", e2eLayer(t, eDir(".", 0o755), eDir("opt", 0o700).own(1000, 1000), eFile("opt/a", 0o644, nil)), top)
-	b := e2eImage(t, "amd64", e2eLayer(t, eDir(".", 0o755), eDir("opt", 0o755), eFile("opt/b", 0o644, nil)), top)
+	top := convtest.Layer(t, convtest.File("opt/f", 0o644, []byte("shared\n")))
+	a := convtest.Image(t, "amd64", convtest.Layer(t, convtest.Dir(".", 0o755), convtest.Dir("opt", 0o700).Own(1000, 1000), convtest.File("opt/a", 0o644, nil)), top)
+	b := convtest.Image(t, "amd64", convtest.Layer(t, convtest.Dir(".", 0o755), convtest.Dir("opt", 0o755), convtest.File("opt/b", 0o644, nil)), top)
 	dir := t.TempDir()
 	// Left by a killed run: its temp directory (unlocked) and a copy.
 	dead := filepath.Join(dir, "ocierofs-123")
@@ -144,7 +145,7 @@ func TestCacheLowerLayers(t *testing.T) {
 		c, err := convert.NewConverter(convert.ImageOptions{TempDir: dir, CacheOverLower: true})
 		must(t, err)
 		defer c.Close()
-		ls, err := c.CacheImage(ctx, img, srcDescriptor(t, img), dir)
+		ls, err := c.CacheImage(ctx, img, convtest.SourceDescriptor(t, img), dir)
 		must(t, err)
 		return ls
 	}
@@ -174,10 +175,10 @@ func TestCacheLowerLayers(t *testing.T) {
 	published := publishedDiffIDs(t, a)
 	got, err := os.ReadFile(la[1].Path)
 	must(t, err)
-	if sha256Of(got) != published[1] {
-		t.Errorf("entry %s, convert made %s for a", sha256Of(got), published[1])
+	if convtest.SHA256(got) != published[1] {
+		t.Errorf("entry %s, convert made %s for a", convtest.SHA256(got), published[1])
 	}
-	if m := modeOf(t, treeFromDir(t, mountStack(t, []string{la[0].Path, la[1].Path})), "opt"); m != 0o700 {
+	if m := convtest.ModeOf(t, convtest.TreeFromDir(t, convtest.MountStack(t, []string{la[0].Path, la[1].Path})), "opt"); m != 0o700 {
 		t.Errorf("a's stack: opt mode %#o, want 0700", m)
 	}
 	for _, p := range []string{dead, filepath.Join(dir, "sha256", "ab", ".tmp-x.erofs-1")} {
@@ -201,11 +202,11 @@ func TestCacheLowerLayers(t *testing.T) {
 // 512-byte blocks get trees of 512-byte data blocks.
 func TestCacheDMVerity(t *testing.T) {
 	ctx := context.Background()
-	layers := testImageLayers(t)
-	amd := e2eImage(t, "amd64", layers...)
+	layers := convtest.TestImageLayers(t)
+	amd := convtest.Image(t, "amd64", layers...)
 	idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
 		mutate.IndexAddendum{Add: amd, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
-		mutate.IndexAddendum{Add: e2eImage(t, "arm64", layers...), Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64"}}},
+		mutate.IndexAddendum{Add: convtest.Image(t, "arm64", layers...), Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64"}}},
 	)
 	idxDigest, err := idx.Digest()
 	must(t, err)
@@ -251,7 +252,7 @@ func TestCacheDMVerity(t *testing.T) {
 		if m.RootHash != l.DMVerityRootHash || l.Size != int64(len(b)) {
 			t.Errorf("layer %d: reported root hash %s and size %d; the sidecar says %s, the entry is %d bytes", i, l.DMVerityRootHash, l.Size, m.RootHash, len(b))
 		}
-		if m.HashOffset > uint64(len(b)) || sha256Of(b[:m.HashOffset]) != want[i] {
+		if m.HashOffset > uint64(len(b)) || convtest.SHA256(b[:m.HashOffset]) != want[i] {
 			t.Errorf("layer %d: the entry up to the hash offset %d is not the image convert made", i, m.HashOffset)
 		} else if err := dmverity.Verify(bytes.NewReader(b), m); err != nil {
 			t.Errorf("layer %d: %v", i, err)
@@ -307,7 +308,7 @@ func TestCacheDMVerity(t *testing.T) {
 		}
 		b, err := os.ReadFile(paths[i])
 		must(t, err)
-		if sha256Of(b) != want[i] {
+		if convtest.SHA256(b) != want[i] {
 			t.Errorf("layer %d without dm-verity: not convert's image", i)
 		}
 		if _, err := os.Stat(paths[i] + ".dmverity"); err == nil {
@@ -363,7 +364,7 @@ func TestCacheDMVerity(t *testing.T) {
 	}
 	// The kernel mounts each entry, tree and all, and the stack is the
 	// image's.
-	compareWithUmoci(t, amd, paths)
+	convtest.CompareWithUmoci(t, amd, paths)
 
 	// Images of 512-byte blocks have trees of 512-byte data blocks: a
 	// dm-verity device has its data blocks as its logical blocks, and
@@ -373,7 +374,7 @@ func TestCacheDMVerity(t *testing.T) {
 		Layer: convert.Options{Erofs: erofs.Options{BlockSize: 512}}})
 	must(t, err)
 	defer c.Close()
-	ls, err := c.CacheImage(ctx, amd, srcDescriptor(t, amd), small)
+	ls, err := c.CacheImage(ctx, amd, convtest.SourceDescriptor(t, amd), small)
 	must(t, err)
 	var smallPaths []string
 	for i, l := range ls {
@@ -394,7 +395,7 @@ func TestCacheDMVerity(t *testing.T) {
 		}
 		smallPaths = append(smallPaths, l.Path)
 	}
-	compareWithUmoci(t, amd, smallPaths)
+	convtest.CompareWithUmoci(t, amd, smallPaths)
 }
 
 // publishedDiffIDs are the diff IDs of the EROFS layers convert publishes
@@ -404,7 +405,7 @@ func publishedDiffIDs(t *testing.T, img v1.Image) []v1.Hash {
 	conv, err := convert.NewConverter(convert.ImageOptions{TempDir: t.TempDir()})
 	must(t, err)
 	defer conv.Close()
-	out, _, err := conv.Image(context.Background(), img, srcDescriptor(t, img))
+	out, _, err := conv.Image(context.Background(), img, convtest.SourceDescriptor(t, img))
 	must(t, err)
 	cf, err := out.ConfigFile()
 	must(t, err)
@@ -420,16 +421,16 @@ func publishedDiffIDs(t *testing.T, img v1.Image) []v1.Hash {
 // layers is made again.
 func TestCacheAlone(t *testing.T) {
 	ctx := context.Background()
-	shared := e2eLayer(t, eFile("opt/app/run.sh", 0o755, []byte("#!/bin/sh\n")))
-	attacker := e2eImage(t, "amd64", e2eLayer(t, eDir(".", 0o755), eDir("opt", 0o777).own(1000, 1000), eDir("opt/app", 0o777).own(1000, 1000)), shared)
-	victim := e2eImage(t, "amd64", e2eLayer(t, eDir(".", 0o755), eDir("opt", 0o755), eDir("opt/app", 0o755)), shared)
+	shared := convtest.Layer(t, convtest.File("opt/app/run.sh", 0o755, []byte("#!/bin/sh\n")))
+	attacker := convtest.Image(t, "amd64", convtest.Layer(t, convtest.Dir(".", 0o755), convtest.Dir("opt", 0o777).Own(1000, 1000), convtest.Dir("opt/app", 0o777).Own(1000, 1000)), shared)
+	victim := convtest.Image(t, "amd64", convtest.Layer(t, convtest.Dir(".", 0o755), convtest.Dir("opt", 0o755), convtest.Dir("opt/app", 0o755)), shared)
 	cache := func(dir string, overLower bool, imgs ...v1.Image) []convert.CacheLayer {
 		t.Helper()
 		var ls []convert.CacheLayer
 		for _, img := range imgs {
 			c, err := convert.NewConverter(convert.ImageOptions{TempDir: t.TempDir(), CacheOverLower: overLower})
 			must(t, err)
-			ls, err = c.CacheImage(ctx, img, srcDescriptor(t, img), dir)
+			ls, err = c.CacheImage(ctx, img, convtest.SourceDescriptor(t, img), dir)
 			must(t, err)
 			c.Close()
 		}
@@ -438,7 +439,7 @@ func TestCacheAlone(t *testing.T) {
 	entry := func(ls []convert.CacheLayer) v1.Hash {
 		b, err := os.ReadFile(ls[1].Path)
 		must(t, err)
-		return sha256Of(b)
+		return convtest.SHA256(b)
 	}
 	first := cache(t.TempDir(), false, attacker, victim)
 	second := cache(t.TempDir(), false, victim, attacker)
@@ -449,14 +450,14 @@ func TestCacheAlone(t *testing.T) {
 		t.Errorf("warnings %q", first[1].Warnings)
 	}
 	// It is what convert makes of the layer alone.
-	if alone := publishedDiffIDs(t, e2eImage(t, "amd64", shared)); entry(first) != alone[0] {
+	if alone := publishedDiffIDs(t, convtest.Image(t, "amd64", shared)); entry(first) != alone[0] {
 		t.Errorf("entry %s, convert of the layer alone made %s", entry(first), alone[0])
 	}
 	// In the victim's stack, its own lower layer's /opt/app shows through
 	// the implied one only as far as overlayfs merges: the mode and owner
 	// are the entry's (root, 0755), never the attacker's.
-	tree := treeFromDir(t, mountStack(t, []string{first[0].Path, first[1].Path}))
-	if m := modeOf(t, tree, "opt/app"); m != 0o755 {
+	tree := convtest.TreeFromDir(t, convtest.MountStack(t, []string{first[0].Path, first[1].Path}))
+	if m := convtest.ModeOf(t, tree, "opt/app"); m != 0o755 {
 		t.Errorf("the victim's /opt/app: mode %#o, want 0755", m)
 	}
 	// An entry made over the attacker's layers (an earlier version's,
@@ -479,7 +480,7 @@ func TestCacheAlone(t *testing.T) {
 	}
 	// But not for an image whose first layer it is: made alone or over
 	// nothing, it is the same entry (review 20-d).
-	base := e2eImage(t, "amd64", shared)
+	base := convtest.Image(t, "amd64", shared)
 	solo := t.TempDir()
 	cache(solo, false, base)
 	if ls := cache(solo, true, base); !ls[0].Cached || len(ls[0].Warnings) != 0 {
@@ -493,21 +494,21 @@ func TestCacheAlone(t *testing.T) {
 // so: reused over other lower layers, or made alone, it is reported.
 func TestCacheRootOpaque(t *testing.T) {
 	ctx := context.Background()
-	top := e2eLayer(t, eDir(".", 0o755), eFile("./.wh..wh..opq", 0, nil), eFile("c", 0o644, []byte("c\n"))) // implies nothing
-	img := e2eImage(t, "amd64", e2eLayer(t, eDir(".", 0o755), eFile("a", 0o644, nil), eDir("b", 0o755), eFile("b/x", 0o644, nil)), top)
-	other := e2eImage(t, "amd64", e2eLayer(t, eDir(".", 0o755), eFile("y", 0o644, nil)), top)
+	top := convtest.Layer(t, convtest.Dir(".", 0o755), convtest.File("./.wh..wh..opq", 0, nil), convtest.File("c", 0o644, []byte("c\n"))) // implies nothing
+	img := convtest.Image(t, "amd64", convtest.Layer(t, convtest.Dir(".", 0o755), convtest.File("a", 0o644, nil), convtest.Dir("b", 0o755), convtest.File("b/x", 0o644, nil)), top)
+	other := convtest.Image(t, "amd64", convtest.Layer(t, convtest.Dir(".", 0o755), convtest.File("y", 0o644, nil)), top)
 	cache := func(dir string, overLower bool, img v1.Image) []convert.CacheLayer {
 		t.Helper()
 		c, err := convert.NewConverter(convert.ImageOptions{TempDir: t.TempDir(), CacheOverLower: overLower})
 		must(t, err)
 		defer c.Close()
-		ls, err := c.CacheImage(ctx, img, srcDescriptor(t, img), dir)
+		ls, err := c.CacheImage(ctx, img, convtest.SourceDescriptor(t, img), dir)
 		must(t, err)
 		return ls
 	}
 	over := t.TempDir()
 	ls := cache(over, true, img)
-	tree := treeFromDir(t, mountStack(t, []string{ls[0].Path, ls[1].Path}))
+	tree := convtest.TreeFromDir(t, convtest.MountStack(t, []string{ls[0].Path, ls[1].Path}))
 	for p, want := range map[string]bool{"a": false, "b": false, "b/x": false, "c": true} {
 		if (tree.Node(p) != nil) != want {
 			t.Errorf("over its lower layers: %s there: %v, want %v", p, tree.Node(p) != nil, want)

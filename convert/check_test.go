@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/ocierofs/ocierofs/convert"
+	"github.com/ocierofs/ocierofs/convert/internal/convtest"
 	"github.com/ocierofs/ocierofs/oci"
 )
 
@@ -56,14 +57,14 @@ func runCheck(t testing.TB, conv, src string, max int64) ([]string, *convert.Che
 func TestCheck(t *testing.T) {
 	reg := sharedRegistry(t)
 	for _, tc := range append([]stackCase{
-		{"test image", testImageLayers(t)},
+		{"test image", convtest.TestImageLayers(t)},
 		{"edge cases", flattenEdgeLayers(t)},
 		{"deleted and made again", restackLayers(t)},
 	}, stackEdgeCases(t)...) {
 		t.Run(tc.name, func(t *testing.T) {
 			repo := uniq("e2e/check")
 			srcRef := ref(t, reg.host, repo+":v1")
-			pushImage(t, srcRef, e2eImage(t, "amd64", tc.layers...))
+			pushImage(t, srcRef, convtest.Image(t, "amd64", tc.layers...))
 			for _, opt := range []convert.ImageOptions{{}, {Flatten: true}, {LayerZstd: true}} {
 				target := reg.host + "/" + repo + ":erofs"
 				if opt.Flatten {
@@ -93,10 +94,10 @@ func TestCheck(t *testing.T) {
 	t.Run("links to lower layers", func(t *testing.T) {
 		repo := uniq("e2e/check-links")
 		srcRef := ref(t, reg.host, repo+":v1")
-		pushImage(t, srcRef, e2eImage(t, "amd64",
-			e2eLayer(t, eDir(".", 0o755), eFile("t", 0o644, []byte("t\n")), eFile("z", 0o600, []byte("z\n"))),
-			e2eLayer(t, eLink("ht", "t"), eLink("hz", "z")),
-			e2eLayer(t, eFile("t", 0o644, []byte("new t\n")), eWhiteout("z"))))
+		pushImage(t, srcRef, convtest.Image(t, "amd64",
+			convtest.Layer(t, convtest.Dir(".", 0o755), convtest.File("t", 0o644, []byte("t\n")), convtest.File("z", 0o600, []byte("z\n"))),
+			convtest.Layer(t, convtest.Hardlink("ht", "t"), convtest.Hardlink("hz", "z")),
+			convtest.Layer(t, convtest.File("t", 0o644, []byte("new t\n")), convtest.Whiteout("z"))))
 		target := reg.host + "/" + repo + ":flat"
 		mustConvert(t, srcRef.String(), target, convert.ImageOptions{Flatten: true}, oci.Remote{})
 		if diffs, res := checkRefs(t, target, srcRef.String()); len(diffs) > 0 || res.Paths < 4 {
@@ -108,7 +109,7 @@ func TestCheck(t *testing.T) {
 	repo := uniq("e2e/check-bad")
 	srcRef := ref(t, reg.host, repo+":v1")
 	layers := flattenEdgeLayers(t)
-	src := e2eImage(t, "amd64", layers...)
+	src := convtest.Image(t, "amd64", layers...)
 	pushImage(t, srcRef, src)
 	good := reg.host + "/" + repo + ":erofs"
 	mustConvert(t, srcRef.String(), good, convert.ImageOptions{}, oci.Remote{})
@@ -175,7 +176,7 @@ func TestCheck(t *testing.T) {
 	// index against its source.
 	idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
 		mutate.IndexAddendum{Add: src, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
-		mutate.IndexAddendum{Add: e2eImage(t, "arm64", layers[:2]...), Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64"}}})
+		mutate.IndexAddendum{Add: convtest.Image(t, "arm64", layers[:2]...), Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64"}}})
 	idxRef := ref(t, reg.host, repo+":index")
 	pushIndex(t, idxRef, idx)
 	mustConvert(t, idxRef.String(), reg.host+"/"+repo+":index-erofs", convert.ImageOptions{}, oci.Remote{})
@@ -198,9 +199,9 @@ func TestCheckMaxLayerSize(t *testing.T) {
 	reg := sharedRegistry(t)
 	repo := uniq("e2e/check-max")
 	srcRef := ref(t, reg.host, repo+":v1")
-	pushImage(t, srcRef, e2eImage(t, "amd64",
-		e2eLayer(t, eDir(".", 0o755), eFile("a", 0o644, randomBytes(31, 600<<10))),
-		e2eLayer(t, eFile("b", 0o644, randomBytes(32, 600<<10)))))
+	pushImage(t, srcRef, convtest.Image(t, "amd64",
+		convtest.Layer(t, convtest.Dir(".", 0o755), convtest.File("a", 0o644, convtest.RandomBytes(31, 600<<10))),
+		convtest.Layer(t, convtest.File("b", 0o644, convtest.RandomBytes(32, 600<<10)))))
 	stacked, flat, flatRaw := reg.host+"/"+repo+":erofs", reg.host+"/"+repo+":flat", reg.host+"/"+repo+":flat-raw"
 	mustConvert(t, srcRef.String(), stacked, convert.ImageOptions{LayerZstd: true}, oci.Remote{})
 	mustConvert(t, srcRef.String(), flat, convert.ImageOptions{Flatten: true, LayerZstd: true}, oci.Remote{})

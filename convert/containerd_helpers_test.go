@@ -4,7 +4,7 @@ package convert_test
 // containerd 2.4 (containerd, ctr, containerd-shim-runc-v2) and runc,
 // starting a containerd of the test's own with the EROFS snapshotter and
 // differ and a stand-in mkfs.erofs, running ctr, a test image with a static
-// busybox under the layers of testImageLayers, and what a container of that
+// busybox under the layers of convtest.TestImageLayers, and what a container of that
 // image must show.
 
 import (
@@ -31,6 +31,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ocierofs/ocierofs/convert/fstree"
+	"github.com/ocierofs/ocierofs/convert/internal/convtest"
 	"github.com/ocierofs/ocierofs/internal/mountinfo"
 )
 
@@ -150,10 +151,10 @@ func requireContainerdHost(t testing.TB) {
 		t.Skip("containerd needs root")
 	}
 	for _, fs := range []string{"erofs", "overlay"} {
-		if !hasFilesystem(fs) {
+		if !convtest.HasFilesystem(fs) {
 			exec.Command("modprobe", fs).Run()
 		}
-		if !hasFilesystem(fs) {
+		if !convtest.HasFilesystem(fs) {
 			t.Fatalf("the kernel has no %s (not in /proc/filesystems, even after modprobe %s): containerd's EROFS snapshotter cannot mount layers", fs, fs)
 		}
 	}
@@ -611,7 +612,7 @@ func (c *ctrd) erofsLayerBlobs(t testing.TB) map[string]string {
 		}
 		b, err := os.ReadFile(f)
 		must(t, err)
-		got[f] = sha256Of(b).String()
+		got[f] = convtest.SHA256(b).String()
 	}
 	return got
 }
@@ -625,25 +626,25 @@ var busyboxApplets = []string{"sh", "cat", "ls", "stat", "readlink", "echo", "te
 // busyboxLayer is a layer with /bb/busybox (static) and links to it.
 func busyboxLayer(t testing.TB) v1.Layer {
 	t.Helper()
-	entries := []e2eEntry{eDir(".", 0o755), eDir("bb", 0o755), eFile("bb/busybox", 0o755, staticBusybox(t))}
+	entries := []convtest.Entry{convtest.Dir(".", 0o755), convtest.Dir("bb", 0o755), convtest.File("bb/busybox", 0o755, staticBusybox(t))}
 	for _, a := range busyboxApplets {
-		entries = append(entries, eSym("bb/"+a, "busybox"))
+		entries = append(entries, convtest.Symlink("bb/"+a, "busybox"))
 	}
-	return e2eLayer(t, entries...)
+	return convtest.Layer(t, entries...)
 }
 
-// runnableImage is the test image of testImageLayers with a busybox layer
-// at the bottom, and /bb/sh -c as its entrypoint: testImageLayers's own
+// runnableImage is the test image of convtest.TestImageLayers with a busybox layer
+// at the bottom, and /bb/sh -c as its entrypoint: convtest.TestImageLayers's own
 // /bin/sh is a script that cannot run.
 func runnableImage(t testing.TB, arch string) v1.Image {
 	t.Helper()
-	return runnableImageOf(t, arch, append([]v1.Layer{busyboxLayer(t)}, testImageLayers(t)...))
+	return runnableImageOf(t, arch, append([]v1.Layer{busyboxLayer(t)}, convtest.TestImageLayers(t)...))
 }
 
 // runnableImageOf is runnableImage with other layers.
 func runnableImageOf(t testing.TB, arch string, layers []v1.Layer) v1.Image {
 	t.Helper()
-	img := e2eImage(t, arch, layers...)
+	img := convtest.Image(t, arch, layers...)
 	cf, err := img.ConfigFile()
 	must(t, err)
 	cf = cf.DeepCopy()
@@ -686,7 +687,7 @@ echo "E2E=$E2E cwd=$(pwd)"
 // containerWant is what containerScript prints in a container of
 // runnableImage.
 func containerWant() string {
-	bigSum := sha256.Sum256(randomBytes(1, 300<<10+123))
+	bigSum := sha256.Sum256(convtest.RandomBytes(1, 300<<10+123))
 	return `bb busybox
 --- layer 1
 root:x:0:0:root:/root:/bin/sh
@@ -814,7 +815,7 @@ func (c *ctrd) inspectRunning(t testing.TB, ns, image string, src v1.Image, extr
 
 	// The xattrs, by name (listxattr through overlayfs hides trusted.overlay.*).
 	for _, x := range []struct{ path, name, want string }{
-		{"usr/local/bin/ping", "security.capability", capNetRaw},
+		{"usr/local/bin/ping", "security.capability", convtest.CapNetRaw},
 		{"usr/local/bin/ping", "user.e2e.origin", "layer3"},
 		{"usr/local/bin/tagged", "user.e2e.a", "1"},
 		{"usr/local/bin/tagged", "user.e2e.b", strings.Repeat("v", 300)},
@@ -846,7 +847,7 @@ func (c *ctrd) inspectRunning(t testing.TB, ns, image string, src v1.Image, extr
 // layer images) with umoci's unpack of src.
 func compareRootfs(t testing.TB, what, rootfs string, src v1.Image) {
 	t.Helper()
-	want := umociRootfs(t, src)
+	want := convtest.UmociRootfs(t, src)
 	tops, err := os.ReadDir(want)
 	must(t, err)
 	compared, links := 0, 0
@@ -855,14 +856,14 @@ func compareRootfs(t testing.TB, what, rootfs string, src v1.Image) {
 		case "dev", "proc", "sys", "run":
 			continue
 		}
-		w := treeFromDir(t, filepath.Join(want, e.Name()))
-		g := treeFromDir(t, filepath.Join(rootfs, e.Name()))
+		w := convtest.TreeFromDir(t, filepath.Join(want, e.Name()))
+		g := convtest.TreeFromDir(t, filepath.Join(rootfs, e.Name()))
 		diffs := fstree.Diff(w, g, fstree.DiffOptions{
 			Ignore: func(p, field string) bool {
 				return strings.HasPrefix(field, "xattr:trusted.overlay.") || field == "xattr:user.rootlesscontainers"
 			},
 		})
-		reportDiff(t, what+" /"+e.Name()+" vs umoci unpack", diffs)
+		convtest.ReportDiff(t, what+" /"+e.Name()+" vs umoci unpack", diffs)
 		compared += g.Len()
 		links += len(g.LinkGroups())
 	}

@@ -47,6 +47,7 @@ import (
 
 	"github.com/ocierofs/ocierofs/convert"
 	"github.com/ocierofs/ocierofs/convert/dmverity"
+	"github.com/ocierofs/ocierofs/convert/internal/convtest"
 )
 
 // erofsPlatform is how ctr is told to want the EROFS variant of an index
@@ -187,7 +188,7 @@ func TestContainerdE2E(t *testing.T) {
 	reg := sharedRegistry(t)
 	bin := ocierofsCLI(t)
 
-	// busybox, then the four layers of testImageLayers: whiteouts (a file,
+	// busybox, then the four layers of convtest.TestImageLayers: whiteouts (a file,
 	// a symlink, a directory tree), an opaque directory, hard links,
 	// user.* and security.capability xattrs, setuid and setgid files, and
 	// directories implied by a layer that takes their metadata from below.
@@ -214,8 +215,8 @@ func TestContainerdE2E(t *testing.T) {
 		// The source is an index of a runnable linux/amd64 image and a
 		// linux/arm64 one; the converted index has an EROFS manifest for
 		// each, platform.os.features ["erofs"].
-		arm := e2eImage(t, "arm64", e2eLayer(t, eDir(".", 0o755), eDir("bin", 0o755),
-			eFile("bin/arch", 0o755, []byte("aarch64\n"))))
+		arm := convtest.Image(t, "arm64", convtest.Layer(t, convtest.Dir(".", 0o755), convtest.Dir("bin", 0o755),
+			convtest.File("bin/arch", 0o755, []byte("aarch64\n"))))
 		idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
 		idx = mutate.AppendManifests(idx,
 			mutate.IndexAddendum{Add: src, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
@@ -424,7 +425,7 @@ func TestContainerdMkfsErofs(t *testing.T) {
 	// docker build and BuildKit write them: each layer is converted on
 	// its own here, and a directory it only implies could but take
 	// default metadata, hiding what the layers below give it.
-	layers := listParents(t, append([]v1.Layer{busyboxLayer(t)}, testImageLayers(t)...))
+	layers := listParents(t, append([]v1.Layer{busyboxLayer(t)}, convtest.TestImageLayers(t)...))
 	src := runnableImageOf(t, "amd64", layers)
 	srcRef := ref(t, reg.host, uniq("ctrd/mkfs")+":v1")
 	pushImage(t, srcRef, src)
@@ -483,7 +484,7 @@ func TestContainerdMkfsErofs(t *testing.T) {
 			if len(files) != len(layers) {
 				t.Fatalf("%d layer.erofs files, want %d: %v", len(files), len(layers), files)
 			}
-			compareRootfs(t, "the layer images stacked", mountStack(t, files), src)
+			compareRootfs(t, "the layer images stacked", convtest.MountStack(t, files), src)
 			if tc.opt.tarIndex {
 				// ctr run reads the image's /etc/passwd and /etc/group
 				// through go-erofs first, which refuses an image with a
@@ -527,7 +528,7 @@ func TestContainerdMkfsErofs(t *testing.T) {
 
 // listParents rewrites layers as docker build and BuildKit write them:
 // each lists every directory above its entries (and above its whiteouts),
-// with the metadata the layers below give it. The layers of testImageLayers
+// with the metadata the layers below give it. The layers of convtest.TestImageLayers
 // leave some out on purpose, for ocierofs convert, which reads the layers
 // below for them; a converter that sees one layer alone cannot.
 func listParents(t testing.TB, layers []v1.Layer) []v1.Layer {
@@ -537,9 +538,9 @@ func listParents(t testing.TB, layers []v1.Layer) []v1.Layer {
 	for _, l := range layers {
 		rc, err := l.Compressed()
 		must(t, err)
-		zr, err := gzip.NewReader(rc) // e2eLayer's
+		zr, err := gzip.NewReader(rc) // convtest.Layer's
 		must(t, err)
-		var entries []e2eEntry
+		var entries []convtest.Entry
 		tr := tar.NewReader(zr)
 		for {
 			h, err := tr.Next()
@@ -549,20 +550,20 @@ func listParents(t testing.TB, layers []v1.Layer) []v1.Layer {
 			must(t, err)
 			data, err := io.ReadAll(tr)
 			must(t, err)
-			entries = append(entries, e2eEntry{hdr: *h, data: data})
+			entries = append(entries, convtest.Entry{Hdr: *h, Data: data})
 		}
 		must(t, rc.Close())
 		clean := func(name string) string { return path.Clean(strings.TrimPrefix(name, "./")) }
 		listed := map[string]bool{}
 		for _, e := range entries {
-			if e.hdr.Typeflag == tar.TypeDir {
-				listed[clean(e.hdr.Name)] = true
+			if e.Hdr.Typeflag == tar.TypeDir {
+				listed[clean(e.Hdr.Name)] = true
 			}
 		}
-		var full []e2eEntry
+		var full []convtest.Entry
 		for _, e := range entries {
 			var parents []string
-			for p := path.Dir(clean(e.hdr.Name)); ; p = path.Dir(p) {
+			for p := path.Dir(clean(e.Hdr.Name)); ; p = path.Dir(p) {
 				parents = append([]string{p}, parents...)
 				if p == "." {
 					break
@@ -571,7 +572,7 @@ func listParents(t testing.TB, layers []v1.Layer) []v1.Layer {
 			for _, p := range parents {
 				if h, ok := below[p]; ok && !listed[p] {
 					h.Name = p + "/"
-					full = append(full, e2eEntry{hdr: h})
+					full = append(full, convtest.Entry{Hdr: h})
 					listed[p] = true
 				}
 			}
@@ -587,7 +588,7 @@ func listParents(t testing.TB, layers []v1.Layer) []v1.Layer {
 			}
 		}
 		for _, e := range entries {
-			dir, base := path.Split(clean(e.hdr.Name))
+			dir, base := path.Split(clean(e.Hdr.Name))
 			switch {
 			case base == ".wh..wh..opq":
 				drop(path.Clean(dir), false)
@@ -596,17 +597,17 @@ func listParents(t testing.TB, layers []v1.Layer) []v1.Layer {
 			}
 		}
 		for _, e := range entries {
-			p := clean(e.hdr.Name)
+			p := clean(e.Hdr.Name)
 			if strings.HasPrefix(path.Base(p), ".wh.") {
 				continue
 			}
-			if e.hdr.Typeflag == tar.TypeDir {
-				below[p] = e.hdr
+			if e.Hdr.Typeflag == tar.TypeDir {
+				below[p] = e.Hdr
 			} else {
 				drop(p, true)
 			}
 		}
-		out = append(out, e2eLayer(t, full...))
+		out = append(out, convtest.Layer(t, full...))
 	}
 	return out
 }

@@ -13,7 +13,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,13 +21,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ocierofs/ocierofs/convert/internal/convtest"
 	"golang.org/x/sys/unix"
 )
 
 // Times used across the corpus. t0 is the common mtime, so that most inodes
 // are compact.
 var (
-	t0      = time.Unix(1700000000, 0)
+	t0      = convtest.T0
 	tNs     = time.Unix(1700000123, 123456789)
 	tNeg    = time.Unix(-1000000, 5)
 	tFar    = time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC) // > 2^32 seconds
@@ -76,15 +76,6 @@ func aclValue(owner, group, other uint16) string {
 	return string(b)
 }
 
-// content returns n deterministic pseudo-random bytes named by seed.
-func content(seed string, n int) []byte {
-	var key [32]byte
-	copy(key[:], seed)
-	b := make([]byte, n)
-	rand.NewChaCha8(key).Read(b)
-	return b
-}
-
 // treeMaker creates a tree under root. Times are applied at the end, files
 // first, then directories deepest first, since creating a child changes the
 // mtime of its directory.
@@ -109,8 +100,8 @@ type meta struct {
 
 func md(perm uint32) meta { return meta{perm: perm, mtime: t0} }
 
-func (mt meta) own(uid, gid int) meta { mt.uid, mt.gid = uid, gid; return mt }
-func (mt meta) at(tm time.Time) meta  { mt.mtime = tm; return mt }
+func (mt meta) Own(uid, gid int) meta { mt.uid, mt.gid = uid, gid; return mt }
+func (mt meta) At(tm time.Time) meta  { mt.mtime = tm; return mt }
 func (mt meta) x(name, value string) meta {
 	mt.xattrs = append(mt.xattrs, [2]string{name, value})
 	return mt
@@ -168,7 +159,7 @@ func (tm *treeMaker) sparse(p string, size int64, extents [][2]int64, mt meta) {
 	tm.check(err, "create", p)
 	tm.check(f.Truncate(size), "truncate", p)
 	for i, e := range extents {
-		_, err := f.WriteAt(content(fmt.Sprintf("%s#%d", p, i), int(e[1])), e[0])
+		_, err := f.WriteAt(convtest.Content(fmt.Sprintf("%s#%d", p, i), int(e[1])), e[0])
 		tm.check(err, "write", p)
 	}
 	tm.check(f.Close(), "close", p)
@@ -243,11 +234,11 @@ func makeFullTree(t testing.TB, root string) {
 	for _, bs := range []int{512, 1024, 4096} {
 		for _, d := range []int{-1, 0, 1} {
 			p := fmt.Sprintf("sizes/bs%d%+d", bs, d)
-			tm.file(p, content(p, bs+d), md(0o644))
+			tm.file(p, convtest.Content(p, bs+d), md(0o644))
 		}
 	}
-	tm.file("sizes/two-blocks-plus", content("8193", 8193), md(0o644))
-	tm.file(pBig, content(pBig, bigSize), md(0o644))
+	tm.file("sizes/two-blocks-plus", convtest.Content("8193", 8193), md(0o644))
+	tm.file(pBig, convtest.Content(pBig, bigSize), md(0o644))
 	tm.file("sizes/zeros", make([]byte, 1<<20), md(0o644))
 	tm.file("sizes/text", bytes.Repeat([]byte("a line of text\n"), 300), md(0o644))
 
@@ -259,7 +250,7 @@ func makeFullTree(t testing.TB, root string) {
 			tm.dir(p, md(0o755))
 			continue
 		}
-		tm.file(p, content(p, i%7), md(0o644))
+		tm.file(p, convtest.Content(p, i%7), md(0o644))
 	}
 
 	// Names: 255 bytes, UTF-8, odd bytes.
@@ -289,7 +280,7 @@ func makeFullTree(t testing.TB, root string) {
 	tm.file("long/"+strings.Repeat("p", 150), []byte("long name"), md(0o644))
 	ld := "long/" + strings.Repeat("d", 120)
 	tm.dir(ld, md(0o755))
-	tm.file(ld+"/"+strings.Repeat("f", 120), content("longf", 5000), md(0o644))
+	tm.file(ld+"/"+strings.Repeat("f", 120), convtest.Content("longf", 5000), md(0o644))
 	tm.hardlink("long/hardlink-to-long-name", ld+"/"+strings.Repeat("f", 120))
 	tm.hardlink(ld+"/"+strings.Repeat("h", 110), "sizes/one")
 
@@ -300,14 +291,14 @@ func makeFullTree(t testing.TB, root string) {
 	tm.symlink("links/dangling", "nowhere/at/all", md(0o777))
 	tm.symlink("links/utf8", "日本語", md(0o777))
 	tm.symlink("links/dir", "../deep", md(0o777))
-	tm.symlink("links/owned", "x", md(0o777).own(1234, 5678).at(tNs))
+	tm.symlink("links/owned", "x", md(0o777).Own(1234, 5678).At(tNs))
 	tm.symlink("links/long300", longTarget(300), md(0o777))
 	tm.symlink("links/xattr", "target", md(0o777).x("trusted.symlink", "on a symlink"))
 
 	// Hard links: several names, one in another directory, other types.
 	tm.dir("hard", md(0o755))
 	tm.dir("hard2", md(0o755))
-	tm.file("hard/a", content("hard/a", 7000), md(0o640).own(42, 43).x("user.h", "1"))
+	tm.file("hard/a", convtest.Content("hard/a", 7000), md(0o640).Own(42, 43).x("user.h", "1"))
 	tm.hardlink("hard/b", "hard/a")
 	tm.hardlink("hard/c", "hard/a")
 	tm.hardlink("hard2/d", "hard/a")
@@ -322,21 +313,21 @@ func makeFullTree(t testing.TB, root string) {
 
 	// Xattrs: big, binary, many on one file, shared across files.
 	tm.dir("xattrs", md(0o755).x("user.dir", "on a directory"))
-	tm.file(pBigXattr, []byte("big"), md(0o644).x("user.big", string(content("bigx", 3000))))
+	tm.file(pBigXattr, []byte("big"), md(0o644).x("user.big", string(convtest.Content("bigx", 3000))))
 	tm.file(pCap, []byte("cap"), md(0o755).x("security.capability", string(capV2)))
 	many := md(0o644)
 	for i := 0; i < 40; i++ {
-		many = many.x(fmt.Sprintf("user.m%02d", i), fmt.Sprintf("value-%d-%s", i, content(fmt.Sprint(i), i%5)))
+		many = many.x(fmt.Sprintf("user.m%02d", i), fmt.Sprintf("value-%d-%s", i, convtest.Content(fmt.Sprint(i), i%5)))
 	}
 	tm.file("xattrs/many", []byte("many"), many)
 	for i := 0; i < 20; i++ {
 		tm.file(fmt.Sprintf("xattrs/shared-%02d", i), []byte(fmt.Sprint(i)), md(0o644).
 			x("user.shared", "the same value on twenty files").
-			x("trusted.shared", string(content("shared", 64))).
+			x("trusted.shared", string(convtest.Content("shared", 64))).
 			x("user.own", fmt.Sprint("own-", i)))
 	}
 	for i := 0; i < 3; i++ { // a shared value longer than the small block sizes
-		tm.file(fmt.Sprintf("xattrs/bigshared-%d", i), nil, md(0o644).x("user.bigshared", string(content("bigshared", 2500))))
+		tm.file(fmt.Sprintf("xattrs/bigshared-%d", i), nil, md(0o644).x("user.bigshared", string(convtest.Content("bigshared", 2500))))
 	}
 	tm.file("xattrs/empty-value", nil, md(0o644).x("user.empty", ""))
 	tm.file("xattrs/long-name", nil, md(0o644).x("user."+strings.Repeat("x", 240), "v"))
@@ -348,19 +339,19 @@ func makeFullTree(t testing.TB, root string) {
 	// Devices and FIFOs.
 	tm.dir("devices", md(0o755))
 	tm.node("devices/null", unix.S_IFCHR, 1, 3, md(0o666))
-	tm.node("devices/sda", unix.S_IFBLK, 8, 0, md(0o660).own(0, 6))
+	tm.node("devices/sda", unix.S_IFBLK, 8, 0, md(0o660).Own(0, 6))
 	tm.node(pBigChar, unix.S_IFCHR, 4095, 1048575, md(0o600))
 	tm.node(pBigBlock, unix.S_IFBLK, 259, 300000, md(0o600))
 	tm.node("devices/zero-zero", unix.S_IFCHR, 0, 0, md(0o600))
 	tm.node("devices/xattr", unix.S_IFCHR, 5, 1, md(0o620).x("trusted.dev", "x"))
 	tm.dir("fifos", md(0o755))
 	tm.node("fifos/fifo", unix.S_IFIFO, 0, 0, md(0o644))
-	tm.node("fifos/fifo-owned", unix.S_IFIFO, 0, 0, md(0o1600).own(7, 8).at(tNs))
+	tm.node("fifos/fifo-owned", unix.S_IFIFO, 0, 0, md(0o1600).Own(7, 8).At(tNs))
 
 	// Mode bits.
 	tm.dir("perms", md(0o755))
 	tm.file("perms/suid", []byte("#!/bin/sh\n"), md(0o4755))
-	tm.file("perms/sgid", []byte("#!/bin/sh\n"), md(0o2755).own(0, 50))
+	tm.file("perms/sgid", []byte("#!/bin/sh\n"), md(0o2755).Own(0, 50))
 	tm.file("perms/sticky", nil, md(0o1644))
 	tm.file("perms/all", nil, md(0o7777))
 	tm.file("perms/none", []byte("x"), md(0))
@@ -371,22 +362,22 @@ func makeFullTree(t testing.TB, root string) {
 	tm.file("perms/dir-0000/inside", []byte("x"), md(0o644))
 
 	// Owners beyond 16 bits.
-	tm.dir("owners", md(0o755).own(100000, 100000))
-	tm.file("owners/u100000", nil, md(0o644).own(100000, 100000))
-	tm.file(pHugeUID, []byte("x"), md(0o644).own(4294967294, 4294967294))
-	tm.file("owners/u65535", nil, md(0o644).own(65535, 65535))
-	tm.file("owners/u65536", nil, md(0o644).own(65536, 65536))
-	tm.file("owners/mixed", nil, md(0o644).own(0, 100000))
+	tm.dir("owners", md(0o755).Own(100000, 100000))
+	tm.file("owners/u100000", nil, md(0o644).Own(100000, 100000))
+	tm.file(pHugeUID, []byte("x"), md(0o644).Own(4294967294, 4294967294))
+	tm.file("owners/u65535", nil, md(0o644).Own(65535, 65535))
+	tm.file("owners/u65536", nil, md(0o644).Own(65536, 65536))
+	tm.file("owners/mixed", nil, md(0o644).Own(0, 100000))
 
 	// Times: nanoseconds, before 1970, after 2106, the epoch.
-	tm.dir("times", md(0o755).at(tNs))
-	tm.file(pNsTime, []byte("ns"), md(0o644).at(tNs))
-	tm.file("times/neg", []byte("neg"), md(0o644).at(tNeg))
-	tm.file("times/far", []byte("far"), md(0o644).at(tFar))
-	tm.file("times/epoch", nil, md(0o644).at(tEpoch))
-	tm.file("times/old", nil, md(0o644).at(tOld))
-	tm.dir("times/ns-dir", md(0o755).at(time.Unix(1700000000, 1)))
-	tm.symlink("times/ns-link", "ns", md(0o777).at(time.Unix(1700000000, 999999999)))
+	tm.dir("times", md(0o755).At(tNs))
+	tm.file(pNsTime, []byte("ns"), md(0o644).At(tNs))
+	tm.file("times/neg", []byte("neg"), md(0o644).At(tNeg))
+	tm.file("times/far", []byte("far"), md(0o644).At(tFar))
+	tm.file("times/epoch", nil, md(0o644).At(tEpoch))
+	tm.file("times/old", nil, md(0o644).At(tOld))
+	tm.dir("times/ns-dir", md(0o755).At(time.Unix(1700000000, 1)))
+	tm.symlink("times/ns-link", "ns", md(0o777).At(time.Unix(1700000000, 999999999)))
 
 	// Sparse files (GNU tar --sparse finds the holes with SEEK_HOLE).
 	tm.dir("sparse", md(0o755))
@@ -397,7 +388,7 @@ func makeFullTree(t testing.TB, root string) {
 	// An OCI layer's whiteouts as GNU tar sees them: plain files.
 	tm.dir("layer", md(0o755))
 	tm.file("layer/.wh.deleted-file", nil, md(0o644))
-	tm.file("layer/.wh.deleted-dir", nil, md(0o600).own(3, 4).at(tNs))
+	tm.file("layer/.wh.deleted-dir", nil, md(0o600).Own(3, 4).At(tNs))
 	tm.dir(pLayerOpaque, md(0o750))
 	tm.file(pLayerOpaque+"/.wh..wh..opq", nil, md(0o644))
 	tm.file(pLayerOpaque+"/kept", []byte("kept"), md(0o644))
@@ -438,7 +429,7 @@ func makeUstarTree(t testing.TB, root string) {
 	tm.file("sizes/one", []byte("1"), md(0o644))
 	for _, n := range []int{511, 512, 513, 4095, 4096, 4097, 1<<20 + 1} {
 		p := fmt.Sprintf("sizes/s%d", n)
-		tm.file(p, content(p, n), md(0o644))
+		tm.file(p, convtest.Content(p, n), md(0o644))
 	}
 	tm.dir("dev", md(0o755))
 	tm.node("dev/null", unix.S_IFCHR, 1, 3, md(0o666))
@@ -447,8 +438,8 @@ func makeUstarTree(t testing.TB, root string) {
 	tm.node("dev/fifo", unix.S_IFIFO, 0, 0, md(0o644))
 	tm.file("suid", nil, md(0o4755))
 	tm.dir("sticky", md(0o1777))
-	tm.file("owned", []byte("o"), md(0o600).own(100000, 2000000))
-	tm.file("hl", []byte("hard"), md(0o644).at(tOld))
+	tm.file("owned", []byte("o"), md(0o600).Own(100000, 2000000))
+	tm.file("hl", []byte("hard"), md(0o644).At(tOld))
 	tm.hardlink("hl2", "hl")
 	tm.symlink("sym", "sizes/one", md(0o777))
 	pre := "prefix-" + strings.Repeat("p", 90)
@@ -629,73 +620,16 @@ func readTarHeaders(t testing.TB, path string) []*tar.Header {
 	}
 }
 
-// crafted is a tar written entry by entry with archive/tar.
+// crafted is a tar written entry by entry with archive/tar (bytes).
 type crafted struct {
 	name       string
-	entries    []craftedEntry
+	entries    []convtest.TarEntry
 	refOK      bool
 	refIgnore  func(path, field string) bool
 	minEntries int
 }
 
-type craftedEntry struct {
-	hdr  tar.Header
-	data string
-}
-
-func (c *crafted) bytes(t testing.TB) []byte {
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, e := range c.entries {
-		h := e.hdr
-		if h.Typeflag == tar.TypeReg {
-			h.Size = int64(len(e.data))
-		}
-		if err := tw.WriteHeader(&h); err != nil {
-			t.Fatalf("crafted %s: %q: %v", c.name, h.Name, err)
-		}
-		if e.data != "" {
-			if _, err := tw.Write([]byte(e.data)); err != nil {
-				t.Fatalf("crafted %s: %q: %v", c.name, h.Name, err)
-			}
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
-
-// Entry constructors for crafted tars.
-func cDir(name string, mode int64, mt time.Time) craftedEntry {
-	return craftedEntry{hdr: tar.Header{Typeflag: tar.TypeDir, Name: name, Mode: mode, ModTime: mt, Format: tar.FormatPAX}}
-}
-
-func cFile(name, data string, mode int64, mt time.Time) craftedEntry {
-	return craftedEntry{hdr: tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: mode, ModTime: mt, Format: tar.FormatPAX}, data: data}
-}
-
-func cSym(name, target string, mt time.Time) craftedEntry {
-	return craftedEntry{hdr: tar.Header{Typeflag: tar.TypeSymlink, Name: name, Linkname: target, Mode: 0o777, ModTime: mt, Format: tar.FormatPAX}}
-}
-
-func cLink(name, target string) craftedEntry {
-	return craftedEntry{hdr: tar.Header{Typeflag: tar.TypeLink, Name: name, Linkname: target, Mode: 0o644, ModTime: t0, Format: tar.FormatPAX}}
-}
-
-func (e craftedEntry) own(uid, gid int) craftedEntry { e.hdr.Uid, e.hdr.Gid = uid, gid; return e }
-
-func (e craftedEntry) pax(k, v string) craftedEntry {
-	r := map[string]string{}
-	for k0, v0 := range e.hdr.PAXRecords {
-		r[k0] = v0
-	}
-	r[k] = v
-	e.hdr.PAXRecords = r
-	return e
-}
-
-func (e craftedEntry) format(f tar.Format) craftedEntry { e.hdr.Format = f; return e }
+func (c *crafted) bytes(t testing.TB) []byte { return convtest.TarOf(t, c.entries...) }
 
 // Paths in crafted tars that the harness looks at directly.
 const (
@@ -714,30 +648,30 @@ func craftedTars() []*crafted {
 			// listed and unlisted directories, markers before their
 			// directory, aufs meta entries.
 			name: "whiteouts", refOK: true, minEntries: 15,
-			entries: []craftedEntry{
-				cDir("dir1/", 0o755, t1),
-				cFile("dir1/keep", "keep me", 0o644, t0),
-				cFile("dir1/.wh.gone", "", 0o600, t2).own(1000, 1001),
-				cFile("dir1/.wh.gonedir", "", 0o644, t0).pax("SCHILY.xattr.trusted.on-whiteout", "1"),
-				cFile(".wh.rootgone", "", 0o644, t0),
-				cDir("opq/", 0o750, t1),
-				cFile("opq/.wh..wh..opq", "", 0o644, t0),
-				cFile("opq/new", "new", 0o644, t0),
-				cFile("unlisted/.wh..wh..opq", "", 0o644, t0),
-				cFile("unlisted/inner/f", "f", 0o644, t0),
-				cFile("late/.wh..wh..opq", "", 0o644, t0),
-				cFile("late/x", "x", 0o644, t0),
-				cDir("late/", 0o700, t3).own(7, 8),
-				cFile("late2/.wh.x", "", 0o644, t0),
-				cDir("late2/", 0o711, t2),
-				cDir(".wh..wh.plnk/", 0o700, t0),
-				cFile(".wh..wh.aufs", "", 0o644, t0),
-				cDir("both/", 0o755, t1),
-				cFile("both/.wh.a", "", 0o644, t0),
-				cFile("both/.wh..wh..opq", "", 0o644, t0),
-				cFile("both/b", "b", 0o644, t0),
-				cFile("deep/er/.wh.z", "", 0o644, t0),
-				cFile(".wh..wh..opq", "", 0o644, t0),
+			entries: []convtest.TarEntry{
+				convtest.TarDir("dir1/", 0o755, t1),
+				convtest.TarFile("dir1/keep", "keep me", 0o644, t0),
+				convtest.TarFile("dir1/.wh.gone", "", 0o600, t2).Own(1000, 1001),
+				convtest.TarFile("dir1/.wh.gonedir", "", 0o644, t0).PAX("SCHILY.xattr.trusted.on-whiteout", "1"),
+				convtest.TarFile(".wh.rootgone", "", 0o644, t0),
+				convtest.TarDir("opq/", 0o750, t1),
+				convtest.TarFile("opq/.wh..wh..opq", "", 0o644, t0),
+				convtest.TarFile("opq/new", "new", 0o644, t0),
+				convtest.TarFile("unlisted/.wh..wh..opq", "", 0o644, t0),
+				convtest.TarFile("unlisted/inner/f", "f", 0o644, t0),
+				convtest.TarFile("late/.wh..wh..opq", "", 0o644, t0),
+				convtest.TarFile("late/x", "x", 0o644, t0),
+				convtest.TarDir("late/", 0o700, t3).Own(7, 8),
+				convtest.TarFile("late2/.wh.x", "", 0o644, t0),
+				convtest.TarDir("late2/", 0o711, t2),
+				convtest.TarDir(".wh..wh.plnk/", 0o700, t0),
+				convtest.TarFile(".wh..wh.aufs", "", 0o644, t0),
+				convtest.TarDir("both/", 0o755, t1),
+				convtest.TarFile("both/.wh.a", "", 0o644, t0),
+				convtest.TarFile("both/.wh..wh..opq", "", 0o644, t0),
+				convtest.TarFile("both/b", "b", 0o644, t0),
+				convtest.TarFile("deep/er/.wh.z", "", 0o644, t0),
+				convtest.TarFile(".wh..wh..opq", "", 0o644, t0),
 			},
 		},
 		{
@@ -750,37 +684,37 @@ func craftedTars() []*crafted {
 			// entry wins; whether the directory keeps trusted.overlay.origin
 			// is what fstree documents (only if a whiteout remains).
 			name: "wh-then-file", refOK: false, minEntries: 3,
-			entries: []craftedEntry{
-				cDir("d/", 0o755, t1),
-				cFile("d/.wh.foo", "", 0o644, t0),
-				cFile("d/foo", "back", 0o644, t0),
+			entries: []convtest.TarEntry{
+				convtest.TarDir("d/", 0o755, t1),
+				convtest.TarFile("d/.wh.foo", "", 0o644, t0),
+				convtest.TarFile("d/foo", "back", 0o644, t0),
 			},
 		},
 		{
 			// Duplicates and out-of-order entries, all things GNU tar
 			// extracts the same way.
 			name: "dups", refOK: true, minEntries: 12,
-			entries: []craftedEntry{
-				cFile("d/f", "before its dir", 0o644, t0),
-				cDir("d/", 0o700, t1).own(5, 6),
-				cFile("twice", "first", 0o600, t0),
-				cFile("twice", "second, longer content", 0o644, t2).own(3, 3),
-				cDir("dd/", 0o700, t1).own(1, 1),
-				cFile("dd/x", "x", 0o644, t0),
-				cDir("dd/", 0o755, t3).own(2, 2).pax("SCHILY.xattr.user.b", "2"),
-				cSym("sym", "a", t0),
-				cSym("sym", "b", t1),
-				cFile("z/b/c/file", "deep first", 0o644, t0),
-				cDir("z/b/", 0o751, t2),
-				cDir("z/", 0o755, t1),
-				cLink("hl", "twice"),
-				cLink("hl-of-hl", "hl"),
-				cLink("hl-dot", "./twice"),
-				cLink("hl-abs", "/twice"),
-				cFile("tc", "a file first", 0o644, t0),
-				cDir("tc/", 0o755, t1),
-				cFile("tc/y", "y", 0o644, t0),
-				cDir("./", 0o711, t2).own(0, 0), // the root, last
+			entries: []convtest.TarEntry{
+				convtest.TarFile("d/f", "before its dir", 0o644, t0),
+				convtest.TarDir("d/", 0o700, t1).Own(5, 6),
+				convtest.TarFile("twice", "first", 0o600, t0),
+				convtest.TarFile("twice", "second, longer content", 0o644, t2).Own(3, 3),
+				convtest.TarDir("dd/", 0o700, t1).Own(1, 1),
+				convtest.TarFile("dd/x", "x", 0o644, t0),
+				convtest.TarDir("dd/", 0o755, t3).Own(2, 2).PAX("SCHILY.xattr.user.b", "2"),
+				convtest.TarSym("sym", "a", t0),
+				convtest.TarSym("sym", "b", t1),
+				convtest.TarFile("z/b/c/file", "deep first", 0o644, t0),
+				convtest.TarDir("z/b/", 0o751, t2),
+				convtest.TarDir("z/", 0o755, t1),
+				convtest.TarLink("hl", "twice"),
+				convtest.TarLink("hl-of-hl", "hl"),
+				convtest.TarLink("hl-dot", "./twice"),
+				convtest.TarLink("hl-abs", "/twice"),
+				convtest.TarFile("tc", "a file first", 0o644, t0),
+				convtest.TarDir("tc/", 0o755, t1),
+				convtest.TarFile("tc/y", "y", 0o644, t0),
+				convtest.TarDir("./", 0o711, t2).Own(0, 0), // the root, last
 			},
 			// The converter makes tc opaque: its file replaced what
 			// layers below have there. GNU tar knows no layers.
@@ -790,26 +724,26 @@ func craftedTars() []*crafted {
 			// Tar names: "./" root entry, "./" and "/" prefixes, "//",
 			// "." components, implied parents, a PAX global header.
 			name: "paths", refOK: true, minEntries: 15,
-			entries: []craftedEntry{
-				{hdr: tar.Header{Typeflag: tar.TypeXGlobalHeader, Name: "pax_global_header", PAXRecords: map[string]string{"comment": "global"}, Format: tar.FormatPAX}},
-				cDir("./", 0o750, t1).pax("SCHILY.xattr.user.root", "r"),
-				cFile("./a", "a", 0o644, t0),
-				cFile("././b", "b", 0o644, t0),
-				cFile("c//d", "d", 0o644, t0),
-				cFile("/abs/x", "abs", 0o644, t0),
-				cDir("/abs2/", 0o700, t2),
-				cFile("/abs2/y", "y", 0o644, t0),
-				cFile("e/./f", "f", 0o644, t0),
-				cFile("g/h/i/j/k", "k", 0o644, t0),
-				cDir("trailing/", 0o755, t0),
-				{hdr: tar.Header{Typeflag: tar.TypeDir, Name: "noslash", Mode: 0o755, ModTime: t2, Format: tar.FormatPAX}},
-				cFile("//double-leading", "dl", 0o644, t0),
-				cFile("gnu-long/"+strings.Repeat("L", 200), "gnu longname", 0o644, t0).format(tar.FormatGNU),
-				cSym("gnu-longlink", strings.Repeat("K", 300), t0).format(tar.FormatGNU),
-				cFile("pax-long/"+strings.Repeat("P", 200), "pax path", 0o644, t0),
-				cSym("pax-longlink", strings.Repeat("Q", 300), t0),
-				cLink("gnu-long/hardlink", "gnu-long/"+strings.Repeat("L", 200)).format(tar.FormatGNU),
-				cFile("ustar-file", "u", 0o644, t3).format(tar.FormatUSTAR),
+			entries: []convtest.TarEntry{
+				{Hdr: tar.Header{Typeflag: tar.TypeXGlobalHeader, Name: "pax_global_header", PAXRecords: map[string]string{"comment": "global"}, Format: tar.FormatPAX}},
+				convtest.TarDir("./", 0o750, t1).PAX("SCHILY.xattr.user.root", "r"),
+				convtest.TarFile("./a", "a", 0o644, t0),
+				convtest.TarFile("././b", "b", 0o644, t0),
+				convtest.TarFile("c//d", "d", 0o644, t0),
+				convtest.TarFile("/abs/x", "abs", 0o644, t0),
+				convtest.TarDir("/abs2/", 0o700, t2),
+				convtest.TarFile("/abs2/y", "y", 0o644, t0),
+				convtest.TarFile("e/./f", "f", 0o644, t0),
+				convtest.TarFile("g/h/i/j/k", "k", 0o644, t0),
+				convtest.TarDir("trailing/", 0o755, t0),
+				{Hdr: tar.Header{Typeflag: tar.TypeDir, Name: "noslash", Mode: 0o755, ModTime: t2, Format: tar.FormatPAX}},
+				convtest.TarFile("//double-leading", "dl", 0o644, t0),
+				convtest.TarFile("gnu-long/"+strings.Repeat("L", 200), "gnu longname", 0o644, t0).Format(tar.FormatGNU),
+				convtest.TarSym("gnu-longlink", strings.Repeat("K", 300), t0).Format(tar.FormatGNU),
+				convtest.TarFile("pax-long/"+strings.Repeat("P", 200), "pax path", 0o644, t0),
+				convtest.TarSym("pax-longlink", strings.Repeat("Q", 300), t0),
+				convtest.TarLink("gnu-long/hardlink", "gnu-long/"+strings.Repeat("L", 200)).Format(tar.FormatGNU),
+				convtest.TarFile("ustar-file", "u", 0o644, t3).Format(tar.FormatUSTAR),
 			},
 		},
 		{
@@ -817,15 +751,15 @@ func craftedTars() []*crafted {
 			// SCHILY winning over LIBARCHIVE. GNU tar ignores LIBARCHIVE.*.
 			name: "libarchive", refOK: true, minEntries: 5,
 			refIgnore: func(p, field string) bool { return strings.HasPrefix(field, "xattr:") },
-			entries: []craftedEntry{
-				cFile("la", "la", 0o644, t0).pax("LIBARCHIVE.xattr.user.foo", base64.StdEncoding.EncodeToString([]byte("bar\x00baz"))),
-				cFile("la-space", "", 0o644, t0).pax("LIBARCHIVE.xattr.user.sp%20ace%3D", base64.StdEncoding.EncodeToString([]byte("v"))),
-				cFile("la-both", "", 0o644, t0).
-					pax("SCHILY.xattr.user.dup", "schily").
-					pax("LIBARCHIVE.xattr.user.dup", base64.StdEncoding.EncodeToString([]byte("libarchive"))),
-				cFile("la-cap", "", 0o755, t0).pax("LIBARCHIVE.xattr.security.capability", base64.StdEncoding.EncodeToString(capV2)),
-				cFile("la-raw", "", 0o644, t0).pax("LIBARCHIVE.xattr.user.raw", base64.RawStdEncoding.EncodeToString([]byte("ab"))),
-				cDir("la-dir/", 0o755, t1).pax("LIBARCHIVE.xattr.trusted.d", base64.StdEncoding.EncodeToString([]byte{0, 1, 2, 255})),
+			entries: []convtest.TarEntry{
+				convtest.TarFile("la", "la", 0o644, t0).PAX("LIBARCHIVE.xattr.user.foo", base64.StdEncoding.EncodeToString([]byte("bar\x00baz"))),
+				convtest.TarFile("la-space", "", 0o644, t0).PAX("LIBARCHIVE.xattr.user.sp%20ace%3D", base64.StdEncoding.EncodeToString([]byte("v"))),
+				convtest.TarFile("la-both", "", 0o644, t0).
+					PAX("SCHILY.xattr.user.dup", "schily").
+					PAX("LIBARCHIVE.xattr.user.dup", base64.StdEncoding.EncodeToString([]byte("libarchive"))),
+				convtest.TarFile("la-cap", "", 0o755, t0).PAX("LIBARCHIVE.xattr.security.capability", base64.StdEncoding.EncodeToString(capV2)),
+				convtest.TarFile("la-raw", "", 0o644, t0).PAX("LIBARCHIVE.xattr.user.raw", base64.RawStdEncoding.EncodeToString([]byte("ab"))),
+				convtest.TarDir("la-dir/", 0o755, t1).PAX("LIBARCHIVE.xattr.trusted.d", base64.StdEncoding.EncodeToString([]byte{0, 1, 2, 255})),
 			},
 		},
 		xattrLimits(),
@@ -833,28 +767,28 @@ func craftedTars() []*crafted {
 			// Replacements whose outcome only the entry order tells: checked
 			// against fstree.FromTar, not against an extraction.
 			name: "replace", refOK: false, minEntries: 8,
-			entries: []craftedEntry{
-				cDir("r1/", 0o755, t0),
-				cFile("r1/child", "gone", 0o644, t0),
-				cFile("r1", "dir became a file", 0o644, t1),
-				cFile("r2", "file", 0o644, t0),
-				cSym("r2", "became a symlink", t1),
-				cSym("r3", "x", t0),
-				cDir("r3/", 0o700, t2),
-				cFile("r3/in", "in", 0o644, t0),
-				cFile("orig", "v1", 0o644, t0),
-				cLink("hl", "orig"),
-				cFile("orig", "v2 replaces v1", 0o600, t1),
-				cDir("dx/", 0o755, t0).pax("SCHILY.xattr.user.a", "1"),
-				cDir("dx/", 0o755, t0).pax("SCHILY.xattr.user.b", "2"),
-				cFile("r4/.wh..wh..opq", "", 0o644, t0),
-				cFile("r4", "file between", 0o644, t0),
-				cDir("r4/", 0o755, t3),
+			entries: []convtest.TarEntry{
+				convtest.TarDir("r1/", 0o755, t0),
+				convtest.TarFile("r1/child", "gone", 0o644, t0),
+				convtest.TarFile("r1", "dir became a file", 0o644, t1),
+				convtest.TarFile("r2", "file", 0o644, t0),
+				convtest.TarSym("r2", "became a symlink", t1),
+				convtest.TarSym("r3", "x", t0),
+				convtest.TarDir("r3/", 0o700, t2),
+				convtest.TarFile("r3/in", "in", 0o644, t0),
+				convtest.TarFile("orig", "v1", 0o644, t0),
+				convtest.TarLink("hl", "orig"),
+				convtest.TarFile("orig", "v2 replaces v1", 0o600, t1),
+				convtest.TarDir("dx/", 0o755, t0).PAX("SCHILY.xattr.user.a", "1"),
+				convtest.TarDir("dx/", 0o755, t0).PAX("SCHILY.xattr.user.b", "2"),
+				convtest.TarFile("r4/.wh..wh..opq", "", 0o644, t0),
+				convtest.TarFile("r4", "file between", 0o644, t0),
+				convtest.TarDir("r4/", 0o755, t3),
 				// ".." that stays inside the root: GNU tar refuses the
 				// member, the converter and fstree take it as "inside".
-				cFile("dotdot/../inside", "in", 0o644, t0),
-				cFile("r5", "file", 0o644, t0),
-				{hdr: tar.Header{Typeflag: tar.TypeChar, Name: "r5", Mode: 0o600, Devmajor: 1, Devminor: 5, ModTime: t0}},
+				convtest.TarFile("dotdot/../inside", "in", 0o644, t0),
+				convtest.TarFile("r5", "file", 0o644, t0),
+				{Hdr: tar.Header{Typeflag: tar.TypeChar, Name: "r5", Mode: 0o600, Devmajor: 1, Devminor: 5, ModTime: t0}},
 			},
 		},
 	}
@@ -865,16 +799,16 @@ func craftedTars() []*crafted {
 // files, more than the 255 an inode's u8 h_shared_count can list. Checked
 // against fstree.FromTar only: a disk filesystem could not extract it.
 func xattrLimits() *crafted {
-	s1 := cFile("shared-1", "1", 0o644, t0)
-	s2 := cFile("shared-2", "2", 0o644, t0)
+	s1 := convtest.TarFile("shared-1", "1", 0o644, t0)
+	s2 := convtest.TarFile("shared-2", "2", 0o644, t0)
 	for i := 0; i < 300; i++ {
 		k, v := fmt.Sprintf("SCHILY.xattr.user.s%03d", i), fmt.Sprintf("value %d", i)
-		s1, s2 = s1.pax(k, v), s2.pax(k, v)
+		s1, s2 = s1.PAX(k, v), s2.PAX(k, v)
 	}
 	return &crafted{
 		name: "xattr-limits", minEntries: 4,
-		entries: []craftedEntry{
-			cFile("max-value", "m", 0o644, t0).pax("SCHILY.xattr.user.max", string(content("max", 65535))).pax("SCHILY.xattr.user.empty", ""),
+		entries: []convtest.TarEntry{
+			convtest.TarFile("max-value", "m", 0o644, t0).PAX("SCHILY.xattr.user.max", string(convtest.Content("max", 65535))).PAX("SCHILY.xattr.user.empty", ""),
 			s1, s2,
 		},
 	}

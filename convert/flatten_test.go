@@ -17,6 +17,7 @@ import (
 
 	"github.com/ocierofs/ocierofs/convert"
 	"github.com/ocierofs/ocierofs/convert/fstree"
+	"github.com/ocierofs/ocierofs/convert/internal/convtest"
 	"github.com/ocierofs/ocierofs/convert/internal/roundtrip"
 	"github.com/ocierofs/ocierofs/erofs"
 	"github.com/ocierofs/ocierofs/oci"
@@ -27,40 +28,40 @@ import (
 // file, an opaque directory whose own entry comes from below, and big
 // content an upper layer hides.
 func flattenEdgeLayers(t testing.TB) []v1.Layer {
-	big := randomBytes(11, 1<<20)
+	big := convtest.RandomBytes(11, 1<<20)
 	return []v1.Layer{
-		e2eLayer(t,
-			eDir(".", 0o755),
-			eDir("etc", 0o750).at(e2eTime.Add(-time.Hour)).xattr("user.flat", "etc"),
-			eFile("etc/conf", 0o644, []byte("v1\n")),
-			eFile("big", 0o644, big),
-			eFile("t", 0o644, []byte("old content, kept by the links\n")),
-			eLink("l1", "t"),
-			eLink("l2", "t"),
-			eFile("gone", 0o644, []byte("whited out\n")),
-			eDir("d", 0o700),
-			eFile("d/child", 0o644, []byte("under a directory replaced by a file\n")),
-			eDir("a", 0o711).own(5, 6),
-			eFile("a/x", 0o644, []byte("hidden by the opaque a/\n")),
-			eDir("a/sub", 0o755),
-			eFile("a/sub/y", 0o644, []byte("hidden too\n")),
-			eDir("keep", 0o755),
-			eFile("keep/k", 0o644, []byte("stays\n")),
+		convtest.Layer(t,
+			convtest.Dir(".", 0o755),
+			convtest.Dir("etc", 0o750).At(convtest.MTime.Add(-time.Hour)).Xattr("user.flat", "etc"),
+			convtest.File("etc/conf", 0o644, []byte("v1\n")),
+			convtest.File("big", 0o644, big),
+			convtest.File("t", 0o644, []byte("old content, kept by the links\n")),
+			convtest.Hardlink("l1", "t"),
+			convtest.Hardlink("l2", "t"),
+			convtest.File("gone", 0o644, []byte("whited out\n")),
+			convtest.Dir("d", 0o700),
+			convtest.File("d/child", 0o644, []byte("under a directory replaced by a file\n")),
+			convtest.Dir("a", 0o711).Own(5, 6),
+			convtest.File("a/x", 0o644, []byte("hidden by the opaque a/\n")),
+			convtest.Dir("a/sub", 0o755),
+			convtest.File("a/sub/y", 0o644, []byte("hidden too\n")),
+			convtest.Dir("keep", 0o755),
+			convtest.File("keep/k", 0o644, []byte("stays\n")),
 		),
-		e2eLayer(t,
-			eFile("big", 0o644, []byte("small now\n")),
-			eFile("t", 0o600, []byte("new content\n")),
-			eWhiteout("gone"),
-			eFile("d", 0o644, []byte("a file where d/ was\n")),
+		convtest.Layer(t,
+			convtest.File("big", 0o644, []byte("small now\n")),
+			convtest.File("t", 0o600, []byte("new content\n")),
+			convtest.Whiteout("gone"),
+			convtest.File("d", 0o644, []byte("a file where d/ was\n")),
 			// a/ is not listed here: its metadata is layer 1's.
-			eOpaque("a"),
-			eFile("a/new", 0o644, []byte("the only file of a/\n")),
+			convtest.Opaque("a"),
+			convtest.File("a/new", 0o644, []byte("the only file of a/\n")),
 		),
-		e2eLayer(t,
+		convtest.Layer(t,
 			// etc/ implied again: still layer 1's metadata.
-			eFile("etc/more", 0o644, []byte("from layer 3\n")),
-			eFile("keep/k2", 0o644, []byte("beside k\n")),
-			eWhiteout("l2"),
+			convtest.File("etc/more", 0o644, []byte("from layer 3\n")),
+			convtest.File("keep/k2", 0o644, []byte("beside k\n")),
+			convtest.Whiteout("l2"),
 		),
 	}
 }
@@ -75,30 +76,30 @@ func flattenEdgeLayers(t testing.TB) []v1.Layer {
 // metadata the marker wiped for the layer above that implies it.
 func restackLayers(t testing.TB) []v1.Layer {
 	return []v1.Layer{
-		e2eLayer(t,
-			eDir(".", 0o755),
-			eFile("h1", 0o644, []byte("hard-link-content\n")),
-			eLink("h2", "h1"),
-			eDir("w", 0o755), eFile("w/old", 0o644, []byte("deleted in layer 2\n")),
-			eDir("dd", 0o755), eFile("dd/k", 0o644, []byte("replaced in layer 2\n")),
+		convtest.Layer(t,
+			convtest.Dir(".", 0o755),
+			convtest.File("h1", 0o644, []byte("hard-link-content\n")),
+			convtest.Hardlink("h2", "h1"),
+			convtest.Dir("w", 0o755), convtest.File("w/old", 0o644, []byte("deleted in layer 2\n")),
+			convtest.Dir("dd", 0o755), convtest.File("dd/k", 0o644, []byte("replaced in layer 2\n")),
 			// Nothing below p/-sub: umoci, the reference, would delete it
 			// for the opaque p/ and leave the directory's mtime at now.
-			eDir("p", 0o755), eDir("p/-sub", 0o755), eFile("p/other", 0o644, []byte("hidden by the opaque p/\n")),
+			convtest.Dir("p", 0o755), convtest.Dir("p/-sub", 0o755), convtest.File("p/other", 0o644, []byte("hidden by the opaque p/\n")),
 		),
-		e2eLayer(t,
-			eWhiteout("h1"),
-			eFile("x", 0o644, []byte("MIDDLE-LAYER-DATA\n")),
-			eWhiteout("w"),
-			eFile("dd", 0o644, []byte("a file for now\n")),
-			eDir("p", 0o755),
-			eDir("p/-sub", 0o700).own(5, 6).at(e2eTime.Add(-48*time.Hour)).xattr("user.s", "v"),
-			eOpaque("p"),
+		convtest.Layer(t,
+			convtest.Whiteout("h1"),
+			convtest.File("x", 0o644, []byte("MIDDLE-LAYER-DATA\n")),
+			convtest.Whiteout("w"),
+			convtest.File("dd", 0o644, []byte("a file for now\n")),
+			convtest.Dir("p", 0o755),
+			convtest.Dir("p/-sub", 0o700).Own(5, 6).At(convtest.MTime.Add(-48*time.Hour)).Xattr("user.s", "v"),
+			convtest.Opaque("p"),
 		),
-		e2eLayer(t,
-			eFile("x", 0o644, []byte("top\n")),
-			eDir("w", 0o755), eFile("w/new", 0o644, []byte("new\n")),
-			eDir("dd", 0o755), eFile("dd/m", 0o644, []byte("m\n")),
-			eFile("p/-sub/f3", 0o644, []byte("under an implied p/-sub\n")),
+		convtest.Layer(t,
+			convtest.File("x", 0o644, []byte("top\n")),
+			convtest.Dir("w", 0o755), convtest.File("w/new", 0o644, []byte("new\n")),
+			convtest.Dir("dd", 0o755), convtest.File("dd/m", 0o644, []byte("m\n")),
+			convtest.File("p/-sub/f3", 0o644, []byte("under an implied p/-sub\n")),
 		),
 	}
 }
@@ -118,148 +119,148 @@ type stackCase struct {
 // directory deleted and made again in one layer hides what was below; an
 // opaque marker listed after the layer's own entries under it keeps them.
 func stackEdgeCases(t testing.TB) []stackCase {
-	root := eDir(".", 0o755)
+	root := convtest.Dir(".", 0o755)
 	return []stackCase{
 		{"opaque makes its directory", []v1.Layer{
-			e2eLayer(t, root, eFile("a", 0o644, []byte("a\n"))),
-			e2eLayer(t, eOpaque("d")),
+			convtest.Layer(t, root, convtest.File("a", 0o644, []byte("a\n"))),
+			convtest.Layer(t, convtest.Opaque("d")),
 		}},
 		{"whiteout makes its directory", []v1.Layer{
-			e2eLayer(t, root, eFile("a", 0o644, []byte("a\n"))),
-			e2eLayer(t, eWhiteout("d/x")),
+			convtest.Layer(t, root, convtest.File("a", 0o644, []byte("a\n"))),
+			convtest.Layer(t, convtest.Whiteout("d/x")),
 		}},
 		{"directory then file then implied directory", []v1.Layer{
-			e2eLayer(t, root, eDir("d", 0o700), eFile("d/x", 0o644, []byte("x\n"))),
-			e2eLayer(t, eFile("d", 0o644, []byte("f\n"))),
-			e2eLayer(t, eFile("d/y", 0o644, []byte("y\n"))),
+			convtest.Layer(t, root, convtest.Dir("d", 0o700), convtest.File("d/x", 0o644, []byte("x\n"))),
+			convtest.Layer(t, convtest.File("d", 0o644, []byte("f\n"))),
+			convtest.Layer(t, convtest.File("d/y", 0o644, []byte("y\n"))),
 		}},
 		{"whiteout then implied directory", []v1.Layer{
-			e2eLayer(t, root, eDir("d", 0o700).own(1, 1), eFile("d/x", 0o644, []byte("x\n"))),
-			e2eLayer(t, eWhiteout("d")),
-			e2eLayer(t, eFile("d/y", 0o644, []byte("y\n"))),
+			convtest.Layer(t, root, convtest.Dir("d", 0o700).Own(1, 1), convtest.File("d/x", 0o644, []byte("x\n"))),
+			convtest.Layer(t, convtest.Whiteout("d")),
+			convtest.Layer(t, convtest.File("d/y", 0o644, []byte("y\n"))),
 		}},
 		{"opaque then implied directory", []v1.Layer{
-			e2eLayer(t, root, eDir("d", 0o700).own(1, 1).xattr("user.k", "v"), eFile("d/x", 0o644, []byte("x\n"))),
-			e2eLayer(t, eOpaque("d"), eFile("d/z", 0o644, []byte("z\n"))),
-			e2eLayer(t, eFile("d/y", 0o644, []byte("y\n"))),
+			convtest.Layer(t, root, convtest.Dir("d", 0o700).Own(1, 1).Xattr("user.k", "v"), convtest.File("d/x", 0o644, []byte("x\n"))),
+			convtest.Layer(t, convtest.Opaque("d"), convtest.File("d/z", 0o644, []byte("z\n"))),
+			convtest.Layer(t, convtest.File("d/y", 0o644, []byte("y\n"))),
 		}},
 		{"opaque after an implied child", []v1.Layer{
-			e2eLayer(t, root, eDir("o", 0o755), eDir("o/-sub", 0o700), eFile("o/-sub/x", 0o644, []byte("x\n"))),
-			e2eLayer(t, eFile("o/-sub/y", 0o644, []byte("y\n")), eOpaque("o")),
+			convtest.Layer(t, root, convtest.Dir("o", 0o755), convtest.Dir("o/-sub", 0o700), convtest.File("o/-sub/x", 0o644, []byte("x\n"))),
+			convtest.Layer(t, convtest.File("o/-sub/y", 0o644, []byte("y\n")), convtest.Opaque("o")),
 		}},
 		{"opaque after a declared child", []v1.Layer{
-			e2eLayer(t, root, eDir("o", 0o755), eDir("o/-sub", 0o755), eFile("o/-sub/x", 0o644, []byte("x\n"))),
-			e2eLayer(t, eDir("o/-sub", 0o711), eFile("o/-sub/y", 0o644, []byte("y\n")), eOpaque("o")),
+			convtest.Layer(t, root, convtest.Dir("o", 0o755), convtest.Dir("o/-sub", 0o755), convtest.File("o/-sub/x", 0o644, []byte("x\n"))),
+			convtest.Layer(t, convtest.Dir("o/-sub", 0o711), convtest.File("o/-sub/y", 0o644, []byte("y\n")), convtest.Opaque("o")),
 		}},
 		{"overlay xattr in the tar", []v1.Layer{
-			e2eLayer(t, root, eDir("d", 0o755).xattr("trusted.overlay.opaque", "y"), eFile("d/x", 0o644, []byte("x\n"))),
-			e2eLayer(t, eFile("d/y", 0o644, []byte("y\n"))),
+			convtest.Layer(t, root, convtest.Dir("d", 0o755).Xattr("trusted.overlay.opaque", "y"), convtest.File("d/x", 0o644, []byte("x\n"))),
+			convtest.Layer(t, convtest.File("d/y", 0o644, []byte("y\n"))),
 		}},
 		{"deleted and implied again in one layer", []v1.Layer{
-			e2eLayer(t, root, eDir("d", 0o700).own(1, 1), eFile("d/x", 0o644, []byte("x\n")), eDir("a", 0o700), eFile("a/b", 0o644, []byte("b\n"))),
+			convtest.Layer(t, root, convtest.Dir("d", 0o700).Own(1, 1), convtest.File("d/x", 0o644, []byte("x\n")), convtest.Dir("a", 0o700), convtest.File("a/b", 0o644, []byte("b\n"))),
 			// d listed again after its entry: still opaque.
-			e2eLayer(t, eWhiteout("d"), eFile("d/n", 0o644, []byte("n\n")), eDir("d", 0o711), eWhiteout("a"), eFile("a/b/y", 0o644, []byte("y\n"))),
+			convtest.Layer(t, convtest.Whiteout("d"), convtest.File("d/n", 0o644, []byte("n\n")), convtest.Dir("d", 0o711), convtest.Whiteout("a"), convtest.File("a/b/y", 0o644, []byte("y\n"))),
 		}},
 		{"deleted and made again in one layer", []v1.Layer{
-			e2eLayer(t, root, eDir("d", 0o700), eFile("d/x", 0o644, []byte("x\n")), eDir("e", 0o700), eFile("e/w", 0o644, []byte("w\n"))),
+			convtest.Layer(t, root, convtest.Dir("d", 0o700), convtest.File("d/x", 0o644, []byte("x\n")), convtest.Dir("e", 0o700), convtest.File("e/w", 0o644, []byte("w\n"))),
 			// e with a file in between.
-			e2eLayer(t, eWhiteout("d"), eDir("d", 0o755), eFile("d/y", 0o644, []byte("y\n")),
-				eWhiteout("e"), eFile("e", 0o644, []byte("e\n")), eDir("e", 0o755), eFile("e/z", 0o644, []byte("z\n"))),
+			convtest.Layer(t, convtest.Whiteout("d"), convtest.Dir("d", 0o755), convtest.File("d/y", 0o644, []byte("y\n")),
+				convtest.Whiteout("e"), convtest.File("e", 0o644, []byte("e\n")), convtest.Dir("e", 0o755), convtest.File("e/z", 0o644, []byte("z\n"))),
 		}},
 		// Review 21-b's B: a whiteout after the layer's own entries at
 		// its path deletes them too, as docker, containerd and
 		// mkfs.erofs --aufs apply it; d implied above is a new one.
 		{"entries before their whiteout in one layer", []v1.Layer{
-			e2eLayer(t, root, eDir("d", 0o700), eFile("d/x", 0o644, []byte("x\n")), eFile("f", 0o644, []byte("f\n")),
-				eDir("e", 0o700), eFile("e/w", 0o644, []byte("w\n"))),
-			e2eLayer(t, eDir("d", 0o711).own(2, 2), eFile("d/y", 0o644, []byte("y\n")), eWhiteout("d"),
-				eFile("f", 0o600, []byte("new f\n")), eWhiteout("f"),
-				eFile("e/z", 0o644, []byte("z\n")), eWhiteout("e"), eFile("e/q", 0o644, []byte("q\n"))),
-			e2eLayer(t, eFile("d/n", 0o644, []byte("n\n"))),
+			convtest.Layer(t, root, convtest.Dir("d", 0o700), convtest.File("d/x", 0o644, []byte("x\n")), convtest.File("f", 0o644, []byte("f\n")),
+				convtest.Dir("e", 0o700), convtest.File("e/w", 0o644, []byte("w\n"))),
+			convtest.Layer(t, convtest.Dir("d", 0o711).Own(2, 2), convtest.File("d/y", 0o644, []byte("y\n")), convtest.Whiteout("d"),
+				convtest.File("f", 0o600, []byte("new f\n")), convtest.Whiteout("f"),
+				convtest.File("e/z", 0o644, []byte("z\n")), convtest.Whiteout("e"), convtest.File("e/q", 0o644, []byte("q\n"))),
+			convtest.Layer(t, convtest.File("d/n", 0o644, []byte("n\n"))),
 		}},
 		// 21-b's C: a file, then a directory at one path in one layer:
 		// the lower directory went with the file.
 		{"file then directory in one layer", []v1.Layer{
-			e2eLayer(t, root, eDir("d", 0o700), eFile("d/x", 0o644, []byte("x\n"))),
-			e2eLayer(t, eFile("d", 0o644, []byte("d\n")), eDir("d", 0o755), eFile("d/y", 0o644, []byte("y\n"))),
+			convtest.Layer(t, root, convtest.Dir("d", 0o700), convtest.File("d/x", 0o644, []byte("x\n"))),
+			convtest.Layer(t, convtest.File("d", 0o644, []byte("d\n")), convtest.Dir("d", 0o755), convtest.File("d/y", 0o644, []byte("y\n"))),
 		}},
 		// 21-b's E: overlayfs's own xattrs in a tar are left out: the
 		// lower d/x shows through the upper d.
 		{"overlay xattrs on an upper directory", []v1.Layer{
-			e2eLayer(t, root, eDir("d", 0o755), eFile("d/x", 0o644, []byte("x\n")), eDir("e", 0o755), eFile("e/w", 0o644, []byte("w\n"))),
-			e2eLayer(t, eDir("d", 0o755).xattr("trusted.overlay.opaque", "y"), eFile("d/y", 0o644, []byte("y\n")),
-				eDir("r", 0o755).xattr("trusted.overlay.redirect", "/e")),
+			convtest.Layer(t, root, convtest.Dir("d", 0o755), convtest.File("d/x", 0o644, []byte("x\n")), convtest.Dir("e", 0o755), convtest.File("e/w", 0o644, []byte("w\n"))),
+			convtest.Layer(t, convtest.Dir("d", 0o755).Xattr("trusted.overlay.opaque", "y"), convtest.File("d/y", 0o644, []byte("y\n")),
+				convtest.Dir("r", 0o755).Xattr("trusted.overlay.redirect", "/e")),
 		}},
 		// 21-b's D: an opaque marker on the root, which overlayfs
 		// ignores there: the stacked layer whites out what the layers
 		// below have at the root instead.
 		{"opaque root", []v1.Layer{
-			e2eLayer(t, root, eFile("a", 0o644, []byte("a\n")), eDir("d", 0o755), eFile("d/x", 0o644, []byte("x\n")), eFile("e/w", 0o644, nil)),
-			e2eLayer(t, eFile("f", 0o644, []byte("f\n")), eWhiteout("a")),
-			e2eLayer(t, eFile("b", 0o644, []byte("b\n")), eFile("d/y", 0o644, []byte("y\n")), eFile("./.wh..wh..opq", 0, nil)),
-			e2eLayer(t, eFile("c", 0o644, []byte("c\n"))),
+			convtest.Layer(t, root, convtest.File("a", 0o644, []byte("a\n")), convtest.Dir("d", 0o755), convtest.File("d/x", 0o644, []byte("x\n")), convtest.File("e/w", 0o644, nil)),
+			convtest.Layer(t, convtest.File("f", 0o644, []byte("f\n")), convtest.Whiteout("a")),
+			convtest.Layer(t, convtest.File("b", 0o644, []byte("b\n")), convtest.File("d/y", 0o644, []byte("y\n")), convtest.File("./.wh..wh..opq", 0, nil)),
+			convtest.Layer(t, convtest.File("c", 0o644, []byte("c\n"))),
 		}},
 		// Campaign 22: a directory a layer implies, then declares,
 		// under its own opaque marker: the declared metadata.
 		{"implied then declared under an opaque marker", []v1.Layer{
-			e2eLayer(t, root, eDir("d", 0o755), eDir("d/b", 0o755), eFile("d/b/w", 0o644, nil)),
-			e2eLayer(t, eFile("d/b/x", 0o644, nil), eOpaque("d"), eDir("d/b", 0o711)),
+			convtest.Layer(t, root, convtest.Dir("d", 0o755), convtest.Dir("d/b", 0o755), convtest.File("d/b/w", 0o644, nil)),
+			convtest.Layer(t, convtest.File("d/b/x", 0o644, nil), convtest.Opaque("d"), convtest.Dir("d/b", 0o711)),
 		}},
 		// Campaign 22: a layer with an opaque root over another; the
 		// lower one's d, made by its marker, goes too.
 		{"opaque root over an opaque root", []v1.Layer{
-			e2eLayer(t, root, eFile("x", 0o644, nil)),
-			e2eLayer(t, eFile("a", 0o644, nil), eOpaque("d"), eFile("./.wh..wh..opq", 0, nil)),
-			e2eLayer(t, eFile("./.wh..wh..opq", 0, nil), eFile("e", 0o644, []byte("e\n")), eFile("f", 0o644, nil)),
+			convtest.Layer(t, root, convtest.File("x", 0o644, nil)),
+			convtest.Layer(t, convtest.File("a", 0o644, nil), convtest.Opaque("d"), convtest.File("./.wh..wh..opq", 0, nil)),
+			convtest.Layer(t, convtest.File("./.wh..wh..opq", 0, nil), convtest.File("e", 0o644, []byte("e\n")), convtest.File("f", 0o644, nil)),
 		}},
 		// Campaign 22: an opaque marker in a directory its layer whited
 		// out: a new, empty directory (the stacked conversion failed).
 		{"opaque marker under its own whiteout", []v1.Layer{
-			e2eLayer(t, root, eDir("b", 0o700), eFile("b/x", 0o644, nil)),
-			e2eLayer(t, eWhiteout("b"), eOpaque("b"), eFile("c", 0o644, nil)),
+			convtest.Layer(t, root, convtest.Dir("b", 0o700), convtest.File("b/x", 0o644, nil)),
+			convtest.Layer(t, convtest.Whiteout("b"), convtest.Opaque("b"), convtest.File("c", 0o644, nil)),
 		}},
 		// 21-b's F: a character device 0:0 is what overlayfs takes for
 		// a whiteout, in the stacked image and below a container's
 		// upper directory alike: it deletes the lower x and does not show.
 		{"character device 0:0", []v1.Layer{
-			e2eLayer(t, root, eFile("x", 0o644, []byte("x\n")), eDir("d", 0o755), eFile("d/w", 0o644, []byte("w\n")), eFile("z", 0o644, nil),
-				eDir("e", 0o700), eFile("e/w", 0o644, []byte("w\n"))),
+			convtest.Layer(t, root, convtest.File("x", 0o644, []byte("x\n")), convtest.Dir("d", 0o755), convtest.File("d/w", 0o644, []byte("w\n")), convtest.File("z", 0o644, nil),
+				convtest.Dir("e", 0o700), convtest.File("e/w", 0o644, []byte("w\n"))),
 			// e deleted, then made again by an entry in it.
-			e2eLayer(t, eNode("x", tar.TypeChar, 0o600, 0, 0), eNode("d", tar.TypeChar, 0o600, 0, 0), eFile("y", 0o644, []byte("y\n")),
-				eNode("e", tar.TypeChar, 0o600, 0, 0), eFile("e/n", 0o644, []byte("n\n")),
+			convtest.Layer(t, convtest.Node("x", tar.TypeChar, 0o600, 0, 0), convtest.Node("d", tar.TypeChar, 0o600, 0, 0), convtest.File("y", 0o644, []byte("y\n")),
+				convtest.Node("e", tar.TypeChar, 0o600, 0, 0), convtest.File("e/n", 0o644, []byte("n\n")),
 				// In a directory new in the layer: not listed either
 				// (its directory gets the origin marker).
-				eDir("n", 0o755), eNode("n/w", tar.TypeChar, 0o600, 0, 0), eFile("n/f", 0o644, []byte("f\n"))),
+				convtest.Dir("n", 0o755), convtest.Node("n/w", tar.TypeChar, 0o600, 0, 0), convtest.File("n/f", 0o644, []byte("f\n"))),
 		}},
 		// Review 22-d: a hard link to a whiteout, as overlayfs makes
 		// them (a tar of an upper directory), is a whiteout too.
 		{"hard links to whiteouts", []v1.Layer{
-			e2eLayer(t, root, eFile("a", 0o644, nil), eFile("z", 0o644, []byte("z\n")), eDir("m", 0o755), eFile("m/k", 0o644, nil)),
-			e2eLayer(t, eNode("x", tar.TypeChar, 0o600, 0, 0), eDir("n", 0o755), eLink("n/y", "x"), eFile("n/f", 0o644, nil),
-				eWhiteout("z"), eLink("m/k", "z"), eLink("n/w", "m/k")),
+			convtest.Layer(t, root, convtest.File("a", 0o644, nil), convtest.File("z", 0o644, []byte("z\n")), convtest.Dir("m", 0o755), convtest.File("m/k", 0o644, nil)),
+			convtest.Layer(t, convtest.Node("x", tar.TypeChar, 0o600, 0, 0), convtest.Dir("n", 0o755), convtest.Hardlink("n/y", "x"), convtest.File("n/f", 0o644, nil),
+				convtest.Whiteout("z"), convtest.Hardlink("m/k", "z"), convtest.Hardlink("n/w", "m/k")),
 		}},
 		// Review 22-b: the flattener materializes a hidden file at its
 		// first link; the layer then removes or replaces that link, and
 		// the next links still get the hidden content.
 		{"links to a hidden file whose first link goes", []v1.Layer{
-			e2eLayer(t, root, eFile("h", 0o644, []byte("h0\n"))),
-			e2eLayer(t, eFile("h", 0o644, []byte("h1\n")), eDir("d", 0o755), eLink("d/l", "h"), eWhiteout("d"),
-				eLink("m", "h"), eFile("m", 0o644, []byte("m\n")), // replaced by a file
-				eLink("n", "h"), eFile("z", 0o644, []byte("z\n")), eLink("n", "z"), // by a link to another
-				eLink("o", "h"), eLink("p", "o")),
-			e2eLayer(t, eFile("h", 0o644, []byte("h2\n"))),
+			convtest.Layer(t, root, convtest.File("h", 0o644, []byte("h0\n"))),
+			convtest.Layer(t, convtest.File("h", 0o644, []byte("h1\n")), convtest.Dir("d", 0o755), convtest.Hardlink("d/l", "h"), convtest.Whiteout("d"),
+				convtest.Hardlink("m", "h"), convtest.File("m", 0o644, []byte("m\n")), // replaced by a file
+				convtest.Hardlink("n", "h"), convtest.File("z", 0o644, []byte("z\n")), convtest.Hardlink("n", "z"), // by a link to another
+				convtest.Hardlink("o", "h"), convtest.Hardlink("p", "o")),
+			convtest.Layer(t, convtest.File("h", 0o644, []byte("h2\n"))),
 		}},
 		// Campaign 22's class A, the valid side: entries below a path
 		// where the layer had a file or symlink, which it removed or
 		// replaced by a directory first (also a directory above it), and
 		// which an upper layer hides (d, p) or not (e, s).
 		{"entries where the layer removed its file", []v1.Layer{
-			e2eLayer(t, root, eFile("a", 0o644, nil)),
-			e2eLayer(t, eFile("d", 0o644, nil), eWhiteout("d"), eFile("d/x", 0o644, []byte("x\n")),
-				eSym("e", "x"), eDir("e", 0o755), eFile("e/y", 0o644, []byte("y\n")),
-				eDir("p", 0o755), eFile("p/q", 0o644, nil), eWhiteout("p"), eFile("p/q/r", 0o644, []byte("r\n")),
-				eFile("s/t", 0o644, nil), eFile("s", 0o644, nil), eDir("s", 0o755), eFile("s/t/u", 0o644, []byte("u\n"))),
-			e2eLayer(t, eWhiteout("d"), eFile("p", 0o644, []byte("p\n"))),
+			convtest.Layer(t, root, convtest.File("a", 0o644, nil)),
+			convtest.Layer(t, convtest.File("d", 0o644, nil), convtest.Whiteout("d"), convtest.File("d/x", 0o644, []byte("x\n")),
+				convtest.Symlink("e", "x"), convtest.Dir("e", 0o755), convtest.File("e/y", 0o644, []byte("y\n")),
+				convtest.Dir("p", 0o755), convtest.File("p/q", 0o644, nil), convtest.Whiteout("p"), convtest.File("p/q/r", 0o644, []byte("r\n")),
+				convtest.File("s/t", 0o644, nil), convtest.File("s", 0o644, nil), convtest.Dir("s", 0o755), convtest.File("s/t/u", 0o644, []byte("u\n"))),
+			convtest.Layer(t, convtest.Whiteout("d"), convtest.File("p", 0o644, []byte("p\n"))),
 		}},
 		// Campaign 22's class G: a directory that holds only a whiteout
 		// or an opaque marker of the layer, below its opaque marker (in
@@ -267,9 +268,9 @@ func stackEdgeCases(t testing.TB) []stackCase {
 		// it, empty, as containerd's overlay applier and mkfs.erofs
 		// --aufs leave it (docker's applier removes it).
 		{"whiteouts and markers below an opaque marker", []v1.Layer{
-			e2eLayer(t, root, eDir("p", 0o755), eDir("p/c", 0o700), eFile("p/c/b", 0o644, nil), eFile("p/c/x", 0o644, nil),
-				eDir("p/e", 0o700), eFile("p/e/y", 0o644, nil), eDir("p/f", 0o700), eFile("p/f/z", 0o644, nil), eFile("p/w", 0o644, nil)),
-			e2eLayer(t, eWhiteout("p/c/b"), eOpaque("p/e"), eOpaque("p"), eWhiteout("p/f/z"), eWhiteout("p/g/h")),
+			convtest.Layer(t, root, convtest.Dir("p", 0o755), convtest.Dir("p/c", 0o700), convtest.File("p/c/b", 0o644, nil), convtest.File("p/c/x", 0o644, nil),
+				convtest.Dir("p/e", 0o700), convtest.File("p/e/y", 0o644, nil), convtest.Dir("p/f", 0o700), convtest.File("p/f/z", 0o644, nil), convtest.File("p/w", 0o644, nil)),
+			convtest.Layer(t, convtest.Whiteout("p/c/b"), convtest.Opaque("p/e"), convtest.Opaque("p"), convtest.Whiteout("p/f/z"), convtest.Whiteout("p/g/h")),
 		}},
 	}
 }
@@ -284,7 +285,7 @@ func TestStackEdges(t *testing.T) {
 	reg := sharedRegistry(t)
 	for _, tc := range stackEdgeCases(t) {
 		t.Run(tc.name, func(t *testing.T) {
-			src := e2eImage(t, "amd64", tc.layers...)
+			src := convtest.Image(t, "amd64", tc.layers...)
 			repo := uniq("e2e/stack")
 			srcRef := ref(t, reg.host, repo+":v1")
 			pushImage(t, srcRef, src)
@@ -297,11 +298,11 @@ func TestStackEdges(t *testing.T) {
 				target := reg.host + "/" + repo + fmt.Sprintf(":flat-%v", opt.Flatten)
 				mustConvert(t, srcRef.String(), target, opt, oci.Remote{})
 				img, _ := remoteImage(t, ref(t, reg.host, strings.TrimPrefix(target, reg.host+"/")))
-				got := treeFromDir(t, mountStack(t, rawLayers(t, img, t.TempDir())))
-				reportDiff(t, fmt.Sprintf("fstree.Stack vs the mounted conversion (flatten %v)", opt.Flatten), fstree.Diff(want, got, ignore))
+				got := convtest.TreeFromDir(t, convtest.MountStack(t, convtest.RawLayers(t, img, t.TempDir())))
+				convtest.ReportDiff(t, fmt.Sprintf("fstree.Stack vs the mounted conversion (flatten %v)", opt.Flatten), fstree.Diff(want, got, ignore))
 				mounted = append(mounted, got)
 			}
-			reportDiff(t, "stacked vs flattened, mounted", fstree.Diff(mounted[0], mounted[1], fstree.DiffOptions{Ignore: ignore.Ignore}))
+			convtest.ReportDiff(t, "stacked vs flattened, mounted", fstree.Diff(mounted[0], mounted[1], fstree.DiffOptions{Ignore: ignore.Ignore}))
 		})
 	}
 }
@@ -336,12 +337,12 @@ func stackLayers(layers []v1.Layer) (*fstree.Tree, error) {
 func TestE2EFlatten(t *testing.T) {
 	reg := sharedRegistry(t)
 	for _, tc := range []stackCase{
-		{"test image", testImageLayers(t)},
+		{"test image", convtest.TestImageLayers(t)},
 		{"edge cases", flattenEdgeLayers(t)},
 		{"deleted and made again", restackLayers(t)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			src := e2eImage(t, "amd64", tc.layers...)
+			src := convtest.Image(t, "amd64", tc.layers...)
 			repo := uniq("e2e/flatten")
 			srcRef := ref(t, reg.host, repo+":v1")
 			pushImage(t, srcRef, src)
@@ -377,16 +378,16 @@ func TestE2EFlatten(t *testing.T) {
 			if !contains(cf.OSFeatures, "erofs") {
 				t.Errorf("os.features %v", cf.OSFeatures)
 			}
-			layers := rawLayers(t, got, t.TempDir())
+			layers := convtest.RawLayers(t, got, t.TempDir())
 			checkNoWhiteouts(t, layers[0])
-			compareWithUmoci(t, src, layers)
+			convtest.CompareWithUmoci(t, src, layers)
 
 			// The same tree as the stacked (not flattened) conversion.
 			stacked := mustConvert(t, srcRef.String(), reg.host+"/"+repo+":stacked", convert.ImageOptions{}, oci.Remote{})
 			simg, _ := remoteImage(t, ref(t, reg.host, repo+":stacked"))
-			want := treeFromDir(t, mountStack(t, rawLayers(t, simg, t.TempDir())))
-			flat := treeFromDir(t, mountStack(t, layers))
-			reportDiff(t, "flattened vs stacked", diffTrees(want, flat))
+			want := convtest.TreeFromDir(t, convtest.MountStack(t, convtest.RawLayers(t, simg, t.TempDir())))
+			flat := convtest.TreeFromDir(t, convtest.MountStack(t, layers))
+			convtest.ReportDiff(t, "flattened vs stacked", diffTrees(want, flat))
 			t.Logf("stacked %s, flattened %s: %d paths", stacked.digest, res.digest, flat.Len())
 		})
 	}
@@ -397,27 +398,27 @@ func TestE2EFlatten(t *testing.T) {
 	// deleted it. A stacked conversion refuses them, as mkfs.erofs does:
 	// one layer's image cannot link into another's.
 	t.Run("links to lower layers", func(t *testing.T) {
-		src := e2eImage(t, "amd64",
-			e2eLayer(t, eDir(".", 0o755), eDir("bin", 0o755), eFile("bin/busybox", 0o755, []byte("#!busybox\n")),
-				eFile("t", 0o644, []byte("old t\n")), eFile("z", 0o600, []byte("z, deleted above\n"))),
-			e2eLayer(t, eLink("hl", "bin/busybox"), eLink("ht", "t"), eLink("hz", "z")),
-			e2eLayer(t, eFile("t", 0o644, []byte("new t\n")), eWhiteout("z"), eLink("hl2", "hl"),
+		src := convtest.Image(t, "amd64",
+			convtest.Layer(t, convtest.Dir(".", 0o755), convtest.Dir("bin", 0o755), convtest.File("bin/busybox", 0o755, []byte("#!busybox\n")),
+				convtest.File("t", 0o644, []byte("old t\n")), convtest.File("z", 0o600, []byte("z, deleted above\n"))),
+			convtest.Layer(t, convtest.Hardlink("hl", "bin/busybox"), convtest.Hardlink("ht", "t"), convtest.Hardlink("hz", "z")),
+			convtest.Layer(t, convtest.File("t", 0o644, []byte("new t\n")), convtest.Whiteout("z"), convtest.Hardlink("hl2", "hl"),
 				// A link to a link that the layer above replaces.
-				eFile("q", 0o644, []byte("q\n")), eLink("qh", "q"), eLink("qk", "qh")),
-			e2eLayer(t, eFile("qh", 0o644, []byte("qh replaced\n"))),
+				convtest.File("q", 0o644, []byte("q\n")), convtest.Hardlink("qh", "q"), convtest.Hardlink("qk", "qh")),
+			convtest.Layer(t, convtest.File("qh", 0o644, []byte("qh replaced\n"))),
 		)
 		repo := uniq("e2e/flatten-links")
 		srcRef := ref(t, reg.host, repo+":v1")
 		pushImage(t, srcRef, src)
 		res := mustConvert(t, srcRef.String(), "", convert.ImageOptions{Flatten: true}, oci.Remote{})
 		got, _ := remoteImage(t, ref(t, reg.host, repo+":v1-erofs"))
-		_, flat := compareWithUmoci(t, src, rawLayers(t, got, t.TempDir()))
+		_, flat := convtest.CompareWithUmoci(t, src, convtest.RawLayers(t, got, t.TempDir()))
 		t.Logf("flattened %s: %d paths", res.digest, flat.Len())
 		_, err := convertRef(context.Background(), t, srcRef.String(), reg.host+"/"+repo+":stacked", convert.ImageOptions{}, oci.Remote{})
 		if err == nil || !strings.Contains(err.Error(), `hard link to "bin/busybox", a file of a layer below`) {
 			t.Errorf("stacked conversion: err = %v, want a refusal of hl", err)
 		}
-		bad := e2eImage(t, "amd64", e2eLayer(t, eDir(".", 0o755), eFile("a", 0o644, nil)), e2eLayer(t, eLink("l", "nowhere")))
+		bad := convtest.Image(t, "amd64", convtest.Layer(t, convtest.Dir(".", 0o755), convtest.File("a", 0o644, nil)), convtest.Layer(t, convtest.Hardlink("l", "nowhere")))
 		badRef := ref(t, reg.host, repo+":bad")
 		pushImage(t, badRef, bad)
 		_, err = convertRef(context.Background(), t, badRef.String(), reg.host+"/"+repo+":bad-flat", convert.ImageOptions{Flatten: true}, oci.Remote{})
@@ -427,7 +428,7 @@ func TestE2EFlatten(t *testing.T) {
 		requireAbsent(t, ref(t, reg.host, repo+":bad-flat"))
 		// Also where an upper layer hides the link: docker applies the
 		// layer below it first, and fails (campaign 22).
-		hidden := e2eImage(t, "amd64", e2eLayer(t, eDir(".", 0o755)), e2eLayer(t, eLink("d/d", "b")), e2eLayer(t, eWhiteout("d/d")))
+		hidden := convtest.Image(t, "amd64", convtest.Layer(t, convtest.Dir(".", 0o755)), convtest.Layer(t, convtest.Hardlink("d/d", "b")), convtest.Layer(t, convtest.Whiteout("d/d")))
 		hiddenRef := ref(t, reg.host, repo+":hidden")
 		pushImage(t, hiddenRef, hidden)
 		_, err = convertRef(context.Background(), t, hiddenRef.String(), reg.host+"/"+repo+":hidden-flat", convert.ImageOptions{Flatten: true}, oci.Remote{})
@@ -437,12 +438,12 @@ func TestE2EFlatten(t *testing.T) {
 		// An entry below a non-directory of its own layer, where an
 		// upper layer hides both: docker applies the layer first, and
 		// fails there; so do the stacked conversion and fstree.Stack.
-		for i, bad := range [][]e2eEntry{
-			{eSym("d", "x/y"), eFile("d/c", 0o644, nil)},
-			{eDir("d", 0o755), eFile("d/c", 0o644, nil), eWhiteout("d"), eFile("d", 0o644, nil), eWhiteout("d/c")},
-			{eFile("d", 0o644, nil), eOpaque("d")},
+		for i, bad := range [][]convtest.Entry{
+			{convtest.Symlink("d", "x/y"), convtest.File("d/c", 0o644, nil)},
+			{convtest.Dir("d", 0o755), convtest.File("d/c", 0o644, nil), convtest.Whiteout("d"), convtest.File("d", 0o644, nil), convtest.Whiteout("d/c")},
+			{convtest.File("d", 0o644, nil), convtest.Opaque("d")},
 		} {
-			under := e2eImage(t, "amd64", e2eLayer(t, append([]e2eEntry{eDir(".", 0o755)}, bad...)...), e2eLayer(t, eFile("d", 0o644, nil)))
+			under := convtest.Image(t, "amd64", convtest.Layer(t, append([]convtest.Entry{convtest.Dir(".", 0o755)}, bad...)...), convtest.Layer(t, convtest.File("d", 0o644, nil)))
 			tag := fmt.Sprintf(":under%d", i)
 			underRef := ref(t, reg.host, repo+tag)
 			pushImage(t, underRef, under)
@@ -458,17 +459,17 @@ func TestE2EFlatten(t *testing.T) {
 		// fstree.Stack makes of them (umoci keeps entries before a
 		// whiteout of their own layer).
 		takenLayers := []v1.Layer{
-			e2eLayer(t, eDir(".", 0o755), eFile("t", 0o644, []byte("t\n")), eFile("u", 0o644, []byte("u\n")),
-				eFile("v", 0o644, []byte("v\n")), eFile("w", 0o644, []byte("old w\n"))),
-			e2eLayer(t, eLink("l", "t"), eFile("l", 0o644, []byte("new l\n")), eLink("m", "u"), eWhiteout("m"),
-				eLink("d/k", "v"), eFile("d", 0o644, []byte("d\n")), eLink("x", "w"), eFile("w", 0o644, []byte("new w\n"))),
+			convtest.Layer(t, convtest.Dir(".", 0o755), convtest.File("t", 0o644, []byte("t\n")), convtest.File("u", 0o644, []byte("u\n")),
+				convtest.File("v", 0o644, []byte("v\n")), convtest.File("w", 0o644, []byte("old w\n"))),
+			convtest.Layer(t, convtest.Hardlink("l", "t"), convtest.File("l", 0o644, []byte("new l\n")), convtest.Hardlink("m", "u"), convtest.Whiteout("m"),
+				convtest.Hardlink("d/k", "v"), convtest.File("d", 0o644, []byte("d\n")), convtest.Hardlink("x", "w"), convtest.File("w", 0o644, []byte("new w\n"))),
 		}
 		takenRef := ref(t, reg.host, repo+":taken")
-		pushImage(t, takenRef, e2eImage(t, "amd64", takenLayers...))
+		pushImage(t, takenRef, convtest.Image(t, "amd64", takenLayers...))
 		mustConvert(t, takenRef.String(), reg.host+"/"+repo+":taken-flat", convert.ImageOptions{Flatten: true}, oci.Remote{})
 		takenImg, _ := remoteImage(t, ref(t, reg.host, repo+":taken-flat"))
-		takenTree := treeFromDir(t, mountStack(t, rawLayers(t, takenImg, t.TempDir())))
-		reportDiff(t, "fstree.Stack vs the mounted flattened links", fstree.Diff(stackTree(t, takenLayers), takenTree, fstree.DiffOptions{IgnoreImpliedMtime: true}))
+		takenTree := convtest.TreeFromDir(t, convtest.MountStack(t, convtest.RawLayers(t, takenImg, t.TempDir())))
+		convtest.ReportDiff(t, "fstree.Stack vs the mounted flattened links", fstree.Diff(stackTree(t, takenLayers), takenTree, fstree.DiffOptions{IgnoreImpliedMtime: true}))
 		if x := takenTree.Node("x"); x == nil || x.Digest != sha256.Sum256([]byte("old w\n")) {
 			t.Errorf("x, linked to the lower w before its layer replaced w: %+v", x)
 		}
@@ -476,22 +477,22 @@ func TestE2EFlatten(t *testing.T) {
 		// only after them: docker fails at each (review 23), also where
 		// an upper layer hides it all.
 		for i, tc := range []struct {
-			lower, upper []e2eEntry
+			lower, upper []convtest.Entry
 			want         string
 		}{
-			{[]e2eEntry{eDir("d", 0o755), eFile("d/x", 0o644, nil)}, []e2eEntry{eWhiteout("d"), eLink("l", "d/x")}, `hard link to "d/x", which its layer removed`},
-			{[]e2eEntry{eDir("d", 0o755), eFile("d/x", 0o644, nil)}, []e2eEntry{eFile("d", 0o644, nil), eLink("l", "d/x")}, `hard link to "d/x": "d" is not a directory`},
-			{[]e2eEntry{eFile("x", 0o644, nil)}, []e2eEntry{eDir("x", 0o755), eLink("l", "x")}, `directory "x"`},
-			{[]e2eEntry{eFile("x", 0o644, nil)}, []e2eEntry{eWhiteout("x"), eFile("x/y", 0o644, nil), eLink("l", "x")}, `directory "x"`},
-			{[]e2eEntry{eFile("a", 0o644, nil)}, []e2eEntry{eLink("l", "t"), eFile("t", 0o644, nil)}, `entry "l": hard link to "t", which no layer has`},
+			{[]convtest.Entry{convtest.Dir("d", 0o755), convtest.File("d/x", 0o644, nil)}, []convtest.Entry{convtest.Whiteout("d"), convtest.Hardlink("l", "d/x")}, `hard link to "d/x", which its layer removed`},
+			{[]convtest.Entry{convtest.Dir("d", 0o755), convtest.File("d/x", 0o644, nil)}, []convtest.Entry{convtest.File("d", 0o644, nil), convtest.Hardlink("l", "d/x")}, `hard link to "d/x": "d" is not a directory`},
+			{[]convtest.Entry{convtest.File("x", 0o644, nil)}, []convtest.Entry{convtest.Dir("x", 0o755), convtest.Hardlink("l", "x")}, `directory "x"`},
+			{[]convtest.Entry{convtest.File("x", 0o644, nil)}, []convtest.Entry{convtest.Whiteout("x"), convtest.File("x/y", 0o644, nil), convtest.Hardlink("l", "x")}, `directory "x"`},
+			{[]convtest.Entry{convtest.File("a", 0o644, nil)}, []convtest.Entry{convtest.Hardlink("l", "t"), convtest.File("t", 0o644, nil)}, `entry "l": hard link to "t", which no layer has`},
 		} {
 			for _, hidden := range []bool{false, true} {
-				layers := []v1.Layer{e2eLayer(t, append([]e2eEntry{eDir(".", 0o755)}, tc.lower...)...), e2eLayer(t, tc.upper...)}
+				layers := []v1.Layer{convtest.Layer(t, append([]convtest.Entry{convtest.Dir(".", 0o755)}, tc.lower...)...), convtest.Layer(t, tc.upper...)}
 				if hidden {
-					layers = append(layers, e2eLayer(t, eWhiteout("l"), eWhiteout("d"), eWhiteout("x"), eWhiteout("t")))
+					layers = append(layers, convtest.Layer(t, convtest.Whiteout("l"), convtest.Whiteout("d"), convtest.Whiteout("x"), convtest.Whiteout("t")))
 				}
 				tag := fmt.Sprintf(":link%d-%v", i, hidden)
-				pushImage(t, ref(t, reg.host, repo+tag), e2eImage(t, "amd64", layers...))
+				pushImage(t, ref(t, reg.host, repo+tag), convtest.Image(t, "amd64", layers...))
 				_, err = convertRef(context.Background(), t, reg.host+"/"+repo+tag, reg.host+"/"+repo+tag+"-flat", convert.ImageOptions{Flatten: true}, oci.Remote{})
 				if err == nil || !strings.Contains(err.Error(), tc.want) {
 					t.Errorf("flattening link case %d (hidden above: %v): err = %v, want %s", i, hidden, err, tc.want)
@@ -505,16 +506,16 @@ func TestE2EFlatten(t *testing.T) {
 			layers []v1.Layer
 			want   string // "": valid, the mount must show fstree.Stack's tree
 		}{
-			{[]v1.Layer{e2eLayer(t, eDir(".", 0o755), eDir("b", 0o755), eLink("a", "b")), e2eLayer(t, eFile("a", 0o644, nil))}, `hard link to the directory "b"`},
-			{[]v1.Layer{e2eLayer(t, eDir(".", 0o755), eFile("d/x", 0o644, nil), eWhiteout("d"), eLink("l", "d/x")), e2eLayer(t, eDir("d/x", 0o755))}, `hard link to "d/x", which its layer removed`},
-			{[]v1.Layer{e2eLayer(t, eDir(".", 0o755), eDir("d", 0o755), eFile("d/x", 0o644, nil)), e2eLayer(t, eOpaque("d"), eLink("l", "d/x"))}, `hard link to "d/x", which its layer removed`},
+			{[]v1.Layer{convtest.Layer(t, convtest.Dir(".", 0o755), convtest.Dir("b", 0o755), convtest.Hardlink("a", "b")), convtest.Layer(t, convtest.File("a", 0o644, nil))}, `hard link to the directory "b"`},
+			{[]v1.Layer{convtest.Layer(t, convtest.Dir(".", 0o755), convtest.File("d/x", 0o644, nil), convtest.Whiteout("d"), convtest.Hardlink("l", "d/x")), convtest.Layer(t, convtest.Dir("d/x", 0o755))}, `hard link to "d/x", which its layer removed`},
+			{[]v1.Layer{convtest.Layer(t, convtest.Dir(".", 0o755), convtest.Dir("d", 0o755), convtest.File("d/x", 0o644, nil)), convtest.Layer(t, convtest.Opaque("d"), convtest.Hardlink("l", "d/x"))}, `hard link to "d/x", which its layer removed`},
 			// A link to a file the layer replaced by a device 0:0 is a
 			// whiteout, also where the file was hidden.
-			{[]v1.Layer{e2eLayer(t, eDir(".", 0o755), eFile("a", 0o644, nil)),
-				e2eLayer(t, eFile("d/x", 0o644, []byte("x\n")), eNode("d/x", tar.TypeChar, 0o644, 0, 0), eLink("b", "d/x")), e2eLayer(t, eWhiteout("d"))}, ""},
+			{[]v1.Layer{convtest.Layer(t, convtest.Dir(".", 0o755), convtest.File("a", 0o644, nil)),
+				convtest.Layer(t, convtest.File("d/x", 0o644, []byte("x\n")), convtest.Node("d/x", tar.TypeChar, 0o644, 0, 0), convtest.Hardlink("b", "d/x")), convtest.Layer(t, convtest.Whiteout("d"))}, ""},
 		} {
 			tag := fmt.Sprintf(":v%d", i)
-			pushImage(t, ref(t, reg.host, repo+tag), e2eImage(t, "amd64", tc.layers...))
+			pushImage(t, ref(t, reg.host, repo+tag), convtest.Image(t, "amd64", tc.layers...))
 			_, err = convertRef(context.Background(), t, reg.host+"/"+repo+tag, reg.host+"/"+repo+tag+"-flat", convert.ImageOptions{Flatten: true}, oci.Remote{})
 			if tc.want != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -524,12 +525,12 @@ func TestE2EFlatten(t *testing.T) {
 			}
 			must(t, err)
 			img, _ := remoteImage(t, ref(t, reg.host, repo+tag+"-flat"))
-			reportDiff(t, fmt.Sprintf("case v%d: fstree.Stack vs the mounted flattened image", i), fstree.Diff(stackTree(t, tc.layers), treeFromDir(t, mountStack(t, rawLayers(t, img, t.TempDir()))), fstree.DiffOptions{IgnoreImpliedMtime: true}))
+			convtest.ReportDiff(t, fmt.Sprintf("case v%d: fstree.Stack vs the mounted flattened image", i), fstree.Diff(stackTree(t, tc.layers), convtest.TreeFromDir(t, convtest.MountStack(t, convtest.RawLayers(t, img, t.TempDir()))), fstree.DiffOptions{IgnoreImpliedMtime: true}))
 		}
 		// The same, where an upper layer's hidden link needs t too: that
 		// the layer gives t serves the upper link, not its own.
-		needs := e2eImage(t, "amd64", e2eLayer(t, eDir(".", 0o755), eFile("a", 0o644, nil)),
-			e2eLayer(t, eLink("l", "t"), eFile("t", 0o644, nil)), e2eLayer(t, eLink("m", "t")), e2eLayer(t, eWhiteout("m"), eWhiteout("l")))
+		needs := convtest.Image(t, "amd64", convtest.Layer(t, convtest.Dir(".", 0o755), convtest.File("a", 0o644, nil)),
+			convtest.Layer(t, convtest.Hardlink("l", "t"), convtest.File("t", 0o644, nil)), convtest.Layer(t, convtest.Hardlink("m", "t")), convtest.Layer(t, convtest.Whiteout("m"), convtest.Whiteout("l")))
 		pushImage(t, ref(t, reg.host, repo+":needs"), needs)
 		_, err = convertRef(context.Background(), t, reg.host+"/"+repo+":needs", reg.host+"/"+repo+":needs-flat", convert.ImageOptions{Flatten: true}, oci.Remote{})
 		if err == nil || !strings.Contains(err.Error(), `entry "l": hard link to "t", which no layer has`) {
@@ -537,7 +538,7 @@ func TestE2EFlatten(t *testing.T) {
 		}
 		// A lower layer whose root is a file, under an upper layer that
 		// lists the root: docker fails at it, as the others do.
-		rootFile := e2eImage(t, "amd64", e2eLayer(t, eFile(".", 0o644, []byte("r\n"))), e2eLayer(t, eDir(".", 0o755), eFile("a", 0o644, nil)))
+		rootFile := convtest.Image(t, "amd64", convtest.Layer(t, convtest.File(".", 0o644, []byte("r\n"))), convtest.Layer(t, convtest.Dir(".", 0o755), convtest.File("a", 0o644, nil)))
 		rootRef := ref(t, reg.host, repo+":root-file")
 		pushImage(t, rootRef, rootFile)
 		if _, err := convertRef(context.Background(), t, rootRef.String(), reg.host+"/"+repo+":root-file-flat", convert.ImageOptions{Flatten: true}, oci.Remote{}); err == nil || !strings.Contains(err.Error(), "the root must be a directory") {
@@ -551,9 +552,9 @@ func TestE2EFlatten(t *testing.T) {
 		must(t, tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "f", Mode: 0o644}))
 		must(t, tw.WriteHeader(&tar.Header{Typeflag: tar.TypeXGlobalHeader, Name: "f/g", Format: tar.FormatPAX, PAXRecords: map[string]string{"comment": "x"}}))
 		must(t, tw.Close())
-		global := &blobLayer{blob: gzipBytes(t, buf.Bytes()), diffID: sha256Of(buf.Bytes()), mt: types.OCILayer}
+		global := &convtest.BlobLayer{Blob: convtest.Gzip(t, buf.Bytes()), Diff: convtest.SHA256(buf.Bytes()), Type: types.OCILayer}
 		globalRef := ref(t, reg.host, repo+":global")
-		pushImage(t, globalRef, e2eImage(t, "amd64", global))
+		pushImage(t, globalRef, convtest.Image(t, "amd64", global))
 		if _, err := convertRef(context.Background(), t, globalRef.String(), reg.host+"/"+repo+":global-flat", convert.ImageOptions{Flatten: true}, oci.Remote{}); err != nil {
 			t.Errorf("flattening a global header below a file: %v", err)
 		}
@@ -562,17 +563,17 @@ func TestE2EFlatten(t *testing.T) {
 	// Content repeated across layers is stored once: whole files by
 	// default, chunks of a file that only partly repeats with a chunk size.
 	t.Run("shared content stored once", func(t *testing.T) {
-		lib := randomBytes(21, 1<<20)
-		grown := append(append([]byte(nil), lib...), randomBytes(22, 100_000)...)
+		lib := convtest.RandomBytes(21, 1<<20)
+		grown := append(append([]byte(nil), lib...), convtest.RandomBytes(22, 100_000)...)
 		layers := []v1.Layer{
-			e2eLayer(t, eDir(".", 0o755), eFile("lib.so", 0o644, lib)),
-			e2eLayer(t, eFile("copy/lib.so", 0o644, lib), eFile("v2/lib.so", 0o644, grown)),
-			e2eLayer(t, eFile("again/lib.so", 0o644, lib)),
+			convtest.Layer(t, convtest.Dir(".", 0o755), convtest.File("lib.so", 0o644, lib)),
+			convtest.Layer(t, convtest.File("copy/lib.so", 0o644, lib), convtest.File("v2/lib.so", 0o644, grown)),
+			convtest.Layer(t, convtest.File("again/lib.so", 0o644, lib)),
 		}
 		dir := t.TempDir()
 		srcRef, err := oci.ParseRef("oci:"+filepath.Join(dir, "src")+":v1", false)
 		must(t, err)
-		must(t, oci.Write(t.Context(), srcRef, e2eImage(t, "amd64", layers...), nil, oci.Remote{}))
+		must(t, oci.Write(t.Context(), srcRef, convtest.Image(t, "amd64", layers...), nil, oci.Remote{}))
 		for _, tc := range []struct {
 			name  string
 			chunk int
@@ -587,13 +588,13 @@ func TestE2EFlatten(t *testing.T) {
 			mustConvert(t, srcRef.String(), "oci:"+srcRef.Path+":"+tag, opt, oci.Remote{})
 			art, err := oci.Get(t.Context(), oci.Ref{Kind: oci.Layout, Path: srcRef.Path, Tag: tag}, oci.Remote{})
 			must(t, err)
-			img := rawLayers(t, art.Image, t.TempDir())[0]
+			img := convtest.RawLayers(t, art.Image, t.TempDir())[0]
 			st, err := os.Stat(img)
 			must(t, err)
 			if st.Size() > tc.max {
 				t.Errorf("%s: flattened image of %d bytes, want at most %d: shared content stored more than once", tc.name, st.Size(), tc.max)
 			}
-			got := treeFromDir(t, roundtrip.Mount(t, img))
+			got := convtest.TreeFromDir(t, roundtrip.Mount(t, img))
 			for p, want := range map[string][]byte{"lib.so": lib, "copy/lib.so": lib, "again/lib.so": lib, "v2/lib.so": grown} {
 				if n := got.Node(p); n == nil || n.Digest != sha256.Sum256(want) {
 					t.Errorf("%s: %s differs from the layer's", tc.name, p)
@@ -606,7 +607,7 @@ func TestE2EFlatten(t *testing.T) {
 	// What an upper layer hides is not written: 1 MiB of random "big" in
 	// layer 1 is replaced by layer 2, so the image is far smaller than it.
 	t.Run("hidden content not written", func(t *testing.T) {
-		src := e2eImage(t, "amd64", flattenEdgeLayers(t)...)
+		src := convtest.Image(t, "amd64", flattenEdgeLayers(t)...)
 		dir := t.TempDir()
 		srcRef, err := oci.ParseRef("oci:"+filepath.Join(dir, "src")+":v1", false)
 		must(t, err)
@@ -614,7 +615,7 @@ func TestE2EFlatten(t *testing.T) {
 		mustConvert(t, srcRef.String(), "", convert.ImageOptions{Flatten: true}, oci.Remote{})
 		art, err := oci.Get(t.Context(), oci.Ref{Kind: oci.Layout, Path: srcRef.Path, Tag: "v1-erofs"}, oci.Remote{})
 		must(t, err)
-		layers := rawLayers(t, art.Image, t.TempDir())
+		layers := convtest.RawLayers(t, art.Image, t.TempDir())
 		st, err := os.Stat(layers[0])
 		must(t, err)
 		if st.Size() > 256<<10 {

@@ -40,6 +40,7 @@ import (
 
 	"github.com/ocierofs/ocierofs/convert"
 	"github.com/ocierofs/ocierofs/convert/fstree"
+	"github.com/ocierofs/ocierofs/convert/internal/convtest"
 	"github.com/ocierofs/ocierofs/oci"
 )
 
@@ -161,7 +162,7 @@ func checkConverted(t testing.TB, src v1.Image, srcDesc v1.Descriptor, got v1.Im
 		s, _ := json.Marshal(srcMap)
 		t.Errorf("config changed beyond rootfs and os.features:\n got %s\nwant %s", g, s)
 	}
-	return rawLayers(t, got, t.TempDir())
+	return convtest.RawLayers(t, got, t.TempDir())
 }
 
 // remoteImage reads an image back from the registry, with its descriptor.
@@ -179,34 +180,12 @@ func remoteImage(t testing.TB, r name.Reference, extra ...remote.Option) (v1.Ima
 	return img, d
 }
 
-// srcDescriptor is the descriptor of a pushed image.
-func srcDescriptor(t testing.TB, img v1.Image) v1.Descriptor {
-	t.Helper()
-	dg, err := img.Digest()
-	must(t, err)
-	sz, err := img.Size()
-	must(t, err)
-	mt, err := img.MediaType()
-	must(t, err)
-	return v1.Descriptor{MediaType: mt, Digest: dg, Size: sz}
-}
-
-// modeOf is the permission bits of path in a tree.
-func modeOf(t testing.TB, tr *fstree.Tree, p string) uint32 {
-	t.Helper()
-	n := tr.Node(p)
-	if n == nil {
-		t.Fatalf("no %s", p)
-	}
-	return n.Perm()
-}
-
 func TestE2ERegistry(t *testing.T) {
 	reg := sharedRegistry(t)
-	src := e2eImage(t, "amd64", testImageLayers(t)...)
+	src := convtest.Image(t, "amd64", convtest.TestImageLayers(t)...)
 	srcRef := ref(t, reg.host, "e2e/base:v1")
 	pushImage(t, srcRef, src)
-	srcDesc := srcDescriptor(t, src)
+	srcDesc := convtest.SourceDescriptor(t, src)
 
 	// The CLI's default: containerd media types, target tag + "-erofs".
 	base := mustConvert(t, srcRef.String(), "", variant{}.options(), oci.Remote{})
@@ -228,10 +207,10 @@ func TestE2ERegistry(t *testing.T) {
 		cf, err := got.ConfigFile()
 		must(t, err)
 		baseDiffIDs = cf.RootFS.DiffIDs
-		want, merged := compareWithUmoci(t, src, layers)
+		want, merged := convtest.CompareWithUmoci(t, src, layers)
 		// The implied directories of layer 4 keep what layer 1 gave them.
 		for _, tr := range []*fstree.Tree{want, merged} {
-			if m := modeOf(t, tr, "etc/apt"); m != 0o750 {
+			if m := convtest.ModeOf(t, tr, "etc/apt"); m != 0o750 {
 				t.Errorf("etc/apt mode %#o, want 0750", m)
 			}
 			if n := tr.Node("etc/apt"); n.Uid != 0 || n.Gid != 0 {
@@ -240,7 +219,7 @@ func TestE2ERegistry(t *testing.T) {
 			if n := tr.Node("etc/apt/apt.conf"); n == nil {
 				t.Errorf("no etc/apt/apt.conf")
 			}
-			if n := tr.Node("usr/local/bin/ping"); n == nil || n.Xattrs["security.capability"] != capNetRaw || n.Xattrs["user.e2e.origin"] != "layer3" {
+			if n := tr.Node("usr/local/bin/ping"); n == nil || n.Xattrs["security.capability"] != convtest.CapNetRaw || n.Xattrs["user.e2e.origin"] != "layer3" {
 				t.Errorf("usr/local/bin/ping: xattrs lost: %+v", n)
 			}
 			if n := tr.Node("usr/local/bin/suid"); n == nil || n.Perm() != 0o4755 {
@@ -337,9 +316,9 @@ func TestE2ERegistry(t *testing.T) {
 
 func TestE2EIndex(t *testing.T) {
 	reg := sharedRegistry(t)
-	shared := e2eLayer(t, eDir(".", 0o755), eDir("etc", 0o755), eFile("etc/os-release", 0o644, []byte("ID=e2e\n")))
-	amd := e2eImage(t, "amd64", shared, e2eLayer(t, eDir("bin", 0o755), eFile("bin/arch", 0o755, []byte("x86_64\n"))))
-	arm := e2eImage(t, "arm64", shared, e2eLayer(t, eDir("bin", 0o755), eFile("bin/arch", 0o755, []byte("aarch64\n")), eFile("bin/extra", 0o644, []byte("arm only\n"))))
+	shared := convtest.Layer(t, convtest.Dir(".", 0o755), convtest.Dir("etc", 0o755), convtest.File("etc/os-release", 0o644, []byte("ID=e2e\n")))
+	amd := convtest.Image(t, "amd64", shared, convtest.Layer(t, convtest.Dir("bin", 0o755), convtest.File("bin/arch", 0o755, []byte("x86_64\n"))))
+	arm := convtest.Image(t, "arm64", shared, convtest.Layer(t, convtest.Dir("bin", 0o755), convtest.File("bin/arch", 0o755, []byte("aarch64\n")), convtest.File("bin/extra", 0o644, []byte("arm only\n"))))
 	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
 	idx = mutate.AppendManifests(idx,
 		mutate.IndexAddendum{Add: amd, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
@@ -465,22 +444,22 @@ func TestE2ESharedUpperLayer(t *testing.T) {
 	for i := range big {
 		big[i] = byte(i*7 + i>>13)
 	}
-	upper := e2eLayer(t, eFile("app/data.bin", 0o644, big), eFile("app/README", 0o644, []byte("shared\n")))
+	upper := convtest.Layer(t, convtest.File("app/data.bin", 0o644, big), convtest.File("app/README", 0o644, []byte("shared\n")))
 	platforms := []struct {
 		arch, variant string
 		mode          int64
 	}{{"amd64", "", 0o755}, {"arm64", "v8", 0o750}, {"arm", "v7", 0o700}, {"ppc64le", "", 0o711}}
 	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
 	for _, p := range platforms {
-		lower := e2eLayer(t, eDir(".", 0o755), eDir("app", p.mode), eFile("base-"+p.arch, 0o644, []byte(p.arch+"\n")))
-		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: e2eImage(t, p.arch, lower, upper),
+		lower := convtest.Layer(t, convtest.Dir(".", 0o755), convtest.Dir("app", p.mode), convtest.File("base-"+p.arch, 0o644, []byte(p.arch+"\n")))
+		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: convtest.Image(t, p.arch, lower, upper),
 			Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: p.arch, Variant: p.variant}}})
 	}
 	srcRef := ref(t, reg.host, uniq("e2e/shared")+":v1")
 	pushIndex(t, srcRef, idx)
 
 	// check reads the converted index at r: every platform converted, its
-	// layers' blobs and diff_ids right (rawLayers), the stack equal to
+	// layers' blobs and diff_ids right (convtest.RawLayers), the stack equal to
 	// umoci's unpack, and the shared layer's images all different.
 	check := func(t *testing.T, ii v1.ImageIndex) string {
 		im, err := ii.IndexManifest()
@@ -494,8 +473,8 @@ func TestE2ESharedUpperLayer(t *testing.T) {
 			must(t, err)
 			srcImg, err := idx.Image(mustIndexManifest(t, idx).Manifests[i].Digest)
 			must(t, err)
-			layers := rawLayers(t, img, t.TempDir())
-			compareWithUmoci(t, srcImg, layers)
+			layers := convtest.RawLayers(t, img, t.TempDir())
+			convtest.CompareWithUmoci(t, srcImg, layers)
 			gm, err := img.Manifest()
 			must(t, err)
 			if prev, ok := uppers[gm.Layers[1].Digest]; ok {
@@ -526,7 +505,7 @@ func TestE2ESharedUpperLayer(t *testing.T) {
 	for _, b := range blobs {
 		data, err := os.ReadFile(b)
 		must(t, err)
-		if got := sha256Of(data).Hex; got != filepath.Base(b) {
+		if got := convtest.SHA256(data).Hex; got != filepath.Base(b) {
 			t.Errorf("layout blob %s holds sha256:%s", filepath.Base(b), got)
 		}
 	}
@@ -552,7 +531,7 @@ func TestE2ESharedUpperLayer(t *testing.T) {
 		must(t, err)
 		srcImg, err := idx.Image(mustIndexManifest(t, idx).Manifests[i].Digest)
 		must(t, err)
-		compareWithUmoci(t, srcImg, rawLayers(t, img, t.TempDir()))
+		convtest.CompareWithUmoci(t, srcImg, convtest.RawLayers(t, img, t.TempDir()))
 	}
 }
 
@@ -570,12 +549,12 @@ func mustIndexManifest(t testing.TB, ii v1.ImageIndex) *v1.IndexManifest {
 func TestE2EIndexShapes(t *testing.T) {
 	reg := sharedRegistry(t)
 	layer := func(arch string) v1.Layer {
-		return e2eLayer(t, eDir(".", 0o755), eFile("arch", 0o644, []byte(arch+"\n")))
+		return convtest.Layer(t, convtest.Dir(".", 0o755), convtest.File("arch", 0o644, []byte(arch+"\n")))
 	}
-	amd := e2eImage(t, "amd64", layer("amd64"))
-	arm := e2eImage(t, "arm64", layer("arm64"))
-	s390 := e2eImage(t, "s390x", layer("s390x"))
-	att := e2eImage(t, "unknown", layer("attestation"))
+	amd := convtest.Image(t, "amd64", layer("amd64"))
+	arm := convtest.Image(t, "arm64", layer("arm64"))
+	s390 := convtest.Image(t, "s390x", layer("s390x"))
+	att := convtest.Image(t, "unknown", layer("attestation"))
 	inner := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
 		mutate.IndexAddendum{Add: arm, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64"}}})
 	outer := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
@@ -609,7 +588,7 @@ func TestE2EIndexShapes(t *testing.T) {
 			if src == nil {
 				t.Fatalf("converted image of %s", cf.Architecture)
 			}
-			compareWithUmoci(t, src, rawLayers(t, img, t.TempDir()))
+			convtest.CompareWithUmoci(t, src, convtest.RawLayers(t, img, t.TempDir()))
 			if d.Platform == nil && cf.Architecture != "s390x" {
 				t.Errorf("%s lost its descriptor's platform", cf.Architecture)
 			}
@@ -658,7 +637,7 @@ func TestE2EIndexShapes(t *testing.T) {
 		requireAbsent(t, srcRef.Context().Tag("riscv"))
 	})
 	t.Run("no layers", func(t *testing.T) {
-		empty := e2eImage(t, "amd64")
+		empty := convtest.Image(t, "amd64")
 		r := ref(t, reg.host, repo+":empty")
 		pushImage(t, r, empty)
 		res := mustConvert(t, r.String(), "", convert.ImageOptions{}, oci.Remote{})
@@ -676,7 +655,7 @@ func TestE2EIndexShapes(t *testing.T) {
 func TestE2ELayout(t *testing.T) {
 	t.Run("round trip", func(t *testing.T) {
 		dir := t.TempDir()
-		src := e2eImage(t, "amd64", testImageLayers(t)...)
+		src := convtest.Image(t, "amd64", convtest.TestImageLayers(t)...)
 		srcRef, err := oci.ParseRef("oci:"+filepath.Join(dir, "src")+":v1", false)
 		must(t, err)
 		must(t, oci.Write(context.Background(), srcRef, src, nil, oci.Remote{}))
@@ -691,8 +670,8 @@ func TestE2ELayout(t *testing.T) {
 		if art.Image == nil || art.Descriptor.Digest.String() != res.digest {
 			t.Fatalf("layout holds %s (image %v), the report says %s", art.Descriptor.Digest, art.Image != nil, res.digest)
 		}
-		layers := checkConverted(t, src, srcDescriptor(t, src), art.Image, variant{})
-		compareWithUmoci(t, src, layers)
+		layers := checkConverted(t, src, convtest.SourceDescriptor(t, src), art.Image, variant{})
+		convtest.CompareWithUmoci(t, src, layers)
 
 		// The default target of a layout is the same layout, tag + suffix.
 		def := mustConvert(t, srcRef.String(), "", variant{}.options(), oci.Remote{})
@@ -738,9 +717,9 @@ func TestE2ELayout(t *testing.T) {
 		sd := im.Manifests[0]
 		sd.Annotations, sd.ArtifactType = nil, ""
 		layers := checkConverted(t, src, sd, art.Image, variant{})
-		want, got := compareWithUmoci(t, src, layers)
+		want, got := convtest.CompareWithUmoci(t, src, layers)
 		for _, tr := range []*fstree.Tree{want, got} {
-			if m := modeOf(t, tr, "etc/apt"); m != 0o750 {
+			if m := convtest.ModeOf(t, tr, "etc/apt"); m != 0o750 {
 				t.Errorf("etc/apt mode %#o, want 0750", m)
 			}
 		}
@@ -778,7 +757,7 @@ func TestE2EBusyboxFixture(t *testing.T) {
 
 func TestE2EDockerArchive(t *testing.T) {
 	dir := t.TempDir()
-	src := e2eImage(t, "amd64", testImageLayers(t)...)
+	src := convtest.Image(t, "amd64", convtest.TestImageLayers(t)...)
 	tag, err := name.NewTag("example.com/e2e/archive:v1")
 	must(t, err)
 	archive := filepath.Join(dir, "image.tar")
@@ -798,12 +777,12 @@ func TestE2EDockerArchive(t *testing.T) {
 	archived, err := oci.Get(context.Background(), srcRef, oci.Remote{})
 	must(t, err)
 	layers := checkConverted(t, archived.Image, archived.Descriptor, art.Image, variant{})
-	compareWithUmoci(t, src, layers)
+	convtest.CompareWithUmoci(t, src, layers)
 }
 
 func TestE2EFaults(t *testing.T) {
 	reg := sharedRegistry(t)
-	src := e2eImage(t, "amd64", testImageLayers(t)...)
+	src := convtest.Image(t, "amd64", convtest.TestImageLayers(t)...)
 	srcRef := ref(t, reg.host, "e2e/faults:v1")
 	pushImage(t, srcRef, src)
 	want := mustConvert(t, srcRef.String(), "", variant{}.options(), oci.Remote{})
@@ -929,31 +908,31 @@ func TestE2EBadInput(t *testing.T) {
 		requireAbsent(t, ref(t, reg.host, "e2e/does-not-exist:v1-erofs"))
 	})
 
-	good := e2eLayer(t, eDir(".", 0o755), eFile("a", 0o644, []byte("a\n")))
-	garbage := randomBytes(7, 5000)
-	valid := gzipBytes(t, e2eTar(t, eFile("b", 0o644, randomBytes(8, 20000))))
+	good := convtest.Layer(t, convtest.Dir(".", 0o755), convtest.File("a", 0o644, []byte("a\n")))
+	garbage := convtest.RandomBytes(7, 5000)
+	valid := convtest.Gzip(t, convtest.LayerTar(t, convtest.File("b", 0o644, convtest.RandomBytes(8, 20000))))
 	flipped := bytes.Clone(valid)
 	for i := len(flipped) / 3; i < len(flipped)/3+16; i++ {
 		flipped[i] ^= 0xff
 	}
 	for _, tc := range []struct {
 		name  string
-		layer *blobLayer
+		layer *convtest.BlobLayer
 		want  string // besides the layer digest
 	}{
 		// A valid gzip stream of bytes that are no tar.
-		{"gzip of garbage", &blobLayer{blob: gzipBytes(t, garbage), diffID: sha256Of(garbage), mt: types.OCILayer}, ""},
+		{"gzip of garbage", &convtest.BlobLayer{Blob: convtest.Gzip(t, garbage), Diff: convtest.SHA256(garbage), Type: types.OCILayer}, ""},
 		// A gzip stream with flipped bytes, pushed under its own digest:
 		// the registry and go-containerregistry find nothing wrong.
-		{"gzip with flipped bytes", &blobLayer{blob: flipped, diffID: sha256Of(e2eTar(t, eFile("b", 0o644, randomBytes(8, 20000)))), mt: types.OCILayer}, ""},
-		{"unsupported media type", &blobLayer{blob: valid, diffID: sha256Of(valid), mt: "application/vnd.example.layer.v1+squashfs"}, "application/vnd.example.layer.v1+squashfs"},
+		{"gzip with flipped bytes", &convtest.BlobLayer{Blob: flipped, Diff: convtest.SHA256(convtest.LayerTar(t, convtest.File("b", 0o644, convtest.RandomBytes(8, 20000)))), Type: types.OCILayer}, ""},
+		{"unsupported media type", &convtest.BlobLayer{Blob: valid, Diff: convtest.SHA256(valid), Type: "application/vnd.example.layer.v1+squashfs"}, "application/vnd.example.layer.v1+squashfs"},
 		// A sound layer whose config diff_id is that of another tar (here:
 		// the gzip blob's digest, a common tooling mistake).
-		{"wrong diff_id", &blobLayer{blob: valid, diffID: sha256Of(valid), mt: types.OCILayer}, "diff_id " + sha256Of(valid).String()},
+		{"wrong diff_id", &convtest.BlobLayer{Blob: valid, Diff: convtest.SHA256(valid), Type: types.OCILayer}, "diff_id " + convtest.SHA256(valid).String()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			repo := "e2e/bad-" + strings.ReplaceAll(tc.name, " ", "-")
-			img := e2eImage(t, "amd64", good, tc.layer)
+			img := convtest.Image(t, "amd64", good, tc.layer)
 			pushImage(t, ref(t, reg.host, repo+":v1"), img)
 			badDigest, _ := tc.layer.Digest()
 			_, err := convertRef(ctx, t, reg.host+"/"+repo+":v1", "", convert.ImageOptions{}, oci.Remote{})
@@ -976,7 +955,7 @@ func TestE2EAuth(t *testing.T) {
 	const user, password = "e2e", "s3cret-Passw0rd"
 	reg := authRegistry(t, user, password)
 	creds := remote.WithAuth(&authn.Basic{Username: user, Password: password})
-	src := e2eImage(t, "amd64", e2eLayer(t, eDir(".", 0o755), eFile("hello", 0o644, []byte("hi\n"))))
+	src := convtest.Image(t, "amd64", convtest.Layer(t, convtest.Dir(".", 0o755), convtest.File("hello", 0o644, []byte("hi\n"))))
 	srcRef := ref(t, reg.host, "e2e/private:v1")
 	pushImage(t, srcRef, src, creds)
 
@@ -988,7 +967,7 @@ func TestE2EAuth(t *testing.T) {
 	t.Run("right password", func(t *testing.T) {
 		res := mustConvert(t, srcRef.String(), "", convert.ImageOptions{}, login(password))
 		got, _ := remoteImage(t, res.target.Name, creds)
-		checkConverted(t, src, srcDescriptor(t, src), got, variant{})
+		checkConverted(t, src, convtest.SourceDescriptor(t, src), got, variant{})
 	})
 	for _, tc := range []struct {
 		name string
@@ -1025,7 +1004,7 @@ func TestE2EAuth(t *testing.T) {
 func TestE2EInsecure(t *testing.T) {
 	reg := tlsRegistry(t)
 	skipVerify := remote.WithTransport(&http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}) //nolint:gosec // the test's own registry
-	src := e2eImage(t, "amd64", e2eLayer(t, eDir(".", 0o755), eFile("hello", 0o644, []byte("over TLS\n"))))
+	src := convtest.Image(t, "amd64", convtest.Layer(t, convtest.Dir(".", 0o755), convtest.File("hello", 0o644, []byte("over TLS\n"))))
 	srcRef := ref(t, reg.host, "e2e/tls:v1")
 	if err := remote.Write(srcRef, src, skipVerify); err != nil {
 		t.Fatalf("push %s: %v", srcRef, err)
@@ -1050,12 +1029,12 @@ func TestE2EInsecure(t *testing.T) {
 		t.Errorf("target %s, want %s", res.target.Name, srcRef.Context().Tag("v1-erofs"))
 	}
 	got, _ := remoteImage(t, res.target.Name, skipVerify)
-	checkConverted(t, src, srcDescriptor(t, src), got, variant{})
+	checkConverted(t, src, convtest.SourceDescriptor(t, src), got, variant{})
 }
 
 func TestE2ERefusal(t *testing.T) {
 	reg := sharedRegistry(t)
-	src := e2eImage(t, "amd64", e2eLayer(t, eDir(".", 0o755), eFile("x", 0o644, []byte("x\n"))))
+	src := convtest.Image(t, "amd64", convtest.Layer(t, convtest.Dir(".", 0o755), convtest.File("x", 0o644, []byte("x\n"))))
 	srcRef := ref(t, reg.host, "e2e/loop:v1-erofs")
 	pushImage(t, srcRef, src)
 	_, err := convertRef(context.Background(), t, srcRef.String(), "", convert.ImageOptions{}, oci.Remote{})
@@ -1077,7 +1056,7 @@ func TestE2ERefusal(t *testing.T) {
 // nil) and then stalls until gate is closed, as a slow registry would;
 // started is closed when it begins.
 type gatedLayer struct {
-	*blobLayer
+	*convtest.BlobLayer
 	after   <-chan struct{}
 	gate    chan struct{}
 	started chan struct{}
@@ -1085,7 +1064,7 @@ type gatedLayer struct {
 }
 
 func (l *gatedLayer) Compressed() (io.ReadCloser, error) {
-	rc, err := l.blobLayer.Compressed()
+	rc, err := l.BlobLayer.Compressed()
 	if l.calls.Add(1) == 1 {
 		close(l.started)
 		if l.after != nil {
@@ -1104,12 +1083,12 @@ func (l *gatedLayer) Compressed() (io.ReadCloser, error) {
 // A Converter used again after that runs the layers that failed or were
 // stopped anew instead of handing out their old errors.
 func TestIndexFirstFailureCancels(t *testing.T) {
-	garbage := randomBytes(7, 5000)
-	raw := e2eTar(t, eDir(".", 0o755), eFile("slow", 0o644, randomBytes(9, 100000)))
-	slow := &gatedLayer{blobLayer: &blobLayer{blob: gzipBytes(t, raw), diffID: sha256Of(raw), mt: types.OCILayer}, gate: make(chan struct{}), started: make(chan struct{})}
+	garbage := convtest.RandomBytes(7, 5000)
+	raw := convtest.LayerTar(t, convtest.Dir(".", 0o755), convtest.File("slow", 0o644, convtest.RandomBytes(9, 100000)))
+	slow := &gatedLayer{BlobLayer: &convtest.BlobLayer{Blob: convtest.Gzip(t, raw), Diff: convtest.SHA256(raw), Type: types.OCILayer}, gate: make(chan struct{}), started: make(chan struct{})}
 	// The bad layer fails once the slow one is downloading.
-	bad := &gatedLayer{blobLayer: &blobLayer{blob: gzipBytes(t, garbage), diffID: sha256Of(garbage), mt: types.OCILayer}, after: slow.started, started: make(chan struct{})}
-	amd, arm := e2eImage(t, "amd64", bad), e2eImage(t, "arm64", slow)
+	bad := &gatedLayer{BlobLayer: &convtest.BlobLayer{Blob: convtest.Gzip(t, garbage), Diff: convtest.SHA256(garbage), Type: types.OCILayer}, after: slow.started, started: make(chan struct{})}
+	amd, arm := convtest.Image(t, "amd64", bad), convtest.Image(t, "arm64", slow)
 	idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
 		mutate.IndexAddendum{Add: amd, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
 		mutate.IndexAddendum{Add: arm, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64"}}},
@@ -1159,7 +1138,7 @@ func TestIndexFirstFailureCancels(t *testing.T) {
 // Converter, and fails unless both make the same manifest.
 func sameAsNewConverter(t *testing.T, c *convert.Converter, img v1.Image) {
 	t.Helper()
-	desc := srcDescriptor(t, img)
+	desc := convtest.SourceDescriptor(t, img)
 	got, _, err := c.Image(context.Background(), img, desc)
 	if err != nil {
 		t.Fatalf("converted again: %v", err)
@@ -1183,9 +1162,9 @@ func sameAsNewConverter(t *testing.T, c *convert.Converter, img v1.Image) {
 // job, the upper layer used to start only once the lower one was
 // uploaded).
 func TestUploadFreesJobSlot(t *testing.T) {
-	lower := e2eLayer(t, eDir(".", 0o755), eFile("a", 0o644, randomBytes(1, 50000)))
-	upper := e2eLayer(t, eDir(".", 0o755), eFile("b", 0o644, randomBytes(2, 50000)))
-	img := e2eImage(t, "amd64", lower, upper)
+	lower := convtest.Layer(t, convtest.Dir(".", 0o755), convtest.File("a", 0o644, convtest.RandomBytes(1, 50000)))
+	upper := convtest.Layer(t, convtest.Dir(".", 0o755), convtest.File("b", 0o644, convtest.RandomBytes(2, 50000)))
+	img := convtest.Image(t, "amd64", lower, upper)
 	upperDigest, _ := upper.Digest()
 	upperConverting := make(chan struct{})
 	var once sync.Once
@@ -1213,7 +1192,7 @@ func TestUploadFreesJobSlot(t *testing.T) {
 	})
 	must(t, err)
 	defer c.Close()
-	if _, _, err := c.Image(context.Background(), img, srcDescriptor(t, img)); err != nil {
+	if _, _, err := c.Image(context.Background(), img, convtest.SourceDescriptor(t, img)); err != nil {
 		t.Fatal(err)
 	}
 	if n := uploads.Load(); n != 2 {
@@ -1223,7 +1202,7 @@ func TestUploadFreesJobSlot(t *testing.T) {
 
 // failingOnce is a layer whose first download fails (a registry error).
 type failingOnce struct {
-	*blobLayer
+	*convtest.BlobLayer
 	calls atomic.Int32
 }
 
@@ -1231,18 +1210,18 @@ func (l *failingOnce) Compressed() (io.ReadCloser, error) {
 	if l.calls.Add(1) == 1 {
 		return nil, errors.New("the registry said no")
 	}
-	return l.blobLayer.Compressed()
+	return l.BlobLayer.Compressed()
 }
 
 // TestConverterReusedAfterLowerFailed: a layer whose lower layer failed
 // fails too, rather than be kept with defaults for the directories it
 // implies; a Converter used again then makes the image a new one makes.
 func TestConverterReusedAfterLowerFailed(t *testing.T) {
-	rawLower := e2eTar(t, eDir(".", 0o755), eDir("opt", 0o700).own(1000, 1000), eFile("opt/a", 0o644, []byte("a\n")))
-	lower := &failingOnce{blobLayer: &blobLayer{blob: gzipBytes(t, rawLower), diffID: sha256Of(rawLower), mt: types.OCILayer}}
-	upper := e2eLayer(t, eFile("opt/f", 0o644, []byte("implies opt/\n")))
-	img := e2eImage(t, "amd64", lower, upper)
-	desc := srcDescriptor(t, img)
+	rawLower := convtest.LayerTar(t, convtest.Dir(".", 0o755), convtest.Dir("opt", 0o700).Own(1000, 1000), convtest.File("opt/a", 0o644, []byte("a\n")))
+	lower := &failingOnce{BlobLayer: &convtest.BlobLayer{Blob: convtest.Gzip(t, rawLower), Diff: convtest.SHA256(rawLower), Type: types.OCILayer}}
+	upper := convtest.Layer(t, convtest.File("opt/f", 0o644, []byte("implies opt/\n")))
+	img := convtest.Image(t, "amd64", lower, upper)
+	desc := convtest.SourceDescriptor(t, img)
 	upperDigest, _ := upper.Digest()
 	upperEnded := make(chan struct{}, 2)
 	c, err := convert.NewConverter(convert.ImageOptions{TempDir: t.TempDir(), Jobs: 2, Progress: func(p convert.Progress) {

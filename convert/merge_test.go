@@ -13,6 +13,7 @@ import (
 
 	"github.com/ocierofs/ocierofs/convert"
 	"github.com/ocierofs/ocierofs/convert/fstree"
+	"github.com/ocierofs/ocierofs/convert/internal/convtest"
 	"github.com/ocierofs/ocierofs/convert/internal/roundtrip"
 	"github.com/ocierofs/ocierofs/erofs"
 	"github.com/ocierofs/ocierofs/whiteout"
@@ -26,35 +27,35 @@ import (
 func mergeLayers(t *testing.T) [3][]byte {
 	t1 := time.Unix(1700000000, 0)
 	t2 := t1.Add(time.Hour)
-	big := string(content("big", 300_000))
-	withX := cFile("a/keep", "kept from layer 1\n", 0o644, t1)
-	withX.hdr.PAXRecords = map[string]string{"SCHILY.xattr.user.k": "v1"}
-	dev := craftedEntry{hdr: tar.Header{Name: "null", Typeflag: tar.TypeChar, Mode: 0o666, Devmajor: 1, Devminor: 3, ModTime: t1}}
-	fifo := craftedEntry{hdr: tar.Header{Name: "p", Typeflag: tar.TypeFifo, Mode: 0o600, ModTime: t1}}
-	l1 := tarOf(t,
-		cDir("./", 0o755, t1), cDir("a/", 0o755, t1), withX,
-		cFile("a/gone", string(content("gone", 40_000)), 0o644, t1),
-		cFile("big", big, 0o644, t1), cLink("a/hl", "big"), cSym("s", "big", t1),
+	big := string(convtest.Content("big", 300_000))
+	withX := convtest.TarFile("a/keep", "kept from layer 1\n", 0o644, t1)
+	withX.Hdr.PAXRecords = map[string]string{"SCHILY.xattr.user.k": "v1"}
+	dev := convtest.TarEntry{Hdr: tar.Header{Name: "null", Typeflag: tar.TypeChar, Mode: 0o666, Devmajor: 1, Devminor: 3, ModTime: t1}}
+	fifo := convtest.TarEntry{Hdr: tar.Header{Name: "p", Typeflag: tar.TypeFifo, Mode: 0o600, ModTime: t1}}
+	l1 := convtest.TarOf(t,
+		convtest.TarDir("./", 0o755, t1), convtest.TarDir("a/", 0o755, t1), withX,
+		convtest.TarFile("a/gone", string(convtest.Content("gone", 40_000)), 0o644, t1),
+		convtest.TarFile("big", big, 0o644, t1), convtest.TarLink("a/hl", "big"), convtest.TarSym("s", "big", t1),
 		dev, fifo,
-		cDir("o/", 0o755, t1), cFile("o/hidden", "hidden by an opaque dir\n", 0o644, t1),
-		cDir("r/", 0o755, t1), cFile("r/x", "under a dir that becomes a file\n", 0o644, t1),
-		cFile("f2d", "a file that becomes a dir\n", 0o644, t1),
-		cFile("mid", string(content("mid", 9000)), 0o640, t1),
+		convtest.TarDir("o/", 0o755, t1), convtest.TarFile("o/hidden", "hidden by an opaque dir\n", 0o644, t1),
+		convtest.TarDir("r/", 0o755, t1), convtest.TarFile("r/x", "under a dir that becomes a file\n", 0o644, t1),
+		convtest.TarFile("f2d", "a file that becomes a dir\n", 0o644, t1),
+		convtest.TarFile("mid", string(convtest.Content("mid", 9000)), 0o640, t1),
 	)
-	l2 := tarOf(t,
-		cDir("a/", 0o750, t2), cFile("a/.wh.gone", "", 0o644, t2),
-		cFile("a/new", "new in layer 2\n", 0o644, t2),
-		cDir("o/", 0o755, t2), cFile("o/.wh..wh..opq", "", 0o644, t2), cFile("o/vis", "visible\n", 0o644, t2),
-		cFile("r", "now a file\n", 0o644, t2),
-		cDir("f2d/", 0o755, t2), cFile("f2d/in", "inside\n", 0o644, t2),
-		cFile("big3", big, 0o644, t2),
+	l2 := convtest.TarOf(t,
+		convtest.TarDir("a/", 0o750, t2), convtest.TarFile("a/.wh.gone", "", 0o644, t2),
+		convtest.TarFile("a/new", "new in layer 2\n", 0o644, t2),
+		convtest.TarDir("o/", 0o755, t2), convtest.TarFile("o/.wh..wh..opq", "", 0o644, t2), convtest.TarFile("o/vis", "visible\n", 0o644, t2),
+		convtest.TarFile("r", "now a file\n", 0o644, t2),
+		convtest.TarDir("f2d/", 0o755, t2), convtest.TarFile("f2d/in", "inside\n", 0o644, t2),
+		convtest.TarFile("big3", big, 0o644, t2),
 	)
-	l3 := tarOf(t,
+	l3 := convtest.TarOf(t,
 		// An opaque marker on the root, which overlayfs ignores there.
-		cFile(".wh..wh..opq", "", 0o644, t2),
-		cFile("a/keep", "overridden by layer 3\n", 0o600, t2), cFile(".wh.s", "", 0o644, t2),
-		cDir("newdir/", 0o700, t2), cFile("newdir/n", string(content("n", 5000)), 0o644, t2),
-		cFile("shared", big, 0o644, t2),
+		convtest.TarFile(".wh..wh..opq", "", 0o644, t2),
+		convtest.TarFile("a/keep", "overridden by layer 3\n", 0o600, t2), convtest.TarFile(".wh.s", "", 0o644, t2),
+		convtest.TarDir("newdir/", 0o700, t2), convtest.TarFile("newdir/n", string(convtest.Content("n", 5000)), 0o644, t2),
+		convtest.TarFile("shared", big, 0o644, t2),
 	)
 	return [3][]byte{l1, l2, l3}
 }
@@ -150,7 +151,7 @@ func TestMerge(t *testing.T) {
 				imgs = append(imgs, img)
 				mnts = append(mnts, roundtrip.Mount(t, img, devicesBeside(t, img)...))
 			}
-			want := treeFromDir(t, overlayMount(t, mnts...))
+			want := convtest.TreeFromDir(t, overlayMount(t, mnts...))
 			if mode.name == "blob-dict" {
 				// big3 and shared repeat layer 1's big: their layers' blobs
 				// do not hold it again.
@@ -195,9 +196,9 @@ func TestMerge(t *testing.T) {
 			if a, b := readFile(t, ref), readFile(t, again); !bytes.Equal(a, b) {
 				t.Errorf("two merges of the same layers differ (first at %d)", firstDiff(a, b))
 			}
-			got := treeFromDir(t, roundtrip.Mount(t, ref, res.Devices...))
-			reportDiff(t, "overlay of the layers vs merged by reference", fstree.Diff(want, got, noLinks))
-			reportDiff(t, "erofs.Image vs mount, merged", fstree.Diff(roundtrip.ProjectTree(t, ref, res.Devices...), got, fstree.DiffOptions{}))
+			got := convtest.TreeFromDir(t, roundtrip.Mount(t, ref, res.Devices...))
+			convtest.ReportDiff(t, "overlay of the layers vs merged by reference", fstree.Diff(want, got, noLinks))
+			convtest.ReportDiff(t, "erofs.Image vs mount, merged", fstree.Diff(roundtrip.ProjectTree(t, ref, res.Devices...), got, fstree.DiffOptions{}))
 			if hl := got.Node("a/hl"); hl == nil || got.Node("big") == nil {
 				t.Error("merged: a/hl or big missing")
 			}
@@ -208,8 +209,8 @@ func TestMerge(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got = treeFromDir(t, roundtrip.Mount(t, cp, cres.Devices...))
-			reportDiff(t, "overlay of the layers vs merged into a blob", fstree.Diff(want, got, noLinks))
+			got = convtest.TreeFromDir(t, roundtrip.Mount(t, cp, cres.Devices...))
+			convtest.ReportDiff(t, "overlay of the layers vs merged into a blob", fstree.Diff(want, got, noLinks))
 			// big, big3 and shared hold the same 300,000 bytes: once in the blob.
 			if fi, err := os.Stat(blob); err != nil || fi.Size() > 300_000+64<<10 || cres.CopiedBytes < 3*300_000 {
 				t.Errorf("blob of %v bytes for %d bytes copied: content shared by layers is not stored once (%v)", fi.Size(), cres.CopiedBytes, err)
@@ -222,8 +223,8 @@ func TestMerge(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			stacked := treeFromDir(t, overlayMount(t, roundtrip.Mount(t, low, lres.Devices...), mnts[2]))
-			reportDiff(t, "overlay of the layers vs overlay of merged(1,2) and 3", fstree.Diff(want, stacked, noLinks))
+			stacked := convtest.TreeFromDir(t, overlayMount(t, roundtrip.Mount(t, low, lres.Devices...), mnts[2]))
+			convtest.ReportDiff(t, "overlay of the layers vs overlay of merged(1,2) and 3", fstree.Diff(want, stacked, noLinks))
 		})
 	}
 }
@@ -231,7 +232,7 @@ func TestMerge(t *testing.T) {
 func TestMergeErrors(t *testing.T) {
 	dir := t.TempDir()
 	src := filepath.Join(dir, "l.tar")
-	must(t, os.WriteFile(src, tarOf(t, cFile("f", "x", 0o644, time.Unix(1, 0))), 0o644))
+	must(t, os.WriteFile(src, convtest.TarOf(t, convtest.TarFile("f", "x", 0o644, time.Unix(1, 0))), 0o644))
 	a, b := filepath.Join(dir, "a.erofs"), filepath.Join(dir, "b.erofs")
 	if _, err := convert.Mkfs(a, src, convert.Options{}); err != nil {
 		t.Fatal(err)
@@ -257,34 +258,34 @@ func TestMergeErrors(t *testing.T) {
 func overlayFormLayers(t *testing.T) (layers [3][]byte, opts [3]convert.Options) {
 	t1 := time.Unix(1700000000, 0)
 	t2 := t1.Add(time.Hour)
-	wh := func(name string) craftedEntry {
-		return craftedEntry{hdr: tar.Header{Name: name, Typeflag: tar.TypeChar, ModTime: t2, Format: tar.FormatPAX}}
+	wh := func(name string) convtest.TarEntry {
+		return convtest.TarEntry{Hdr: tar.Header{Name: name, Typeflag: tar.TypeChar, ModTime: t2, Format: tar.FormatPAX}}
 	}
 	const opq = "SCHILY.xattr." + whiteout.OpaqueXattr
-	layers[0] = tarOf(t,
-		cDir("./", 0o755, t1), cFile("f", "whited out by a device\n", 0o644, t1),
-		cDir("d/", 0o755, t1), cFile("d/x", "in a whited-out dir\n", 0o644, t1),
-		cDir("o/", 0o755, t1), cFile("o/hidden", "under an opaque dir\n", 0o644, t1),
-		cFile("o/kept", "replaced in the opaque dir\n", 0o644, t1),
-		cFile("g", "a .wh.g file does not delete me\n", 0o644, t1),
-		cFile("f2d", "a file that becomes a dir\n", 0o644, t1),
-		cDir("d2f/", 0o755, t1), cFile("d2f/y", "under a dir that becomes a file\n", 0o644, t1),
-		cDir("keep/", 0o755, t1), cFile("keep/z", "in a dir an opaque root does not hide\n", 0o644, t1),
+	layers[0] = convtest.TarOf(t,
+		convtest.TarDir("./", 0o755, t1), convtest.TarFile("f", "whited out by a device\n", 0o644, t1),
+		convtest.TarDir("d/", 0o755, t1), convtest.TarFile("d/x", "in a whited-out dir\n", 0o644, t1),
+		convtest.TarDir("o/", 0o755, t1), convtest.TarFile("o/hidden", "under an opaque dir\n", 0o644, t1),
+		convtest.TarFile("o/kept", "replaced in the opaque dir\n", 0o644, t1),
+		convtest.TarFile("g", "a .wh.g file does not delete me\n", 0o644, t1),
+		convtest.TarFile("f2d", "a file that becomes a dir\n", 0o644, t1),
+		convtest.TarDir("d2f/", 0o755, t1), convtest.TarFile("d2f/y", "under a dir that becomes a file\n", 0o644, t1),
+		convtest.TarDir("keep/", 0o755, t1), convtest.TarFile("keep/z", "in a dir an opaque root does not hide\n", 0o644, t1),
 	)
-	layers[1] = tarOf(t,
+	layers[1] = convtest.TarOf(t,
 		// An opaque root, which overlayfs ignores on a layer's root.
-		cDir("./", 0o755, t2).pax(opq, "y"),
+		convtest.TarDir("./", 0o755, t2).PAX(opq, "y"),
 		wh("f"), wh("d"), wh("nothing"),
-		cDir("o/", 0o750, t2).pax(opq, "y"), cFile("o/kept", "layer 2's\n", 0o644, t2), wh("o/gone"),
-		cFile(".wh.g", "a plain file in an image\n", 0o644, t2),
-		cDir("f2d/", 0o755, t2), cFile("f2d/in", "inside\n", 0o644, t2),
-		cFile("d2f", "now a file\n", 0o644, t2),
+		convtest.TarDir("o/", 0o750, t2).PAX(opq, "y"), convtest.TarFile("o/kept", "layer 2's\n", 0o644, t2), wh("o/gone"),
+		convtest.TarFile(".wh.g", "a plain file in an image\n", 0o644, t2),
+		convtest.TarDir("f2d/", 0o755, t2), convtest.TarFile("f2d/in", "inside\n", 0o644, t2),
+		convtest.TarFile("d2f", "now a file\n", 0o644, t2),
 	)
-	layers[2] = tarOf(t,
+	layers[2] = convtest.TarOf(t,
 		// A directory over the whiteout of the one below: nothing of
 		// layer 1's d shows.
-		cDir("d/", 0o700, t2), cFile("d/new", "new\n", 0o644, t2),
-		cFile(".wh.f2d", "", 0o644, t2), cFile("o/.wh.kept", "", 0o644, t2),
+		convtest.TarDir("d/", 0o700, t2), convtest.TarFile("d/new", "new\n", 0o644, t2),
+		convtest.TarFile(".wh.f2d", "", 0o644, t2), convtest.TarFile("o/.wh.kept", "", 0o644, t2),
 	)
 	opts[1].Whiteouts = whiteout.Keep
 	return layers, opts
@@ -310,7 +311,7 @@ func TestMergeOverlayForm(t *testing.T) {
 		imgs = append(imgs, img)
 		mnts = append(mnts, roundtrip.Mount(t, img))
 	}
-	want := treeFromDir(t, overlayMount(t, mnts...))
+	want := convtest.TreeFromDir(t, overlayMount(t, mnts...))
 	for p, present := range map[string]bool{
 		"f": false, "d/x": false, "o/hidden": false, "o/kept": false, "nothing": false, "f2d": false, "d2f/y": false,
 		"d/new": true, ".wh.g": true, "g": true, "keep/z": true, "d2f": true, "o": true,
@@ -324,6 +325,6 @@ func TestMergeOverlayForm(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := treeFromDir(t, roundtrip.Mount(t, out, res.Devices...))
-	reportDiff(t, "overlay of the layers vs merged", fstree.Diff(want, got, fstree.DiffOptions{}))
+	got := convtest.TreeFromDir(t, roundtrip.Mount(t, out, res.Devices...))
+	convtest.ReportDiff(t, "overlay of the layers vs merged", fstree.Diff(want, got, fstree.DiffOptions{}))
 }

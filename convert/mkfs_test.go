@@ -14,6 +14,7 @@ import (
 
 	"github.com/ocierofs/ocierofs/convert"
 	"github.com/ocierofs/ocierofs/convert/fstree"
+	"github.com/ocierofs/ocierofs/convert/internal/convtest"
 	"github.com/ocierofs/ocierofs/convert/internal/roundtrip"
 	"github.com/ocierofs/ocierofs/erofs"
 )
@@ -25,7 +26,7 @@ import (
 // itself, the tar's data gone.
 func TestMkfsSameFile(t *testing.T) {
 	dir := t.TempDir()
-	tarData := tarOf(t, cFile("f", string(content("f", 20000)), 0o644, t0), cFile("g", string(content("g", 9000)), 0o644, t0))
+	tarData := convtest.TarOf(t, convtest.TarFile("f", string(convtest.Content("f", 20000)), 0o644, t0), convtest.TarFile("g", string(convtest.Content("g", 9000)), 0o644, t0))
 	p := func(name string) string { return filepath.Join(dir, name) }
 	must(t, os.WriteFile(p("t.tar"), tarData, 0o644))
 	must(t, os.Symlink("t.tar", p("link.tar")))
@@ -124,12 +125,12 @@ func TestBuildDirWhiteouts(t *testing.T) {
 	if _, err := convert.Mkfs(img, src, convert.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	want := treeFromDir(t, src)
+	want := convtest.TreeFromDir(t, src)
 	if n := want.MarkWhiteoutDirs(); n != 2 {
 		t.Errorf("MarkWhiteoutDirs marked %d directories, want a and c", n)
 	}
-	got := treeFromDir(t, roundtrip.Mount(t, img))
-	reportDiff(t, "the directory vs its image, mounted", fstree.Diff(want, got, fstree.DiffOptions{}))
+	got := convtest.TreeFromDir(t, roundtrip.Mount(t, img))
+	convtest.ReportDiff(t, "the directory vs its image, mounted", fstree.Diff(want, got, fstree.DiffOptions{}))
 	// The directory named through a symbolic link: the same image.
 	link := filepath.Join(t.TempDir(), "link")
 	must(t, os.Symlink(src, link))
@@ -158,7 +159,7 @@ func TestBuildDirWhiteouts(t *testing.T) {
 func TestMkfsOutputs(t *testing.T) {
 	dir := t.TempDir()
 	p := func(name string) string { return filepath.Join(dir, name) }
-	must(t, os.WriteFile(p("t.tar"), tarOf(t, cFile("f", string(content("f", 20000)), 0o644, t0)), 0o644))
+	must(t, os.WriteFile(p("t.tar"), convtest.TarOf(t, convtest.TarFile("f", string(convtest.Content("f", 20000)), 0o644, t0)), 0o644))
 	build := func(out string) error {
 		_, err := convert.Mkfs(out, p("t.tar"), convert.Options{Erofs: erofs.Options{BuildTime: t0}})
 		return err
@@ -263,7 +264,7 @@ func TestMkfsOutputs(t *testing.T) {
 		}
 		f, err := os.ReadFile(filepath.Join(mnt, "f"))
 		roundtrip.Unmount(t, mnt)
-		if err != nil || !bytes.Equal(f, content("f", 20000)) {
+		if err != nil || !bytes.Equal(f, convtest.Content("f", 20000)) {
 			t.Errorf("f on the mounted device: %d bytes, %v", len(f), err)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ocierofs/ocierofs/convert/fstree"
+	"github.com/ocierofs/ocierofs/convert/internal/convtest"
 	"github.com/ocierofs/ocierofs/convert/internal/roundtrip"
 )
 
@@ -29,17 +30,17 @@ func TestMkfsErofsKernel(t *testing.T) {
 
 	early, late := time.Date(1999, 1, 2, 3, 4, 5, 0, time.UTC), time.Date(2031, 6, 7, 8, 9, 10, 500, time.UTC)
 	layer := filepath.Join(dir, "layer.tar")
-	must(t, os.WriteFile(layer, e2eTar(t,
-		eDir(".", 0o755).at(early),
-		eDir("etc", 0o755).at(late),
-		eFile("etc/passwd", 0o644, []byte("root:x:0:0:root:/root:/bin/sh\n")).at(early),
-		eFile("etc/big", 0o600, randomBytes(3, 200<<10+7)).own(1000, 100000).at(late),
-		eFile("etc/text", 0o644, bytes.Repeat([]byte("compressible text, line after line\n"), 4000)),
-		eSym("etc/link", "passwd").at(late),
-		eDir("var", 0o700).at(early),
-		eWhiteout("var/gone"),
-		eOpaque("var"),
-		eLink("var/hard", "etc/passwd"),
+	must(t, os.WriteFile(layer, convtest.LayerTar(t,
+		convtest.Dir(".", 0o755).At(early),
+		convtest.Dir("etc", 0o755).At(late),
+		convtest.File("etc/passwd", 0o644, []byte("root:x:0:0:root:/root:/bin/sh\n")).At(early),
+		convtest.File("etc/big", 0o600, convtest.RandomBytes(3, 200<<10+7)).Own(1000, 100000).At(late),
+		convtest.File("etc/text", 0o644, bytes.Repeat([]byte("compressible text, line after line\n"), 4000)),
+		convtest.Symlink("etc/link", "passwd").At(late),
+		convtest.Dir("var", 0o700).At(early),
+		convtest.Whiteout("var/gone"),
+		convtest.Opaque("var"),
+		convtest.Hardlink("var/hard", "etc/passwd"),
 	), 0o644))
 	const uuid = "6b1ff4b0-4a6e-4c45-bc3b-1d1f0cf9d3c2"
 	mkfsRun := func(env []string, args ...string) {
@@ -53,18 +54,18 @@ func TestMkfsErofsKernel(t *testing.T) {
 			t.Fatalf("mkfs.erofs %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 	}
-	want := treeFromTar(t, layer, fstree.TarOptions{})
+	want := convtest.TreeFromTar(t, layer, fstree.TarOptions{})
 	compare := func(what, mnt string, mtime func(p string, tar time.Time) time.Time) {
 		t.Helper()
 		w := want
 		if mtime != nil {
-			w = treeFromTar(t, layer, fstree.TarOptions{})
+			w = convtest.TreeFromTar(t, layer, fstree.TarOptions{})
 			for _, p := range w.Paths() {
 				n := w.Node(p)
 				n.Mtime = mtime(p, n.Mtime)
 			}
 		}
-		reportDiff(t, what, fstree.Diff(w, treeFromDir(t, mnt), fstree.DiffOptions{}))
+		convtest.ReportDiff(t, what, fstree.Diff(w, convtest.TreeFromDir(t, mnt), fstree.DiffOptions{}))
 	}
 
 	t.Run("tar index on stdin", func(t *testing.T) {

@@ -9,14 +9,15 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/ocierofs/ocierofs/convert"
+	"github.com/ocierofs/ocierofs/convert/internal/convtest"
 )
 
 // TestProgressStages: an upload reports the bytes its Publish says it
 // sent, and a layer given up when the caller's context ends is
 // interrupted, not failed.
 func TestProgressStages(t *testing.T) {
-	img := e2eImage(t, "amd64", testImageLayers(t)...)
-	desc := srcDescriptor(t, img)
+	img := convtest.Image(t, "amd64", convtest.TestImageLayers(t)...)
+	desc := convtest.SourceDescriptor(t, img)
 	var mu sync.Mutex
 	var seen []convert.Progress
 	hook := func(p convert.Progress) {

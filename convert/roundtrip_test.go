@@ -34,6 +34,7 @@ import (
 
 	"github.com/ocierofs/ocierofs/convert"
 	"github.com/ocierofs/ocierofs/convert/fstree"
+	"github.com/ocierofs/ocierofs/convert/internal/convtest"
 	"github.com/ocierofs/ocierofs/convert/internal/roundtrip"
 	"github.com/ocierofs/ocierofs/erofs"
 	"github.com/ocierofs/ocierofs/whiteout"
@@ -222,7 +223,7 @@ func (rc *refCache) want(t *testing.T, ct *corpusTar, wh string, implied time.Ti
 	if tr := rc.fromTar[k]; tr != nil {
 		return tr
 	}
-	tr := treeFromTar(t, ct.path, fstree.TarOptions{Whiteouts: wh, ImpliedDirMtime: implied})
+	tr := convtest.TreeFromTar(t, ct.path, fstree.TarOptions{Whiteouts: wh, ImpliedDirMtime: implied})
 	rc.fromTar[k] = tr
 	return tr
 }
@@ -238,7 +239,7 @@ func (rc *refCache) ref(t *testing.T, ct *corpusTar, wh string, want *fstree.Tre
 	if wh == fstree.WhiteoutsOverlay {
 		roundtrip.MapWhiteouts(t, dir, want)
 	}
-	tr := treeFromDir(t, dir)
+	tr := convtest.TreeFromDir(t, dir)
 	rc.extracted[k] = tr
 	return tr
 }
@@ -269,7 +270,7 @@ func TestRoundTrip(t *testing.T) {
 		o := opts(4096, false, tBuild)
 		o.Whiteouts = whiteout.Keep
 		img, _ := buildImage(t, roundtrip.WorkDir(t), ct.path, o)
-		got := treeFromDir(t, roundtrip.Mount(t, img))
+		got := convtest.TreeFromDir(t, roundtrip.Mount(t, img))
 		want := refs.want(t, ct, fstree.WhiteoutsOverlay, tBuild)
 		for name, tr := range map[string]*fstree.Tree{"FromTar": want, "GNU tar": refs.ref(t, ct, fstree.WhiteoutsOverlay, want)} {
 			d := fstree.Diff(tr, got, fstree.DiffOptions{IgnoreRootMeta: true})
@@ -319,7 +320,7 @@ func runRoundTrip(t *testing.T, c *corpus, refs *refCache, rc rtCase) {
 		exec.Command("cp", src, filepath.Join(d, rc.tar+".tar")).Run()
 	}
 	mnt := roundtrip.Mount(t, img, devices...)
-	got := treeFromDir(t, mnt)
+	got := convtest.TreeFromDir(t, mnt)
 	if got.Len() < ct.minEntries {
 		t.Errorf("mounted tree has %d entries, want at least %d", got.Len(), ct.minEntries)
 	}
@@ -330,14 +331,14 @@ func runRoundTrip(t *testing.T, c *corpus, refs *refCache, rc rtCase) {
 	implied := func(p string) bool { n := want.Node(p); return n != nil && n.Implied }
 
 	// B: the tree the tar describes.
-	reportDiff(t, "FromTar vs mount", fstree.Diff(want, got, fstree.DiffOptions{IgnoreImpliedMtime: bt.IsZero()}))
+	convtest.ReportDiff(t, "FromTar vs mount", fstree.Diff(want, got, fstree.DiffOptions{IgnoreImpliedMtime: bt.IsZero()}))
 
 	// A: GNU tar's extraction. Directories tar had to create itself have
 	// the time of extraction, and without a root entry the root is the
 	// extraction directory.
 	if ct.refOK {
 		ref := refs.ref(t, ct, wh, want)
-		reportDiff(t, "GNU tar extraction vs mount", fstree.Diff(ref, got, fstree.DiffOptions{
+		convtest.ReportDiff(t, "GNU tar extraction vs mount", fstree.Diff(ref, got, fstree.DiffOptions{
 			IgnoreRootMeta: implied("."),
 			Ignore: func(p, field string) bool {
 				if field == "mtime" && implied(p) {
@@ -357,7 +358,7 @@ func runRoundTrip(t *testing.T, c *corpus, refs *refCache, rc rtCase) {
 	default:
 		checkCompressed(t, img, ct.full)
 	}
-	reportDiff(t, "erofs.Image vs mount", fstree.Diff(roundtrip.ProjectTree(t, img, devices...), got, fstree.DiffOptions{}))
+	convtest.ReportDiff(t, "erofs.Image vs mount", fstree.Diff(roundtrip.ProjectTree(t, img, devices...), got, fstree.DiffOptions{}))
 
 	bs := rc.opt.Erofs.BlockSize
 	if rc.opt.TarIndex {
@@ -377,7 +378,7 @@ func runRoundTrip(t *testing.T, c *corpus, refs *refCache, rc rtCase) {
 }
 
 func runDirRoundTrip(t *testing.T, src string, opt convert.Options) {
-	want := treeFromDir(t, src)
+	want := convtest.TreeFromDir(t, src)
 	want.MarkWhiteoutDirs() // overlayfs whiteouts in src, if any
 	img := filepath.Join(roundtrip.WorkDir(t), "image.erofs")
 	res, err := convert.Mkfs(img, src, opt)
@@ -388,13 +389,13 @@ func runDirRoundTrip(t *testing.T, src string, opt convert.Options) {
 		t.Logf("converter warning: %s", w)
 	}
 	mnt := roundtrip.Mount(t, img)
-	got := treeFromDir(t, mnt)
+	got := convtest.TreeFromDir(t, mnt)
 	if got.Len() != want.Len() || got.Len() < 20 {
 		t.Errorf("mounted tree has %d entries, the source %d", got.Len(), want.Len())
 	}
-	reportDiff(t, "source dir vs mount", fstree.Diff(want, got, fstree.DiffOptions{}))
+	convtest.ReportDiff(t, "source dir vs mount", fstree.Diff(want, got, fstree.DiffOptions{}))
 	checkGoErofs(t, img, got)
-	reportDiff(t, "erofs.Image vs mount", fstree.Diff(roundtrip.ProjectTree(t, img), got, fstree.DiffOptions{}))
+	convtest.ReportDiff(t, "erofs.Image vs mount", fstree.Diff(roundtrip.ProjectTree(t, img), got, fstree.DiffOptions{}))
 	if skip := roundtrip.Fsck(t, img, opt.Erofs.BlockSize); skip != "" {
 		t.Logf("fsck.erofs skipped: %s", skip)
 	}
@@ -442,7 +443,7 @@ func checkGoErofs(t *testing.T, img string, got *fstree.Tree) {
 		t.Errorf("go-erofs cannot read the image: %v", err)
 		return
 	}
-	reportDiff(t, "go-erofs vs mount", fstree.Diff(ge, got, fstree.DiffOptions{}))
+	convtest.ReportDiff(t, "go-erofs vs mount", fstree.Diff(ge, got, fstree.DiffOptions{}))
 }
 
 // checkFsckExtract compares what fsck.erofs 1.5 --extract writes with the
@@ -455,9 +456,9 @@ func checkFsckExtract(t *testing.T, img string, bs int, got *fstree.Tree) {
 		t.Logf("fsck.erofs --extract skipped: %s", skip)
 		return
 	}
-	ext := treeFromDir(t, dir)
+	ext := convtest.TreeFromDir(t, dir)
 	r := readImage(t, img)
-	reportDiff(t, "fsck.erofs --extract vs mount", fstree.Diff(ext, got, fstree.DiffOptions{
+	convtest.ReportDiff(t, "fsck.erofs --extract vs mount", fstree.Diff(ext, got, fstree.DiffOptions{
 		IgnoreRootMeta: true,
 		Ignore: func(p, field string) bool {
 			n := got.Node(p)
@@ -909,7 +910,7 @@ func TestBuildTime(t *testing.T) {
 // TestXattrLeftOut: an xattr EROFS cannot name is left out with a warning
 // that names the entry and the xattr; the others stay.
 func TestXattrLeftOut(t *testing.T) {
-	in := tarOf(t, cFile("f", "x", 0o644, t0).pax("SCHILY.xattr.system.foo", "1").pax("SCHILY.xattr.user.ok", "2"))
+	in := convtest.TarOf(t, convtest.TarFile("f", "x", 0o644, t0).PAX("SCHILY.xattr.system.foo", "1").PAX("SCHILY.xattr.user.ok", "2"))
 	img, res, err := buildMem(in, convert.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -1043,14 +1044,14 @@ func flipMiddle(b []byte) []byte {
 // TestBadInput: hostile or broken input gives an error that says what and
 // where, never a panic, and Mkfs leaves nothing behind.
 func TestBadInput(t *testing.T) {
-	bigData := string(content("victim", 10000))
-	twoFiles := tarOf(t, cFile("victim", bigData, 0o644, t0), cFile("second", "2", 0o644, t0))
-	compressible := tarOf(t, cFile("big", string(content("compressible", 300000)), 0o644, t0))
-	var tenFiles []craftedEntry
+	bigData := string(convtest.Content("victim", 10000))
+	twoFiles := convtest.TarOf(t, convtest.TarFile("victim", bigData, 0o644, t0), convtest.TarFile("second", "2", 0o644, t0))
+	compressible := convtest.TarOf(t, convtest.TarFile("big", string(convtest.Content("compressible", 300000)), 0o644, t0))
+	var tenFiles []convtest.TarEntry
 	for i := range 10 {
-		tenFiles = append(tenFiles, cFile(fmt.Sprintf("f%d", i), "0123456789", 0o644, t0))
+		tenFiles = append(tenFiles, convtest.TarFile(fmt.Sprintf("f%d", i), "0123456789", 0o644, t0))
 	}
-	ten := tarOf(t, tenFiles...)
+	ten := convtest.TarOf(t, tenFiles...)
 	gz, zs := gzipOf(ten), zstdOf(t, ten)
 	cases := []struct {
 		name string
@@ -1072,28 +1073,28 @@ func TestBadInput(t *testing.T) {
 		{"gzip-half-trailer", gz[:len(gz)-4], []string{"gzip", "ends early"}},
 		{"zstd-cut-at-header", cutCompressed(t, "zstd", ten, 5*1024), []string{"zstd", "ends early", "5120 bytes"}},
 		{"zstd-cut-in-last-block", zs[:len(zs)-1], []string{"zstd"}},
-		{"random-bytes", content("random", 64<<10), []string{"offset 0:"}},
+		{"random-bytes", convtest.Content("random", 64<<10), []string{"offset 0:"}},
 		{"bad-checksum-after-an-entry", concat(ustarBlock("ok", '0', 0), badChecksum(ustarBlock("bad", '0', 0)), endBlocks), []string{"the entry at offset 512:"}},
 		{"text-file", bytes.Repeat([]byte("this is not a tar archive, just text\n"), 200), []string{"offset"}},
 		{"short-text", []byte("hello\n"), nil},
-		{"xz", append([]byte{0xfd, '7', 'z', 'X', 'Z', 0}, content("xz", 100)...), []string{"xz"}},
-		{"hardlink-to-missing", tarOf(t, cLink("ln", "missing")), []string{"ln", "missing"}},
-		{"hardlink-to-dir", tarOf(t, cDir("d/", 0o755, t0), cLink("ln", "d")), []string{"ln", "d"}},
-		{"hardlink-escapes", tarOf(t, cLink("ln", "../etc/passwd")), []string{"ln", "../etc/passwd"}},
-		{"dotdot", tarOf(t, cFile("../x", "x", 0o644, t0)), []string{"../x", "offset 0"}},
-		{"dotdot-nested", tarOf(t, cFile("ok", "", 0o644, t0), cFile("a/../../x", "x", 0o644, t0)), []string{"a/../../x", "offset 512"}},
+		{"xz", append([]byte{0xfd, '7', 'z', 'X', 'Z', 0}, convtest.Content("xz", 100)...), []string{"xz"}},
+		{"hardlink-to-missing", convtest.TarOf(t, convtest.TarLink("ln", "missing")), []string{"ln", "missing"}},
+		{"hardlink-to-dir", convtest.TarOf(t, convtest.TarDir("d/", 0o755, t0), convtest.TarLink("ln", "d")), []string{"ln", "d"}},
+		{"hardlink-escapes", convtest.TarOf(t, convtest.TarLink("ln", "../etc/passwd")), []string{"ln", "../etc/passwd"}},
+		{"dotdot", convtest.TarOf(t, convtest.TarFile("../x", "x", 0o644, t0)), []string{"../x", "offset 0"}},
+		{"dotdot-nested", convtest.TarOf(t, convtest.TarFile("ok", "", 0o644, t0), convtest.TarFile("a/../../x", "x", 0o644, t0)), []string{"a/../../x", "offset 512"}},
 		{"nul-in-pax-path", concat(paxBlocks("path", "a\x00b"), ustarBlock("placeholder", '0', 0), endBlocks), []string{"offset"}},
 		{"nul-in-pax-linkpath", concat(paxBlocks("linkpath", "t\x00u"), ustarBlock("sym", '2', 0), endBlocks), []string{"offset"}},
 		{"absurd-size-gnu", unfinished(t, tar.Header{Typeflag: tar.TypeReg, Name: "huge", Size: 1 << 40, Mode: 0o644, Format: tar.FormatGNU}, make([]byte, 1000)), []string{"huge", "offset 0"}},
 		{"absurd-size-pax", unfinished(t, tar.Header{Typeflag: tar.TypeReg, Name: "huge", Size: 1 << 40, Mode: 0o644, Format: tar.FormatPAX}, make([]byte, 1000)), []string{"huge", "offset"}},
 		{"uid-out-of-range", concat(paxBlocks("uid", "99999999999"), ustarBlock("bigid", '0', 0), endBlocks), []string{"bigid"}},
-		{"device-out-of-range", tarOf(t, craftedEntry{hdr: tar.Header{Typeflag: tar.TypeChar, Name: "dev", Mode: 0o600, Devmajor: 4096}}), []string{"dev", "4096"}},
-		{"symlink-too-long", tarOf(t, cSym("sym", strings.Repeat("s", 4096), t0)), []string{"sym", "4096"}},
+		{"device-out-of-range", convtest.TarOf(t, convtest.TarEntry{Hdr: tar.Header{Typeflag: tar.TypeChar, Name: "dev", Mode: 0o600, Devmajor: 4096}}), []string{"dev", "4096"}},
+		{"symlink-too-long", convtest.TarOf(t, convtest.TarSym("sym", strings.Repeat("s", 4096), t0)), []string{"sym", "4096"}},
 		{"empty-symlink-target", concat(ustarBlock("sym", '2', 0), endBlocks), []string{"sym"}},
-		{"name-component-too-long", tarOf(t, cFile("d/"+strings.Repeat("n", 256), "", 0o644, t0)), []string{strings.Repeat("n", 256)}},
+		{"name-component-too-long", convtest.TarOf(t, convtest.TarFile("d/"+strings.Repeat("n", 256), "", 0o644, t0)), []string{strings.Repeat("n", 256)}},
 		{"root-not-a-directory", concat(ustarBlock("./", '0', 0), endBlocks), []string{"root"}},
-		{"whiteout-names-nothing", tarOf(t, cFile("d/.wh.", "", 0o644, t0)), []string{"d/.wh."}},
-		{"whiteout-of-dot", tarOf(t, cFile("d/.wh..", "", 0o644, t0)), []string{"d/.wh.."}},
+		{"whiteout-names-nothing", convtest.TarOf(t, convtest.TarFile("d/.wh.", "", 0o644, t0)), []string{"d/.wh."}},
+		{"whiteout-of-dot", convtest.TarOf(t, convtest.TarFile("d/.wh..", "", 0o644, t0)), []string{"d/.wh.."}},
 		{"unknown-type", concat(ustarBlock("odd", 'Z', 0), endBlocks), []string{"odd"}},
 	}
 	work := roundtrip.WorkDir(t)
@@ -1169,7 +1170,7 @@ func TestStreamingMemory(t *testing.T) {
 	}
 	const fileSize = 1 << 30
 	const limit = 64 << 20
-	chunk := content("stream", 1<<20)
+	chunk := convtest.Content("stream", 1<<20)
 	dataHash := sha256.New()
 	streamHash := sha256.New()
 	pr, pw := io.Pipe()
@@ -1283,13 +1284,13 @@ func rssBytes() int64 {
 func TestNlinkBeyond16Bits(t *testing.T) {
 	roundtrip.RequireMount(t)
 	const links = 65600
-	es := []craftedEntry{cFile("target", "shared data", 0o644, t0), cDir("l/", 0o755, t0), cDir("s/", 0o755, t0)}
+	es := []convtest.TarEntry{convtest.TarFile("target", "shared data", 0o644, t0), convtest.TarDir("l/", 0o755, t0), convtest.TarDir("s/", 0o755, t0)}
 	for i := 0; i < links; i++ {
-		es = append(es, cLink(fmt.Sprintf("l/%05d", i), "target"), cDir(fmt.Sprintf("s/%05d/", i), 0o755, t0))
+		es = append(es, convtest.TarLink(fmt.Sprintf("l/%05d", i), "target"), convtest.TarDir(fmt.Sprintf("s/%05d/", i), 0o755, t0))
 	}
 	dir := roundtrip.WorkDir(t)
 	src := filepath.Join(dir, "links.tar")
-	must(t, os.WriteFile(src, tarOf(t, es...), 0o644))
+	must(t, os.WriteFile(src, convtest.TarOf(t, es...), 0o644))
 	img, _ := buildImage(t, dir, src, convert.Options{})
 	mnt := roundtrip.Mount(t, img)
 	var st, st2 unix.Stat_t
@@ -1322,7 +1323,7 @@ func TestHugeSparseFile(t *testing.T) {
 	roundtrip.RequireMount(t)
 	const size = 5 << 30
 	const dataOff = 4<<30 + 512<<20
-	data := content("huge", 10000)
+	data := convtest.Content("huge", 10000)
 	dir := roundtrip.WorkDir(t)
 	srcDir := filepath.Join(dir, "src")
 	must(t, os.Mkdir(srcDir, 0o755))

@@ -40,6 +40,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ocierofs/ocierofs/convert/fstree"
+	"github.com/ocierofs/ocierofs/convert/internal/convtest"
 )
 
 // The kinds of difference between containerd's applier and fstree.Stack
@@ -80,25 +81,25 @@ func (o *ctrOutcome) explain(kind, line string) {
 
 // ctrOracle compares containerd's applier with fstree.Stack on layers,
 // layer by layer.
-func ctrOracle(t testing.TB, layers [][]e2eEntry) *ctrOutcome {
+func ctrOracle(t testing.TB, layers [][]convtest.Entry) *ctrOutcome {
 	log.L.Logger.SetLevel(log.ErrorLevel) // its warnings about ignored entries are expected
 	o := &ctrOutcome{}
 	contents := map[[32]byte][]byte{}
 	for _, es := range layers {
 		for _, e := range es {
-			contents[sha256.Sum256(e.data)] = e.data
+			contents[sha256.Sum256(e.Data)] = e.Data
 		}
 	}
-	stack := fstree.NewStack(e2eTime)
+	stack := fstree.NewStack(convtest.MTime)
 	lower := stack.Tree()
 	for li, es := range layers {
 		s := &ctrStep{t: t, layer: li + 1, es: es, lower: lower, contents: contents, states: map[int]*ctrState{}}
 		for _, e := range es {
-			s.ops = append(s.ops, ctrOpOf(e.hdr))
+			s.ops = append(s.ops, ctrOpOf(e.Hdr))
 		}
 		full := s.state(len(es))
 		s.ctr, s.ctrErr, s.start = full.tree, full.err, full.start
-		if _, _, err := stack.Layer(bytes.NewReader(e2eTar(t, es...))); err != nil {
+		if _, _, err := stack.Layer(bytes.NewReader(convtest.LayerTar(t, es...))); err != nil {
 			s.modelErr = err
 		} else {
 			s.model = stack.Tree()
@@ -180,7 +181,7 @@ type ctrState struct {
 type ctrStep struct {
 	t        testing.TB
 	layer    int
-	es       []e2eEntry
+	es       []convtest.Entry
 	ops      []ctrOp
 	lower    *fstree.Tree // fstree.Stack's tree of the layers below
 	contents map[[32]byte][]byte
@@ -219,7 +220,7 @@ func (s *ctrStep) state(i int) *ctrState {
 	st := &ctrState{start: time.Now()}
 	ctx := log.WithLogger(context.Background(), log.L.WithField("test", "containerd"))
 	count := archive.WithFilter(func(*tar.Header) (bool, error) { st.entered++; return true, nil })
-	_, st.err = archive.Apply(ctx, root, bytes.NewReader(e2eTar(s.t, s.es[:i]...)), count)
+	_, st.err = archive.Apply(ctx, root, bytes.NewReader(convtest.LayerTar(s.t, s.es[:i]...)), count)
 	if st.err != nil {
 		msg := strings.ReplaceAll(strings.ReplaceAll(st.err.Error(), root+"/", ""), root, ".")
 		st.err = &ctrError{msg: msg, cause: st.err}
@@ -756,7 +757,7 @@ func hdrField(h *tar.Header, field string) string {
 	case "mtime":
 		tm := h.ModTime
 		if tm.IsZero() {
-			tm = e2eTime
+			tm = convtest.MTime
 		}
 		return tm.UTC().Format(time.RFC3339Nano)
 	}

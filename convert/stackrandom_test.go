@@ -59,6 +59,7 @@ import (
 
 	"github.com/ocierofs/ocierofs/convert"
 	"github.com/ocierofs/ocierofs/convert/fstree"
+	"github.com/ocierofs/ocierofs/convert/internal/convtest"
 	"github.com/ocierofs/ocierofs/convert/internal/roundtrip"
 	"github.com/ocierofs/ocierofs/oci"
 )
@@ -86,7 +87,7 @@ func TestStackRandom(t *testing.T) {
 			}
 		})
 		if skipped {
-			// mountStack's overlay check, in each seed alike.
+			// convtest.MountStack's overlay check, in each seed alike.
 			t.Skipf("seed %d skipped (its log says why)", seed)
 		}
 		name := fmt.Sprintf("seed %d", seed)
@@ -121,7 +122,7 @@ func TestStackRandomShrink(t *testing.T) {
 	}
 	roundtrip.RequireMount(t)
 	reg := sharedRegistry(t)
-	try := func(layers [][]e2eEntry) *stackOutcome {
+	try := func(layers [][]convtest.Entry) *stackOutcome {
 		var o *stackOutcome
 		t.Run("try", func(t *testing.T) { o = runStackCase(t, reg, layers, false) })
 		return o // nil if the candidate stopped its subtest: not the failure sought
@@ -150,7 +151,7 @@ func TestStackRandomShrink(t *testing.T) {
 		changed = false
 		// Layer 1 stays: it has the root directory.
 		for li := len(layers) - 1; li >= 1 && len(layers) > 2; li-- {
-			cand := append(append([][]e2eEntry{}, layers[:li]...), layers[li+1:]...)
+			cand := append(append([][]convtest.Entry{}, layers[:li]...), layers[li+1:]...)
 			if fails(try(cand)) {
 				layers, changed = cand, true
 			}
@@ -160,8 +161,8 @@ func TestStackRandomShrink(t *testing.T) {
 				if li == 0 && ei == 0 {
 					continue
 				}
-				cand := append([][]e2eEntry{}, layers...)
-				cand[li] = append(append([]e2eEntry{}, layers[li][:ei]...), layers[li][ei+1:]...)
+				cand := append([][]convtest.Entry{}, layers...)
+				cand[li] = append(append([]convtest.Entry{}, layers[li][:ei]...), layers[li][ei+1:]...)
 				if fails(try(cand)) {
 					layers, changed = cand, true
 				}
@@ -170,14 +171,14 @@ func TestStackRandomShrink(t *testing.T) {
 		for li := range layers {
 			for ei := range layers[li] {
 				e := layers[li][ei]
-				for _, plainer := range []func(e2eEntry) e2eEntry{
-					func(e e2eEntry) e2eEntry { e.hdr.PAXRecords = nil; return e },
-					func(e e2eEntry) e2eEntry { e.hdr.Uid, e.hdr.Gid = 0, 0; return e },
-					func(e e2eEntry) e2eEntry {
-						if e.hdr.Typeflag == tar.TypeDir {
-							e.hdr.Mode = 0o755
-						} else if e.hdr.Typeflag == tar.TypeReg && e.hdr.Mode != 0 {
-							e.hdr.Mode = 0o644
+				for _, plainer := range []func(convtest.Entry) convtest.Entry{
+					func(e convtest.Entry) convtest.Entry { e.Hdr.PAXRecords = nil; return e },
+					func(e convtest.Entry) convtest.Entry { e.Hdr.Uid, e.Hdr.Gid = 0, 0; return e },
+					func(e convtest.Entry) convtest.Entry {
+						if e.Hdr.Typeflag == tar.TypeDir {
+							e.Hdr.Mode = 0o755
+						} else if e.Hdr.Typeflag == tar.TypeReg && e.Hdr.Mode != 0 {
+							e.Hdr.Mode = 0o644
 						}
 						return e
 					},
@@ -186,8 +187,8 @@ func TestStackRandomShrink(t *testing.T) {
 					if entryCode(p) == entryCode(e) {
 						continue
 					}
-					cand := append([][]e2eEntry{}, layers...)
-					cand[li] = append([]e2eEntry{}, layers[li]...)
+					cand := append([][]convtest.Entry{}, layers...)
+					cand[li] = append([]convtest.Entry{}, layers[li]...)
 					cand[li][ei] = p
 					if fails(try(cand)) {
 						layers, e, changed = cand, p, true
@@ -265,7 +266,7 @@ var stackGenContents = []struct {
 	{[]byte("x\n"), `[]byte("x\n")`},
 	{[]byte("y\n"), `[]byte("y\n")`},
 	{[]byte("zz\n"), `[]byte("zz\n")`},
-	{randomBytes(77, 5000), "randomBytes(77, 5000)"},
+	{convtest.RandomBytes(77, 5000), "convtest.RandomBytes(77, 5000)"},
 }
 
 // stackGenNames are few, so that layers meet at the same paths.
@@ -310,21 +311,21 @@ func (g *stackGen) pick(xs ...int64) int64 { return xs[g.r.IntN(len(xs))] }
 // decorate gives some entries an owner or an xattr, and a few directories
 // a trusted.overlay.* xattr of the tar's own, which must neither make them
 // opaque nor be kept.
-func (g *stackGen) decorate(e e2eEntry, dir bool) e2eEntry {
+func (g *stackGen) decorate(e convtest.Entry, dir bool) convtest.Entry {
 	if g.r.IntN(4) == 0 {
-		e = e.own(int(g.pick(1, 1000)), int(g.pick(0, 2)))
+		e = e.Own(int(g.pick(1, 1000)), int(g.pick(0, 2)))
 	}
 	if g.r.IntN(7) == 0 {
-		e = e.xattr("user.k", fmt.Sprint(g.r.IntN(2)))
+		e = e.Xattr("user.k", fmt.Sprint(g.r.IntN(2)))
 	}
 	if g.r.IntN(3) == 0 {
-		e = e.at(e2eTime.Add(time.Duration(g.pick(-2, -1, 1)) * time.Hour))
+		e = e.At(convtest.MTime.Add(time.Duration(g.pick(-2, -1, 1)) * time.Hour))
 	}
 	if dir && g.r.IntN(20) == 0 {
 		if g.r.IntN(2) == 0 {
-			e = e.xattr("trusted.overlay.opaque", "y")
+			e = e.Xattr("trusted.overlay.opaque", "y")
 		} else {
-			e = e.xattr("trusted.overlay.redirect", "/"+stackGenNames[g.r.IntN(4)])
+			e = e.Xattr("trusted.overlay.redirect", "/"+stackGenNames[g.r.IntN(4)])
 		}
 	}
 	return e
@@ -334,32 +335,29 @@ func (g *stackGen) decorate(e e2eEntry, dir bool) e2eEntry {
 // links, devices, fifos, whiteouts) an owner or an mtime, and some hard
 // links a mode: a hard link's header is not its inode's, which its target
 // gives.
-func (g *stackGen) stamp(e e2eEntry) e2eEntry {
+func (g *stackGen) stamp(e convtest.Entry) convtest.Entry {
 	if g.r.IntN(4) == 0 {
-		e = e.own(int(g.pick(1, 1000)), int(g.pick(0, 2)))
+		e = e.Own(int(g.pick(1, 1000)), int(g.pick(0, 2)))
 	}
 	if g.r.IntN(3) == 0 {
-		e = e.at(e2eTime.Add(time.Duration(g.pick(-2, -1, 1)) * time.Hour))
+		e = e.At(convtest.MTime.Add(time.Duration(g.pick(-2, -1, 1)) * time.Hour))
 	}
-	if e.hdr.Typeflag == tar.TypeLink && g.r.IntN(3) == 0 {
-		e = e.perm(g.pick(0o600, 0o644, 0o755))
+	if e.Hdr.Typeflag == tar.TypeLink && g.r.IntN(3) == 0 {
+		e = e.Mode(g.pick(0o600, 0o644, 0o755))
 	}
 	return e
 }
 
-// perm sets e's mode bits, as a tar writer may give a hard link's header.
-func (e e2eEntry) perm(mode int64) e2eEntry { e.hdr.Mode = mode; return e }
-
-func (g *stackGen) file(p string) e2eEntry {
+func (g *stackGen) file(p string) convtest.Entry {
 	c := stackGenContents[g.r.IntN(len(stackGenContents))]
 	if len(c.data) > 100 && g.r.IntN(3) != 0 {
 		c = stackGenContents[1] // the big one costs time: rarer
 	}
-	return g.decorate(eFile(p, g.pick(0o644, 0o644, 0o600, 0o755, 0o4755), c.data), false)
+	return g.decorate(convtest.File(p, g.pick(0o644, 0o644, 0o600, 0o755, 0o4755), c.data), false)
 }
 
-func (g *stackGen) dir(p string) e2eEntry {
-	return g.decorate(eDir(p, g.pick(0o755, 0o755, 0o700, 0o711, 0o750, 0o1777)), true)
+func (g *stackGen) dir(p string) convtest.Entry {
+	return g.decorate(convtest.Dir(p, g.pick(0o755, 0o755, 0o700, 0o711, 0o750, 0o1777)), true)
 }
 
 // genLayerState is what the layer being made has put, so that no entry
@@ -391,16 +389,16 @@ func (s *genLayerState) parentOK(p string) bool {
 }
 
 // randomStack is seed's stack, the same on every machine.
-func randomStack(seed uint64) [][]e2eEntry {
+func randomStack(seed uint64) [][]convtest.Entry {
 	g := &stackGen{r: rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))}
 	nl := 2 + g.r.IntN(4)
-	var layers [][]e2eEntry
+	var layers [][]convtest.Entry
 	for li := 0; li < nl; li++ {
-		var es []e2eEntry
+		var es []convtest.Entry
 		if li == 0 {
-			es = append(es, eDir(".", g.pick(0o755, 0o755, 0o700)))
+			es = append(es, convtest.Dir(".", g.pick(0o755, 0o755, 0o700)))
 		} else if g.r.IntN(15) == 0 {
-			es = append(es, eDir(".", g.pick(0o755, 0o711)))
+			es = append(es, convtest.Dir(".", g.pick(0o755, 0o711)))
 		}
 		st := &genLayerState{nondir: map[string]bool{}}
 		n := 1 + g.r.IntN(15)
@@ -409,7 +407,7 @@ func randomStack(seed uint64) [][]e2eEntry {
 			if !st.parentOK(p) {
 				continue
 			}
-			add := func(e ...e2eEntry) { es = append(es, e...) }
+			add := func(e ...convtest.Entry) { es = append(es, e...) }
 			switch k := g.r.IntN(100); {
 			case k < 24:
 				add(g.file(p))
@@ -421,7 +419,7 @@ func randomStack(seed uint64) [][]e2eEntry {
 				st.drop(p) // a directory over a file of the layer replaces it
 				g.remember(p)
 			case k < 47:
-				add(g.stamp(eSym(p, []string{"a", "../b", "/c/d", "x/y"}[g.r.IntN(4)])))
+				add(g.stamp(convtest.Symlink(p, []string{"a", "../b", "/c/d", "x/y"}[g.r.IntN(4)])))
 				st.drop(p)
 				st.nondir[p] = true
 				g.remember(p)
@@ -444,12 +442,12 @@ func randomStack(seed uint64) [][]e2eEntry {
 				if len(ts) == 0 {
 					continue
 				}
-				add(g.stamp(eLink(p, ts[g.r.IntN(len(ts))])))
+				add(g.stamp(convtest.Hardlink(p, ts[g.r.IntN(len(ts))])))
 				st.drop(p)
 				st.nondir[p] = true
 				g.remember(p)
 			case k < 66:
-				add(g.stamp(eWhiteout(p)))
+				add(g.stamp(convtest.Whiteout(p)))
 				st.drop(p)
 				g.remember(p)
 			case k < 75: // an opaque marker, in p's directory or the root
@@ -461,16 +459,16 @@ func randomStack(seed uint64) [][]e2eEntry {
 					continue
 				}
 				if d == "." {
-					add(eFile("./.wh..wh..opq", 0, nil))
+					add(convtest.File("./.wh..wh..opq", 0, nil))
 				} else {
-					add(eOpaque(d))
+					add(convtest.Opaque(d))
 				}
 			case k < 80: // a character device 0:0: a whiteout to overlayfs
-				add(g.stamp(eNode(p, tar.TypeChar, 0o600, 0, 0)))
+				add(g.stamp(convtest.Node(p, tar.TypeChar, 0o600, 0, 0)))
 				st.drop(p)
 				g.remember(p)
 			case k < 82:
-				add(g.stamp(eNode(p, tar.TypeFifo, 0o644, 0, 0)))
+				add(g.stamp(convtest.Node(p, tar.TypeFifo, 0o644, 0, 0)))
 				st.drop(p)
 				st.nondir[p] = true
 				g.remember(p)
@@ -479,8 +477,8 @@ func randomStack(seed uint64) [][]e2eEntry {
 					continue
 				}
 				e := es[g.r.IntN(len(es))]
-				q, _ := strings.CutSuffix(e.hdr.Name, "/")
-				if e.hdr.Name == "./" || !st.parentOK(q) || e.hdr.Typeflag == tar.TypeLink && !st.nondir[path.Clean(e.hdr.Linkname)] {
+				q, _ := strings.CutSuffix(e.Hdr.Name, "/")
+				if e.Hdr.Name == "./" || !st.parentOK(q) || e.Hdr.Typeflag == tar.TypeLink && !st.nondir[path.Clean(e.Hdr.Linkname)] {
 					continue
 				}
 				add(e)
@@ -489,9 +487,9 @@ func randomStack(seed uint64) [][]e2eEntry {
 				case strings.HasPrefix(b, ".wh.") && b != ".wh..wh..opq":
 					st.drop(path.Join(path.Dir(q), b[4:]))
 				case strings.Contains(q, ".wh."):
-				case e.hdr.Typeflag == tar.TypeChar && e.hdr.Devmajor == 0 && e.hdr.Devminor == 0:
+				case e.Hdr.Typeflag == tar.TypeChar && e.Hdr.Devmajor == 0 && e.Hdr.Devminor == 0:
 					st.drop(q)
-				case e.hdr.Typeflag == tar.TypeDir:
+				case e.Hdr.Typeflag == tar.TypeDir:
 					st.drop(q)
 				default:
 					st.drop(q)
@@ -512,18 +510,18 @@ func randomStack(seed uint64) [][]e2eEntry {
 					st.drop(p)
 					st.nondir[p] = true
 				case 2:
-					add(eWhiteout(p), g.file(p))
+					add(convtest.Whiteout(p), g.file(p))
 					st.drop(p)
 					st.nondir[p] = true
 				case 3:
-					add(eWhiteout(p), g.dir(p))
+					add(convtest.Whiteout(p), g.dir(p))
 					st.drop(p)
 				case 4:
-					add(eWhiteout(p), g.file(kid))
+					add(convtest.Whiteout(p), g.file(kid))
 					st.drop(p)
 					st.nondir[kid] = true
 				case 5:
-					add(g.file(kid), eOpaque(p), g.dir(p))
+					add(g.file(kid), convtest.Opaque(p), g.dir(p))
 					st.drop(p)
 					st.nondir[kid] = true
 				}
@@ -550,7 +548,7 @@ func randomStack(seed uint64) [][]e2eEntry {
 // A stack as Go code.
 
 // stackCode is layers as a stackCase of stackEdgeCases (which has root).
-func stackCode(name string, layers [][]e2eEntry) string {
+func stackCode(name string, layers [][]convtest.Entry) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "{%q, []v1.Layer{\n", name)
 	for _, es := range layers {
@@ -568,8 +566,8 @@ func stackCode(name string, layers [][]e2eEntry) string {
 }
 
 // entryCode is e as the e* helpers make it.
-func entryCode(e e2eEntry) string {
-	h := e.hdr
+func entryCode(e convtest.Entry) string {
+	h := e.Hdr
 	var s string
 	base := path.Base(h.Name)
 	switch h.Typeflag {
@@ -578,52 +576,52 @@ func entryCode(e e2eEntry) string {
 		if n == "" {
 			n = "."
 		}
-		s = fmt.Sprintf("eDir(%q, 0o%o)", n, h.Mode)
-		if s == `eDir(".", 0o755)` {
+		s = fmt.Sprintf("convtest.Dir(%q, 0o%o)", n, h.Mode)
+		if s == `convtest.Dir(".", 0o755)` {
 			s = "root"
 		}
 	case tar.TypeReg:
 		switch {
 		case h.Name == "./.wh..wh..opq":
-			s = `eFile("./.wh..wh..opq", 0, nil)`
+			s = `convtest.File("./.wh..wh..opq", 0, nil)`
 		case base == ".wh..wh..opq":
-			s = fmt.Sprintf("eOpaque(%q)", path.Dir(h.Name))
+			s = fmt.Sprintf("convtest.Opaque(%q)", path.Dir(h.Name))
 		case strings.HasPrefix(base, ".wh."):
-			s = fmt.Sprintf("eWhiteout(%q)", path.Join(path.Dir(h.Name), base[4:]))
+			s = fmt.Sprintf("convtest.Whiteout(%q)", path.Join(path.Dir(h.Name), base[4:]))
 		default:
-			code := fmt.Sprintf("[]byte(%q)", e.data)
+			code := fmt.Sprintf("[]byte(%q)", e.Data)
 			for _, c := range stackGenContents {
-				if bytes.Equal(c.data, e.data) {
+				if bytes.Equal(c.data, e.Data) {
 					code = c.code
 				}
 			}
-			s = fmt.Sprintf("eFile(%q, 0o%o, %s)", h.Name, h.Mode, code)
+			s = fmt.Sprintf("convtest.File(%q, 0o%o, %s)", h.Name, h.Mode, code)
 		}
 	case tar.TypeSymlink:
-		s = fmt.Sprintf("eSym(%q, %q)", h.Name, h.Linkname)
+		s = fmt.Sprintf("convtest.Symlink(%q, %q)", h.Name, h.Linkname)
 	case tar.TypeLink:
-		s = fmt.Sprintf("eLink(%q, %q)", h.Name, h.Linkname)
+		s = fmt.Sprintf("convtest.Hardlink(%q, %q)", h.Name, h.Linkname)
 		if h.Mode != 0 {
-			s += fmt.Sprintf(".perm(0o%o)", h.Mode)
+			s += fmt.Sprintf(".Mode(0o%o)", h.Mode)
 		}
 	case tar.TypeChar:
-		s = fmt.Sprintf("eNode(%q, tar.TypeChar, 0o%o, %d, %d)", h.Name, h.Mode, h.Devmajor, h.Devminor)
+		s = fmt.Sprintf("convtest.Node(%q, tar.TypeChar, 0o%o, %d, %d)", h.Name, h.Mode, h.Devmajor, h.Devminor)
 	case tar.TypeFifo:
-		s = fmt.Sprintf("eNode(%q, tar.TypeFifo, 0o%o, 0, 0)", h.Name, h.Mode)
+		s = fmt.Sprintf("convtest.Node(%q, tar.TypeFifo, 0o%o, 0, 0)", h.Name, h.Mode)
 	default:
 		s = fmt.Sprintf("/* type %c */ %q", h.Typeflag, h.Name)
 	}
 	if h.Uid != 0 || h.Gid != 0 {
 		if s == "root" {
-			s = `eDir(".", 0o755)`
+			s = `convtest.Dir(".", 0o755)`
 		}
-		s += fmt.Sprintf(".own(%d, %d)", h.Uid, h.Gid)
+		s += fmt.Sprintf(".Own(%d, %d)", h.Uid, h.Gid)
 	}
-	if !h.ModTime.IsZero() && !h.ModTime.Equal(e2eTime) {
+	if !h.ModTime.IsZero() && !h.ModTime.Equal(convtest.MTime) {
 		if s == "root" {
-			s = `eDir(".", 0o755)`
+			s = `convtest.Dir(".", 0o755)`
 		}
-		s += fmt.Sprintf(".at(e2eTime.Add(%d * time.Hour))", int(h.ModTime.Sub(e2eTime).Hours()))
+		s += fmt.Sprintf(".At(convtest.MTime.Add(%d * time.Hour))", int(h.ModTime.Sub(convtest.MTime).Hours()))
 	}
 	var ks []string
 	for k := range h.PAXRecords {
@@ -633,9 +631,9 @@ func entryCode(e e2eEntry) string {
 	for _, k := range ks {
 		if n, ok := strings.CutPrefix(k, "SCHILY.xattr."); ok {
 			if s == "root" {
-				s = `eDir(".", 0o755)`
+				s = `convtest.Dir(".", 0o755)`
 			}
-			s += fmt.Sprintf(".xattr(%q, %q)", n, h.PAXRecords[k])
+			s += fmt.Sprintf(".Xattr(%q, %q)", n, h.PAXRecords[k])
 		}
 	}
 	return s
@@ -701,15 +699,15 @@ func (o *stackOutcome) report(max int) string {
 // flattened, and compares; determinism converts each once more. It fails
 // t only where it cannot go on (a helper's t.Fatal): the differences are
 // the outcome's.
-func runStackCase(t *testing.T, reg *testRegistry, layers [][]e2eEntry, determinism bool) *stackOutcome {
+func runStackCase(t *testing.T, reg *testRegistry, layers [][]convtest.Entry, determinism bool) *stackOutcome {
 	o := &stackOutcome{errs: map[string]string{}}
 	var vl []v1.Layer
 	for _, es := range layers {
-		vl = append(vl, e2eLayer(t, es...))
+		vl = append(vl, convtest.Layer(t, es...))
 	}
 	repo := uniq("e2e/stackrandom")
 	srcRef := ref(t, reg.host, repo+":v1")
-	pushImage(t, srcRef, e2eImage(t, "amd64", vl...))
+	pushImage(t, srcRef, convtest.Image(t, "amd64", vl...))
 
 	if stack, err := stackLayers(vl); err != nil {
 		o.errs["fstree.Stack"] = err.Error()
@@ -741,7 +739,7 @@ func runStackCase(t *testing.T, reg *testRegistry, layers [][]e2eEntry, determin
 		}
 		o.images++
 		img, _ := remoteImage(t, ref(t, reg.host, repo+":"+tag))
-		got, err := fstree.FromDir(mountStack(t, rawLayers(t, img, t.TempDir())))
+		got, err := fstree.FromDir(convtest.MountStack(t, convtest.RawLayers(t, img, t.TempDir())))
 		if err != nil {
 			o.fail("mount unreadable "+who, err.Error())
 			continue

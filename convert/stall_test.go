@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ocierofs/ocierofs/convert"
+	"github.com/ocierofs/ocierofs/convert/internal/convtest"
 	"github.com/ocierofs/ocierofs/oci"
 )
 
@@ -16,7 +17,7 @@ import (
 // is retried.
 func TestE2EStall(t *testing.T) {
 	reg := sharedRegistry(t)
-	src := e2eImage(t, "amd64", testImageLayers(t)...)
+	src := convtest.Image(t, "amd64", convtest.TestImageLayers(t)...)
 	srcRef := ref(t, reg.host, "e2e/stall:v1")
 	pushImage(t, srcRef, src)
 	want := mustConvert(t, srcRef.String(), "", variant{}.options(), oci.Remote{})

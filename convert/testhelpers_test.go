@@ -1,8 +1,8 @@
 package convert_test
 
-// Glue between the tests and convert, fstree and the round-trip harness
-// (convert/internal/roundtrip), and the in-memory tar the tests without a
-// mount use.
+// Glue between the tests and convert and the round-trip harness
+// (convert/internal/roundtrip): builds into files and into memory. The
+// helpers that other packages' tests share are convert/internal/convtest's.
 
 import (
 	"archive/tar"
@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/ocierofs/ocierofs/convert"
-	"github.com/ocierofs/ocierofs/convert/fstree"
+	"github.com/ocierofs/ocierofs/convert/internal/convtest"
 	"github.com/ocierofs/ocierofs/convert/internal/roundtrip"
 	"github.com/ocierofs/ocierofs/erofs"
 )
@@ -48,80 +48,38 @@ func convertBytes(t testing.TB, src string, opt convert.Options) ([]byte, *conve
 	return b, res
 }
 
-// treeFromTar is fstree.FromTar on a file.
-func treeFromTar(t testing.TB, path string, opt fstree.TarOptions) *fstree.Tree {
-	t.Helper()
-	f, err := os.Open(path)
-	must(t, err)
-	defer f.Close()
-	tr, err := fstree.FromTar(f, opt)
-	if err != nil {
-		t.Fatalf("fstree.FromTar(%s): %v", filepath.Base(path), err)
-	}
-	return tr
-}
-
-func treeFromDir(t testing.TB, dir string) *fstree.Tree {
-	t.Helper()
-	tr, err := fstree.FromDir(dir)
-	if err != nil {
-		t.Fatalf("fstree.FromDir(%s): %v", dir, err)
-	}
-	return tr
-}
-
-// reportDiff makes every difference an error, under a heading.
-func reportDiff(t testing.TB, what string, diffs []string) {
-	t.Helper()
-	const max = 40
-	for i, d := range diffs {
-		if i == max {
-			t.Errorf("%s: … and %d more differences", what, len(diffs)-max)
-			break
-		}
-		t.Errorf("%s: %s", what, d)
-	}
-}
-
-// tarOf writes crafted entries into an in-memory tar.
-func tarOf(t testing.TB, entries ...craftedEntry) []byte {
-	t.Helper()
-	c := &crafted{name: t.Name(), entries: entries}
-	return c.bytes(t)
-}
-
 // detTar is a layer with a bit of everything that needs no root to make:
 // sizes across blocks, hard links, symlinks, devices, xattrs shared and
 // not, whiteouts, an opaque directory. withImplied adds entries whose
 // parents are never listed.
 func detTar(t testing.TB, withImplied bool) []byte {
 	t1 := time.Unix(1700000000, 0)
-	es := []craftedEntry{cDir("./", 0o755, t1)}
+	es := []convtest.TarEntry{convtest.TarDir("./", 0o755, t1)}
 	for i := 0; i < 40; i++ {
 		d := fmt.Sprintf("d%02d/", i%8)
 		if i < 8 {
-			es = append(es, cDir(d, 0o755, t1).pax("SCHILY.xattr.user.dir", "shared"))
+			es = append(es, convtest.TarDir(d, 0o755, t1).PAX("SCHILY.xattr.user.dir", "shared"))
 		}
 		n := d + fmt.Sprintf("f%03d", i)
-		e := cFile(n, string(content(n, i*797%9000)), 0o644, t1.Add(time.Duration(i%3)*time.Second)).own(i, i*1000)
+		e := convtest.TarFile(n, string(convtest.Content(n, i*797%9000)), 0o644, t1.Add(time.Duration(i%3)*time.Second)).Own(i, i*1000)
 		if i%4 == 0 {
-			e = e.pax("SCHILY.xattr.user.shared", "same everywhere").pax("SCHILY.xattr.user.own", n)
+			e = e.PAX("SCHILY.xattr.user.shared", "same everywhere").PAX("SCHILY.xattr.user.own", n)
 		}
 		es = append(es, e)
 	}
 	es = append(es,
-		cLink("d00/link", "d01/f001"),
-		cSym("d00/sym", strings.Repeat("s", 200), t1),
-		craftedEntry{hdr: tar.Header{Typeflag: tar.TypeChar, Name: "d00/null", Mode: 0o666, Devmajor: 1, Devminor: 3, ModTime: t1}},
-		craftedEntry{hdr: tar.Header{Typeflag: tar.TypeBlock, Name: "d00/blk", Mode: 0o660, Devmajor: 259, Devminor: 300000, ModTime: t1}},
-		craftedEntry{hdr: tar.Header{Typeflag: tar.TypeFifo, Name: "d00/fifo", Mode: 0o644, ModTime: t1}},
-		cFile("d02/.wh.gone", "", 0o644, t1),
-		cFile("d03/.wh..wh..opq", "", 0o644, t1),
+		convtest.TarLink("d00/link", "d01/f001"),
+		convtest.TarSym("d00/sym", strings.Repeat("s", 200), t1),
+		convtest.TarEntry{Hdr: tar.Header{Typeflag: tar.TypeChar, Name: "d00/null", Mode: 0o666, Devmajor: 1, Devminor: 3, ModTime: t1}},
+		convtest.TarEntry{Hdr: tar.Header{Typeflag: tar.TypeBlock, Name: "d00/blk", Mode: 0o660, Devmajor: 259, Devminor: 300000, ModTime: t1}},
+		convtest.TarEntry{Hdr: tar.Header{Typeflag: tar.TypeFifo, Name: "d00/fifo", Mode: 0o644, ModTime: t1}},
+		convtest.TarFile("d02/.wh.gone", "", 0o644, t1),
+		convtest.TarFile("d03/.wh..wh..opq", "", 0o644, t1),
 	)
 	if withImplied {
-		es = append(es, cFile("implied/a/b/file", "x", 0o644, t1), cFile("d04/implied/c", "c", 0o644, t1))
+		es = append(es, convtest.TarFile("implied/a/b/file", "x", 0o644, t1), convtest.TarFile("d04/implied/c", "c", 0o644, t1))
 	}
-	return tarOf(t, es...)
+	return convtest.TarOf(t, es...)
 }
 
 // memImage is an io.WriterAt in memory.
