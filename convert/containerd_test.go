@@ -46,6 +46,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/ocierofs/ocierofs/convert"
+	"github.com/ocierofs/ocierofs/convert/cache"
 	"github.com/ocierofs/ocierofs/convert/dmverity"
 	"github.com/ocierofs/ocierofs/convert/internal/convtest"
 )
@@ -304,7 +305,7 @@ func TestContainerdE2E(t *testing.T) {
 
 // cacheReport is what `ocierofs cache -o json` prints.
 type cacheReport struct {
-	Layers []convert.CacheLayer `json:"layers"`
+	Layers []cache.Layer `json:"layers"`
 }
 
 func TestContainerdLayerContentCache(t *testing.T) {
@@ -331,7 +332,7 @@ func TestContainerdLayerContentCache(t *testing.T) {
 		t.Fatalf("ocierofs cache reported %d layers, the image has %d", len(rep.Layers), len(ids))
 	}
 	for i, l := range rep.Layers {
-		want := convert.CachePath(dir, ids[i])
+		want := cache.Path(dir, ids[i])
 		if l.Path != want || l.Skipped != "" {
 			t.Errorf("layer %d: cache entry %q (skipped %q), want %s", i, l.Path, l.Skipped, want)
 		}
@@ -351,7 +352,7 @@ func TestContainerdLayerContentCache(t *testing.T) {
 		if got := si.Labels[labelBlobSource]; got != "cache" {
 			t.Errorf("layer %d (%s): snapshot label %s = %q, want cache; labels %v", i, ids[i], labelBlobSource, got, si.Labels)
 		}
-		if got, want := si.Labels[labelBlobRef], convert.CachePath(dir, ids[i]); got != want {
+		if got, want := si.Labels[labelBlobRef], cache.Path(dir, ids[i]); got != want {
 			t.Errorf("layer %d: snapshot label %s = %q, want %s", i, labelBlobRef, got, want)
 		}
 	}

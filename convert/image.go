@@ -55,29 +55,6 @@ type ImageOptions struct {
 	// Progress, if set, receives the state of each layer as it changes
 	// (often: every read of the source); it must be cheap.
 	Progress func(Progress)
-	// CachePresent, if set, tells CacheImage whether the entry at path is
-	// there already; by default an entry is there if it is a whole EROFS
-	// image. (The mirror marks the layers it has elsewhere with empty
-	// files.)
-	CachePresent func(path string) bool
-	// CacheDMVerity has CacheImage append a dm-verity hash tree to each
-	// entry it makes and write the entry's sidecar (<entry>.dmverity), as
-	// containerd's dmverity_mode wants; an entry without a sidecar is made
-	// again.
-	CacheDMVerity bool
-	// CacheNoSync leaves CacheImage's entries unsynced: for a cache
-	// directory that is scratch space (the mirror's), not a node's.
-	CacheNoSync bool
-	// CacheOverLower makes CacheImage's entries as Image converts the
-	// layers: the directories a layer implies take their metadata from
-	// the layers below in this image. By default an entry is made of its
-	// layer alone, as containerd's differ makes it on the node, since an
-	// entry is found by its layer's diffID for every image: made over one
-	// image's layers, the first image cached would set the owner and mode
-	// of those directories in every other image's containers
-	// (TestCacheLowerLayers). The mirror, which publishes what it
-	// converts, sets it.
-	CacheOverLower bool
 }
 
 // Stage is where a layer is.
@@ -159,9 +136,6 @@ type Converter struct {
 	up   chan struct{} // a slot for each layer uploading (Jobs)
 	mu   sync.Mutex
 	jobs map[string]*layerJob // by the chain of source digests up to the layer
-	// place serializes placing cache entries: an entry and its sidecar
-	// go into place together.
-	place sync.Mutex
 }
 
 type layerJob struct {
@@ -176,12 +150,6 @@ type layerJob struct {
 	// waits for an upload slot (Converter.up) instead, and the next
 	// layer converts meanwhile.
 	freeSlot func()
-
-	// The converted layer made ready to be a cache entry, once for the
-	// jobs of every platform that share it (finishEntry).
-	entryOnce sync.Once
-	entry     finishedEntry
-	entryErr  error
 }
 
 // NewConverter makes a Converter with its own temp directory.
@@ -495,8 +463,8 @@ type layerSource struct {
 	// scan reads the layer only for its directories (the cache needs
 	// them for the layers above); no image is kept.
 	scan bool
-	// alone: made of the layer alone, without the layers below (a
-	// cache without CacheOverLower).
+	// alone: made of the layer alone, without the layers below
+	// (LayerAlone).
 	alone bool
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ocierofs/ocierofs/convert"
+	"github.com/ocierofs/ocierofs/convert/cache"
 	"github.com/ocierofs/ocierofs/convert/internal/convtest"
 	"github.com/ocierofs/ocierofs/oci"
 )
@@ -95,10 +96,10 @@ func TestE2EStall(t *testing.T) {
 		rem := oci.Remote{StallTimeout: bound}
 		a := getVia(t, p, rem)
 		start := time.Now()
-		c, err := convert.NewConverter(convert.ImageOptions{TempDir: t.TempDir(), Jobs: 2})
+		c, err := cache.New(t.TempDir(), cache.Options{Convert: convert.ImageOptions{TempDir: t.TempDir(), Jobs: 2}})
 		must(t, err)
 		defer c.Close()
-		ls, err := c.CacheImage(context.Background(), a.Image, a.Descriptor, t.TempDir())
+		ls, err := c.Image(context.Background(), a.Image, a.Descriptor)
 		if err != nil {
 			t.Fatalf("cache through a registry that stalls once: %v", err)
 		}

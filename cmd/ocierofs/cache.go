@@ -15,6 +15,7 @@ import (
 
 	"github.com/ocierofs/ocierofs/cmd/internal/options"
 	"github.com/ocierofs/ocierofs/convert"
+	"github.com/ocierofs/ocierofs/convert/cache"
 	"github.com/ocierofs/ocierofs/oci"
 )
 
@@ -50,10 +51,10 @@ var cacheCommand = &cli.Command{
 }
 
 type cacheReport struct {
-	Source  string               `json:"source"`
-	Dir     string               `json:"dir"`
-	Layers  []convert.CacheLayer `json:"layers"`
-	Seconds float64              `json:"seconds"`
+	Source  string        `json:"source"`
+	Dir     string        `json:"dir"`
+	Layers  []cache.Layer `json:"layers"`
+	Seconds float64       `json:"seconds"`
 }
 
 func runCache(ctx context.Context, c *cli.Context, source, dir string) (err error) {
@@ -74,7 +75,7 @@ func runCache(ctx context.Context, c *cli.Context, source, dir string) (err erro
 	}
 	// One run at a time per directory (the next finds the entries made);
 	// an unwritable directory fails here, before any conversion.
-	unlock, err := convert.LockCache(ctx, dir, func() {
+	unlock, err := cache.Lock(ctx, dir, func() {
 		if !c.Bool("quiet") {
 			fmt.Fprintf(os.Stderr, "waiting for another ocierofs cache run on %s\n", dir)
 		}
@@ -89,15 +90,13 @@ func runCache(ctx context.Context, c *cli.Context, source, dir string) (err erro
 		// directory after (only if empty: placed entries stay).
 		failed := err != nil && made
 		if failed {
-			os.Remove(filepath.Join(dir, convert.CacheLockName))
+			os.Remove(filepath.Join(dir, cache.LockName))
 		}
 		unlock()
 		if failed {
 			os.Remove(dir)
 		}
 	}()
-	opt.CacheDMVerity = c.Bool("dmverity")
-	opt.CacheOverLower = c.Bool("over-lower")
 	if opt.TempDir == "" {
 		// Converted layers wait in the cache directory, on its
 		// filesystem, and are linked into place, not copied.
@@ -110,16 +109,16 @@ func runCache(ctx context.Context, c *cli.Context, source, dir string) (err erro
 	if why := convert.Converted(art); why != "" {
 		return fmt.Errorf("%s is %s: cache wants the tar image it was converted from (containerd looks entries up by the diffIDs of its tar layers)", src, why)
 	}
-	conv, err := convert.NewConverter(opt)
+	lc, err := cache.New(dir, cache.Options{Convert: opt, DMVerity: c.Bool("dmverity"), OverLower: c.Bool("over-lower")})
 	if err != nil {
 		return err
 	}
-	defer conv.Close()
+	defer lc.Close()
 	rep := cacheReport{Source: src.String(), Dir: dir}
 	if art.Index != nil {
-		rep.Layers, err = conv.CacheIndex(ctx, art.Index, art.Descriptor, dir)
-	} else if err = conv.CheckPlatform(art.Image, art.Descriptor); err == nil {
-		rep.Layers, err = conv.CacheImage(ctx, art.Image, art.Descriptor, dir)
+		rep.Layers, err = lc.Index(ctx, art.Index, art.Descriptor)
+	} else if err = lc.CheckPlatform(art.Image, art.Descriptor); err == nil {
+		rep.Layers, err = lc.Image(ctx, art.Image, art.Descriptor)
 	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", src, err)

@@ -239,7 +239,7 @@ func TestClassifyTable(t *testing.T) {
 }
 
 // A task whose source is wrong in itself fails on its first attempt,
-// through the layer cache's conversion (CacheImage) as through Image.
+// through the layer cache's conversion (cache.Cache.Image) as through Image.
 func TestSourceErrorFailsAtOnce(t *testing.T) {
 	h := newHarness(t, "p", nil)
 	h.startWorker(t, "P")

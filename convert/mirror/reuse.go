@@ -15,12 +15,13 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/ocierofs/ocierofs/convert"
+	"github.com/ocierofs/ocierofs/convert/cache"
 	"github.com/ocierofs/ocierofs/oci"
 )
 
 // How a twin reuses layers: every tar layer of the source is looked up in
 // the layer cache by its ChainID and the options; the missing ones are
-// claimed and converted here (convert.Converter.CacheImage, which reads the
+// claimed and converted here (cache.Cache.Image, which reads the
 // cached ones below them only for their directories), published and
 // recorded; then the converter assembles the twin from an image whose tar
 // layers are all EROFS already, so it passes them through and writes the
@@ -79,7 +80,7 @@ func (j *twinJob) image(src v1.Image, desc v1.Descriptor) (v1.Image, error) {
 		return src, nil
 	}
 	// Two tar layers with one diffID (empty layers, often) would share a
-	// file in CacheImage's directory: convert such images plainly.
+	// file in the cache's directory: convert such images plainly.
 	seen := map[v1.Hash]bool{}
 	for i, l := range s.m.Layers {
 		if isTarLayer(l.MediaType) {
@@ -124,7 +125,7 @@ func (j *twinJob) image(src v1.Image, desc v1.Descriptor) (v1.Image, error) {
 	}
 	if len(misses) == len(s.m.Layers)-countNonTar(s.m) {
 		// Nothing to reuse: the converter does it all, as convert does
-		// (without CacheImage's copy of each layer); the claimed layers are
+		// (without the cache's copy of each layer); the claimed layers are
 		// recorded from its report.
 		j.markPlain(desc.Digest)
 		return src, nil
@@ -201,7 +202,7 @@ func (j *twinJob) nameOpts() []name.Option {
 }
 
 // convertMissing converts the layers at misses of src (the others are
-// cached: CacheImage reads them, or their skeletons, only for their
+// cached: cache.Cache.Image reads them, or their skeletons, only for their
 // directories; diffIDs are src's) and records them.
 func (j *twinJob) convertMissing(src v1.Image, desc v1.Descriptor, s *sourceImage, diffIDs []v1.Hash, keys []string, entries []*LayerEntry, misses []int) error {
 	dir, release, err := convert.TempDir(j.opt.TempDir)
@@ -210,8 +211,8 @@ func (j *twinJob) convertMissing(src v1.Image, desc v1.Descriptor, s *sourceImag
 	}
 	defer release()
 	for i, e := range entries {
-		if e != nil { // an empty file marks it done for CacheImage
-			p := convert.CachePath(dir, diffIDs[i])
+		if e != nil { // an empty file marks it done for cache.Cache.Image
+			p := cache.Path(dir, diffIDs[i])
 			if err := os.MkdirAll(p[:strings.LastIndexByte(p, '/')], 0o755); err != nil {
 				return err
 			}
@@ -220,16 +221,17 @@ func (j *twinJob) convertMissing(src v1.Image, desc v1.Descriptor, s *sourceImag
 			}
 		}
 	}
-	opt := j.opt
-	opt.CachePresent = func(p string) bool { _, err := os.Stat(p); return err == nil }
-	opt.CacheNoSync = true    // dir is this task's scratch space
-	opt.CacheOverLower = true // it publishes these: as convert makes them
-	conv, err := convert.NewConverter(opt)
+	lc, err := cache.New(dir, cache.Options{
+		Convert:   j.opt,
+		Present:   func(p string) bool { _, err := os.Stat(p); return err == nil },
+		NoSync:    true, // dir is this task's scratch space
+		OverLower: true, // it publishes these: as convert makes them
+	})
 	if err != nil {
 		return err
 	}
-	defer conv.Close()
-	layers, err := conv.CacheImage(j.ctx, src, desc, dir)
+	defer lc.Close()
+	layers, err := lc.Image(j.ctx, src, desc)
 	if err != nil {
 		return classify(err)
 	}

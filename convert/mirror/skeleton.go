@@ -105,7 +105,7 @@ func (s *skeletonLayer) Uncompressed() (io.ReadCloser, error) {
 
 var errNoSkeleton = errors.New("no skeleton")
 
-// skeletonImage returns the image CacheImage should read: src with each
+// skeletonImage returns the image cache.Cache.Image should read: src with each
 // cached tar layer below the highest missing one replaced by its skeleton
 // (fetched, or made now and kept), and the diff_ids of that image. ok is
 // false when it cannot be made; the caller reads the real layers then.
@@ -146,7 +146,7 @@ func (j *twinJob) skeletonImage(src v1.Image, s *sourceImage, keys []string, ent
 	if err != nil {
 		return nil, nil, false
 	}
-	// CacheImage keys its files by diffID: they must stay distinct.
+	// cache.Cache.Image keys its files by diffID: they must stay distinct.
 	seen := map[v1.Hash]bool{}
 	for i, d := range cf.RootFS.DiffIDs {
 		if isTarLayer(s.m.Layers[i].MediaType) {

@@ -1,4 +1,4 @@
-package convert_test
+package cache_test
 
 import (
 	"bytes"
@@ -19,10 +19,14 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/ocierofs/ocierofs/convert"
+	"github.com/ocierofs/ocierofs/convert/cache"
 	"github.com/ocierofs/ocierofs/convert/dmverity"
 	"github.com/ocierofs/ocierofs/convert/internal/convtest"
+	"github.com/ocierofs/ocierofs/convert/internal/roundtrip"
 	"github.com/ocierofs/ocierofs/erofs"
 )
+
+var must = roundtrip.Must
 
 // The layer content cache holds, for each tar layer, the bytes convert
 // publishes for it, under the tar's diffID; reruns convert nothing that is
@@ -36,22 +40,22 @@ func TestCacheImage(t *testing.T) {
 	must(t, err)
 
 	dir := t.TempDir()
-	run := func() []convert.CacheLayer {
+	run := func() []cache.Layer {
 		t.Helper()
-		c, err := convert.NewConverter(convert.ImageOptions{TempDir: t.TempDir(), Jobs: 2, CacheOverLower: true})
+		c, err := cache.New(dir, cache.Options{Convert: convert.ImageOptions{TempDir: t.TempDir(), Jobs: 2}, OverLower: true})
 		must(t, err)
 		defer c.Close()
-		ls, err := c.CacheImage(ctx, src, desc, dir)
+		ls, err := c.Image(ctx, src, desc)
 		must(t, err)
 		if len(ls) != len(srcCfg.RootFS.DiffIDs) {
 			t.Fatalf("%d cache layers for %d layers", len(ls), len(srcCfg.RootFS.DiffIDs))
 		}
 		return ls
 	}
-	check := func(ls []convert.CacheLayer) {
+	check := func(ls []cache.Layer) {
 		t.Helper()
 		for i, l := range ls {
-			want := convert.CachePath(dir, srcCfg.RootFS.DiffIDs[i])
+			want := cache.Path(dir, srcCfg.RootFS.DiffIDs[i])
 			if l.Path != want {
 				t.Errorf("layer %d: path %s, want %s", i, l.Path, want)
 			}
@@ -114,7 +118,7 @@ func TestCacheImage(t *testing.T) {
 // gets the entry made first and a warning naming the directory. Two runs
 // on one directory convert each layer once; what a killed run left is
 // removed.
-// TestCacheLowerLayers: with CacheOverLower, the directories a layer
+// TestCacheLowerLayers: with Options.OverLower, the directories a layer
 // implies have the metadata of the first image cached's lower layers; a
 // second image over other layers is warned.
 func TestCacheLowerLayers(t *testing.T) {
@@ -134,33 +138,33 @@ func TestCacheLowerLayers(t *testing.T) {
 
 	// cache caches img under the cache's lock; locked, if set, is called
 	// once the lock is held.
-	cache := func(img v1.Image, locked func()) []convert.CacheLayer {
+	fill := func(img v1.Image, locked func()) []cache.Layer {
 		t.Helper()
-		unlock, err := convert.LockCache(ctx, dir, nil)
+		unlock, err := cache.Lock(ctx, dir, nil)
 		must(t, err)
 		defer unlock()
 		if locked != nil {
 			locked()
 		}
-		c, err := convert.NewConverter(convert.ImageOptions{TempDir: dir, CacheOverLower: true})
+		c, err := cache.New(dir, cache.Options{Convert: convert.ImageOptions{TempDir: dir}, OverLower: true})
 		must(t, err)
 		defer c.Close()
-		ls, err := c.CacheImage(ctx, img, convtest.SourceDescriptor(t, img), dir)
+		ls, err := c.Image(ctx, img, convtest.SourceDescriptor(t, img))
 		must(t, err)
 		return ls
 	}
 	// Both at once: b starts once a holds the lock, waits for it, and the
 	// top layer is converted once.
-	var la, lb []convert.CacheLayer
+	var la, lb []cache.Layer
 	var wg sync.WaitGroup
 	aLocked := make(chan struct{})
 	lockedA := sync.OnceFunc(func() { close(aLocked) })
 	wg.Go(func() {
 		defer lockedA() // also if a fails before the lock
-		la = cache(a, lockedA)
+		la = fill(a, lockedA)
 	})
 	<-aLocked
-	wg.Go(func() { lb = cache(b, nil) })
+	wg.Go(func() { lb = fill(b, nil) })
 	wg.Wait()
 	if la[1].Cached || !lb[1].Cached {
 		t.Fatalf("the shared layer: cached %v for a, %v for b; want converted for a, found for b", la[1].Cached, lb[1].Cached)
@@ -191,12 +195,12 @@ func TestCacheLowerLayers(t *testing.T) {
 	}
 }
 
-// TestCacheDMVerity: with CacheDMVerity every entry is the image convert
+// TestCacheDMVerity: with Options.DMVerity every entry is the image convert
 // publishes followed by the dm-verity tree its sidecar describes
 // (veritysetup verify accepts it), and the kernel mounts the entries as
 // they are, the stack being the image's; two platforms sharing the layers
 // append each tree once. An entry without a sidecar is made again for
-// CacheDMVerity, and a tree or sidecar that does not match (sizes, offsets,
+// Options.DMVerity, and a tree or sidecar that does not match (sizes, offsets,
 // superblock, the root hash against the top of the tree) is never trusted,
 // with it or without it (containerd would fail to mount it). Images of
 // 512-byte blocks get trees of 512-byte data blocks.
@@ -214,12 +218,12 @@ func TestCacheDMVerity(t *testing.T) {
 	want := publishedDiffIDs(t, amd)
 
 	dir := t.TempDir()
-	run := func(verity bool) []convert.CacheLayer {
+	run := func(verity bool) []cache.Layer {
 		t.Helper()
-		c, err := convert.NewConverter(convert.ImageOptions{TempDir: t.TempDir(), Jobs: 2, CacheDMVerity: verity, CacheOverLower: true})
+		c, err := cache.New(dir, cache.Options{Convert: convert.ImageOptions{TempDir: t.TempDir(), Jobs: 2}, DMVerity: verity, OverLower: true})
 		must(t, err)
 		defer c.Close()
-		ls, err := c.CacheIndex(ctx, idx, idxDesc, dir)
+		ls, err := c.Index(ctx, idx, idxDesc)
 		must(t, err)
 		if len(ls) != 2*len(want) {
 			t.Fatalf("%d cache layers for 2 platforms of %d layers", len(ls), len(want))
@@ -241,7 +245,7 @@ func TestCacheDMVerity(t *testing.T) {
 	veritysetup, _ := exec.LookPath("veritysetup")
 	// check: layer i's entry is convert's image and a tree its sidecar
 	// describes; it returns the entry's bytes.
-	check := func(i int, l convert.CacheLayer) []byte {
+	check := func(i int, l cache.Layer) []byte {
 		t.Helper()
 		b, err := os.ReadFile(l.Path)
 		must(t, err)
@@ -345,7 +349,7 @@ func TestCacheDMVerity(t *testing.T) {
 	must(t, f.Close())
 	orphan := filepath.Join(filepath.Dir(paths[2]), strings.Repeat("0", 64)+".erofs.dmverity")
 	must(t, os.WriteFile(orphan, []byte("{}"), 0o644))
-	unlock, err := convert.LockCache(ctx, dir, nil)
+	unlock, err := cache.Lock(ctx, dir, nil)
 	must(t, err)
 	for i, l := range run(true) {
 		if l.Cached != (i >= 2) {
@@ -370,11 +374,10 @@ func TestCacheDMVerity(t *testing.T) {
 	// dm-verity device has its data blocks as its logical blocks, and
 	// EROFS mounts no image on a device of larger blocks than its own.
 	small := t.TempDir()
-	c, err := convert.NewConverter(convert.ImageOptions{TempDir: t.TempDir(), CacheDMVerity: true, CacheOverLower: true,
-		Layer: convert.Options{Erofs: erofs.Options{BlockSize: 512}}})
+	c, err := cache.New(small, cache.Options{Convert: convert.ImageOptions{TempDir: t.TempDir(), Layer: convert.Options{Erofs: erofs.Options{BlockSize: 512}}}, DMVerity: true, OverLower: true})
 	must(t, err)
 	defer c.Close()
-	ls, err := c.CacheImage(ctx, amd, convtest.SourceDescriptor(t, amd), small)
+	ls, err := c.Image(ctx, amd, convtest.SourceDescriptor(t, amd))
 	must(t, err)
 	var smallPaths []string
 	for i, l := range ls {
@@ -424,25 +427,25 @@ func TestCacheAlone(t *testing.T) {
 	shared := convtest.Layer(t, convtest.File("opt/app/run.sh", 0o755, []byte("#!/bin/sh\n")))
 	attacker := convtest.Image(t, "amd64", convtest.Layer(t, convtest.Dir(".", 0o755), convtest.Dir("opt", 0o777).Own(1000, 1000), convtest.Dir("opt/app", 0o777).Own(1000, 1000)), shared)
 	victim := convtest.Image(t, "amd64", convtest.Layer(t, convtest.Dir(".", 0o755), convtest.Dir("opt", 0o755), convtest.Dir("opt/app", 0o755)), shared)
-	cache := func(dir string, overLower bool, imgs ...v1.Image) []convert.CacheLayer {
+	fill := func(dir string, overLower bool, imgs ...v1.Image) []cache.Layer {
 		t.Helper()
-		var ls []convert.CacheLayer
+		var ls []cache.Layer
 		for _, img := range imgs {
-			c, err := convert.NewConverter(convert.ImageOptions{TempDir: t.TempDir(), CacheOverLower: overLower})
+			c, err := cache.New(dir, cache.Options{Convert: convert.ImageOptions{TempDir: t.TempDir()}, OverLower: overLower})
 			must(t, err)
-			ls, err = c.CacheImage(ctx, img, convtest.SourceDescriptor(t, img), dir)
+			ls, err = c.Image(ctx, img, convtest.SourceDescriptor(t, img))
 			must(t, err)
 			c.Close()
 		}
 		return ls // the last image's
 	}
-	entry := func(ls []convert.CacheLayer) v1.Hash {
+	entry := func(ls []cache.Layer) v1.Hash {
 		b, err := os.ReadFile(ls[1].Path)
 		must(t, err)
 		return convtest.SHA256(b)
 	}
-	first := cache(t.TempDir(), false, attacker, victim)
-	second := cache(t.TempDir(), false, victim, attacker)
+	first := fill(t.TempDir(), false, attacker, victim)
+	second := fill(t.TempDir(), false, victim, attacker)
 	if entry(first) != entry(second) {
 		t.Errorf("the shared layer's entry depends on the image cached first: %s, %s", entry(first), entry(second))
 	}
@@ -463,27 +466,27 @@ func TestCacheAlone(t *testing.T) {
 	// An entry made over the attacker's layers (an earlier version's,
 	// with its lower record) is made again of the layer alone.
 	dir := t.TempDir()
-	over := cache(dir, true, attacker)
+	over := fill(dir, true, attacker)
 	if _, err := os.Stat(over[1].Path + ".lower.json"); err != nil {
 		t.Fatalf("an entry made over lower layers has no lower record: %v", err)
 	}
-	again := cache(dir, false, victim)
+	again := fill(dir, false, victim)
 	if entry(again) != entry(first) {
 		t.Errorf("the entry made over lower layers was kept: %s, want %s", entry(again), entry(first))
 	}
 	if raw, err := os.ReadFile(again[1].Path + ".lower.json"); err != nil || !strings.Contains(string(raw), `"alone":true`) {
 		t.Errorf("its lower record is not one of a layer alone: %s %v", raw, err)
 	}
-	// CacheOverLower takes the entry made alone, and says so.
-	if ls := cache(dir, true, attacker); !ls[1].Cached || len(ls[1].Warnings) != 1 || !strings.Contains(ls[1].Warnings[0], "made with no layer below it") {
+	// OverLower takes the entry made alone, and says so.
+	if ls := fill(dir, true, attacker); !ls[1].Cached || len(ls[1].Warnings) != 1 || !strings.Contains(ls[1].Warnings[0], "made with no layer below it") {
 		t.Errorf("over lower layers, an entry made alone: cached %v, warnings %q", ls[1].Cached, ls[1].Warnings)
 	}
 	// But not for an image whose first layer it is: made alone or over
 	// nothing, it is the same entry (review 20-d).
 	base := convtest.Image(t, "amd64", shared)
 	solo := t.TempDir()
-	cache(solo, false, base)
-	if ls := cache(solo, true, base); !ls[0].Cached || len(ls[0].Warnings) != 0 {
+	fill(solo, false, base)
+	if ls := fill(solo, true, base); !ls[0].Cached || len(ls[0].Warnings) != 0 {
 		t.Errorf("a first layer made alone, over lower layers: cached %v, warnings %q", ls[0].Cached, ls[0].Warnings)
 	}
 }
@@ -497,31 +500,31 @@ func TestCacheRootOpaque(t *testing.T) {
 	top := convtest.Layer(t, convtest.Dir(".", 0o755), convtest.File("./.wh..wh..opq", 0, nil), convtest.File("c", 0o644, []byte("c\n"))) // implies nothing
 	img := convtest.Image(t, "amd64", convtest.Layer(t, convtest.Dir(".", 0o755), convtest.File("a", 0o644, nil), convtest.Dir("b", 0o755), convtest.File("b/x", 0o644, nil)), top)
 	other := convtest.Image(t, "amd64", convtest.Layer(t, convtest.Dir(".", 0o755), convtest.File("y", 0o644, nil)), top)
-	cache := func(dir string, overLower bool, img v1.Image) []convert.CacheLayer {
+	fill := func(dir string, overLower bool, img v1.Image) []cache.Layer {
 		t.Helper()
-		c, err := convert.NewConverter(convert.ImageOptions{TempDir: t.TempDir(), CacheOverLower: overLower})
+		c, err := cache.New(dir, cache.Options{Convert: convert.ImageOptions{TempDir: t.TempDir()}, OverLower: overLower})
 		must(t, err)
 		defer c.Close()
-		ls, err := c.CacheImage(ctx, img, convtest.SourceDescriptor(t, img), dir)
+		ls, err := c.Image(ctx, img, convtest.SourceDescriptor(t, img))
 		must(t, err)
 		return ls
 	}
 	over := t.TempDir()
-	ls := cache(over, true, img)
+	ls := fill(over, true, img)
 	tree := convtest.TreeFromDir(t, convtest.MountStack(t, []string{ls[0].Path, ls[1].Path}))
 	for p, want := range map[string]bool{"a": false, "b": false, "b/x": false, "c": true} {
 		if (tree.Node(p) != nil) != want {
 			t.Errorf("over its lower layers: %s there: %v, want %v", p, tree.Node(p) != nil, want)
 		}
 	}
-	if ls := cache(over, true, other); !ls[1].Cached || len(ls[1].Warnings) != 1 || !strings.Contains(ls[1].Warnings[0], "its opaque marker on the root whites out what they have at the root") {
+	if ls := fill(over, true, other); !ls[1].Cached || len(ls[1].Warnings) != 1 || !strings.Contains(ls[1].Warnings[0], "its opaque marker on the root whites out what they have at the root") {
 		t.Errorf("reused over other lower layers: cached %v, warnings %q", ls[1].Cached, ls[1].Warnings)
 	}
 	alone := t.TempDir()
-	if ls := cache(alone, false, img); len(ls[1].Warnings) != 1 || !strings.Contains(ls[1].Warnings[0], "an opaque marker on the root: overlayfs ignores it there") {
+	if ls := fill(alone, false, img); len(ls[1].Warnings) != 1 || !strings.Contains(ls[1].Warnings[0], "an opaque marker on the root: overlayfs ignores it there") {
 		t.Errorf("made alone: warnings %q", ls[1].Warnings)
 	}
-	if ls := cache(alone, true, img); !ls[1].Cached || len(ls[1].Warnings) != 1 || !strings.Contains(ls[1].Warnings[0], "hides nothing of this image's lower layers") {
+	if ls := fill(alone, true, img); !ls[1].Cached || len(ls[1].Warnings) != 1 || !strings.Contains(ls[1].Warnings[0], "hides nothing of this image's lower layers") {
 		t.Errorf("made alone, reused over lower layers: cached %v, warnings %q", ls[1].Cached, ls[1].Warnings)
 	}
 }
@@ -532,13 +535,13 @@ func TestCacheRootOpaque(t *testing.T) {
 // waiter held a lock of a removed file, and the third ran beside it).
 func TestLockCacheRemoved(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "cache")
-	unlockA, err := convert.LockCache(context.Background(), dir, nil)
+	unlockA, err := cache.Lock(context.Background(), dir, nil)
 	must(t, err)
 	gotB := make(chan func(), 1)
 	bWaits := make(chan struct{})
 	go func() {
-		// LockCache calls its wait once it finds the lock held.
-		unlock, err := convert.LockCache(context.Background(), dir, func() { close(bWaits) })
+		// Lock calls its wait once it finds the lock held.
+		unlock, err := cache.Lock(context.Background(), dir, func() { close(bWaits) })
 		if err != nil {
 			t.Error(err)
 			unlock = func() {}
@@ -551,13 +554,13 @@ func TestLockCacheRemoved(t *testing.T) {
 		unlock()
 		t.Fatal("B did not wait for the lock A holds")
 	}
-	must(t, os.Remove(filepath.Join(dir, convert.CacheLockName)))
+	must(t, os.Remove(filepath.Join(dir, cache.LockName)))
 	unlockA()
 	unlockB := <-gotB
 	defer unlockB()
 	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
 	defer cancel()
-	if unlockC, err := convert.LockCache(ctx, dir, nil); err == nil {
+	if unlockC, err := cache.Lock(ctx, dir, nil); err == nil {
 		unlockC()
 		t.Error("a third run took the lock while the second held it")
 	}

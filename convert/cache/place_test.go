@@ -1,4 +1,4 @@
-package convert
+package cache
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ocierofs/ocierofs/convert"
 	"github.com/ocierofs/ocierofs/convert/dmverity"
 )
 
@@ -28,7 +29,7 @@ func TestPlaceEntryRace(t *testing.T) {
 			t.Fatal(err)
 		}
 		srcs[i] = filepath.Join(dir, fmt.Sprintf("img%d", i))
-		if _, err := Mkfs(srcs[i], in, Options{}); err != nil {
+		if _, err := convert.Mkfs(srcs[i], in, convert.Options{}); err != nil {
 			t.Fatal(err)
 		}
 		st, err := os.Stat(srcs[i])

@@ -1,4 +1,16 @@
-package convert
+// Package cache fills a containerd layer content cache: the EROFS image
+// of each tar layer of an image, in the directory layout containerd's
+// EROFS snapshotter looks in (layer_content_caches) before it has its
+// differ run mkfs.erofs, with the bytes convert would publish for the
+// layer.
+//
+//	c, err := cache.New(dir, cache.Options{Convert: convert.ImageOptions{TempDir: dir}})
+//	…
+//	defer c.Close()
+//	layers, err := c.Image(ctx, img, desc)
+//
+// Lock keeps runs that share a directory one at a time.
+package cache
 
 import (
 	"context"
@@ -11,13 +23,14 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/ocierofs/ocierofs/convert"
 	"github.com/ocierofs/ocierofs/convert/dmverity"
 	"github.com/ocierofs/ocierofs/erofs"
 	"github.com/ocierofs/ocierofs/internal/atomicfile"
@@ -26,11 +39,12 @@ import (
 // containerd's EROFS snapshotter, preparing the snapshot of a tar layer,
 // looks in its layer content caches (layer_content_caches) for
 // DIR/sha256/<first two hex digits>/<hex>.erofs, named by the layer's diffID,
-// and uses such a file instead of having the differ run mkfs.erofs. Cache fills such a directory
-// ahead of time, with the same bytes convert would publish for the layer.
+// and uses such a file instead of having the differ run mkfs.erofs. A Cache
+// fills such a directory ahead of time, with the same bytes convert would
+// publish for the layer.
 //
 // A layer's EROFS image depends on the layers below it only through the
-// directories it implies (see lower.go). The cache is keyed by the layer's
+// directories it implies (convert.LayerFile.Implied). The cache is keyed by the layer's
 // own diffID, so the entry made for the first image a layer is seen in is
 // the one every image with that layer gets — the same trade containerd
 // makes, which converts each layer without looking at the others. An entry
@@ -42,14 +56,14 @@ import (
 // superblock's checksum and size): containerd mounts it as it is, so a
 // truncated file would fail every container of the layer.
 //
-// With CacheDMVerity, each entry made has a dm-verity hash tree after the
+// With Options.DMVerity, each entry made has a dm-verity hash tree after the
 // image and a sidecar (<entry>.dmverity) with its root hash, which
 // containerd's snapshotter (dmverity_mode "auto" or "on") opens the entry
 // with, so that the kernel checks every block read against the root hash.
 
-// CachePath is where the EROFS image of the tar layer diffID lives in a
+// Path is where the EROFS image of the tar layer diffID lives in a
 // layer content cache.
-func CachePath(dir string, diffID v1.Hash) string {
+func Path(dir string, diffID v1.Hash) string {
 	hex := diffID.Hex
 	if len(hex) < 2 {
 		hex = "00" + hex
@@ -57,8 +71,8 @@ func CachePath(dir string, diffID v1.Hash) string {
 	return filepath.Join(dir, diffID.Algorithm, hex[:2], diffID.Hex+".erofs")
 }
 
-// CacheLayer describes one layer of a Cache run.
-type CacheLayer struct {
+// Layer describes what a Cache did with one layer of an image.
+type Layer struct {
 	Platform string `json:"platform,omitempty"`
 	Source   string `json:"source"`
 	DiffID   string `json:"diffID"`
@@ -79,7 +93,7 @@ type CacheLayer struct {
 type lowerRecord struct {
 	LowerChainID string   `json:"lowerChainID"`
 	Implied      []string `json:"implied"`
-	// Alone: made of the layer alone (CacheOverLower unset), the implied
+	// Alone: made of the layer alone (Options.OverLower unset), the implied
 	// directories root-owned 0755.
 	Alone bool `json:"alone,omitempty"`
 	// RootOpaque: the layer has an opaque marker on its root, carried
@@ -96,7 +110,7 @@ func readLowerRecord(path string) (lowerRecord, bool) {
 }
 
 // madeOverLower reports whether the entry at p was made over some image's
-// lower layers (CacheOverLower, or a version before it).
+// lower layers (Options.OverLower, or a version before it).
 func madeOverLower(p string) bool {
 	r, ok := readLowerRecord(p)
 	return ok && !r.Alone && r.LowerChainID != ""
@@ -197,21 +211,93 @@ func checkEntry(p string, needVerity bool) (size int64, rootHash string, err err
 // not exceed the filesystem's).
 func verityBlockSize(blockSize int) int { return min(blockSize, dmverity.BlockSize) }
 
-// CacheImage converts the layers of src that dir does not hold yet into
-// dir's layer content cache layout. Entries appear atomically (temp file
-// and rename), so a rerun, or containerd reading the cache meanwhile, never
-// sees half an image.
-func (c *Converter) CacheImage(ctx context.Context, src v1.Image, srcDesc v1.Descriptor, dir string) ([]CacheLayer, error) {
-	m, _, cfg, err := readImage(ctx, src, srcDesc)
+// Options of a Cache.
+type Options struct {
+	// Convert are the options of the Converter that makes the entries
+	// (the layer's build options, jobs, progress, log). Its TempDir is
+	// best on the cache directory's filesystem: entries are linked into
+	// place from there, not copied.
+	Convert convert.ImageOptions
+	// Present, if set, tells whether the entry at path is there already;
+	// by default an entry is there if it is a whole EROFS image. (The
+	// mirror marks the layers it has elsewhere with empty files.)
+	Present func(path string) bool
+	// DMVerity appends a dm-verity hash tree to each entry made and
+	// writes the entry's sidecar (<entry>.dmverity), as containerd's
+	// dmverity_mode wants; an entry without a sidecar is made again.
+	DMVerity bool
+	// NoSync leaves the entries unsynced: for a cache directory that is
+	// scratch space (the mirror's), not a node's.
+	NoSync bool
+	// OverLower makes the entries as convert's Image makes the layers:
+	// the directories a layer implies take their metadata from the layers
+	// below in this image. By default an entry is made of its layer
+	// alone, as containerd's differ makes it on the node, since an entry
+	// is found by its layer's diffID for every image: made over one
+	// image's layers, the first image cached would set the owner and mode
+	// of those directories in every other image's containers
+	// (TestCacheLowerLayers). The mirror, which publishes what it
+	// converts, sets it.
+	OverLower bool
+}
+
+// A Cache fills the layer content cache in one directory with the layers
+// of images, converted by a Converter of its own (so that the platforms of
+// an index that share a layer convert it once). Close removes its temp
+// files.
+type Cache struct {
+	conv *convert.Converter
+	dir  string
+	opt  Options
+	// place serializes placing entries: an entry and its sidecar go into
+	// place together.
+	place sync.Mutex
+	// finished holds each converted layer made ready to be an entry
+	// (finishEntry), once for the jobs of every platform that share it,
+	// by the path of its image.
+	mu       sync.Mutex
+	finished map[string]*finishOnce
+}
+
+// New makes a Cache of the directory dir.
+func New(dir string, opt Options) (*Cache, error) {
+	conv, err := convert.NewConverter(opt.Convert)
 	if err != nil {
 		return nil, err
 	}
-	cs := &cacheRun{c: c, m: m, diffIDs: cfg.RootFS.DiffIDs, chains: chainIDs(cfg.RootFS.DiffIDs), alone: !c.opt.CacheOverLower}
-	top := cs.lookup(dir)
+	return &Cache{conv: conv, dir: dir, opt: opt, finished: map[string]*finishOnce{}}, nil
+}
+
+// Close removes the converted layers kept in the temp directory (placed
+// entries stay).
+func (c *Cache) Close() error { return c.conv.Close() }
+
+// CheckPlatform refuses an image whose config names a platform other than
+// the selected ones (Converter.CheckPlatform).
+func (c *Cache) CheckPlatform(img v1.Image, desc v1.Descriptor) error {
+	return c.conv.CheckPlatform(img, desc)
+}
+
+func (c *Cache) logf(format string, args ...any) {
+	if c.opt.Convert.Log != nil {
+		c.opt.Convert.Log(fmt.Sprintf(format, args...))
+	}
+}
+
+// Image converts the layers of src that the cache does not hold yet into
+// it. Entries appear atomically (temp file and rename), so a rerun, or
+// containerd reading the cache meanwhile, never sees half an image.
+func (c *Cache) Image(ctx context.Context, src v1.Image, srcDesc v1.Descriptor) ([]Layer, error) {
+	m, cfg, err := convert.ReadImage(ctx, src, srcDesc)
+	if err != nil {
+		return nil, err
+	}
+	cs := &cacheRun{c: c, m: m, diffIDs: cfg.RootFS.DiffIDs, chains: chainIDs(cfg.RootFS.DiffIDs), alone: !c.opt.OverLower}
+	top := cs.lookup()
 	if top < 0 {
 		return cs.out, nil
 	}
-	jobs, err := cs.start(ctx, src, top)
+	jobs, err := c.conv.StartLayers(ctx, src, m, cs.diffIDs, cs.modes(top))
 	if err != nil {
 		return nil, err
 	}
@@ -219,30 +305,26 @@ func (c *Converter) CacheImage(ctx context.Context, src v1.Image, srcDesc v1.Des
 		if j == nil {
 			continue
 		}
-		select {
-		case <-j.done:
-		case <-ctx.Done():
-			return nil, ctx.Err()
+		fl, err := j.Wait(ctx)
+		if err != nil {
+			return nil, err
 		}
-		if j.err != nil {
-			return nil, j.err
-		}
-		if err := cs.place(i, j); err != nil {
+		if err := cs.place(i, fl); err != nil {
 			return nil, err
 		}
 	}
 	return cs.out, nil
 }
 
-// cacheRun is CacheImage's work on one image: out is its result, a
-// CacheLayer per layer.
+// cacheRun is Image's work on one image: out is its result, a Layer per
+// layer.
 type cacheRun struct {
-	c       *Converter
+	c       *Cache
 	m       *v1.Manifest
 	diffIDs []v1.Hash
 	chains  []string
-	alone   bool // each entry made of its layer alone (not CacheOverLower)
-	out     []CacheLayer
+	alone   bool // each entry made of its layer alone (not Options.OverLower)
+	out     []Layer
 }
 
 // lowerChain is the chain ID of the layers below layer i; "" for none.
@@ -255,30 +337,26 @@ func (cs *cacheRun) lowerChain(i int) string {
 
 // lookup fills out with what the cache holds, and returns the highest
 // layer to convert (-1: none).
-func (cs *cacheRun) lookup(dir string) int {
+func (cs *cacheRun) lookup() int {
 	c := cs.c
-	cs.out = make([]CacheLayer, len(cs.m.Layers))
+	cs.out = make([]Layer, len(cs.m.Layers))
 	top := -1
 	for i, d := range cs.m.Layers {
 		out := &cs.out[i]
-		*out = CacheLayer{Source: d.Digest.String(), DiffID: cs.diffIDs[i].String()}
-		switch {
-		case !isTarLayer(d.MediaType):
+		*out = Layer{Source: d.Digest.String(), DiffID: cs.diffIDs[i].String()}
+		if !convert.IsTarLayer(d.MediaType) {
 			out.Skipped = fmt.Sprintf("media type %s is not a tar layer", d.MediaType)
 			continue
-		case isNondistributable(d.MediaType):
-			out.Skipped = "non-distributable"
-			continue
 		}
-		p := CachePath(dir, cs.diffIDs[i])
+		p := Path(c.dir, cs.diffIDs[i])
 		out.Path = p
 		var size int64
 		var root string
 		var err error
 		ok := true
-		if c.opt.CachePresent != nil {
-			ok = c.opt.CachePresent(p) // the caller's markers: nothing to open
-		} else if size, root, err = checkEntry(p, c.opt.CacheDMVerity); err != nil {
+		if c.opt.Present != nil {
+			ok = c.opt.Present(p) // the caller's markers: nothing to open
+		} else if size, root, err = checkEntry(p, c.opt.DMVerity); err != nil {
 			ok = false
 			if !errors.Is(err, fs.ErrNotExist) {
 				c.logf("layer %s: cache entry %s: %v: making it again", short(d.Digest), p, err)
@@ -309,63 +387,51 @@ func (cs *cacheRun) warnLower(i int) {
 	}
 }
 
-// start starts the jobs of layers 0 … top that are to convert. Layers
-// below a missing one are read again for their directories (scanned, not
-// written) when their own entry is there already.
-func (cs *cacheRun) start(ctx context.Context, src v1.Image, top int) ([]*layerJob, error) {
-	c := cs.c
-	jobs := make([]*layerJob, top+1)
-	var chain []string
-	var lowerOps []*dirOps
-	for i := 0; i <= top; i++ {
-		d := cs.m.Layers[i]
-		chain = append(chain, d.Digest.String())
+// modes says how to convert layers 0 … top: each missing one, alone or
+// over the layers below; those below a missing one, with their own entry
+// there already, are read again for their directories (scanned, not
+// written) where entries are made over the layers below.
+func (cs *cacheRun) modes(top int) []convert.LayerMode {
+	modes := make([]convert.LayerMode, top+1)
+	for i := range modes {
 		have := cs.out[i].Cached || cs.out[i].Skipped != ""
-		if cs.alone && have {
-			continue // made of itself: nothing below it is read
+		switch {
+		case cs.alone && have:
+			modes[i] = convert.SkipLayer // made of itself: nothing below it is read
+		case cs.alone:
+			modes[i] = convert.LayerAlone
+		case have:
+			modes[i] = convert.ScanLayer
+		default:
+			modes[i] = convert.LayerOverLower
 		}
-		l, err := src.LayerByDigest(d.Digest)
-		if err != nil {
-			return nil, fmt.Errorf("layer %s: %w", d.Digest, err)
-		}
-		ls := layerSource{desc: d, layer: l, diffID: cs.diffIDs[i], alone: cs.alone}
-		key, waiting := "alone:"+d.Digest.String(), Progress{Source: d.Digest.String(), Total: d.Size}
-		if !cs.alone {
-			ls.lower, key = slices.Clone(lowerOps), strings.Join(chain, ",")
-			if have { // read for the layers above it: not shown
-				ls.scan, key, waiting = true, "scan:"+key, Progress{}
-			}
-		}
-		jobs[i] = c.job(ctx, key, waiting, ls.lower, func(j *layerJob) error { return c.convertLayer(ctx, j, ls) })
-		lowerOps = append(lowerOps, jobs[i].ops)
 	}
-	return jobs, nil
+	return modes
 }
 
-// place puts the image job j made of layer i into the cache, unless
-// another platform or run placed it meanwhile.
-func (cs *cacheRun) place(i int, j *layerJob) error {
+// place puts the image fl made of layer i into the cache,
+// unless another platform or run placed it meanwhile.
+func (cs *cacheRun) place(i int, fl *convert.LayerFile) error {
 	c, out, d := cs.c, &cs.out[i], cs.m.Layers[i]
 	if out.Cached || out.Skipped != "" {
 		return nil
 	}
-	fl := j.layer.(*fileLayer)
-	out.Warnings = append(out.Warnings, fl.warnings...)
+	out.Warnings = append(out.Warnings, fl.Warnings...)
 	t := time.Now()
 	var rec *lowerRecord
 	switch {
-	case len(fl.implied) == 0 && !fl.rootOpaque:
+	case len(fl.Implied) == 0 && !fl.RootOpaque:
 	case cs.alone:
-		rec = &lowerRecord{Alone: true, Implied: fl.implied, RootOpaque: fl.rootOpaque}
+		rec = &lowerRecord{Alone: true, Implied: fl.Implied, RootOpaque: fl.RootOpaque}
 	default:
-		rec = &lowerRecord{LowerChainID: cs.lowerChain(i), Implied: fl.implied, RootOpaque: fl.rootOpaque}
+		rec = &lowerRecord{LowerChainID: cs.lowerChain(i), Implied: fl.Implied, RootOpaque: fl.RootOpaque}
 	}
-	entry, err := j.finishEntry(fl, c.opt.CacheDMVerity, !c.opt.CacheNoSync)
+	entry, err := c.finishEntry(fl, c.opt.DMVerity, !c.opt.NoSync)
 	if err != nil {
 		return fmt.Errorf("layer %s: %w", d.Digest, err)
 	}
 	c.place.Lock()
-	there, err := placeEntry(fl.raw, out.Path, rec, entry.verity, !c.opt.CacheNoSync, cs.alone)
+	there, err := placeEntry(fl.Path, out.Path, rec, entry.verity, !c.opt.NoSync, cs.alone)
 	c.place.Unlock()
 	if err != nil {
 		return fmt.Errorf("layer %s: cache entry %s: %w", d.Digest, out.Path, err)
@@ -381,33 +447,38 @@ func (cs *cacheRun) place(i int, j *layerJob) error {
 	if entry.verity != nil {
 		out.DMVerityRootHash = entry.verity.RootHash
 	}
-	out.ConvertSeconds = fl.convertSeconds
+	out.ConvertSeconds = fl.ConvertSeconds
 	c.logf("layer %s: cached as %s (%.2fs)", short(d.Digest), out.Path, time.Since(t).Seconds())
 	return nil
 }
 
-// CacheIndex runs CacheImage for the selected platforms of an index (and
-// of the indexes nested in it).
-func (c *Converter) CacheIndex(ctx context.Context, src v1.ImageIndex, srcDesc v1.Descriptor, dir string) ([]CacheLayer, error) {
-	_, results, err := eachEntry(ctx, c, src, srcDesc,
-		func(ctx context.Context, img v1.Image, e indexEntry) ([]CacheLayer, error) {
-			ls, err := c.CacheImage(ctx, img, e.desc, dir)
+// Index runs Image for the selected platforms of an index (and of the
+// indexes nested in it).
+func (c *Cache) Index(ctx context.Context, src v1.ImageIndex, srcDesc v1.Descriptor) ([]Layer, error) {
+	results, err := convert.EachImage(ctx, c.conv, src, srcDesc,
+		func(ctx context.Context, img v1.Image, desc v1.Descriptor, platform string) ([]Layer, error) {
+			ls, err := c.Image(ctx, img, desc)
 			for j := range ls {
-				ls[j].Platform = platformString(e.platform)
+				ls[j].Platform = platform
 			}
 			return ls, err
-		},
-		func(ctx context.Context, nested v1.ImageIndex, e indexEntry) ([]CacheLayer, error) {
-			return c.CacheIndex(ctx, nested, e.desc, dir)
 		})
 	if err != nil {
 		return nil, err
 	}
-	var all []CacheLayer
+	var all []Layer
 	for _, ls := range results {
 		all = append(all, ls...)
 	}
 	return all, nil
+}
+
+// short is a digest shortened for the log.
+func short(h v1.Hash) string {
+	if len(h.Hex) > 12 {
+		return h.Algorithm + ":" + h.Hex[:12]
+	}
+	return h.String()
 }
 
 // placeEntry puts the image at src into the cache at dst, its dm-verity
@@ -424,8 +495,8 @@ func placeEntry(src, dst string, rec *lowerRecord, verity *dmverity.Metadata, du
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return nil, err
 	}
-	// Runs that share the cache without sharing its lock (LockCache; a
-	// caller of CacheImage may not take it) place an entry and its
+	// Runs that share the cache without sharing its lock (Lock; a user
+	// of a Cache may not take it) place an entry and its
 	// sidecar one at a time: otherwise one run's sidecar could end up
 	// beside another's entry.
 	unlock, err := atomicfile.LockDir(filepath.Dir(dst))
@@ -526,20 +597,20 @@ func copyTemp(src, dir, name string) (string, error) {
 	})
 }
 
-// CacheLockName is the lock file LockCache makes in a cache directory.
-const CacheLockName = ".ocierofs-cache.lock"
+// LockName is the lock file Lock makes in a cache directory.
+const LockName = ".ocierofs-cache.lock"
 
-// LockCache takes the lock of the cache directory dir (made if missing),
+// Lock takes the lock of the cache directory dir (made if missing),
 // so that runs filling it one after another convert each layer once, and
 // removes what a run killed while placing an entry left behind. wait is
 // called once if another run holds the lock. unlock lets go of it.
-func LockCache(ctx context.Context, dir string, wait func()) (unlock func(), err error) {
+func Lock(ctx context.Context, dir string, wait func()) (unlock func(), err error) {
 	var f *os.File
 	for {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, err
 		}
-		lock := filepath.Join(dir, CacheLockName)
+		lock := filepath.Join(dir, LockName)
 		if f, err = os.OpenFile(lock, os.O_CREATE|os.O_RDWR, 0o644); errors.Is(err, fs.ErrNotExist) {
 			continue // removed since MkdirAll by a run that made it and failed
 		} else if err != nil {
@@ -588,14 +659,28 @@ type finishedEntry struct {
 	verity *dmverity.Metadata // nil without a tree
 }
 
-// finishEntry readies the job's converted layer to be placed, once for
-// every platform sharing the job: its dm-verity tree appended (verity),
-// and the file synced (durable).
-func (j *layerJob) finishEntry(fl *fileLayer, verity, durable bool) (finishedEntry, error) {
-	j.entryOnce.Do(func() {
-		j.entry, j.entryErr = finishFile(fl.raw, fl.rawSize, verity, durable)
+// finishOnce is the finishing of one converted layer (finishEntry).
+type finishOnce struct {
+	once  sync.Once
+	entry finishedEntry
+	err   error
+}
+
+// finishEntry readies the converted layer fl to be placed, once for every
+// platform sharing its job: its dm-verity tree appended (verity), and the
+// file synced (durable).
+func (c *Cache) finishEntry(fl *convert.LayerFile, verity, durable bool) (finishedEntry, error) {
+	c.mu.Lock()
+	f := c.finished[fl.Path]
+	if f == nil {
+		f = &finishOnce{}
+		c.finished[fl.Path] = f
+	}
+	c.mu.Unlock()
+	f.once.Do(func() {
+		f.entry, f.err = finishFile(fl.Path, fl.Size, verity, durable)
 	})
-	return j.entry, j.entryErr
+	return f.entry, f.err
 }
 
 func finishFile(p string, size int64, verity, durable bool) (e finishedEntry, err error) {
