@@ -22,6 +22,7 @@ import (
 	"github.com/ocierofs/ocierofs/erofs"
 	"github.com/ocierofs/ocierofs/internal/atomicfile"
 	"github.com/ocierofs/ocierofs/oci"
+	"github.com/ocierofs/ocierofs/oci/chunkindex"
 )
 
 // CheckOptions tells Check where to work and where to report.
@@ -88,6 +89,9 @@ type checker struct {
 	ctx context.Context
 	opt CheckOptions
 	res *CheckResult
+	// standalone are the standalone chunk indexes of the image being
+	// checked, by the digest of the layer each indexes.
+	standalone map[v1.Hash]*chunkindex.Index
 }
 
 func (c *checker) diff(where, format string, args ...any) {
@@ -227,6 +231,15 @@ func (c *checker) image(where string, img, src v1.Image, srcDigest v1.Hash) erro
 	if err != nil {
 		return fmt.Errorf("%s: config: %w", where, err)
 	}
+	if len(cfg.RootFS.DiffIDs) == len(m.Layers) {
+		// The spec's standalone chunk-index layers index the layer
+		// before them; the rest is compared with the source.
+		mm := *m
+		if mm.Layers, cfg.RootFS.DiffIDs, err = c.splitChunkIndexes(where, img, m.Layers, cfg.RootFS.DiffIDs); err != nil {
+			return err
+		}
+		m = &mm
+	}
 	var chain []string
 	for _, l := range sm.Layers {
 		chain = append(chain, l.Digest.String())
@@ -351,6 +364,9 @@ func (c *checker) layer(where string, img v1.Image, d v1.Descriptor, diffID v1.H
 	if err != nil {
 		c.diff(where, "reading the EROFS image: %v", err)
 		return nil
+	}
+	if err := c.specLayer(where, l, d, f, size); err != nil {
+		return err
 	}
 	c.res.Paths += got.Len()
 	for _, s := range fstree.Diff(want, got, fstree.DiffOptions{IgnoreImpliedMtime: true, IgnoreWhiteoutPerm: true, Want: "source", Got: "converted"}) {

@@ -33,6 +33,9 @@ type ImageOptions struct {
 	// SpecMediaTypes writes the draft EROFS image spec's media types
 	// (application/vnd.erofs[+zstd]) instead of containerd's.
 	SpecMediaTypes bool
+	// Spec adds the spec's chunk index and dm-verity tree to each layer
+	// (with SpecMediaTypes).
+	Spec SpecOptions
 	// Jobs is how many layers convert at once (default 1).
 	Jobs int
 	// TempDir holds converted layers until they are published.
@@ -157,6 +160,9 @@ func NewConverter(opt ImageOptions) (*Converter, error) {
 	if opt.Jobs < 1 {
 		opt.Jobs = 1
 	}
+	if opt.Spec.active() && !opt.SpecMediaTypes {
+		return nil, errors.New("a chunk index or a dm-verity tree in the layer is a part of the EROFS image spec's layers: it needs its media types")
+	}
 	tmp, lock, err := makeTemp(opt.TempDir)
 	if err != nil {
 		return nil, err
@@ -229,6 +235,15 @@ func (c *Converter) Image(ctx context.Context, src v1.Image, srcDesc v1.Descript
 		mf.Layers = append(mf.Layers, c.layerDescriptor(fl, m.Layers[i], chain))
 		out.layers[fl.digest] = fl
 		diffIDs = append(diffIDs, fl.diffID.String())
+		if ci := fl.chunkIndex; ci != nil && i == len(jobs)-1 {
+			// §3.8: a chunk-index layer is never the last, and a
+			// standalone one indexes the layer before it.
+			c.logf("layer %s: the top layer has no standalone chunk index (the spec keeps an EROFS layer last)", short(fl.digest))
+		} else if ci != nil {
+			mf.Layers = append(mf.Layers, chunkIndexDescriptor(ci))
+			out.layers[ci.digest] = ci
+			diffIDs = append(diffIDs, ci.diffID.String())
+		}
 	}
 	var history []v1.History
 	if c.opt.Flatten {
@@ -316,6 +331,7 @@ func (c *Converter) layerDescriptor(fl *fileLayer, d v1.Descriptor, chain []stri
 	if c.opt.SpecMediaTypes {
 		ann[AnnotationUncompressed] = fl.diffID.String()
 	}
+	maps.Copy(ann, fl.annotations)
 	return v1.Descriptor{MediaType: fl.mediaType, Digest: fl.digest, Size: fl.size, Annotations: ann}
 }
 
@@ -789,6 +805,9 @@ func (c *Converter) fileLayer(raw string, source v1.Hash, entries int, warnings 
 	fl := &fileLayer{raw: raw, blob: raw, sourceDigest: source, entries: entries, warnings: warnings}
 	if fl.diffID, fl.rawSize, err = hashFile(raw); err != nil {
 		return nil, err
+	}
+	if c.opt.SpecMediaTypes && c.opt.Spec.active() {
+		return c.specLayer(fl)
 	}
 	fl.digest, fl.size = fl.diffID, fl.rawSize
 	fl.mediaType = MediaTypeLayer

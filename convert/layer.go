@@ -57,6 +57,10 @@ type fileLayer struct {
 	// implied are the directories the layer implies, whose metadata came
 	// from the layers below (the cache records them).
 	implied []string
+	// annotations go on the layer's descriptor (the EROFS image spec's);
+	// chunkIndex is the standalone chunk-index layer that follows it.
+	annotations map[string]string
+	chunkIndex  *fileLayer
 	// rootOpaque: it whites out what the layers below have at the root
 	// (an opaque marker on its root), which the cache records too.
 	rootOpaque bool

@@ -26,6 +26,10 @@ func optionsKey(o convert.ImageOptions) string {
 	b.WriteString("v1|")
 	canon(&b, reflect.ValueOf(l))
 	fmt.Fprintf(&b, "|z%t|s%t", o.LayerZstd, o.SpecMediaTypes)
+	if o.SpecMediaTypes && (o.Spec.ChunkIndex != convert.ChunkIndexNone || o.Spec.DMVerity) {
+		// Only then: the keys of every other conversion stay as they were.
+		fmt.Fprintf(&b, "|ci%s:%d|v%t", o.Spec.ChunkIndex, o.Spec.ChunkSize, o.Spec.DMVerity)
+	}
 	h := sha256.Sum256([]byte(b.String()))
 	return hex.EncodeToString(h[:8])
 }

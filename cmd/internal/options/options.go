@@ -38,6 +38,9 @@ func ConvertFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "flatten", Usage: "one EROFS layer holding the merged filesystem of all layers"},
 		&cli.BoolFlag{Name: "no-index-os-features", Usage: "leave platform.os.features out of index entries"},
 		&cli.BoolFlag{Name: "referrer", Usage: "set each converted manifest's subject to its source manifest"},
+		&cli.StringFlag{Name: "chunk-index", Value: "none", Usage: "with --media-type spec: none, embedded (after each layer's image, a skippable frame in +zstd layers) or standalone (a layer after each but the top one, which the spec keeps last): the spec's chunk index, for reads by range"},
+		&cli.StringFlag{Name: "chunk-index-size", Value: "512K", Usage: "the chunk index's chunk: a power of two from 4K to 64M"},
+		&cli.BoolFlag{Name: "dmverity", Usage: "with --media-type spec: append a dm-verity tree to each layer's image, annotated (org.erofs.dmverity.*), as the spec lays it out (cache --dmverity writes containerd's sidecar instead)"},
 	)
 }
 
@@ -338,6 +341,9 @@ func Conversion(c *cli.Context) (opt convert.ImageOptions, rem oci.Remote, done 
 	default:
 		return opt, rem, done, fmt.Errorf("--media-type %q: want containerd or spec", c.String("media-type"))
 	}
+	if opt.Spec, err = specOptions(c, opt.SpecMediaTypes); err != nil {
+		return opt, rem, done, err
+	}
 	return opt, rem, done, nil
 }
 
@@ -598,4 +604,26 @@ func ParsePlatform(s string) (*v1.Platform, error) {
 		return &v1.Platform{OS: w}, nil
 	}
 	return nil, fmt.Errorf("%q is neither a known operating system nor architecture (OS/ARCH[/VARIANT], e.g. linux/arm64)", s)
+}
+
+// specOptions reads the flags of the EROFS image spec's layer features,
+// which only its media types have a place for.
+func specOptions(c *cli.Context, spec bool) (o convert.SpecOptions, err error) {
+	switch m := c.String("chunk-index"); m {
+	case "none", "":
+	case "embedded", "standalone":
+		o.ChunkIndex = convert.ChunkIndexMode(m)
+	default:
+		return o, fmt.Errorf("--chunk-index %q: want none, embedded or standalone", m)
+	}
+	o.DMVerity = c.Bool("dmverity")
+	if !spec && (o.ChunkIndex != convert.ChunkIndexNone || o.DMVerity) {
+		return o, errors.New("--chunk-index and --dmverity are parts of the EROFS image spec's layers: they need --media-type spec")
+	}
+	size, err := ParseSize(c.String("chunk-index-size"))
+	if err != nil || size < 4096 || size > 64<<20 || size&(size-1) != 0 {
+		return o, fmt.Errorf("--chunk-index-size %q: want a power of two from 4K to 64M", c.String("chunk-index-size"))
+	}
+	o.ChunkSize = int(size)
+	return o, nil
 }

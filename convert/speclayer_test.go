@@ -1,0 +1,164 @@
+package convert_test
+
+import (
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/ocierofs/ocierofs/convert"
+	"github.com/ocierofs/ocierofs/oci"
+	"github.com/ocierofs/ocierofs/oci/chunkindex"
+)
+
+// TestSpecLayers converts testdata/busybox with each of the EROFS image
+// spec's layer features, raw and +zstd: the chunk index (embedded,
+// standalone) and the dm-verity tree. Each image is checked by Check
+// (trees against the source; every chunk against its checksum and the
+// image data; the tree against its annotations), its annotations and
+// diff_ids are the spec's (§2.3, §5.2), and, as root, its layers mount as
+// they are (a raw blob with its index after the image) and stack to the
+// source's tree.
+func TestSpecLayers(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		zstd  bool
+		spec  convert.SpecOptions
+		extra int // standalone chunk-index layers
+	}{
+		{"embedded", false, convert.SpecOptions{ChunkIndex: convert.ChunkIndexEmbedded, ChunkSize: 4096}, 0},
+		{"embedded-zstd", true, convert.SpecOptions{ChunkIndex: convert.ChunkIndexEmbedded, ChunkSize: 4096}, 0},
+		{"standalone", false, convert.SpecOptions{ChunkIndex: convert.ChunkIndexStandalone, ChunkSize: 4096}, 2},
+		{"standalone-zstd", true, convert.SpecOptions{ChunkIndex: convert.ChunkIndexStandalone, ChunkSize: 4096}, 2},
+		{"dmverity", false, convert.SpecOptions{DMVerity: true}, 0},
+		{"dmverity-zstd-embedded", true, convert.SpecOptions{DMVerity: true, ChunkIndex: convert.ChunkIndexEmbedded, ChunkSize: 8192}, 0},
+		{"dmverity-embedded", false, convert.SpecOptions{DMVerity: true, ChunkIndex: convert.ChunkIndexEmbedded}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			opt := convert.ImageOptions{SpecMediaTypes: true, LayerZstd: tc.zstd, Spec: tc.spec, Jobs: 2}
+			rep, dst := convertBusybox(t, dir, opt)
+			if again, _ := convertBusybox(t, t.TempDir(), opt); again.Digest != rep.Digest {
+				t.Errorf("not deterministic: %s, then %s", rep.Digest, again.Digest)
+			}
+			ctx := context.Background()
+			art, err := oci.Get(ctx, dst, oci.Remote{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			src, _ := oci.ParseRef("oci:../testdata/busybox:latest", false)
+			srcArt, err := oci.Get(ctx, src, oci.Remote{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var diffs []string
+			res, err := convert.Check(ctx, art, srcArt, convert.CheckOptions{TempDir: t.TempDir(), Report: func(s string) { diffs = append(diffs, s) }})
+			if err != nil || res.Differences > 0 || res.Layers != 3 {
+				t.Fatalf("check: %d layers, %v, differences:\n%s", res.Layers, err, strings.Join(diffs, "\n"))
+			}
+			m, err := art.Image.Manifest()
+			if err != nil {
+				t.Fatal(err)
+			}
+			cf, err := art.Image.ConfigFile()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(m.Layers) != 3+tc.extra || len(cf.RootFS.DiffIDs) != len(m.Layers) {
+				t.Fatalf("%d layers and %d diff_ids, want %d", len(m.Layers), len(cf.RootFS.DiffIDs), 3+tc.extra)
+			}
+			var images []string
+			for i, d := range m.Layers {
+				blob := filepath.Join(dir, "blobs", "sha256", d.Digest.Hex)
+				if d.MediaType == convert.MediaTypeChunkIndex {
+					prev := m.Layers[i-1]
+					if d.Annotations[chunkindex.AnnotationTarget] != prev.Digest.String() || cf.RootFS.DiffIDs[i] != d.Digest {
+						t.Errorf("layer %d: chunk index with target %q, diff_id %s; want %s, %s", i, d.Annotations[chunkindex.AnnotationTarget], cf.RootFS.DiffIDs[i], prev.Digest, d.Digest)
+					}
+					continue
+				}
+				want := convert.MediaTypeSpec
+				if tc.zstd {
+					want = convert.MediaTypeSpecZstd
+				}
+				if d.MediaType != want {
+					t.Errorf("layer %d: media type %s, want %s", i, d.MediaType, want)
+				}
+				_, hasRange := d.Annotations[chunkindex.AnnotationRange]
+				_, hasDigest := d.Annotations[chunkindex.AnnotationDigest]
+				if emb := tc.spec.ChunkIndex == convert.ChunkIndexEmbedded; hasRange != emb || hasDigest != emb {
+					t.Errorf("layer %d: chunk-index annotations %v", i, d.Annotations)
+				}
+				if _, ok := d.Annotations[convert.AnnotationVerityRootDigest]; ok != tc.spec.DMVerity {
+					t.Errorf("layer %d: dm-verity annotations %v", i, d.Annotations)
+				}
+				img := blob
+				if tc.zstd {
+					img = unzstd(t, blob, t.TempDir())
+				} else if cf.RootFS.DiffIDs[i] != d.Digest {
+					t.Errorf("layer %d: a raw layer's diff_id %s is not its digest %s (§5.2)", i, cf.RootFS.DiffIDs[i], d.Digest)
+				}
+				if tc.spec.DMVerity {
+					veritysetupVerify(t, img, d.Annotations)
+				}
+				images = append(images, img)
+			}
+			stackAndCheck(t, images)
+		})
+	}
+}
+
+// TestSpecOptionsRefused: the spec's features need its media types.
+func TestSpecOptionsRefused(t *testing.T) {
+	_, err := convert.NewConverter(convert.ImageOptions{Spec: convert.SpecOptions{DMVerity: true}})
+	if err == nil {
+		t.Fatal("dm-verity without the spec's media types: no error")
+	}
+}
+
+// unzstd decompresses a +zstd blob (its index frame skipped) into dir.
+func unzstd(t *testing.T, blob, dir string) string {
+	t.Helper()
+	in, err := os.Open(blob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	zr, err := zstd.NewReader(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zr.Close()
+	p := filepath.Join(dir, filepath.Base(blob)+".img")
+	out, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	if _, err := io.Copy(out, zr); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// veritysetupVerify has veritysetup, where installed, check the tree in
+// img against the annotations: the kernel's userspace reading the layout
+// the spec gives (§3.5).
+func veritysetupVerify(t *testing.T, img string, ann map[string]string) {
+	t.Helper()
+	vs, err := exec.LookPath("veritysetup")
+	if err != nil {
+		t.Log("no veritysetup: the tree is checked by Check alone")
+		return
+	}
+	root := strings.TrimPrefix(ann[convert.AnnotationVerityRootDigest], "sha256:")
+	off := ann[convert.AnnotationVerityHashOffset]
+	if out, err := exec.Command(vs, "verify", "--hash-offset="+off, img, img, root).CombinedOutput(); err != nil {
+		t.Errorf("veritysetup verify --hash-offset=%s: %v: %s", off, err, out)
+	}
+}
