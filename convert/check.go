@@ -62,7 +62,11 @@ type CheckResult struct {
 //     form, the directories it only implies as the layers below leave
 //     them; a flattened image's one layer is the source's layers stacked;
 //   - the config is the source's but for rootfs.diff_ids, "erofs" in
-//     os.features and, flattened, the history.
+//     os.features and, flattened, the history;
+//   - the EROFS image spec's parts of a layer, where it has them: its
+//     chunk index (embedded, or a standalone layer after it) chunk by
+//     chunk against the checksums and the image data, its dm-verity tree
+//     block by block against its annotations (speccheck.go).
 //
 // The error is for what kept the check from going on: an unreadable blob,
 // a layer missing.

@@ -2,13 +2,17 @@ package convert_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/ocierofs/ocierofs/convert"
@@ -160,5 +164,69 @@ func veritysetupVerify(t *testing.T, img string, ann map[string]string) {
 	off := ann[convert.AnnotationVerityHashOffset]
 	if out, err := exec.Command(vs, "verify", "--hash-offset="+off, img, img, root).CombinedOutput(); err != nil {
 		t.Errorf("veritysetup verify --hash-offset=%s: %v: %s", off, err, out)
+	}
+}
+
+// editedImage is an image whose manifest a test changed.
+type editedImage struct {
+	v1.Image
+	m *v1.Manifest
+}
+
+func (e editedImage) Manifest() (*v1.Manifest, error) { return e.m, nil }
+func (e editedImage) RawManifest() ([]byte, error)    { return json.Marshal(e.m) }
+
+// TestSpecCheckFaults: Check names the section of each spec fault it
+// finds in a layer's annotations: a root digest that is not the tree's,
+// a chunk-index digest that is not the index's, a standalone index whose
+// target is not the layer before it.
+func TestSpecCheckFaults(t *testing.T) {
+	ctx := context.Background()
+	src, _ := oci.ParseRef("oci:../testdata/busybox:latest", false)
+	srcArt, err := oci.Get(ctx, src, oci.Remote{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		spec convert.SpecOptions
+		key  string
+		val  string
+		want string
+	}{
+		{"root digest", convert.SpecOptions{DMVerity: true}, convert.AnnotationVerityRootDigest, "sha256:" + strings.Repeat("ab", 32), "§3.5"},
+		{"hash offset", convert.SpecOptions{DMVerity: true}, convert.AnnotationVerityHashOffset, "4096", "§3.5"},
+		{"index digest", convert.SpecOptions{ChunkIndex: convert.ChunkIndexEmbedded}, chunkindex.AnnotationDigest, "sha256:" + strings.Repeat("cd", 32), "§3.4"},
+		{"index range", convert.SpecOptions{ChunkIndex: convert.ChunkIndexEmbedded}, chunkindex.AnnotationRange, "0", "§3.4"},
+		{"target", convert.SpecOptions{ChunkIndex: convert.ChunkIndexStandalone}, chunkindex.AnnotationTarget, "sha256:" + strings.Repeat("ef", 32), "§3.4"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, dst := convertBusybox(t, t.TempDir(), convert.ImageOptions{SpecMediaTypes: true, LayerZstd: true, Spec: tc.spec})
+			art, err := oci.Get(ctx, dst, oci.Remote{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := art.Image.Manifest()
+			if err != nil {
+				t.Fatal(err)
+			}
+			mm := *m
+			mm.Layers = slices.Clone(m.Layers)
+			for i, d := range mm.Layers {
+				if _, ok := d.Annotations[tc.key]; ok {
+					d.Annotations = maps.Clone(d.Annotations)
+					d.Annotations[tc.key] = tc.val
+					mm.Layers[i] = d
+					break
+				}
+			}
+			art.Image = editedImage{art.Image, &mm}
+			var diffs []string
+			res, err := convert.Check(ctx, art, srcArt, convert.CheckOptions{TempDir: t.TempDir(), Report: func(s string) { diffs = append(diffs, s) }})
+			if err != nil || res.Differences == 0 || !strings.Contains(strings.Join(diffs, "\n"), tc.want) {
+				t.Errorf("check: %v, differences:\n%s", err, strings.Join(diffs, "\n"))
+			}
+			t.Log(strings.Join(diffs, "\n"))
+		})
 	}
 }

@@ -338,7 +338,7 @@ func Verify(r io.ReaderAt, m Metadata) error {
 // checkRoot compares a root hash with m's.
 func checkRoot(root [sha256.Size]byte, m Metadata) error {
 	if hex.EncodeToString(root[:]) != m.RootHash {
-		return fmt.Errorf("dm-verity: the tree's root hash is %x, the sidecar says %s", root, m.RootHash)
+		return fmt.Errorf("dm-verity: the tree's root hash is %x, its metadata (sidecar or annotation) says %s", root, m.RootHash)
 	}
 	return nil
 }

@@ -174,7 +174,7 @@ func TestVerifyDamage(t *testing.T) {
 		{"level 1", tree + int(start[1])*BlockSize + 40, m, "level 1: hash block 0 "},
 		{"top level", tree + int(start[2])*BlockSize + 1, m, "level 2: hash block 0 "},
 		{"superblock", int(m.HashOffset) + 64, m, "block sizes"},
-		{"root hash", -1, Metadata{RootHash: strings.Repeat("ab", 32), HashOffset: m.HashOffset}, "the sidecar says"},
+		{"root hash", -1, Metadata{RootHash: strings.Repeat("ab", 32), HashOffset: m.HashOffset}, "says"},
 		{"hash offset", -1, Metadata{RootHash: m.RootHash, HashOffset: m.HashOffset - BlockSize}, "no verity signature"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
