@@ -3,6 +3,7 @@ module github.com/ocierofs/ocierofs
 go 1.26.6
 
 require (
+	github.com/cespare/xxhash/v2 v2.3.0
 	github.com/containerd/containerd/v2 v2.4.2
 	github.com/containerd/log v0.2.0
 	github.com/docker/cli v29.7.2+incompatible
@@ -25,7 +26,6 @@ require (
 	github.com/Microsoft/hcsshim v0.15.0-rc.4 // indirect
 	github.com/antithesishq/antithesis-sdk-go v0.9.0-default-no-op // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
-	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/containerd/cgroups/v3 v3.1.3 // indirect
 	github.com/containerd/continuity v0.5.0 // indirect
 	github.com/cpuguy83/go-md2man/v2 v2.0.7 // indirect

@@ -46,7 +46,8 @@ type Options struct {
 	Compression *Compression
 	// NoDedupe stores every regular file's data, even when an earlier file
 	// has the same content (by default it shares that file's blocks).
-	// Dedupe needs an output that can be truncated (an *os.File).
+	// Dedupe needs an output that can be read back and truncated (an
+	// *os.File).
 	NoDedupe bool
 	// Workers is the number of goroutines that compress (0: GOMAXPROCS;
 	// at most MaxWorkers). The image does not depend on it.
@@ -142,8 +143,11 @@ type Builder struct {
 
 	// Whole-file dedupe (dedupe.go).
 	dups         map[dupKey]dupOrig
+	dupMore      map[dupKey][]dupOrig // further candidates of colliding keys
+	chunkDups    map[chunkKey]dupOrig // chunk-based files
 	dedupedBytes int64
 	trunc        interface{ Truncate(int64) error } // w, if it can shrink
+	rdr          io.ReaderAt                        // w, if it can be read back
 
 	// Chunk dedupe (chunk.go).
 	chunks     chunkTable
@@ -250,6 +254,7 @@ func NewBuilder(w io.WriterAt, opt Options) (*Builder, error) {
 		scratch:     make([]byte, bs),
 	}
 	b.trunc, _ = w.(interface{ Truncate(int64) error })
+	b.rdr, _ = w.(io.ReaderAt)
 	b.opt.BlockSize = bs
 	b.opt.Devices = append([]DeviceSlot(nil), opt.Devices...)
 	if opt.Blob != nil {
@@ -270,7 +275,7 @@ func NewBuilder(w io.WriterAt, opt Options) (*Builder, error) {
 		}
 		b.z = z
 		b.zp = newZpipe(z, bs, b.blkbits, opt.Workers)
-	} else if !opt.NoDedupe && b.trunc != nil && opt.Blob == nil {
+	} else if b.dedupes() && opt.Blob == nil {
 		// Uncompressed files go through the pipeline for their hashes
 		// (writePlain), if there is more than one worker.
 		if zp := newZpipe(nil, bs, b.blkbits, opt.Workers); zp.workers > 1 {

@@ -119,10 +119,10 @@ func (b *Builder) writeChunked(ino *inode, r io.Reader) error {
 		// A copy's earlier chunks all hit the table, so nothing of it is
 		// written yet; if something was, the table points into it: keep it.
 		if done == size {
-			var fk dupKey
+			var fk chunkKey
 			fh.Sum(fk[:0])
 			inlineFlat, _ := b.inlineRoom(ino)
-			if orig := b.dupOf(fk, ino, 0, inlineFlat); orig != nil && s.outBlk == fileStart {
+			if orig := b.chunkDupOf(fk, ino, inlineFlat); orig != nil && s.outBlk == fileStart {
 				b.share(ino, orig)
 				// A copy of a file chunking stored flat with its tail
 				// inline shares that tail as a flat file's copies do.

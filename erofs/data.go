@@ -2,11 +2,11 @@ package erofs
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
+
+	"github.com/cespare/xxhash/v2"
 )
 
 // chunkRun maps count consecutive logical chunks starting at lblk to
@@ -74,9 +74,9 @@ func (b *Builder) writeData(ino *inode, e *Entry, r io.Reader) error {
 	if err := b.flatFits(size); err != nil {
 		return err
 	}
-	var h hash.Hash
-	if !b.opt.NoDedupe && b.trunc != nil {
-		h = sha256.New()
+	var h *xxhash.Digest
+	if b.dedupes() {
+		h = xxhash.New()
 		r = io.TeeReader(r, h)
 	}
 	ino.startBlk = uint32(b.outBlk)
@@ -94,7 +94,11 @@ func (b *Builder) writeData(ino *inode, e *Entry, r io.Reader) error {
 	var orig *inode
 	if h != nil {
 		inlineFlat, _ := b.inlineRoom(ino)
-		orig = b.dupOf(dupKey(h.Sum(nil)), ino, 0, inlineFlat)
+		content := concat(b.blockPieces(uint64(ino.startBlk), full<<b.blkbits), onePiece(buf))
+		var err error
+		if orig, err = b.dupOf(newDupKey(h.Sum64(), size), ino, 0, inlineFlat, content); err != nil {
+			return err
+		}
 	}
 	return b.flatDone(ino, orig, buf)
 }
@@ -141,7 +145,7 @@ func (b *Builder) flatDone(ino, orig *inode, tail []byte) error {
 }
 
 // writePlain hands an uncompressed file to the pipeline a segment at a
-// time, so that the workers take its sha256 for whole-file dedupe and the
+// time, so that the workers take its hash for whole-file dedupe and the
 // goroutine that parses the input and writes the output hashes nothing
 // (zpipe.dupOf); applyPlain then writes it as writeData does (the build
 // pipeline table of docs/performance.md has what that saves). The
@@ -164,7 +168,10 @@ func (b *Builder) applyPlain(j *zjob) error {
 		}
 		ino.startBlk = uint32(b.outBlk)
 	}
-	orig := b.zp.dupOf(b, j)
+	orig, err := b.zp.dupOf(b, j)
+	if err != nil {
+		return err
+	}
 	full := len(j.data) &^ (b.bs - 1)
 	if orig == nil && full > 0 {
 		if err := b.writeMaybeRef(j.data[:full], b.zp.refs(j)); err != nil {

@@ -1,7 +1,6 @@
 package erofs
 
 import (
-	"crypto/sha256"
 	"fmt"
 )
 
@@ -12,12 +11,34 @@ import (
 // turns out to be a duplicate; a file read in one piece (one compression
 // segment) is never written at all.
 //
-// Memory: one entry (hash and pointer) per distinct file.
+// A file's key is a fast non-cryptographic hash of its content and its
+// size: equal keys only make candidates, and a file shares a candidate's
+// data only once their contents compared equal (dupverify.go). Colliding
+// files with different contents are all kept as candidates, up to
+// maxDupCandidates per key (TestDedupeCollisions).
+//
+// Memory: one entry (key and pointer) per distinct file.
 
-// dupKey names a file's content within one build, never outside it: its
-// SHA-256, or that of its parts' SHA-256s for a file hashed in parts
-// (chunks, chunk.go; compression segments, zpipe.dupOf).
-type dupKey [sha256.Size]byte
+// dupKey names a file's content within one build: the xxhash64 of its
+// bytes, or of its parts' hashes for a file hashed in parts (compression
+// segments, zpipe.dupOf), and its size.
+type dupKey struct{ sum, size uint64 }
+
+// maxDupCandidates bounds the files with different contents kept under
+// one key, so crafted collisions cost at most that many comparisons per
+// file.
+const maxDupCandidates = 8
+
+// forceDupCollisions gives every file the same key: tests set it to show
+// that only the byte comparison decides (TestDedupeCollisions).
+var forceDupCollisions = false
+
+func newDupKey(sum, size uint64) dupKey {
+	if forceDupCollisions {
+		return dupKey{}
+	}
+	return dupKey{sum, size}
+}
 
 // dupOrig is the first file with some content, and the inline room its
 // inode had: a later file shares its layout only if it has as much room,
@@ -27,22 +48,78 @@ type dupOrig struct {
 	inlineZ, inlineFlat int
 }
 
-// dupOf returns the earlier file with content k that a file with the given
-// inline room can share, or nil; otherwise it records the file as the
-// first with k if there is none yet.
-func (b *Builder) dupOf(k dupKey, ino *inode, inlineZ, inlineFlat int) *inode {
-	if b.opt.NoDedupe || b.trunc == nil {
-		return nil
+// dedupes reports whether whole-file dedupe is on: the output must be
+// readable (the comparison) and truncatable (the rewind).
+func (b *Builder) dedupes() bool {
+	return !b.opt.NoDedupe && b.trunc != nil && b.rdr != nil
+}
+
+// dupOf returns the earlier file with the key k and the content of ino,
+// content, that a file with the given inline room can share, or nil;
+// otherwise it records the file as the first with k if there is none yet,
+// or as one more candidate if its content differs from every one's.
+func (b *Builder) dupOf(k dupKey, ino *inode, inlineZ, inlineFlat int, content pieces) (*inode, error) {
+	if !b.dedupes() {
+		return nil, nil
 	}
 	if b.dups == nil {
 		b.dups = map[dupKey]dupOrig{}
 	}
-	o, ok := b.dups[k]
+	first, ok := b.dups[k]
 	if !ok {
 		b.dups[k] = dupOrig{ino, inlineZ, inlineFlat}
+		return nil, nil
+	}
+	more := b.dupMore[k]
+	differ := true
+	for i := -1; i < len(more); i++ {
+		o := first
+		if i >= 0 {
+			o = more[i]
+		}
+		if o.ino.size != ino.size {
+			continue
+		}
+		same, err := sameContent(b.storedPieces(o.ino), content)
+		if err != nil {
+			return nil, err
+		}
+		if !same {
+			continue
+		}
+		if inlineZ < o.inlineZ || inlineFlat < o.inlineFlat {
+			// A copy, but with less room: stored again, and not a
+			// candidate, as the first copy serves those with the room.
+			differ = false
+			continue
+		}
+		return o.ino, nil
+	}
+	if differ && len(more)+1 < maxDupCandidates {
+		if b.dupMore == nil {
+			b.dupMore = map[dupKey][]dupOrig{}
+		}
+		b.dupMore[k] = append(more, dupOrig{ino, inlineZ, inlineFlat})
+	}
+	return nil, nil
+}
+
+// chunkDupOf is dupOf for chunk-based files, whose key is made of their
+// chunks' SHA-256s (chunk.go): chunk dedupe trusts those, and so does the
+// file's.
+func (b *Builder) chunkDupOf(k chunkKey, ino *inode, inlineFlat int) *inode {
+	if !b.dedupes() {
 		return nil
 	}
-	if inlineZ < o.inlineZ || inlineFlat < o.inlineFlat {
+	if b.chunkDups == nil {
+		b.chunkDups = map[chunkKey]dupOrig{}
+	}
+	o, ok := b.chunkDups[k]
+	if !ok {
+		b.chunkDups[k] = dupOrig{ino, 0, inlineFlat}
+		return nil
+	}
+	if inlineFlat < o.inlineFlat {
 		return nil
 	}
 	return o.ino

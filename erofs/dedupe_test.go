@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -229,5 +230,117 @@ func TestPlainHashedByWorkers(t *testing.T) {
 				t.Errorf("%d workers: %s: %v, first difference at %d", workers, name, err, firstDiff(got, want))
 			}
 		}
+	}
+}
+
+// TestDedupeCollisions gives every file the same dedupe key, so that only
+// the byte comparison tells copies from files that merely collide: files
+// of the same size that differ in one byte (in a later segment of a big
+// file, in a tail, in the middle) are never shared, and the image is the
+// one built with real keys, for every layout a candidate can have.
+func TestDedupeCollisions(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(3, 9))
+	random := func(n int) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(rnd.Uint32())
+		}
+		return b
+	}
+	flip := func(p []byte, at int) []byte {
+		q := bytes.Clone(p)
+		q[at] ^= 1
+		return q
+	}
+	var text bytes.Buffer
+	for i := 0; text.Len() < 9<<20; i++ {
+		fmt.Fprintf(&text, "line %d: %d\n", i, i%31)
+	}
+	big := text.Bytes()[:9<<20+5]
+	mixed := append(random(70000), bytes.Repeat([]byte("ab"), 40000)...)
+	small := []byte("a small config file\n")
+	tail := random(1500)
+	// Seven contents: fewer than maxDupCandidates, so every one stays a
+	// candidate and the image matches the one built with real keys.
+	files := map[string][]byte{
+		"a/big": big, "b/big": flip(big, len(big)-1), "c/big": big, "d/big": flip(big, len(big)-1),
+		"a/mixed": mixed, "b/mixed": flip(mixed, 100), "c/mixed": flip(mixed, 100), "d/mixed": mixed,
+		"a/small": small, "b/small": flip(small, 3), "c/small": small, "d/small": flip(small, 3),
+	}
+	for i := range 6 {
+		files[fmt.Sprintf("tails/%d", i)] = tail
+	}
+	dupBytes := int64(2*len(big) + 2*len(mixed) + 2*len(small) + 5*len(tail))
+	// More contents than candidates under one key: some copies are
+	// stored again, and every file still reads back as it was.
+	many := maps.Clone(files)
+	for i := range 2 * maxDupCandidates {
+		p := flip(small, i%len(small))
+		many[fmt.Sprintf("many/%02d", i)] = p
+		many[fmt.Sprintf("many/%02d-copy", i)] = p
+	}
+	for _, c := range []*Compression{
+		nil,
+		{Algorithm: AlgLZ4, PclusterSize: 65536, TailPacking: true},
+		{Algorithm: AlgLZ4, PclusterSize: 16384, Fragments: true},
+		{Algorithm: AlgLZ4, Level: 1, PclusterSize: 4096},
+		{Algorithm: AlgLZ4, PclusterSize: 16384, Dedupe: true},
+		{Algorithm: AlgZstd, Level: 3, PclusterSize: 16384, TailPacking: true},
+	} {
+		name := "plain"
+		if c != nil {
+			name = fmt.Sprintf("%s-%d_pc%dk_tail%v_frag%v_dedupe%v", c.Algorithm, c.Level, c.PclusterSize>>10, c.TailPacking, c.Fragments, c.Dedupe)
+		}
+		t.Run(name, func(t *testing.T) {
+			build := func(files map[string][]byte, collide bool, workers int) ([]byte, int64) {
+				forceDupCollisions = collide
+				defer func() { forceDupCollisions = false }()
+				var img memWriterAt
+				b, err := NewBuilder(&img, Options{Compression: c, Workers: workers, TempDir: t.TempDir()})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer b.Close()
+				for _, name := range sortedKeys(files) {
+					e := Entry{Path: name, Mode: S_IFREG | 0o644, Size: int64(len(files[name]))}
+					if err := b.Add(e, bytes.NewReader(files[name])); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := b.Finish(); err != nil {
+					t.Fatal(err)
+				}
+				return img.b, b.DedupedBytes()
+			}
+			check := func(raw []byte, files map[string][]byte) {
+				t.Helper()
+				img := openBytes(t, raw)
+				for name, want := range files {
+					got, err := img.ReadFile(name)
+					if err != nil || !bytes.Equal(got, want) {
+						t.Errorf("%s: %d bytes (%v), want %d, first difference at %d", name, len(got), err, len(want), firstDiff(got, want))
+					}
+				}
+			}
+			want, wantSaved := build(files, false, 1)
+			if wantSaved != dupBytes {
+				t.Errorf("real keys: %d bytes deduplicated, the copies are %d", wantSaved, dupBytes)
+			}
+			for _, workers := range []int{1, 2} {
+				got, saved := build(files, true, workers)
+				if !bytes.Equal(got, want) || saved != wantSaved {
+					t.Errorf("%d workers, colliding keys: image differs at %d, %d bytes deduplicated, want %d", workers, firstDiff(got, want), saved, wantSaved)
+				}
+				check(got, files)
+			}
+			got, saved := build(many, true, 1)
+			if saved <= 0 || saved > dupBytes+int64(2*maxDupCandidates*len(small)) {
+				t.Errorf("more contents than candidates: %d bytes deduplicated, the copies are %d", saved, dupBytes+int64(2*maxDupCandidates*len(small)))
+			}
+			check(got, many)
+			if noMount() == "" {
+				mountCompare(t, got, many)
+			}
+		})
 	}
 }

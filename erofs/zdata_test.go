@@ -3,6 +3,7 @@ package erofs
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -151,6 +152,19 @@ func (m *memWriterAt) Truncate(n int64) error {
 		m.b = m.b[:n]
 	}
 	return nil
+}
+
+// ReadAt reads back what was written: whole-file dedupe compares a copy
+// with the file it would share.
+func (m *memWriterAt) ReadAt(p []byte, off int64) (int, error) {
+	if off >= int64(len(m.b)) {
+		return 0, io.EOF
+	}
+	n := copy(p, m.b[off:])
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
 }
 
 func (m *memWriterAt) WriteAt(p []byte, off int64) (int, error) {

@@ -1,12 +1,12 @@
 package erofs
 
 import (
-	"crypto/sha256"
 	"fmt"
-	"hash"
 	"io"
 	"runtime"
 	"sync"
+
+	"github.com/cespare/xxhash/v2"
 )
 
 // Compression runs on worker goroutines while the caller of Add keeps
@@ -76,10 +76,10 @@ type zjob struct {
 	// when it is applied: the largest inline tail of the compressed
 	// layouts and of the flat one (inlineRoom); -1 for none.
 	inlineZ, inlineFlat int
-	// hash: the worker takes the sha256 of the input, sum, for
+	// hash: the worker takes the xxhash64 of the input, sum, for
 	// whole-file dedupe (zpipe.dupOf).
 	hash bool
-	sum  [sha256.Size]byte
+	sum  uint64
 	// plain: the file is stored uncompressed; the worker only hashes
 	// (Builder.writePlain).
 	plain bool
@@ -117,8 +117,8 @@ type zpipe struct {
 	// releases are the ring buffers of applied jobs, oldest first, that
 	// the output still reads (release).
 	releases []ringRelease
-	anchors  [][]anchor // reused anchor lists
-	sums     hash.Hash  // the sums of the current file's segments (dupOf)
+	anchors  [][]anchor     // reused anchor lists
+	sums     *xxhash.Digest // the sums of the current file's segments (dupOf)
 }
 
 // inflightJobsPerWorker bounds the jobs submitted and not yet applied
@@ -336,38 +336,45 @@ func (p *zpipe) submit(j *zjob) {
 }
 
 // dupOf folds a hashed job's sum into its file's key and, once the file's
-// last job is applied, returns the earlier file with that key that the
-// file can share (Builder.dupOf). Jobs are applied in input order, a
-// file's one after another, so one running hash serves every file. The
-// key of a file of one segment is its sha256, as for an uncompressed file;
-// of a longer one, the sha256 of its segments' sums, after a tag that keeps
-// these keys apart from every other kind (files with the same content have
-// the same segments).
-func (p *zpipe) dupOf(b *Builder, j *zjob) *inode {
+// last job is applied (its result not yet written), returns the earlier
+// file with that key and the same content that the file can share
+// (Builder.dupOf). Jobs are applied in input order, a file's one after
+// another, so one running hash serves every file. The key of a file of one
+// segment is the hash of its bytes, as for an uncompressed file; of a
+// longer one, the hash of its segments' hashes (files with the same
+// content have the same segments).
+func (p *zpipe) dupOf(b *Builder, j *zjob) (*inode, error) {
 	if !j.hash {
-		return nil
+		return nil, nil
 	}
-	if j.base == 0 && j.last {
-		return b.dupOf(dupKey(j.sum), j.ino, j.inlineZ, j.inlineFlat)
-	}
-	if j.base == 0 {
-		if p.sums == nil {
-			p.sums = sha256.New()
+	sum := j.sum
+	if j.base > 0 || !j.last {
+		if j.base == 0 {
+			if p.sums == nil {
+				p.sums = xxhash.New()
+			}
+			p.sums.Reset()
 		}
-		p.sums.Reset()
-		p.sums.Write([]byte(segmentsKeyTag))
+		var s [8]byte
+		le.PutUint64(s[:], j.sum)
+		p.sums.Write(s[:])
+		if !j.last {
+			return nil, nil
+		}
+		sum = p.sums.Sum64()
 	}
-	p.sums.Write(j.sum[:])
-	if !j.last {
-		return nil
+	// The file as stored so far (earlier segments), then this job's
+	// result.
+	ino := j.ino
+	var content pieces
+	if j.plain {
+		done := (b.outBlk - uint64(ino.startBlk)) << b.blkbits
+		content = concat(b.blockPieces(uint64(ino.startBlk), done), onePiece(j.data))
+	} else {
+		content = b.zPieces(j.zf.extents, j.zf, ino.startBlk, j)
 	}
-	var k dupKey
-	p.sums.Sum(k[:0])
-	return b.dupOf(k, j.ino, j.inlineZ, j.inlineFlat)
+	return b.dupOf(newDupKey(sum, ino.size), ino, j.inlineZ, j.inlineFlat, content)
 }
-
-// segmentsKeyTag starts the key of a file of several segments.
-const segmentsKeyTag = "ocierofs: sha256 of segments\x00"
 
 // applyHead waits for the oldest job and writes its result.
 func (p *zpipe) applyHead(b *Builder) error {
@@ -518,7 +525,7 @@ func (b *Builder) writeCompressed(path string, ino *inode, r io.Reader, fragment
 	// when its last segment is applied (zpipe.dupOf), so the caller hashes
 	// nothing. Hashed by the caller, every byte of the input went through
 	// its one CPU, the build's bottleneck (docs/performance.md).
-	hashed := !b.opt.NoDedupe && b.trunc != nil && !b.z.packing
+	hashed := b.dedupes() && !b.z.packing
 	t := zjob{ino: ino, zf: zf, path: path, frag: fragments, hash: hashed, inlineZ: inlineZ, inlineFlat: inlineFlat}
 	// With extent dedupe the input stays for the decisions at apply time.
 	return p.split(b, r, size, t, b.z.dd != nil && !b.z.packing)
@@ -655,7 +662,7 @@ func (w *zworker) run(j *zjob) {
 	}
 	if j.hash {
 		// Before compressing: the output overwrites data.
-		j.sum = sha256.Sum256(data)
+		j.sum = xxhash.Sum64(data)
 	}
 	if j.plain {
 		return
@@ -782,7 +789,11 @@ func (b *Builder) apply(j *zjob) error {
 			j.zf.extents = make([]zextent, 0, extentsFor(ino.size, b.blkbits))
 		}
 	}
-	if orig := b.zp.dupOf(b, j); orig != nil {
+	orig, err := b.zp.dupOf(b, j)
+	if err != nil {
+		return err
+	}
+	if orig != nil {
 		// The file shares orig's data; what its segments wrote is
 		// rewound over.
 		start := uint64(ino.startBlk)
