@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/ocierofs/ocierofs/convert/imagefile"
 	"github.com/ocierofs/ocierofs/erofs"
 )
 
@@ -15,7 +16,7 @@ import (
 
 // chunkDict is the opened dictionary images and the devices they bring.
 type chunkDict struct {
-	layers []*mergeLayer
+	layers []*imagefile.File
 	slots  []erofs.DeviceSlot // devices 2 … n of the new image
 	num    map[string]uint16  // blob file → device number
 }
@@ -24,18 +25,18 @@ type chunkDict struct {
 func openChunkDicts(paths []string) (*chunkDict, error) {
 	d := &chunkDict{num: map[string]uint16{}}
 	for _, p := range paths {
-		l, err := openLayer(p)
+		l, err := imagefile.Open(p)
 		if err != nil {
 			d.close()
 			return nil, fmt.Errorf("chunk dictionary: %w", err)
 		}
 		d.layers = append(d.layers, l)
-		slots := l.img.Devices()
-		if len(slots) == 0 || l.devFiles == nil {
+		slots := l.Image.Devices()
+		if len(slots) == 0 || l.DeviceFiles == nil {
 			d.close()
 			return nil, fmt.Errorf("chunk dictionary %s: not an image whose data is in blobs beside it (build it with --blobdev)", p)
 		}
-		for i, f := range l.devFiles {
+		for i, f := range l.DeviceFiles {
 			abs, err := filepath.Abs(f)
 			if err != nil {
 				d.close()
@@ -68,12 +69,12 @@ func (d *chunkDict) preload(b *erofs.Builder, chunkSize int) error {
 	buf := make([]byte, cs)
 	for _, l := range d.layers {
 		seen := map[uint64]bool{}
-		err := l.img.Walk(".", func(p string, ino *erofs.Inode) error {
+		err := l.Image.Walk(".", func(p string, ino *erofs.Inode) error {
 			if !ino.IsRegular() || seen[ino.Nid] {
 				return nil
 			}
 			seen[ino.Nid] = true
-			bits, refs, ok, err := l.img.ChunkRefs(ino)
+			bits, refs, ok, err := l.Image.ChunkRefs(ino)
 			if err != nil || !ok {
 				return err
 			}
@@ -82,20 +83,20 @@ func (d *chunkDict) preload(b *erofs.Builder, chunkSize int) error {
 				return nil // its pieces are not contiguous at our chunk size
 			}
 			for i, r := range refs {
-				if r.Hole || r.Device == 0 || int(r.Device) > len(l.devFiles) {
+				if r.Hole || r.Device == 0 || int(r.Device) > len(l.DeviceFiles) {
 					continue
 				}
-				abs, err := filepath.Abs(l.devFiles[r.Device-1])
+				abs, err := filepath.Abs(l.DeviceFiles[r.Device-1])
 				if err != nil {
 					return err
 				}
-				dev, f := d.num[abs], l.files[r.Device] // files[0] is the image
+				dev, f := d.num[abs], l.Files[r.Device] // files[0] is the image
 				start := int64(i) * span
 				for off := int64(0); off < span && start+off < ino.Size; off += cs {
 					n := min(cs, ino.Size-start-off)
 					pos := int64(r.Block)*bs + off
 					if _, err := f.ReadAt(buf[:n], pos); err != nil {
-						return fmt.Errorf("%s: %s: chunk at %d of %s: %w", l.path, p, pos, abs, err)
+						return fmt.Errorf("%s: %s: chunk at %d of %s: %w", l.Path, p, pos, abs, err)
 					}
 					if err := b.KnownChunk(buf[:n], dev, r.Block+uint32(off/bs)); err != nil {
 						return err
@@ -105,7 +106,7 @@ func (d *chunkDict) preload(b *erofs.Builder, chunkSize int) error {
 			return nil
 		})
 		if err != nil {
-			return fmt.Errorf("chunk dictionary %s: %w", l.path, err)
+			return fmt.Errorf("chunk dictionary %s: %w", l.Path, err)
 		}
 	}
 	return nil

@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
-	"strings"
 
+	"github.com/ocierofs/ocierofs/convert/imagefile"
+	"github.com/ocierofs/ocierofs/convert/internal/outfile"
 	"github.com/ocierofs/ocierofs/erofs"
 	"github.com/ocierofs/ocierofs/whiteout"
 )
@@ -48,16 +48,6 @@ type MergeResult struct {
 	CopiedBytes int64
 }
 
-// mergeLayer is one opened layer image.
-type mergeLayer struct {
-	path  string
-	img   *erofs.Image
-	files []*os.File
-	// devs are the layer's own extra devices, as files (for reading data
-	// on copy) and as the merged image's device numbers (for references).
-	devFiles []string
-}
-
 // mnode is the source of a merged path: a layer's inode, by the header
 // that stands for it in the layer's change set.
 type mnode struct {
@@ -75,7 +65,7 @@ func Merge(out string, layers []string, opt MergeOptions) (res *MergeResult, err
 	if len(layers) == 0 {
 		return nil, errors.New("merge: no layer images")
 	}
-	ls := make([]*mergeLayer, len(layers))
+	ls := make([]*imagefile.File, len(layers))
 	defer func() {
 		for _, l := range ls {
 			if l != nil {
@@ -85,10 +75,10 @@ func Merge(out string, layers []string, opt MergeOptions) (res *MergeResult, err
 	}()
 	bs := 0
 	for i, p := range layers {
-		if ls[i], err = openLayer(p); err != nil {
+		if ls[i], err = imagefile.Open(p); err != nil {
 			return nil, fmt.Errorf("merge: %w", err)
 		}
-		lbs := int(ls[i].img.Super().BlockSize)
+		lbs := int(ls[i].Image.Super().BlockSize)
 		if bs != 0 && lbs != bs {
 			return nil, fmt.Errorf("merge: %s has %d-byte blocks, %s %d: layers must agree", p, lbs, layers[0], bs)
 		}
@@ -107,7 +97,7 @@ func Merge(out string, layers []string, opt MergeOptions) (res *MergeResult, err
 			err = stack.Apply(wl)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("merge: %s: %w", l.path, err)
+			return nil, fmt.Errorf("merge: %s: %w", l.Path, err)
 		}
 	}
 	if opt.Blob == "" {
@@ -115,22 +105,22 @@ func Merge(out string, layers []string, opt MergeOptions) (res *MergeResult, err
 			return nil, err
 		}
 	}
-	var outs outputs
+	var outs outfile.Set
 	defer func() {
 		if err != nil {
-			outs.abort()
+			outs.Abort()
 		}
 	}()
 	if opt.Blob != "" {
-		blob, err := outs.create(opt.Blob)
+		blob, err := outs.Create(opt.Blob)
 		if err != nil {
 			return nil, err
 		}
 		m.opt.Erofs.Blob = blob
-		m.opt.Erofs.Devices = []erofs.DeviceSlot{{Tag: deviceTag(opt.Blob)}}
+		m.opt.Erofs.Devices = []erofs.DeviceSlot{{Tag: imagefile.DeviceTag(opt.Blob)}}
 		m.res.Devices = []string{opt.Blob}
 	}
-	tmp, err := outs.create(out)
+	tmp, err := outs.Create(out)
 	if err != nil {
 		return nil, err
 	}
@@ -147,110 +137,17 @@ func Merge(out string, layers []string, opt MergeOptions) (res *MergeResult, err
 	if err := m.b.Finish(); err != nil {
 		return nil, fmt.Errorf("merge: %w", err)
 	}
-	if err = outs.commit(); err != nil {
+	if err = outs.Commit(); err != nil {
 		return nil, err
 	}
 	return m.res, nil
-}
-
-// OpenImage opens an image file with its extra devices: each found as the
-// file its tag names beside the image, or else inside the image (an image
-// with its blob or tar appended, as Linux 6.4+ mounts it without device=).
-// Closing the returned Closer closes them all.
-func OpenImage(path string) (*erofs.Image, io.Closer, error) {
-	l, err := openLayer(path)
-	if err != nil {
-		return nil, nil, err
-	}
-	return l.img, l, nil
-}
-
-// Close closes the image's files.
-func (l *mergeLayer) Close() error {
-	var err error
-	for _, f := range l.files {
-		if e := f.Close(); err == nil {
-			err = e
-		}
-	}
-	l.files = nil
-	return err
-}
-
-// openLayer opens a layer image with its extra devices (see OpenImage).
-func openLayer(p string) (_ *mergeLayer, err error) {
-	l := &mergeLayer{path: p}
-	defer func() {
-		if err != nil {
-			l.Close()
-		}
-	}()
-	open := func(name string) (*os.File, int64, error) {
-		f, err := os.Open(name)
-		if err != nil {
-			return nil, 0, err
-		}
-		l.files = append(l.files, f)
-		fi, err := f.Stat()
-		if err != nil {
-			return nil, 0, err
-		}
-		return f, fi.Size(), nil
-	}
-	f, size, err := open(p)
-	if err != nil {
-		return nil, err
-	}
-	img, err := erofs.Open(f, size)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", p, err)
-	}
-	devs := img.Devices()
-	if len(devs) == 0 {
-		l.img = img
-		return l, nil
-	}
-	var opts []erofs.OpenOption
-	for _, d := range devs {
-		name := filepath.Join(filepath.Dir(p), d.Tag)
-		if d.Tag == "" || strings.Contains(d.Tag, "/") {
-			break
-		}
-		df, dsize, err := open(name)
-		if err != nil {
-			break
-		}
-		opts = append(opts, erofs.WithDevice(df, dsize))
-		l.devFiles = append(l.devFiles, name)
-	}
-	if sb := img.Super(); len(opts) != len(devs) && size <= int64(sb.Blocks)*int64(sb.BlockSize) {
-		// Neither beside it nor appended to it: its metadata is all
-		// there is, and reading data on a device fails naming it.
-		for _, df := range l.files[1:] {
-			df.Close()
-		}
-		l.files, l.devFiles, l.img = l.files[:1], nil, img
-		return l, nil
-	}
-	if len(opts) != len(devs) {
-		// Not beside the image by their tags: appended to it (flat).
-		for _, df := range l.files[1:] {
-			df.Close()
-		}
-		l.files = l.files[:1]
-		opts, l.devFiles = []erofs.OpenOption{erofs.WithFlatDevices()}, nil
-	}
-	if l.img, err = erofs.Open(f, size, opts...); err != nil {
-		return nil, fmt.Errorf("%s: %w", p, err)
-	}
-	return l, nil
 }
 
 // readLayer reads layer i's change set as overlayfs stacks the layer
 // (whiteout.Lowerdir): a header for each name of an inode, and the inode
 // of each header into m.srcs.
 func (m *merger) readLayer(i int) (*whiteout.Layer, error) {
-	img := m.layers[i].img
+	img := m.layers[i].Image
 	wl := whiteout.NewLayer(whiteout.Lowerdir)
 	return wl, img.Walk(".", func(p string, ino *erofs.Inode) error {
 		h := &tar.Header{Name: p, Typeflag: tar.TypeReg}
@@ -276,7 +173,7 @@ func (m *merger) readLayer(i int) (*whiteout.Layer, error) {
 
 // merger writes the merged tree.
 type merger struct {
-	layers []*mergeLayer
+	layers []*imagefile.File
 	opt    MergeOptions
 	b      *erofs.Builder
 	res    *MergeResult
@@ -318,9 +215,9 @@ func (m *merger) planDevices(t *whiteout.Tree) error {
 		if !n.ino.IsRegular() {
 			return nil
 		}
-		bits, refs, ok, err := m.layers[n.layer].img.ChunkRefs(n.ino)
+		bits, refs, ok, err := m.layers[n.layer].Image.ChunkRefs(n.ino)
 		if err != nil {
-			return fmt.Errorf("%s: %s: %w", m.layers[n.layer].path, n.src, err)
+			return fmt.Errorf("%s: %s: %w", m.layers[n.layer].Path, n.src, err)
 		}
 		if ok {
 			n.refs, n.cbits = refs, bits
@@ -336,20 +233,20 @@ func (m *merger) planDevices(t *whiteout.Tree) error {
 		return err
 	}
 	for i, l := range m.layers {
-		slots := l.img.Devices()
+		slots := l.Image.Devices()
 		for d := 0; d <= len(slots); d++ {
 			carrier := (d == 0) == (len(slots) == 0) // where the layer keeps its data
 			if !carrier && !used[[2]int{i, d}] {
 				continue
 			}
-			slot := erofs.DeviceSlot{Tag: deviceTag(l.path), Blocks: uint64(l.img.Super().Blocks)}
-			file := l.path
+			slot := erofs.DeviceSlot{Tag: imagefile.DeviceTag(l.Path), Blocks: uint64(l.Image.Super().Blocks)}
+			file := l.Path
 			if d > 0 {
 				slot = erofs.DeviceSlot{Tag: slots[d-1].Tag, Blocks: slots[d-1].Blocks}
-				if l.devFiles == nil {
-					return fmt.Errorf("%s: its device %d is not a file beside it (%q): appended to it or missing; merging by reference needs it as that file", l.path, d, slots[d-1].Tag)
+				if l.DeviceFiles == nil {
+					return fmt.Errorf("%s: its device %d is not a file beside it (%q): appended to it or missing; merging by reference needs it as that file", l.Path, d, slots[d-1].Tag)
 				}
-				file = l.devFiles[d-1]
+				file = l.DeviceFiles[d-1]
 			}
 			n, err := m.device(file, slot)
 			if err != nil {
@@ -381,9 +278,9 @@ func (m *merger) add(p string, w *whiteout.Node) error {
 		Path: p, Mode: ino.Mode, Uid: ino.Uid, Gid: ino.Gid, Mtime: ino.Mtime,
 		Devmajor: ino.Devmajor, Devminor: ino.Devminor,
 	}
-	xs, err := l.img.Xattrs(n.src)
+	xs, err := l.Image.Xattrs(n.src)
 	if err != nil {
-		return fmt.Errorf("%s: %s: %w", l.path, n.src, err)
+		return fmt.Errorf("%s: %s: %w", l.Path, n.src, err)
 	}
 	for _, x := range xs {
 		// overlayfs markers meant the layers below; the merge applied them.
@@ -393,8 +290,8 @@ func (m *merger) add(p string, w *whiteout.Node) error {
 	}
 	switch {
 	case ino.IsSymlink():
-		if e.Linkname, err = l.img.Readlink(n.src); err != nil {
-			return fmt.Errorf("%s: %s: %w", l.path, n.src, err)
+		if e.Linkname, err = l.Image.Readlink(n.src); err != nil {
+			return fmt.Errorf("%s: %s: %w", l.Path, n.src, err)
 		}
 	case ino.IsRegular():
 		e.Size = ino.Size
@@ -405,15 +302,15 @@ func (m *merger) add(p string, w *whiteout.Node) error {
 				}
 				d, ok := m.devNum[[2]int{n.layer, int(refs[i].Device)}]
 				if !ok {
-					return fmt.Errorf("%s: %s: chunk %d on device %d, which the image does not have", l.path, n.src, i, refs[i].Device)
+					return fmt.Errorf("%s: %s: chunk %d on device %d, which the image does not have", l.Path, n.src, i, refs[i].Device)
 				}
 				refs[i].Device = d
 			}
 			return m.b.AddChunks(e, n.cbits, refs)
 		}
-		f, err := l.img.Open(n.src)
+		f, err := l.Image.Open(n.src)
 		if err != nil {
-			return fmt.Errorf("%s: %s: %w", l.path, n.src, err)
+			return fmt.Errorf("%s: %s: %w", l.Path, n.src, err)
 		}
 		defer f.Close()
 		m.res.CopiedBytes += e.Size

@@ -27,6 +27,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ocierofs/ocierofs/convert/imagefile"
+	"github.com/ocierofs/ocierofs/convert/internal/outfile"
 	"github.com/ocierofs/ocierofs/erofs"
 	"github.com/ocierofs/ocierofs/whiteout"
 )
@@ -293,7 +295,7 @@ func tarIndexOptions(opt *Options, input string, in mkfsInput) error {
 	opt.Erofs.BlockSize = tarBlock
 	slot := erofs.DeviceSlot{Blocks: uint64((in.size + tarBlock - 1) / tarBlock)}
 	if input != "-" {
-		slot.Tag = deviceTag(input)
+		slot.Tag = imagefile.DeviceTag(input)
 	}
 	opt.Erofs.Devices = []erofs.DeviceSlot{slot}
 	return nil
@@ -320,7 +322,7 @@ func mkfsReads(input, dir string, opt Options, dict *chunkDict) []namedFile {
 	}
 	for i, l := range dict.layers {
 		reads = append(reads, namedFile{"the chunk dictionary", opt.ChunkDicts[i]})
-		for _, f := range l.devFiles {
+		for _, f := range l.DeviceFiles {
 			reads = append(reads, namedFile{"chunk dictionary " + filepath.Base(opt.ChunkDicts[i]) + "'s blob", f})
 		}
 	}
@@ -330,26 +332,26 @@ func mkfsReads(input, dir string, opt Options, dict *chunkDict) []namedFile {
 // mkfsBuild builds the image (and the blob) into temporary files, appends
 // the tar if asked, and gives them their names; on error it removes them.
 func mkfsBuild(output, input string, in mkfsInput, opt Options, dict *chunkDict) (res *Result, err error) {
-	var outs outputs
+	var outs outfile.Set
 	defer func() {
 		if err != nil {
-			outs.abort()
+			outs.Abort()
 		}
 	}()
 	if opt.Blob != "" {
-		blob, err := outs.create(opt.Blob)
+		blob, err := outs.Create(opt.Blob)
 		if err != nil {
 			return nil, err
 		}
 		opt.Erofs.Blob = blob
-		opt.Erofs.Devices = []erofs.DeviceSlot{{Tag: deviceTag(opt.Blob)}}
+		opt.Erofs.Devices = []erofs.DeviceSlot{{Tag: imagefile.DeviceTag(opt.Blob)}}
 	}
 	if dict != nil {
 		opt.Erofs.Devices = append(opt.Erofs.Devices, dict.slots...)
 		cs := opt.Erofs.ChunkSize
 		opt.preload = func(b *erofs.Builder) error { return dict.preload(b, cs) }
 	}
-	tmp, err := outs.create(output)
+	tmp, err := outs.Create(output)
 	if err != nil {
 		return nil, err
 	}
@@ -369,7 +371,7 @@ func mkfsBuild(output, input string, in mkfsInput, opt Options, dict *chunkDict)
 			return nil, fmt.Errorf("appending the tar: %w", err)
 		}
 	}
-	if err = outs.commit(); err != nil {
+	if err = outs.Commit(); err != nil {
 		return nil, err
 	}
 	return res, nil
@@ -400,7 +402,7 @@ func checkDistinct(writes, reads []namedFile, dir string) error {
 		}
 		// Through a symbolic link too: the temporary file is made
 		// beside the file the link names.
-		target, _, err := resolveOutput(w.path)
+		target, _, err := outfile.Resolve(w.path)
 		if err != nil {
 			return err
 		}
@@ -487,13 +489,4 @@ func appendFile(f *os.File, src string) error {
 	}
 	_, err = io.Copy(io.NewOffsetWriter(f, end), in)
 	return err
-}
-
-// deviceTag names an extra device in the device table: its file's base
-// name, if it fits the 64-byte tag.
-func deviceTag(path string) string {
-	if t := filepath.Base(path); len(t) <= 64 {
-		return t
-	}
-	return ""
 }

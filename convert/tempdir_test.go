@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/ocierofs/ocierofs/convert/internal/outfile"
 )
 
 // TestSweepTemp: a temp directory whose lock nobody holds is removed by the
@@ -14,7 +16,7 @@ import (
 // locked, or without a lock file, is kept.
 func TestSweepTemp(t *testing.T) {
 	parent := t.TempDir()
-	if f, unnamed, err := createUnnamed(parent, "probe"); err != nil || !unnamed {
+	if f, unnamed, err := outfile.CreateUnnamed(parent, "probe"); err != nil || !unnamed {
 		t.Skipf("%s has no unnamed files (O_TMPFILE) or /proc: lock files are made, then locked", parent)
 	} else {
 		f.Close()

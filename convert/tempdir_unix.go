@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ocierofs/ocierofs/convert/internal/outfile"
 	"github.com/ocierofs/ocierofs/internal/atomicfile"
 )
 
@@ -51,7 +52,7 @@ func makeTemp(parent string) (string, *os.File, error) {
 // lockedUnnamed makes dir's lock file locked before it has a name
 // (tempHeld), or returns nil where the filesystem cannot.
 func lockedUnnamed(dir string) *os.File {
-	f, unnamed, err := createUnnamed(dir, tempHeld)
+	f, unnamed, err := outfile.CreateUnnamed(dir, tempHeld)
 	if err != nil {
 		return nil
 	}
@@ -60,7 +61,7 @@ func lockedUnnamed(dir string) *os.File {
 		os.Remove(f.Name())
 		return nil
 	}
-	if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil || linkUnnamed(f, filepath.Join(dir, tempHeld)) != nil {
+	if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil || outfile.LinkUnnamed(f, filepath.Join(dir, tempHeld)) != nil {
 		f.Close()
 		return nil
 	}

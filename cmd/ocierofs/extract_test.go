@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ocierofs/ocierofs/convert"
+	"github.com/ocierofs/ocierofs/convert/imagefile"
 	"github.com/ocierofs/ocierofs/erofs"
 )
 
@@ -58,12 +58,12 @@ func writeTestTar(t *testing.T, path string, ents ...tarEntry) {
 
 func openTestImage(t *testing.T, path string) *erofs.Image {
 	t.Helper()
-	img, c, err := convert.OpenImage(path)
+	f, err := imagefile.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close() })
-	return img
+	t.Cleanup(func() { f.Close() })
+	return f.Image
 }
 
 // patchRootDirent rewrites the root directory's entry for name: its nid

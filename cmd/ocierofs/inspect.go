@@ -18,14 +18,18 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ocierofs/ocierofs/cmd/internal/options"
-	"github.com/ocierofs/ocierofs/convert"
+	"github.com/ocierofs/ocierofs/convert/imagefile"
 	"github.com/ocierofs/ocierofs/erofs"
 )
 
 // openImage opens an image with its extra devices (blobs or a tar beside
 // it by their tags, or appended to it).
 func openImage(name string) (*erofs.Image, io.Closer, error) {
-	return convert.OpenImage(name)
+	f, err := imagefile.Open(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	return f.Image, f, nil
 }
 
 var inspectCommand = &cli.Command{

@@ -1,4 +1,4 @@
-package convert
+package outfile
 
 import (
 	"errors"
@@ -10,13 +10,13 @@ import (
 	"path/filepath"
 )
 
-// outputs are files that appear under their names only when all of them
+// A Set is files that appear under their names only when all of them
 // are complete: each is written as a temporary file beside its name (or
 // beside the file a symbolic link names) and renamed over it, keeping an
 // existing file's permissions and owner. A name that is a device or a FIFO
 // is written in place, at the end, from a temporary file in the system's
 // temporary directory: a failed build leaves no half-written device either.
-type outputs []output
+type Set []output
 
 // output is one file a build writes: f, which becomes name on commit.
 type output struct {
@@ -27,9 +27,9 @@ type output struct {
 	old     os.FileInfo // what name was, if anything
 }
 
-// create makes the temporary file that becomes name on commit.
-func (o *outputs) create(name string) (*os.File, error) {
-	target, fi, err := resolveOutput(name)
+// Create makes the temporary file that becomes name on commit.
+func (o *Set) Create(name string) (*os.File, error) {
+	target, fi, err := Resolve(name)
 	if err != nil {
 		return nil, err
 	}
@@ -41,7 +41,7 @@ func (o *outputs) create(name string) (*os.File, error) {
 	default:
 		dir, special = os.TempDir(), true
 	}
-	f, unnamed, err := createUnnamed(dir, "."+filepath.Base(target)+".tmp-")
+	f, unnamed, err := CreateUnnamed(dir, "."+filepath.Base(target)+".tmp-")
 	if err != nil {
 		// The temporary file's name means nothing to the user: name the
 		// directory.
@@ -62,10 +62,10 @@ func pathErr(err error) error {
 	return err
 }
 
-// resolveOutput follows the symbolic links of name (a dangling one to the
+// Resolve follows the symbolic links of name (a dangling one to the
 // file it would create) and returns the path and what is there, if
 // anything.
-func resolveOutput(name string) (string, os.FileInfo, error) {
+func Resolve(name string) (string, os.FileInfo, error) {
 	for range 40 {
 		fi, err := os.Lstat(name)
 		if errors.Is(err, fs.ErrNotExist) {
@@ -86,9 +86,9 @@ func resolveOutput(name string) (string, os.FileInfo, error) {
 	return "", nil, fmt.Errorf("%s: too many levels of symbolic links", name)
 }
 
-// commit gives every file its name, in the order they were created (a
+// Commit gives every file its name, in the order they were created (a
 // blob before the image that needs it).
-func (o *outputs) commit() error {
+func (o *Set) Commit() error {
 	for _, out := range *o {
 		var err error
 		if out.special {
@@ -144,7 +144,7 @@ func (out output) rename() error {
 func linkTemp(f *os.File, dir, prefix string) (string, error) {
 	for {
 		name := filepath.Join(dir, fmt.Sprintf("%s%d", prefix, rand.Uint32()))
-		err := linkUnnamed(f, name)
+		err := LinkUnnamed(f, name)
 		if !errors.Is(err, fs.ErrExist) {
 			return name, err
 		}
@@ -187,8 +187,8 @@ func (out output) copyInto() error {
 	return dev.Close()
 }
 
-// abort removes what is not yet committed.
-func (o *outputs) abort() {
+// Abort removes what is not yet committed.
+func (o *Set) Abort() {
 	for _, out := range *o {
 		out.f.Close()
 		if !out.unnamed {

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package convert
+package outfile
 
 import (
 	"errors"
@@ -10,9 +10,9 @@ import (
 // Unnamed files (O_TMPFILE) are Linux's: elsewhere an output is built in a
 // named temp file beside it, which a killed run leaves behind.
 
-// createUnnamed makes a named temp file (prefix*) in dir; unnamed is
+// CreateUnnamed makes a named temp file (prefix*) in dir; unnamed is
 // always false.
-func createUnnamed(dir, prefix string) (f *os.File, unnamed bool, err error) {
+func CreateUnnamed(dir, prefix string) (f *os.File, unnamed bool, err error) {
 	f, err = os.CreateTemp(dir, prefix+"*")
 	return f, false, err
 }
@@ -20,7 +20,7 @@ func createUnnamed(dir, prefix string) (f *os.File, unnamed bool, err error) {
 // canLinkUnnamed reports false: there are no unnamed files to link.
 func canLinkUnnamed() bool { return false }
 
-// linkUnnamed is never called here, as createUnnamed makes no unnamed file.
-func linkUnnamed(f *os.File, name string) error {
+// LinkUnnamed is never called here, as CreateUnnamed makes no unnamed file.
+func LinkUnnamed(f *os.File, name string) error {
 	return &os.LinkError{Op: "link", Old: f.Name(), New: name, Err: errors.New("unnamed files need Linux")}
 }

@@ -1,4 +1,4 @@
-package convert
+package outfile
 
 import (
 	"errors"
@@ -10,12 +10,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// createUnnamed makes a file in dir that has no name until it is linked
+// CreateUnnamed makes a file in dir that has no name until it is linked
 // in (O_TMPFILE): whatever ends the process, Ctrl-C or kill -9, it leaves
 // nothing behind, where a named temp file stayed beside the output, as
 // large as the image. Where the filesystem has no such files, it makes a
 // named temp file (prefix*) instead, and unnamed is false.
-func createUnnamed(dir, prefix string) (f *os.File, unnamed bool, err error) {
+func CreateUnnamed(dir, prefix string) (f *os.File, unnamed bool, err error) {
 	fd := -1
 	if canLinkUnnamed() {
 		fd, err = unix.Open(dir, unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
@@ -37,9 +37,9 @@ var canLinkUnnamed = sync.OnceValue(func() bool {
 	return err == nil
 })
 
-// linkUnnamed gives the unnamed file f the name name (which must not
+// LinkUnnamed gives the unnamed file f the name name (which must not
 // exist) in its directory.
-func linkUnnamed(f *os.File, name string) error {
+func LinkUnnamed(f *os.File, name string) error {
 	// Through /proc, as linkat with AT_EMPTY_PATH needs a capability.
 	err := unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", f.Fd()), unix.AT_FDCWD, name, unix.AT_SYMLINK_FOLLOW)
 	if errors.Is(err, unix.ENOENT) {
