@@ -138,7 +138,7 @@ func TestBuildDirWhiteouts(t *testing.T) {
 	if _, err := convert.Mkfs(img2, link, convert.Options{}); err != nil {
 		t.Fatalf("a directory through a symbolic link: %v", err)
 	}
-	if a, b := readFile(t, img), readFile(t, img2); !bytes.Equal(a, b) {
+	if a, b := convtest.ReadFile(t, img), convtest.ReadFile(t, img2); !bytes.Equal(a, b) {
 		t.Errorf("the directory through a symbolic link gave another image")
 	}
 	for dir, origin := range map[string]string{"a": "", "c": "", "d": "kept", "b": "none"} {

@@ -781,19 +781,10 @@ func TestDeterministic(t *testing.T) {
 				t.Fatal(err)
 			}
 			if !bytes.Equal(a, b) {
-				t.Errorf("%+v: conversion %d differs from the first (first difference at byte %d)", o, i+2, firstDiff(a, b))
+				t.Errorf("%+v: conversion %d differs from the first (first difference at byte %d)", o, i+2, convtest.FirstDiff(a, b))
 			}
 		}
 	}
-}
-
-func firstDiff(a, b []byte) int {
-	for i := range min(len(a), len(b)) {
-		if a[i] != b[i] {
-			return i
-		}
-	}
-	return min(len(a), len(b))
 }
 
 // diffRanges lists the byte ranges [from, to) where a and b differ.

@@ -9,7 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/ocierofs/ocierofs/cmd/internal/options"
-	"github.com/ocierofs/ocierofs/convert"
+	"github.com/ocierofs/ocierofs/convert/merge"
 )
 
 var mergeCommand = &cli.Command{
@@ -35,7 +35,7 @@ var mergeCommand = &cli.Command{
 		if c.NArg() < 2 {
 			return fmt.Errorf("merge: want OUTPUT and at least one LAYER, got %s", count(c.NArg(), "argument"))
 		}
-		var opt convert.MergeOptions
+		var opt merge.Options
 		opt.Blob = c.String("blobdev")
 		opt.Erofs.VolumeName = c.String("label")
 		if s := c.String("chunk-size"); s != "" {
@@ -47,7 +47,7 @@ var mergeCommand = &cli.Command{
 		}
 		start := time.Now()
 		out := c.Args().Get(0)
-		res, err := convert.Merge(out, c.Args().Slice()[1:], opt)
+		res, err := merge.Images(out, c.Args().Slice()[1:], opt)
 		if err != nil {
 			return err
 		}

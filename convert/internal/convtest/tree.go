@@ -54,3 +54,22 @@ func ModeOf(t testing.TB, tr *fstree.Tree, p string) uint32 {
 	}
 	return n.Perm()
 }
+
+// ReadFile is os.ReadFile, failing the test on error.
+func ReadFile(t testing.TB, p string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	must(t, err)
+	return b
+}
+
+// FirstDiff is the offset of the first byte where a and b differ (the
+// shorter one's length if one is a prefix of the other).
+func FirstDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}

@@ -1,4 +1,18 @@
-package convert
+// Package merge merges EROFS layer images into one (ocierofs merge): the
+// trees of the layer images, bottom layer first, are stacked the way
+// overlayfs stacks them (whiteout decides: each image read as overlayfs
+// reads a lower layer, whiteout.Lowerdir, the stack a whiteout.Tree) into
+// one image of the result, with no overlay markers left. By default the merged image
+// holds metadata only and refers to the file data where it is: in the
+// layer images themselves and in their blobs, which become its extra
+// devices (containerd's fsmeta, the nydus bootstrap idea on plain EROFS).
+// Data that cannot be referenced in place (inline tails, compressed
+// files) is copied into the merged image.
+//
+// With Options.Blob the data is copied instead, into one new blob
+// whose chunks are deduplicated (Erofs.ChunkSize, or one block): content
+// shared between layers is stored once.
+package merge
 
 import (
 	"archive/tar"
@@ -13,23 +27,8 @@ import (
 	"github.com/ocierofs/ocierofs/whiteout"
 )
 
-// Merging layer images (ocierofs merge): the trees of several EROFS layer
-// images, bottom layer first, are stacked the way overlayfs stacks them
-// (whiteout decides: each image read as overlayfs reads a lower layer,
-// whiteout.Lowerdir, the stack a whiteout.Tree) into one image of the
-// result, with no overlay markers left. By default the merged image
-// holds metadata only and refers to the file data where it is: in the
-// layer images themselves and in their blobs, which become its extra
-// devices (containerd's fsmeta, the nydus bootstrap idea on plain EROFS).
-// Data that cannot be referenced in place (inline tails, compressed
-// files) is copied into the merged image.
-//
-// With MergeOptions.Blob the data is copied instead, into one new blob
-// whose chunks are deduplicated (Erofs.ChunkSize, or one block): content
-// shared between layers is stored once.
-
-// MergeOptions control Merge.
-type MergeOptions struct {
+// Options control Images.
+type Options struct {
 	// Erofs are the merged image's options. Its block size must be the
 	// layers' (0: theirs); ChunkSize applies to copied data.
 	Erofs erofs.Options
@@ -38,8 +37,8 @@ type MergeOptions struct {
 	Blob string
 }
 
-// MergeResult describes a merged image.
-type MergeResult struct {
+// Result describes a merged image.
+type Result struct {
 	// Devices are the files to mount the image with (-o device=… in this
 	// order): layer images and their blobs, or the new blob.
 	Devices []string
@@ -60,8 +59,9 @@ type mnode struct {
 	cbits uint8
 }
 
-// Merge writes to out the image of layers stacked bottom to top.
-func Merge(out string, layers []string, opt MergeOptions) (res *MergeResult, err error) {
+// Images writes to out the image of the layer images at layers, stacked
+// bottom to top.
+func Images(out string, layers []string, opt Options) (res *Result, err error) {
 	if len(layers) == 0 {
 		return nil, errors.New("merge: no layer images")
 	}
@@ -89,7 +89,7 @@ func Merge(out string, layers []string, opt MergeOptions) (res *MergeResult, err
 	}
 	opt.Erofs.BlockSize = bs
 
-	m := &merger{layers: ls, opt: opt, res: &MergeResult{}, srcs: map[*tar.Header]*mnode{}, devNum: map[[2]int]uint16{}, links: map[[2]uint64]string{}}
+	m := &merger{layers: ls, opt: opt, res: &Result{}, srcs: map[*tar.Header]*mnode{}, devNum: map[[2]int]uint16{}, links: map[[2]uint64]string{}}
 	stack := whiteout.NewTree()
 	for i, l := range ls {
 		wl, err := m.readLayer(i)
@@ -174,9 +174,9 @@ func (m *merger) readLayer(i int) (*whiteout.Layer, error) {
 // merger writes the merged tree.
 type merger struct {
 	layers []*imagefile.File
-	opt    MergeOptions
+	opt    Options
 	b      *erofs.Builder
-	res    *MergeResult
+	res    *Result
 	// srcs are the inodes of the layers' headers.
 	srcs map[*tar.Header]*mnode
 	// devNum maps (layer, its device id) to the merged image's device.

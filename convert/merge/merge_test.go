@@ -1,4 +1,4 @@
-package convert_test
+package merge_test
 
 import (
 	"archive/tar"
@@ -15,9 +15,12 @@ import (
 	"github.com/ocierofs/ocierofs/convert/fstree"
 	"github.com/ocierofs/ocierofs/convert/internal/convtest"
 	"github.com/ocierofs/ocierofs/convert/internal/roundtrip"
+	"github.com/ocierofs/ocierofs/convert/merge"
 	"github.com/ocierofs/ocierofs/erofs"
 	"github.com/ocierofs/ocierofs/whiteout"
 )
+
+var must = roundtrip.Must
 
 // mergeLayers are three layers that exercise every overlay rule: a
 // whiteout, an opaque directory (and an opaque root, which hides nothing),
@@ -58,13 +61,6 @@ func mergeLayers(t *testing.T) [3][]byte {
 		convtest.TarFile("shared", big, 0o644, t2),
 	)
 	return [3][]byte{l1, l2, l3}
-}
-
-func readFile(t *testing.T, p string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(p)
-	must(t, err)
-	return b
 }
 
 // devicesBeside lists an image's extra devices as the files their tags
@@ -179,7 +175,7 @@ func TestMerge(t *testing.T) {
 			}
 
 			ref := filepath.Join(dir, "merged.erofs")
-			res, err := convert.Merge(ref, imgs, convert.MergeOptions{})
+			res, err := merge.Images(ref, imgs, merge.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -190,11 +186,11 @@ func TestMerge(t *testing.T) {
 				t.Errorf("by reference: %d bytes copied", res.CopiedBytes)
 			}
 			again := filepath.Join(dir, "again.erofs")
-			if _, err := convert.Merge(again, imgs, convert.MergeOptions{}); err != nil {
+			if _, err := merge.Images(again, imgs, merge.Options{}); err != nil {
 				t.Fatal(err)
 			}
-			if a, b := readFile(t, ref), readFile(t, again); !bytes.Equal(a, b) {
-				t.Errorf("two merges of the same layers differ (first at %d)", firstDiff(a, b))
+			if a, b := convtest.ReadFile(t, ref), convtest.ReadFile(t, again); !bytes.Equal(a, b) {
+				t.Errorf("two merges of the same layers differ (first at %d)", convtest.FirstDiff(a, b))
 			}
 			got := convtest.TreeFromDir(t, roundtrip.Mount(t, ref, res.Devices...))
 			convtest.ReportDiff(t, "overlay of the layers vs merged by reference", fstree.Diff(want, got, noLinks))
@@ -205,7 +201,7 @@ func TestMerge(t *testing.T) {
 
 			cp := filepath.Join(dir, "copied.erofs")
 			blob := filepath.Join(dir, "copied.blob")
-			cres, err := convert.Merge(cp, imgs, convert.MergeOptions{Blob: blob})
+			cres, err := merge.Images(cp, imgs, merge.Options{Blob: blob})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -219,7 +215,7 @@ func TestMerge(t *testing.T) {
 			// A merged image of the two lower layers stacks under the third
 			// as they do.
 			low := filepath.Join(dir, "low.erofs")
-			lres, err := convert.Merge(low, imgs[:2], convert.MergeOptions{})
+			lres, err := merge.Images(low, imgs[:2], merge.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -242,7 +238,7 @@ func TestMergeErrors(t *testing.T) {
 	}
 	out := filepath.Join(dir, "m.erofs")
 	for _, in := range [][]string{nil, {a, b}, {a, src}, {a, filepath.Join(dir, "missing")}} {
-		if _, err := convert.Merge(out, in, convert.MergeOptions{}); err == nil {
+		if _, err := merge.Images(out, in, merge.Options{}); err == nil {
 			t.Errorf("Merge(%v) succeeded", in)
 		}
 		if _, err := os.Stat(out); err == nil {
@@ -321,7 +317,7 @@ func TestMergeOverlayForm(t *testing.T) {
 		}
 	}
 	out := filepath.Join(dir, "merged.erofs")
-	res, err := convert.Merge(out, imgs, convert.MergeOptions{})
+	res, err := merge.Images(out, imgs, merge.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
