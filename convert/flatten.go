@@ -93,9 +93,13 @@ func (f *flattener) data(hdr *tar.Header, e erofs.Entry, data io.Reader) error {
 // a layer above, still names, and adds the layer l to those above.
 func (f *flattener) endLayer(l *whiteout.Layer) error {
 	named := map[*tar.Header]bool{}
+	var links []string // the layer's links to the layers below
 	l.Walk(func(p string, n *whiteout.Node) error {
 		if !n.IsDir() && (f.linked[p] || !f.covered(p)) {
 			named[n.Hdr] = true
+		}
+		if t := n.LowerLink(); t != "" {
+			links = append(links, t)
 		}
 		return nil
 	})
@@ -109,12 +113,9 @@ func (f *flattener) endLayer(l *whiteout.Layer) error {
 		}
 	}
 	f.spooled, f.off = nil, 0
-	l.Walk(func(p string, n *whiteout.Node) error {
-		if t := n.LowerLink(); t != "" {
-			f.linked[t] = true
-		}
-		return nil
-	})
+	for _, t := range links {
+		f.linked[t] = true
+	}
 	f.upper = append(f.upper, l)
 	return nil
 }
@@ -156,7 +157,7 @@ func (c *Converter) flattenLayers(ctx context.Context, j *layerJob, srcs []layer
 	}
 	j.report = LayerReport{Source: strings.Join(digests, ","), SourceSize: size, MediaType: string(srcs[len(srcs)-1].desc.MediaType)}
 	start := time.Now()
-	fl, err := c.retryDownloads(ctx, "flatten", func() (*fileLayer, error) { return c.buildFlat(ctx, srcs) })
+	fl, err := c.retryDownloads(ctx, "flatten", func() (*fileLayer, error) { return c.buildFlat(ctx, srcs, j.report) })
 	if err != nil {
 		return err
 	}
@@ -165,8 +166,9 @@ func (c *Converter) flattenLayers(ctx context.Context, j *layerJob, srcs []layer
 	return c.publish(ctx, j, fl)
 }
 
-// buildFlat writes the merged image of srcs, reading the top layer first.
-func (c *Converter) buildFlat(ctx context.Context, srcs []layerSource) (_ *fileLayer, err error) {
+// buildFlat writes the merged image of srcs, reading the top layer first;
+// rep names them and their size, for progress.
+func (c *Converter) buildFlat(ctx context.Context, srcs []layerSource, rep LayerReport) (_ *fileLayer, err error) {
 	top := srcs[len(srcs)-1].desc.Digest
 	// Images with the same top layer over different lower ones flatten
 	// at once: each its own file.
@@ -203,13 +205,7 @@ func (c *Converter) buildFlat(ctx context.Context, srcs []layerSource) (_ *fileL
 	}
 	defer fla.close()
 	var warnings []string
-	var read, total int64
-	var digests []string
-	for _, s := range srcs {
-		total += s.desc.Size
-		digests = append(digests, s.desc.Digest.String())
-	}
-	source := strings.Join(digests, ",")
+	var read int64
 	for rank := 0; rank < len(srcs); rank++ {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -218,7 +214,7 @@ func (c *Converter) buildFlat(ctx context.Context, srcs []layerSource) (_ *fileL
 		tl := newTarLayer(b, whiteout.Overlay)
 		tl.flat = fla
 		tl.progress = func(n int64) {
-			c.progress(Progress{Source: source, Stage: StageConverting, Read: n, Total: total})
+			c.progress(Progress{Source: rep.Source, Stage: StageConverting, Read: n, Total: rep.SourceSize})
 		}
 		if err := flatLayer(ctx, tl, s, read, opt.MaxTarSize); err != nil {
 			return nil, fmt.Errorf("layer %s: %w", s.desc.Digest, err)
