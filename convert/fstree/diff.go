@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 )
@@ -161,49 +160,37 @@ func sameMtime(a, b time.Time, g time.Duration) bool {
 
 func fmtTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
+var typeNames = map[uint32]string{
+	S_IFREG:  "reg",
+	S_IFDIR:  "dir",
+	S_IFLNK:  "symlink",
+	S_IFCHR:  "char",
+	S_IFBLK:  "block",
+	S_IFIFO:  "fifo",
+	S_IFSOCK: "socket",
+}
+
 func typeName(mode uint32) string {
-	switch mode & S_IFMT {
-	case S_IFREG:
-		return "reg"
-	case S_IFDIR:
-		return "dir"
-	case S_IFLNK:
-		return "symlink"
-	case S_IFCHR:
-		return "char"
-	case S_IFBLK:
-		return "block"
-	case S_IFIFO:
-		return "fifo"
-	case S_IFSOCK:
-		return "socket"
+	if name, ok := typeNames[mode&S_IFMT]; ok {
+		return name
 	}
 	return fmt.Sprintf("type%#o", mode&S_IFMT)
 }
 
 func diffXattrs(p string, w, g map[string]string, ignore func(p, field string) bool, l labels) []string {
-	var names []string
-	for k, v := range w {
-		if gv, ok := g[k]; !ok || gv != v {
-			names = append(names, k)
-		}
-	}
-	for k := range g {
-		if _, ok := w[k]; !ok {
-			names = append(names, k)
-		}
-	}
-	sort.Strings(names)
-	var out []string
 	val := func(m map[string]string, k string) string {
 		if v, ok := m[k]; ok {
 			return fmt.Sprintf("%q", v)
 		}
 		return "(none)"
 	}
-	for _, k := range names {
-		if !ignore(p, "xattr:"+k) {
-			out = append(out, l.line(p+": xattr "+k, val(w, k), val(g, k)))
+	names := map[string]string{}
+	maps.Copy(names, w)
+	maps.Copy(names, g)
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(names)) {
+		if wv, gv := val(w, k), val(g, k); wv != gv && !ignore(p, "xattr:"+k) {
+			out = append(out, l.line(p+": xattr "+k, wv, gv))
 		}
 	}
 	return out

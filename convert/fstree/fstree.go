@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/ocierofs/ocierofs/erofs"
+	"github.com/ocierofs/ocierofs/whiteout"
 )
 
 // File type bits of Node.Mode (st_mode): erofs's, which are Linux's, under
@@ -81,9 +82,10 @@ func (n *Node) Perm() uint32 { return n.Mode & permMask }
 type Tree struct {
 	nodes    map[string]*Node
 	nextLink int
+	inodes   map[any]*Node // the first node of each inode key (inode)
 }
 
-func newTree() *Tree { return &Tree{nodes: make(map[string]*Node)} }
+func newTree() *Tree { return &Tree{nodes: make(map[string]*Node), inodes: make(map[any]*Node)} }
 
 // Node returns the node at path ("." for the root), or nil (also of a nil
 // Tree).
@@ -120,13 +122,13 @@ func (t *Tree) MarkWhiteoutDirs() int {
 			continue
 		}
 		d := t.nodes[path.Dir(p)]
-		if _, ok := d.Xattrs[xattrOrigin]; ok {
+		if _, ok := d.Xattrs[whiteout.OriginXattr]; ok {
 			continue
 		}
 		if d.Xattrs == nil {
 			d.Xattrs = map[string]string{}
 		}
-		d.Xattrs[xattrOrigin] = ""
+		d.Xattrs[whiteout.OriginXattr] = ""
 		n++
 	}
 	return n
@@ -163,10 +165,19 @@ func (t *Tree) groups(ps []string) [][]string {
 	return gs
 }
 
-// newLink returns a fresh hard-link group id.
-func (t *Tree) newLink() int {
-	t.nextLink++
-	return t.nextLink
+// inode records the non-directory n as a name of the inode that key
+// stands for: a hard link of the node first recorded with it.
+func (t *Tree) inode(key any, n *Node) {
+	first := t.inodes[key]
+	switch {
+	case first == nil:
+		t.inodes[key] = n
+		return
+	case first.link == 0:
+		t.nextLink++
+		first.link = t.nextLink
+	}
+	n.link = first.link
 }
 
 // pathLess orders paths as Paths documents: "." first, then name by

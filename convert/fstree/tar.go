@@ -18,12 +18,6 @@ const (
 	WhiteoutsKeep    = "keep"
 )
 
-// The overlayfs xattrs of whiteouts.
-const (
-	xattrOpaque = whiteout.OpaqueXattr
-	xattrOrigin = whiteout.OriginXattr
-)
-
 // TarOptions tells FromTar how to read a layer.
 type TarOptions struct {
 	// Whiteouts is "overlay" (the default when empty) to turn OCI
@@ -82,10 +76,6 @@ func readLayer(r io.Reader, buf []byte, mode whiteout.Mode, nodes map[*tar.Heade
 		if err != nil {
 			return nil, fmt.Errorf("fstree: tar: %w", err)
 		}
-		switch hdr.Typeflag {
-		case tar.TypeXGlobalHeader, 'V':
-			continue // PAX global records, a GNU volume label: no file, as converters take them
-		}
 		n, err := nodeOf(hdr, tr, buf, mode)
 		if err != nil {
 			return nil, fmt.Errorf("fstree: tar entry %q: %w", hdr.Name, err)
@@ -99,12 +89,12 @@ func readLayer(r io.Reader, buf []byte, mode whiteout.Mode, nodes map[*tar.Heade
 
 // nodeOf is the node a tar header makes, but for its path.
 func nodeOf(hdr *tar.Header, data io.Reader, buf []byte, mode whiteout.Mode) (*Node, error) {
-	n := &Node{Mtime: hdr.ModTime}
+	if hdr.Uid < 0 || int64(hdr.Uid) > 1<<32-1 || hdr.Gid < 0 || int64(hdr.Gid) > 1<<32-1 {
+		return nil, fmt.Errorf("uid/gid %d/%d out of range", hdr.Uid, hdr.Gid)
+	}
+	n := &Node{Mtime: hdr.ModTime, Uid: uint32(hdr.Uid), Gid: uint32(hdr.Gid)}
 	perm := uint32(hdr.Mode) & permMask
 	var err error
-	if n.Uid, n.Gid, err = owner(hdr); err != nil {
-		return nil, err
-	}
 	switch hdr.Typeflag {
 	case tar.TypeReg, tar.TypeGNUSparse, tar.TypeCont:
 		// The tar reader expands sparse files: the hash covers the holes.
@@ -131,8 +121,10 @@ func nodeOf(hdr *tar.Header, data io.Reader, buf []byte, mode whiteout.Mode) (*N
 		n.Devmajor, n.Devminor = uint32(hdr.Devmajor), uint32(hdr.Devminor)
 	case tar.TypeFifo:
 		n.Mode = S_IFIFO | perm
-	case tar.TypeLink:
-		return n, nil // its target's node
+	case tar.TypeLink, tar.TypeXGlobalHeader, 'V':
+		// A link has its target's node; PAX global records and a GNU
+		// volume label are no file (whiteout.Layer.Add skips them).
+		return n, nil
 	default:
 		return nil, fmt.Errorf("unsupported entry type %q", hdr.Typeflag)
 	}
@@ -145,7 +137,6 @@ func nodeOf(hdr *tar.Header, data io.Reader, buf []byte, mode whiteout.Mode) (*N
 // treeOf is the Tree of wt, whose headers have their nodes in nodes.
 func treeOf(wt *whiteout.Tree, nodes map[*tar.Header]*Node, implied time.Time) *Tree {
 	t := newTree()
-	first := make(map[*tar.Header]*Node) // of each inode
 	wt.Walk(func(p string, w *whiteout.Node) error {
 		var n Node
 		switch h := w.Hdr; {
@@ -172,26 +163,12 @@ func treeOf(wt *whiteout.Tree, nodes map[*tar.Header]*Node, implied time.Time) *
 			mark(whiteout.OriginXattr, "")
 		}
 		if !w.IsDir() && w.Hdr != nil {
-			if f := first[w.Hdr]; f != nil {
-				if f.link == 0 {
-					f.link = t.newLink()
-				}
-				n.link = f.link
-			} else {
-				first[w.Hdr] = &n
-			}
+			t.inode(w.Hdr, &n)
 		}
 		t.nodes[p] = &n
 		return nil
 	})
 	return t
-}
-
-func owner(hdr *tar.Header) (uid, gid uint32, err error) {
-	if hdr.Uid < 0 || int64(hdr.Uid) > 1<<32-1 || hdr.Gid < 0 || int64(hdr.Gid) > 1<<32-1 {
-		return 0, 0, fmt.Errorf("uid/gid %d/%d out of range", hdr.Uid, hdr.Gid)
-	}
-	return uint32(hdr.Uid), uint32(hdr.Gid), nil
 }
 
 // tarXattrs are the xattrs of hdr (whiteout.Xattrs) but those EROFS

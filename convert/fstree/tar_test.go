@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ocierofs/ocierofs/whiteout"
 )
 
 // tarEntry is one entry for mkTar.
@@ -121,7 +123,7 @@ func TestFromTarWhiteouts(t *testing.T) {
 			t.Errorf("%s: not an implied dir %v: %+v", p, xattrs, n)
 		}
 	}
-	origin := map[string]string{xattrOrigin: ""}
+	origin := map[string]string{whiteout.OriginXattr: ""}
 	impliedDir("a", origin)
 	impliedDir("b", origin)
 	impliedDir("c", origin)
@@ -132,7 +134,7 @@ func TestFromTarWhiteouts(t *testing.T) {
 	if n := tr.Node("."); n.Implied || n.Mode != S_IFDIR|0o700 || len(n.Xattrs) != 0 {
 		t.Errorf("root: %+v", n)
 	}
-	if n := tr.Node("o"); n.Implied || n.Mode != S_IFDIR|0o711 || !reflect.DeepEqual(n.Xattrs, map[string]string{xattrOpaque: "y"}) {
+	if n := tr.Node("o"); n.Implied || n.Mode != S_IFDIR|0o711 || !reflect.DeepEqual(n.Xattrs, map[string]string{whiteout.OpaqueXattr: "y"}) {
 		t.Errorf("o: %+v", n)
 	}
 	if n := tr.Node("imp"); n.Implied {
@@ -196,7 +198,7 @@ func TestFromTarOrder(t *testing.T) {
 	if diff := Diff(a, b, DiffOptions{}); len(diff) != 0 {
 		t.Errorf("order matters:\n%s", strings.Join(diff, "\n"))
 	}
-	want := map[string]string{xattrOpaque: "y", xattrOrigin: ""}
+	want := map[string]string{whiteout.OpaqueXattr: "y", whiteout.OriginXattr: ""}
 	if n := a.Node("d"); !reflect.DeepEqual(n.Xattrs, want) || n.Implied {
 		t.Errorf("d: %+v", n)
 	}
@@ -267,10 +269,10 @@ func TestFromTarLinkToWhiteout(t *testing.T) {
 	if y := tr.Node("d2/y"); y == nil || y.Mode != S_IFCHR || y.Devmajor != 0 {
 		t.Errorf("d2/y: %+v, want a whiteout device", y)
 	}
-	if _, ok := tr.Node("d1").Xattrs[xattrOrigin]; !ok {
+	if _, ok := tr.Node("d1").Xattrs[whiteout.OriginXattr]; !ok {
 		t.Error("d1, which holds the whiteout, has no trusted.overlay.origin")
 	}
-	if _, ok := tr.Node("d2").Xattrs[xattrOrigin]; !ok {
+	if _, ok := tr.Node("d2").Xattrs[whiteout.OriginXattr]; !ok {
 		t.Error("d2, which holds a link to it, has no trusted.overlay.origin")
 	}
 }

@@ -42,58 +42,42 @@ type StatFS interface {
 // never held in memory whole.
 func FromFS(fsys StatFS) (*Tree, error) {
 	w := walker{
-		fsys:  fsys,
-		t:     newTree(),
-		links: make(map[[2]uint64]*Node),
-		dirs:  make(map[[2]uint64]string),
-		buf:   make([]byte, 128<<10),
+		fsys: fsys,
+		t:    newTree(),
+		dirs: make(map[[2]uint64]string),
+		buf:  make([]byte, 128<<10),
 	}
-	root, err := w.node(".")
+	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return fmt.Errorf("fstree: %s: %w", p, err)
+		case p != "." && !validName(d.Name()):
+			return fmt.Errorf("fstree: %s: bad directory entry %q", path.Dir(p), d.Name())
+		case w.t.nodes[p] != nil:
+			return fmt.Errorf("fstree: %s: listed twice", p)
+		}
+		n, err := w.node(p)
+		switch {
+		case err != nil:
+			return err
+		case p == "." && !n.IsDir():
+			return fmt.Errorf("fstree: root is not a directory (mode %#o)", n.Mode)
+		case n.IsDir() != d.IsDir():
+			return fmt.Errorf("fstree: %s: a %s, but its directory entry says otherwise", p, typeName(n.Mode))
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, err
-	}
-	if !root.IsDir() {
-		return nil, fmt.Errorf("fstree: root is not a directory (mode %#o)", root.Mode)
-	}
-	if err := w.dir("."); err != nil {
 		return nil, err
 	}
 	return w.t, nil
 }
 
 type walker struct {
-	fsys  StatFS
-	t     *Tree
-	links map[[2]uint64]*Node // first node seen for each (dev, ino)
-	dirs  map[[2]uint64]string
-	buf   []byte
-}
-
-// dir adds the contents of directory name, depth first.
-func (w *walker) dir(name string) error {
-	ents, err := w.fsys.ReadDir(name)
-	if err != nil {
-		return fmt.Errorf("fstree: %s: %w", name, err)
-	}
-	for _, e := range ents {
-		if !validName(e.Name()) {
-			return fmt.Errorf("fstree: %s: bad directory entry %q", name, e.Name())
-		}
-		p := path.Join(name, e.Name())
-		if w.t.nodes[p] != nil {
-			return fmt.Errorf("fstree: %s: listed twice", p)
-		}
-		n, err := w.node(p)
-		if err != nil {
-			return err
-		}
-		if n.IsDir() {
-			if err := w.dir(p); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	fsys StatFS
+	t    *Tree
+	dirs map[[2]uint64]string
+	buf  []byte
 }
 
 func validName(s string) bool {
@@ -154,14 +138,7 @@ func (w *walker) node(p string) (*Node, error) {
 		}
 		w.dirs[key] = p
 	} else {
-		if first := w.links[key]; first != nil {
-			if first.link == 0 {
-				first.link = w.t.newLink()
-			}
-			n.link = first.link
-		} else {
-			w.links[key] = n
-		}
+		w.t.inode(key, n)
 	}
 	w.t.nodes[p] = n
 	return n, nil
