@@ -5,7 +5,7 @@ MIRROR  := bin/ocierofs-mirror
 PKGS    := ./...
 FUZZTIME ?= 15s
 
-.PHONY: build install test test-deps docs bench bench-mkfs fuzz fuzz-short demo demo-registry lint clean
+.PHONY: build install test test-deps docs spec-vectors bench bench-mkfs fuzz fuzz-short demo demo-registry lint clean
 
 # Two programs: ocierofs, and the registry mirror (serve, sync) that
 # `ocierofs serve|sync` runs from the same directory or PATH.
@@ -82,6 +82,12 @@ test-deps:
 # test (TestCLIDoc) fails when a flag changed and this was not run.
 docs:
 	UPDATE_DOCS=1 $(GO) test -count=1 -run '^TestCLIDoc$$' ./cmd/ocierofs ./cmd/ocierofs-mirror
+
+# The EROFS image spec's test vectors in testdata/spec, made anew: a
+# source image and an OCI layout of its conversion per feature. The test
+# that makes them checks that the committed ones are what it makes.
+spec-vectors:
+	UPDATE_SPEC_VECTORS=1 $(GO) test -count=1 -run '^TestSpecVectors$$' ./cmd/ocierofs
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3x -timeout 30m ./erofs/... ./convert/...
