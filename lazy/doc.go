@@ -18,8 +18,10 @@
 // before use whenever the cache holds those digests, and a mismatch is an
 // error for that read, never wrong bytes. The digests come from a whole
 // pass over the blob whose digest matched its descriptor (Blob.Prefetch,
-// and every blob that has to be fetched whole). A registry layer read by
-// ranges before such a pass is not checked: per-chunk digests published
-// with the image (a chunk index) would close that gap, and the format has
-// none yet.
+// and every blob that has to be fetched whole). A layer that has the EROFS
+// image spec's chunk index is read through it (Indexed): each of its
+// chunks is checked against the index's checksum before use, the first
+// read too, and a +zstd layer is read by ranges, one zstd frame a chunk,
+// instead of whole. A registry layer without one, read by ranges before a
+// whole pass, is not checked.
 package lazy

@@ -1,0 +1,71 @@
+package lazy_test
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ocierofs/ocierofs/lazy"
+	"github.com/ocierofs/ocierofs/oci/chunkindex"
+)
+
+// TestIndexedZstd reads a +zstd layer blob with an embedded chunk index by
+// ranges: the index is read without the blob; bytes the registry changes
+// fail the read at their checksum instead of reaching the reader, and the
+// chunk is fetched again on the next read.
+func TestIndexedZstd(t *testing.T) {
+	img := randomBytes(3<<20, 9)
+	for i := range img {
+		if i/4096%2 == 0 {
+			img[i] = byte(i / 4096) // compressible halves
+		}
+	}
+	var blob bytes.Buffer
+	w, err := chunkindex.NewWriter(&blob, chunkindex.WriterOptions{Compression: chunkindex.Zstd, ChunkSize: 256 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Write(img)
+	_, rng, err := w.Finish(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFaultyRegistry(t)
+	dg := f.push(t, blob.Bytes(), "application/vnd.erofs+zstd")
+	cache, err := lazy.OpenCache(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := cache.Ranged(f.source(t, 5*time.Second), dg, int64(blob.Len()), lazy.Options{Retries: 1, Backoff: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := chunkindex.Embedded(b, b.Size(), true, map[string]string{chunkindex.AnnotationRange: rng.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix, err := lazy.NewIndexed(b, x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ix.Size() != int64(len(img)) {
+		t.Fatalf("size %d, want %d", ix.Size(), len(img))
+	}
+	if st := cache.Stats(); st.Bytes >= int64(blob.Len())/2 {
+		t.Errorf("reading the index fetched %d bytes of the blob's %d", st.Bytes, blob.Len())
+	}
+	// The registry's bytes go wrong: the read fails at the checksum,
+	// and reads again once the registry sends the right ones.
+	f.corrupt.Store(true)
+	p := make([]byte, 10000)
+	_, err = ix.ReadAt(p, 1<<20-5000)
+	var ce *chunkindex.CorruptError
+	if !errors.As(err, &ce) {
+		t.Errorf("chunks the registry changed: %v, want a checksum mismatch", err)
+	}
+	f.corrupt.Store(false)
+	if _, err := ix.ReadAt(p, 1<<20-5000); err != nil || !bytes.Equal(p, img[1<<20-5000:1<<20+5000]) {
+		t.Fatalf("read across two chunks: %v", err)
+	}
+}
