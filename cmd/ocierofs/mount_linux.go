@@ -35,8 +35,10 @@ var lazyMountCommand = &cli.Command{
 	Description: "IMAGE: a converted image (EROFS layers) in a registry or oci:DIR[:TAG]. Each layer\n" +
 		"is served through FUSE and the layers are stacked by the kernel's overlayfs at\n" +
 		"MOUNTPOINT. Registry layers are read with HTTP range requests into a chunk cache\n" +
-		"on disk (--cache-dir, shared by every mount of layers it holds); a +zstd layer is\n" +
-		"fetched whole first, as it has no chunk index. A layout's files are read in place.\n" +
+		"on disk (--cache-dir, shared by every mount of layers it holds). A layer with the\n" +
+		"EROFS image spec's chunk index (convert --media-type spec --chunk-index) is read\n" +
+		"through it, by ranges, each chunk checked against the index; a +zstd layer without\n" +
+		"one is fetched whole first. A layout's raw files are read in place.\n" +
 		"The command stays in the foreground and serves the mount until SIGINT, SIGTERM,\n" +
 		"or `ocierofs umount MOUNTPOINT`. A read the registry cannot serve within\n" +
 		"--read-timeout (after retries) fails with EIO; the mount stays.\n" +
@@ -267,6 +269,13 @@ func openLayers(ctx context.Context, img v1.Image, src lazy.Source, openCache fu
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	m, err := img.Manifest()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if len(m.Layers) != len(ls) {
+		return nil, nil, nil, fmt.Errorf("manifest of %d layers, image of %d", len(m.Layers), len(ls))
+	}
 	for i, l := range ls {
 		dg, err := l.Digest()
 		if err != nil {
@@ -275,6 +284,9 @@ func openLayers(ctx context.Context, img v1.Image, src lazy.Source, openCache fu
 		mt, err := l.MediaType()
 		if err != nil {
 			return nil, nil, closers, err
+		}
+		if mt == convert.MediaTypeChunkIndex {
+			continue // read with the layer before it
 		}
 		if !convert.IsEROFS(mt) {
 			return nil, nil, closers, fmt.Errorf("layer %d (%s) is %s, not EROFS: convert the image first (ocierofs convert)", i, dg, mt)
@@ -285,8 +297,35 @@ func openLayers(ctx context.Context, img v1.Image, src lazy.Source, openCache fu
 		}
 		var r io.ReaderAt
 		var n int64
-		switch p, inPlace := lazy.FilePath(src, dg); {
-		case strings.HasSuffix(string(mt), "+zstd"):
+		p, inPlace := lazy.FilePath(src, dg)
+		zstdLayer := strings.HasSuffix(string(mt), "+zstd")
+		if hasChunkIndex(m.Layers, i) && (zstdLayer || !inPlace) {
+			// Read by ranges through the index, each chunk checked.
+			cache, err := openCache()
+			if err != nil {
+				return nil, nil, closers, err
+			}
+			b, err := cache.Ranged(src, dg, size, lopt)
+			if err != nil {
+				return nil, nil, closers, err
+			}
+			x, err := openChunkIndex(cache, src, b, m.Layers, i, lopt, logf)
+			if err != nil {
+				return nil, nil, closers, err
+			}
+			if x != nil {
+				ix, err := lazy.NewIndexed(b, x)
+				if err != nil {
+					return nil, nil, closers, err
+				}
+				logf(fmt.Sprintf("layer %d (%s): read by ranges through its chunk index (%s), each checked", i, dg, count(x.Len(), "chunk")))
+				blobs = append(blobs, b)
+				r, n = ix, ix.Size()
+			}
+		}
+		switch {
+		case r != nil:
+		case zstdLayer:
 			cache, err := openCache()
 			if err != nil {
 				return nil, nil, closers, err
