@@ -64,13 +64,21 @@ func readSource(img v1.Image) (*sourceImage, error) {
 	return s, nil
 }
 
+// noReuse reports options whose layers the layer cache does not hold: a
+// flattened image's one layer, and layers with the EROFS image spec's
+// chunk index or dm-verity tree, whose annotations (and standalone
+// chunk-index layers) only the converter makes.
+func noReuse(o convert.ImageOptions) bool {
+	return o.Flatten || o.SpecMediaTypes && (o.Spec.ChunkIndex != convert.ChunkIndexNone || o.Spec.DMVerity)
+}
+
 // image returns what the converter should convert for src: src itself
 // (converted plainly, every layer), or, with a layer cache, an image whose
 // tar layers are all EROFS already — the cached ones, and the missing ones
 // converted here first — so that the converter only assembles the twin,
 // exactly as it would have.
 func (j *twinJob) image(src v1.Image, desc v1.Descriptor) (v1.Image, error) {
-	if j.t.Cache == nil || j.opt.Flatten {
+	if j.t.Cache == nil || noReuse(j.opt) {
 		j.markPlain(desc.Digest)
 		return src, nil
 	}
@@ -403,7 +411,7 @@ func (j *twinJob) storePlain(a *oci.Artifact, reps []*convert.ImageReport) error
 				j.countConverted(chain, l.SourceSize, l.Size)
 			}
 		}
-		if j.opt.Flatten {
+		if noReuse(j.opt) {
 			continue
 		}
 		s, err := readSource(img)
