@@ -29,10 +29,16 @@ var convertCommand = &cli.Command{
 		"TARGET: a registry reference or oci:DIR[:TAG]; by default the source repository\n" +
 		"with the tag plus --suffix. Layers become application/vnd.erofs.layer.v1; the\n" +
 		"config gets os.features [\"erofs\"] and the new diff_ids. Nothing is tagged until\n" +
-		"every layer is converted and uploaded.",
+		"every layer is converted and uploaded.\n\n" +
+		"--merge-platform publishes one index holding the source's manifests first, as\n" +
+		"they are, and the EROFS manifest of each platform beside them (os.features\n" +
+		"[\"erofs\"]), by default under the source's own tag: one reference for nodes with\n" +
+		"and without the EROFS snapshotter (nydusify's --merge-platform). docs/convert.md.",
 	Flags: slices.Concat([]cli.Flag{
 		&cli.BoolFlag{Name: "force", Usage: "convert even where the target holds what this conversion made before (up to date)"},
-	}, options.ErofsFlags(), options.SourceFlags(), options.LoginFlags(), options.CredentialFlags(), options.ConvertFlags()),
+	}, options.ErofsFlags(), options.SourceFlags(), options.LoginFlags(), options.CredentialFlags(), options.ConvertFlags(),
+		options.InCategory("Converted image",
+			&cli.BoolFlag{Name: "merge-platform", Aliases: []string{"mixed"}, Usage: "one index of the source's manifests and their EROFS twins, by default under the source's tag"})),
 	Action: func(c *cli.Context) error {
 		if c.NArg() < 1 || c.NArg() > 2 {
 			return fmt.Errorf("convert: want SOURCE [TARGET]")
@@ -62,6 +68,11 @@ func runConvert(ctx context.Context, c *cli.Context, source, target string) erro
 		return err
 	}
 	defer done()
+	merge := c.Bool("merge-platform")
+	if merge && target == "" {
+		// In place: the source's own tag serves both forms.
+		target = source
+	}
 	src, dst, err := convertRefs(c, source, target)
 	if err != nil {
 		return err
@@ -87,6 +98,9 @@ func runConvert(ctx context.Context, c *cli.Context, source, target string) erro
 		if err := dstRem.CheckPush(ctx, dst); err != nil {
 			return err
 		}
+	}
+	if merge {
+		return runMerge(ctx, c, opt, art, src, dst, dstRem, start)
 	}
 	record, there, err := targetState(ctx, c, art, dst, dstRem)
 	if err != nil {
@@ -224,4 +238,25 @@ func checkTarget(dst oci.Ref) error {
 		return fmt.Errorf("target %s: give a tag, not a digest (the converted image has a digest of its own)", dst)
 	}
 	return nil
+}
+
+// runMerge converts art and publishes the mixed index of it and its twin
+// to dst (convert --merge-platform).
+func runMerge(ctx context.Context, c *cli.Context, opt convert.ImageOptions, art *oci.Artifact, src, dst oci.Ref, dstRem oci.Remote, start time.Time) error {
+	conv, err := convert.NewConverter(opt)
+	if err != nil {
+		return err
+	}
+	defer conv.Close()
+	if art.Image != nil {
+		if err := conv.CheckPlatform(art.Image, art.Descriptor); err != nil {
+			return fmt.Errorf("%s: %w", src, err)
+		}
+	}
+	tw, err := conv.WriteMixed(ctx, art, dst, dstRem)
+	if err != nil {
+		return fmt.Errorf("%s: %w", src, err)
+	}
+	return reportConvert(c, convertReport{Source: src.String(), Target: dst.String(), Index: true,
+		Digest: tw.Digest, Images: tw.Images, Seconds: time.Since(start).Seconds()}, opt)
 }
