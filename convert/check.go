@@ -23,6 +23,7 @@ import (
 	"github.com/ocierofs/ocierofs/internal/atomicfile"
 	"github.com/ocierofs/ocierofs/oci"
 	"github.com/ocierofs/ocierofs/oci/chunkindex"
+	"github.com/ocierofs/ocierofs/whiteout"
 )
 
 // CheckOptions tells Check where to work and where to report.
@@ -289,12 +290,12 @@ func (c *checker) image(where string, img, src v1.Image, srcDigest v1.Hash) erro
 			c.diff(at, "converted, but its source layer %s is no layer on its own: %v", sd.Digest, ownErr)
 			continue
 		}
-		if err := c.layer(at, img, m.Layers[i], cfg.RootFS.DiffIDs[i], sd, own); err != nil {
+		if err := c.layer(at, img, m.Layers[i], cfg.RootFS.DiffIDs[i], sd, own, i == 0); err != nil {
 			return err
 		}
 	}
 	if flat {
-		return c.layer(where+": flattened layer", img, m.Layers[0], cfg.RootFS.DiffIDs[0], v1.Descriptor{}, stack.Tree())
+		return c.layer(where+": flattened layer", img, m.Layers[0], cfg.RootFS.DiffIDs[0], v1.Descriptor{}, stack.Tree(), false)
 	}
 	return nil
 }
@@ -328,8 +329,10 @@ func (c *checker) capped(r io.Reader) io.Reader {
 }
 
 // layer checks one converted layer d against want, the tree of its source
-// layer sd ("" digest: flattened) as the layers below it leave it.
-func (c *checker) layer(where string, img v1.Image, d v1.Descriptor, diffID v1.Hash, sd v1.Descriptor, want *fstree.Tree) error {
+// layer sd ("" digest: flattened) as the layers below it leave it. The
+// bottom layer of an image in the spec's media types has no whiteouts or
+// opaque markers (stripMarkers): want's are not looked for.
+func (c *checker) layer(where string, img v1.Image, d v1.Descriptor, diffID v1.Hash, sd v1.Descriptor, want *fstree.Tree, bottom bool) error {
 	c.res.Layers++
 	if !IsEROFS(d.MediaType) {
 		c.diff(where, "%s layer %s, not EROFS", d.MediaType, d.Digest)
@@ -373,7 +376,20 @@ func (c *checker) layer(where string, img v1.Image, d v1.Descriptor, diffID v1.H
 		return err
 	}
 	c.res.Paths += got.Len()
-	for _, s := range fstree.Diff(want, got, fstree.DiffOptions{IgnoreImpliedMtime: true, IgnoreWhiteoutPerm: true, Want: "source", Got: "converted"}) {
+	opt := fstree.DiffOptions{IgnoreImpliedMtime: true, IgnoreWhiteoutPerm: true, Want: "source", Got: "converted"}
+	if bottom && (d.MediaType == MediaTypeSpec || d.MediaType == MediaTypeSpecZstd) {
+		opt.Ignore = func(p, field string) bool {
+			n := want.Node(p)
+			switch {
+			case n == nil:
+				return false
+			case field == "missing":
+				return n.Type() == fstree.S_IFCHR && n.Devmajor == 0 && n.Devminor == 0
+			}
+			return n.IsDir() && (field == "xattr:"+whiteout.OpaqueXattr || field == "xattr:"+whiteout.OriginXattr)
+		}
+	}
+	for _, s := range fstree.Diff(want, got, opt) {
 		c.diff(where, "%s", s)
 	}
 	return nil

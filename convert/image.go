@@ -163,6 +163,14 @@ func NewConverter(opt ImageOptions) (*Converter, error) {
 	if opt.Spec.active() && !opt.SpecMediaTypes {
 		return nil, errors.New("a chunk index or a dm-verity tree in the layer is a part of the EROFS image spec's layers: it needs its media types")
 	}
+	if opt.SpecMediaTypes && opt.NoIndexOSFeatures {
+		// The spec wants "erofs" in the index entry of an EROFS image (§6).
+		return nil, errors.New("the EROFS image spec's media types need os.features in index entries: leave out no-index-os-features")
+	}
+	if opt.SpecMediaTypes && opt.Layer.Whiteouts == whiteout.Keep {
+		// Kept, the tar's .wh. files would be in the images (§3.6).
+		return nil, errors.New("the EROFS image spec's media types need overlayfs whiteouts: leave out whiteouts keep")
+	}
 	tmp, lock, err := makeTemp(opt.TempDir)
 	if err != nil {
 		return nil, err
@@ -226,6 +234,10 @@ func (c *Converter) Image(ctx context.Context, src v1.Image, srcDesc v1.Descript
 		}
 		rep.Layers = append(rep.Layers, j.report)
 		if j.report.Passthrough {
+			if c.opt.SpecMediaTypes && m.Layers[i].MediaType != MediaTypeSpec && m.Layers[i].MediaType != MediaTypeSpecZstd {
+				return nil, nil, sourceError(m.Layers[i].Digest, "layer %s: %s is passed through as it is, and the EROFS image spec takes no such layer (§4): convert without --media-type spec",
+					m.Layers[i].Digest, m.Layers[i].MediaType)
+			}
 			mf.Layers = append(mf.Layers, m.Layers[i])
 			out.layers[m.Layers[i].Digest] = j.layer
 			diffIDs = append(diffIDs, cfg.RootFS.DiffIDs[i].String())
@@ -244,6 +256,9 @@ func (c *Converter) Image(ctx context.Context, src v1.Image, srcDesc v1.Descript
 			out.layers[ci.digest] = ci
 			diffIDs = append(diffIDs, ci.diffID.String())
 		}
+	}
+	if c.opt.SpecMediaTypes {
+		markLowerLayers(mf.Layers)
 	}
 	var history []v1.History
 	if c.opt.Flatten {
@@ -333,6 +348,38 @@ func (c *Converter) layerDescriptor(fl *fileLayer, d v1.Descriptor, chain []stri
 	}
 	maps.Copy(ann, fl.annotations)
 	return v1.Descriptor{MediaType: fl.mediaType, Digest: fl.digest, Size: fl.size, Annotations: ann}
+}
+
+// AnnotationRole and RoleOverlayLower are the EROFS image spec's layer
+// role (§2.4).
+const (
+	AnnotationRole   = "org.erofs.role"
+	RoleOverlayLower = "overlay-lower"
+)
+
+// markLowerLayers gives each EROFS layer of a spec image but the top one
+// the overlay-lower role, as the spec's multi-layer example does (§11.1):
+// a layer may hold whiteouts only above an overlay-lower layer (§3.6), and
+// each layer converted from a tar is an overlay layer. A single layer is
+// the root filesystem and has no role; a standalone chunk index has none.
+func markLowerLayers(ls []v1.Descriptor) {
+	top := -1
+	for i, d := range ls {
+		if d.MediaType == MediaTypeSpec || d.MediaType == MediaTypeSpecZstd {
+			top = i
+		}
+	}
+	for i := range top {
+		if ls[i].MediaType != MediaTypeSpec && ls[i].MediaType != MediaTypeSpecZstd {
+			continue
+		}
+		ann := maps.Clone(ls[i].Annotations)
+		if ann == nil {
+			ann = map[string]string{}
+		}
+		ann[AnnotationRole] = RoleOverlayLower
+		ls[i].Annotations = ann
+	}
 }
 
 // assemble makes the converted image: its config (the source's with the
@@ -751,6 +798,16 @@ func (c *Converter) buildLayer(ctx context.Context, j *layerJob, src layerSource
 	if err != nil {
 		os.Remove(raw)
 		return nil, layerFailure(ctx, in, d, err)
+	}
+	if c.opt.SpecMediaTypes && !src.scan && !src.alone && len(lower) == 0 {
+		stripped, err := stripMarkers(raw, opt.Erofs)
+		if err != nil {
+			os.Remove(raw)
+			return nil, err
+		}
+		if stripped {
+			res.Warnings = append(res.Warnings, "the bottom layer's whiteouts and opaque markers are left out: nothing is below for them to hide (EROFS image spec §3.6)")
+		}
 	}
 	if src.scan {
 		return &fileLayer{}, nil

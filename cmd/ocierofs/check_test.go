@@ -66,3 +66,31 @@ func TestCheckCLI(t *testing.T) {
 		t.Errorf("check against another image: exit %d: %s%s", code, out, e)
 	}
 }
+
+// TestCheckSpecCLI: check --spec takes a conversion to the specification's
+// media types as conformant and names, by section, what a conversion to
+// containerd's media types breaks.
+func TestCheckSpecCLI(t *testing.T) {
+	b := bin(t)
+	src := "oci:../../testdata/busybox"
+	dir := t.TempDir()
+	specOut := "oci:" + filepath.Join(dir, "spec") + ":bb"
+	if _, e, code := run(t, b, "convert", "-q", "--media-type", "spec", "--layer-compression", "zstd", src, specOut); code != 0 {
+		t.Fatalf("convert: exit %d: %s", code, e)
+	}
+	if out, e, code := run(t, b, "check", "--spec", specOut); code != 0 || !strings.Contains(out, "conforms to the EROFS image layer specification (0 SHOULDs unmet)") {
+		t.Errorf("check --spec %s: exit %d: %s%s", specOut, code, out, e)
+	}
+	ctrOut := "oci:" + filepath.Join(dir, "containerd") + ":bb"
+	if _, e, code := run(t, b, "convert", "-q", src, ctrOut); code != 0 {
+		t.Fatalf("convert: exit %d: %s", code, e)
+	}
+	out, e, code := run(t, b, "check", "--spec", ctrOut)
+	if code != 1 || !strings.Contains(out, "§4: layer 0: media type application/vnd.erofs.layer.v1 is none of §2.1, §2.2") ||
+		!strings.Contains(e, "does not conform to the EROFS image layer specification") {
+		t.Errorf("check --spec %s: exit %d: %s%s", ctrOut, code, out, e)
+	}
+	if _, e, code := run(t, b, "check", "--spec", specOut, ctrOut); code == 0 || !strings.Contains(e, "want IMAGE") {
+		t.Errorf("check --spec with two images: exit %d: %s", code, e)
+	}
+}

@@ -344,6 +344,12 @@ func Conversion(c *cli.Context) (opt convert.ImageOptions, rem oci.Remote, done 
 	if opt.Spec, err = specOptions(c, opt.SpecMediaTypes); err != nil {
 		return opt, rem, done, err
 	}
+	if opt.SpecMediaTypes && opt.Layer.Whiteouts == whiteout.Keep {
+		return opt, rem, done, errors.New("--media-type spec with --whiteouts keep: the EROFS image spec wants no .wh. names in a layer (§3.6)")
+	}
+	if opt.SpecMediaTypes && opt.NoIndexOSFeatures {
+		return opt, rem, done, errors.New("--media-type spec with --no-index-os-features: the EROFS image spec wants \"erofs\" in the os.features of an index entry (§6)")
+	}
 	return opt, rem, done, nil
 }
 
