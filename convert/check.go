@@ -54,7 +54,9 @@ type CheckResult struct {
 // difference:
 //
 //   - each converted manifest names its source (AnnotationSourceManifest),
-//     each EROFS layer its source layer (AnnotationSourceLayer); an index
+//     each EROFS layer its source layer (AnnotationSourceLayer), or, for
+//     a manifest without the annotation, its subject is the source (the
+//     layers' annotations are then not looked for); an index
 //     has an entry of each platform it converted, with the source's
 //     platform ("erofs" added to os.features, if at all);
 //   - an EROFS layer's diff_id is the SHA-256 of the raw image (of the
@@ -97,6 +99,10 @@ type checker struct {
 	// standalone are the standalone chunk indexes of the image being
 	// checked, by the digest of the layer each indexes.
 	standalone map[v1.Hash]*chunkindex.Index
+	// bySubject: the image checked names its source by its subject
+	// alone, as another tool's conversion may; it need not carry
+	// ocierofs' source annotations.
+	bySubject bool
 }
 
 func (c *checker) diff(where, format string, args ...any) {
@@ -215,7 +221,9 @@ func (c *checker) image(where string, img, src v1.Image, srcDigest v1.Hash) erro
 	if err != nil {
 		return fmt.Errorf("%s: source: %w", where, err)
 	}
-	if s := m.Annotations[AnnotationSourceManifest]; s != srcDigest.String() {
+	s, has := m.Annotations[AnnotationSourceManifest]
+	c.bySubject = !has && m.Subject != nil && m.Subject.Digest == srcDigest
+	if s != srcDigest.String() && !c.bySubject {
 		c.diff(where, "names its source %q, not %s", s, srcDigest)
 	}
 	if err := CheckConfigSize(m.Config); err != nil {
@@ -338,7 +346,7 @@ func (c *checker) layer(where string, img v1.Image, d v1.Descriptor, diffID v1.H
 		c.diff(where, "%s layer %s, not EROFS", d.MediaType, d.Digest)
 		return nil
 	}
-	if sd.Digest.Hex != "" && d.Annotations[AnnotationSourceLayer] != sd.Digest.String() {
+	if a, has := d.Annotations[AnnotationSourceLayer]; sd.Digest.Hex != "" && a != sd.Digest.String() && (has || !c.bySubject) {
 		c.diff(where, "names its source layer %q, not %s", d.Annotations[AnnotationSourceLayer], sd.Digest)
 	}
 	l, err := img.LayerByDigest(d.Digest)

@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/urfave/cli/v2"
 
 	"github.com/ocierofs/ocierofs/cmd/internal/options"
@@ -18,10 +20,14 @@ import (
 var checkCommand = &cli.Command{
 	Name:      "check",
 	Usage:     "compare a converted image with its source, layer by layer: trees, diff_ids, config, annotations",
-	ArgsUsage: "CONVERTED [SOURCE] | --spec IMAGE",
+	ArgsUsage: "CONVERTED [SOURCE] | SOURCE | --spec IMAGE",
 	Description: "CONVERTED: an image or index convert made (a registry reference or oci:DIR[:TAG]).\n" +
 		"SOURCE: what it was made from; by default, in a registry, CONVERTED's repository\n" +
-		"at the digest CONVERTED names as its source. Reads both through ocierofs' own\n" +
+		"at the digest CONVERTED names as its source (its source annotation, or else its\n" +
+		"subject). Given a registry image that is no conversion, check takes it for the\n" +
+		"source and checks each EROFS image that refers to it (convert --referrer), found\n" +
+		"through the registry's referrers API or the sha256-<hex> tag that stands in for\n" +
+		"it (OCI distribution spec 1.1); of an index, each image's. Reads both through ocierofs' own\n" +
 		"readers (no mount, no root) and prints every difference: each layer's tree\n" +
 		"(type, mode, owner, size, mtime, content, symlink target, device number, xattrs,\n" +
 		"hard links) against its source layer's as the layers below leave it (a flattened\n" +
@@ -99,9 +105,16 @@ func runCheck(ctx context.Context, c *cli.Context, converted, source string) err
 			return fmt.Errorf("%s: %w", conv, err)
 		}
 		from := convert.SourceAnnotation(raw)
+		if from == "" {
+			from = subjectOf(raw)
+		}
 		switch {
+		case from == "" && conv.Kind == oci.Registry:
+			// Not a conversion: the source, whose conversions are its
+			// referrers.
+			return runReferrerCheck(ctx, c, art, convRem, start)
 		case from == "":
-			return fmt.Errorf("%s names no source (%s): give SOURCE", conv, convert.AnnotationSourceManifest)
+			return fmt.Errorf("%s names no source (%s, or a subject): give SOURCE", conv, convert.AnnotationSourceManifest)
 		case conv.Kind != oci.Registry:
 			return fmt.Errorf("%s: give SOURCE (the source %s is looked up by itself in registries only)", conv, from)
 		}
@@ -172,6 +185,91 @@ func runSpecCheck(ctx context.Context, c *cli.Context, image string) error {
 	if !c.Bool("quiet") {
 		fmt.Fprintf(c.App.Writer, "%s conforms to the EROFS image layer specification (%s unmet) (%.1f s)\n",
 			ref, count(len(vs), "SHOULD"), time.Since(start).Seconds())
+	}
+	return nil
+}
+
+// subjectOf is the digest a manifest's subject names, "" for none.
+func subjectOf(rawManifest []byte) string {
+	var m struct {
+		Subject *v1.Descriptor `json:"subject"`
+	}
+	if json.Unmarshal(rawManifest, &m) != nil || m.Subject == nil {
+		return ""
+	}
+	return m.Subject.Digest.String()
+}
+
+// runReferrerCheck checks each EROFS image that refers to the source src
+// (or, for an index, to one of its images) against what it refers to.
+func runReferrerCheck(ctx context.Context, c *cli.Context, src *oci.Artifact, rem oci.Remote, start time.Time) error {
+	type pair struct {
+		conv, src *oci.Artifact
+	}
+	var pairs []pair
+	repo := src.Ref.Name.Context()
+	// lookup adds the EROFS referrers of the image img of descriptor d.
+	lookup := func(img v1.Image, d v1.Descriptor) error {
+		refs, err := oci.ErofsReferrers(ctx, repo, d.Digest, rem)
+		if err != nil {
+			return fmt.Errorf("%s: the referrers of %s: %w", src.Ref, d.Digest, err)
+		}
+		for _, r := range refs {
+			pairs = append(pairs, pair{
+				conv: &oci.Artifact{Ref: oci.Ref{Kind: oci.Registry, Name: repo.Digest(r.Digest.String())}, Descriptor: r.Descriptor, Image: r.Image},
+				src:  &oci.Artifact{Ref: oci.Ref{Kind: oci.Registry, Name: repo.Digest(d.Digest.String())}, Descriptor: d, Image: img},
+			})
+		}
+		return nil
+	}
+	if src.Index != nil {
+		im, err := src.Index.IndexManifest()
+		if err != nil {
+			return fmt.Errorf("%s: %w", src.Ref, err)
+		}
+		for _, d := range im.Manifests {
+			if !d.MediaType.IsImage() {
+				continue
+			}
+			img, err := src.Index.Image(d.Digest)
+			if err != nil {
+				return fmt.Errorf("%s: %s: %w", src.Ref, d.Digest, err)
+			}
+			if err := lookup(img, d); err != nil {
+				return err
+			}
+		}
+	} else if err := lookup(src.Image, src.Descriptor); err != nil {
+		return err
+	}
+	if len(pairs) == 0 {
+		return fmt.Errorf("%s names no source and no EROFS image refers to it (convert --referrer): give SOURCE, or check a conversion", src.Ref)
+	}
+	maxLayer, err := options.MaxLayerSize(c)
+	if err != nil {
+		return err
+	}
+	diffs := 0
+	for _, p := range pairs {
+		res, err := convert.Check(ctx, p.conv, p.src, convert.CheckOptions{
+			TempDir:      c.String("tmpdir"),
+			Report:       func(s string) { fmt.Fprintln(c.App.Writer, s) },
+			MaxLayerSize: maxLayer,
+		})
+		if err != nil {
+			return err
+		}
+		diffs += res.Differences
+		if res.Differences == 0 && !c.Bool("quiet") {
+			fmt.Fprintf(c.App.Writer, "%s, which refers to %s, matches it: %s, %s\n",
+				p.conv.Ref, p.src.Ref, count(res.Layers, "layer"), count(res.Paths, "path"))
+		}
+	}
+	if diffs > 0 {
+		return cli.Exit(fmt.Sprintf("check: %s between %s and the EROFS images that refer to it", count(diffs, "difference"), src.Ref), 1)
+	}
+	if !c.Bool("quiet") {
+		fmt.Fprintf(c.App.Writer, "%s matches the EROFS images that refer to it: %s (%.1f s)\n", src.Ref, count(len(pairs), "image"), time.Since(start).Seconds())
 	}
 	return nil
 }
