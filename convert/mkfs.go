@@ -27,6 +27,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/cespare/xxhash/v2"
+
 	"github.com/ocierofs/ocierofs/convert/imagefile"
 	"github.com/ocierofs/ocierofs/convert/internal/outfile"
 	"github.com/ocierofs/ocierofs/erofs"
@@ -45,6 +47,12 @@ type Options struct {
 	// with the UUID of a layer whose digests it knows; the hash costs a
 	// sixth of a fast lz4 build.
 	NoDiffID bool
+	// FastUUID, with NoDiffID, derives a zero UUID from the xxhash64 of
+	// the uncompressed tar (ContentUUID) instead of containerd's rule,
+	// which needs the diffID: the same tar gives the same UUID, at a
+	// fraction of the sha256's cost, but not the one containerd's differ
+	// would give (it passes its own UUID anyway).
+	FastUUID bool
 	// Blob (Mkfs only), if set, is the path of a blob that receives the
 	// data of every regular file, chunk-deduplicated (mkfs --blobdev):
 	// the image holds metadata only and names the blob, by its base name,
@@ -106,6 +114,12 @@ func LayerUUID(digest string) [16]byte {
 	return u
 }
 
+// ContentUUID is the UUID of FastUUID: LayerUUID of "ocierofs:xxh64:" and
+// the hex xxhash64 of the tar, a name no digest has.
+func ContentUUID(sum uint64) [16]byte {
+	return LayerUUID(fmt.Sprintf("ocierofs:xxh64:%016x", sum))
+}
+
 // BuildTar converts a tar stream (plain, gzip or zstd) into an image on w.
 func BuildTar(w io.WriterAt, r io.Reader, opt Options) (*Result, error) {
 	return buildTar(w, r, opt, nil)
@@ -115,14 +129,24 @@ func BuildTar(w io.WriterAt, r io.Reader, opt Options) (*Result, error) {
 // nil) and publishes them as soon as the tar has been read; on failure the
 // caller decides whether to retry or to publish the failure.
 func buildTar(w io.WriterAt, r io.Reader, opt Options, ops *dirOps) (*Result, error) {
-	if opt.NoDiffID && opt.Erofs.UUID == ([16]byte{}) && !opt.KeepUUID {
+	deriveUUID := opt.Erofs.UUID == ([16]byte{}) && !opt.KeepUUID
+	if opt.NoDiffID && deriveUUID && !opt.FastUUID {
 		return nil, errors.New("without the diffID there is no UUID to derive: give one")
+	}
+	var h hash.Hash
+	var fast *xxhash.Digest
+	switch {
+	case !opt.NoDiffID:
+		h = sha256.New()
+	case deriveUUID:
+		fast = xxhash.New()
+		h = fast
 	}
 	// A plain tar file with no diffID to hash is read with pread, and
 	// the workers read the data of its big files (tarfile.go).
 	var src io.Reader
 	comp := Uncompressed
-	if tf, ok := openTarFile(r, opt.NoDiffID); ok && tf.plain() {
+	if tf, ok := openTarFile(r, h == nil); ok && tf.plain() {
 		if opt.MaxTarSize > 0 && tf.size > opt.MaxTarSize {
 			return nil, &TooLargeError{Max: opt.MaxTarSize}
 		}
@@ -151,10 +175,6 @@ func buildTar(w io.WriterAt, r io.Reader, opt Options, ops *dirOps) (*Result, er
 		return nil, err
 	}
 	defer b.Close()
-	var h hash.Hash
-	if !opt.NoDiffID {
-		h = sha256.New()
-	}
 	l := newTarLayer(b, opt.Whiteouts)
 	l.ops, l.tarIndex, l.lower, l.maxTar = ops, opt.TarIndex, opt.lower, opt.MaxTarSize
 	if err := l.addTar(src, h, comp != Uncompressed); err != nil {
@@ -178,11 +198,14 @@ func buildTar(w io.WriterAt, r io.Reader, opt Options, ops *dirOps) (*Result, er
 		rootOpaque:  l.model.RootOpaque(),
 		implied:     l.implied,
 	}
-	if h != nil {
+	switch {
+	case fast != nil:
+		res.UUID = ContentUUID(fast.Sum64())
+	case h != nil:
 		res.DiffID = "sha256:" + hex.EncodeToString(h.Sum(nil))
-	}
-	if res.UUID == ([16]byte{}) && !opt.KeepUUID {
-		res.UUID = LayerUUID(res.DiffID)
+		if deriveUUID {
+			res.UUID = LayerUUID(res.DiffID)
+		}
 	}
 	b.SetUUID(res.UUID)
 	if err := b.Finish(); err != nil {

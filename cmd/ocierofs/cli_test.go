@@ -3,6 +3,7 @@ package main
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"golang.org/x/sys/unix"
 
 	"github.com/ocierofs/ocierofs/convert"
@@ -91,25 +93,45 @@ func TestCLI(t *testing.T) {
 	if out, e, code := run(t, b, "verify", img, layer); code != 0 || !strings.Contains(out, "matches") {
 		t.Errorf("verify of its own source: exit %d: %s%s", code, out, e)
 	}
-	// Without -U the UUID derives from the diffID, which mkfs prints; with
-	// -U there is no diffID to compute, and the image is otherwise the same.
-	_, e, _ := run(t, b, "mkfs", img+".2", layer)
+	// Without -U the UUID derives from a fast hash of the tar, and mkfs
+	// prints no diffID; with --diff-id it derives from the diffID, which
+	// mkfs prints, as containerd's; with -U there is nothing to hash. The
+	// images differ only in the UUID.
+	uuidOf := func(img string) string {
+		t.Helper()
+		out, _, _ := run(t, b, "inspect", img)
+		uuid := regexp.MustCompile(`uuid:\s+(\S+)`).FindStringSubmatch(out)
+		if uuid == nil {
+			t.Fatalf("inspect prints no uuid:\n%s", out)
+		}
+		return uuid[1]
+	}
+	if _, e, code := run(t, b, "mkfs", img+".2", layer); code != 0 || strings.Contains(e, "diffID") {
+		t.Errorf("mkfs: exit %d, and it should print no diffID: %q", code, e)
+	}
+	tarBytes := gunzipFile(t, layer)
+	if got, want := uuidOf(img), formatUUID(convert.ContentUUID(xxhash.Sum64(tarBytes))); got != want {
+		t.Errorf("mkfs: UUID %s, want %s (from the tar's xxhash64)", got, want)
+	}
+	_, e, _ := run(t, b, "mkfs", "--diff-id", img+".2", layer)
 	diffID := regexp.MustCompile(`diffID (sha256:[0-9a-f]{64})`).FindStringSubmatch(e)
 	if diffID == nil {
-		t.Fatalf("mkfs prints no diffID: %q", e)
+		t.Fatalf("mkfs --diff-id prints no diffID: %q", e)
 	}
-	out, _, _ := run(t, b, "inspect", img)
-	uuid := regexp.MustCompile(`uuid:\s+(\S+)`).FindStringSubmatch(out)
-	if uuid == nil {
-		t.Fatalf("inspect prints no uuid:\n%s", out)
+	if got, want := uuidOf(img+".2"), formatUUID(convert.LayerUUID(diffID[1])); got != want {
+		t.Errorf("mkfs --diff-id: UUID %s, want containerd's %s", got, want)
 	}
-	if _, e, code := run(t, b, "mkfs", "-U", uuid[1], img+".3", layer); code != 0 || strings.Contains(e, "diffID") {
-		t.Errorf("mkfs -U: exit %d, and it should print no diffID: %q", code, e)
-	}
-	a, _ := os.ReadFile(img)
-	c, _ := os.ReadFile(img + ".3")
-	if !bytes.Equal(a, c) {
-		t.Errorf("mkfs -U with the derived UUID %s differs from mkfs without it", uuid[1])
+	uuid := []string{"", uuidOf(img)} // uuid[1] is img's, as checked below
+	for _, im := range []string{img, img + ".2"} {
+		u := uuidOf(im)
+		if _, e, code := run(t, b, "mkfs", "-U", u, img+".3", layer); code != 0 || strings.Contains(e, "diffID") {
+			t.Errorf("mkfs -U: exit %d, and it should print no diffID: %q", code, e)
+		}
+		a, _ := os.ReadFile(im)
+		c, _ := os.ReadFile(img + ".3")
+		if !bytes.Equal(a, c) {
+			t.Errorf("mkfs -U with the derived UUID %s differs from %s", u, im)
+		}
 	}
 	// A different source: verify must list differences and exit 1.
 	other := filepath.Join(dir, "other.erofs")
@@ -806,4 +828,28 @@ func TestMkfsSwapped(t *testing.T) {
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
 		t.Errorf("an output was made: %v", err)
 	}
+}
+
+// gunzipFile is the uncompressed content of a gzip file.
+func gunzipFile(t *testing.T, name string) []byte {
+	t.Helper()
+	f, err := os.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// formatUUID is a UUID as inspect prints it.
+func formatUUID(u [16]byte) string {
+	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
 }

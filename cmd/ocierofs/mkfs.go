@@ -28,6 +28,7 @@ var mkfsCommand = &cli.Command{
 		&cli.StringSliceFlag{Name: "chunk-dict", Usage: "with --blobdev: an image of a lower layer built with --blobdev (repeatable); chunks it holds are referred to in its blob, not stored again"},
 		&cli.BoolFlag{Name: "tar-index", Usage: "metadata-only image whose file data stays in the uncompressed INPUT tar (512-byte blocks, Linux 6.4+; mount with -o device=TAR)"},
 		&cli.BoolFlag{Name: "append-tar", Usage: "with --tar-index: write the tar after the index, containerd's tar-index layer, which mounts alone"},
+		&cli.BoolFlag{Name: "diff-id", Usage: "hash a tar INPUT with sha256: print its diffID and derive the UUID from it as containerd does (by default mkfs derives the UUID from a fast xxhash64 of the tar, and prints no diffID)"},
 	),
 	Action: func(c *cli.Context) error {
 		if c.NArg() != 2 {
@@ -75,8 +76,10 @@ func mkfsOptions(c *cli.Context, opt *convert.Options) (err error) {
 		return err
 	}
 	// A given UUID needs no diffID; nor does mkfs, which only prints it
-	// (containerd, which passes -U, knows its layers' digests already).
-	opt.NoDiffID = opt.KeepUUID
+	// (containerd, which passes -U, knows its layers' digests already),
+	// unless asked: a UUID to derive comes from a fast hash instead.
+	opt.NoDiffID = opt.KeepUUID || !c.Bool("diff-id")
+	opt.FastUUID = true
 	opt.Blob = c.String("blobdev")
 	opt.ChunkDicts = c.StringSlice("chunk-dict")
 	if len(opt.ChunkDicts) > 0 && opt.Blob == "" {

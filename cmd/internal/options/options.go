@@ -358,7 +358,7 @@ func Conversion(c *cli.Context) (opt convert.ImageOptions, rem oci.Remote, done 
 func ErofsFlags() []cli.Flag {
 	return InCategory("EROFS image",
 		&cli.IntFlag{Name: "block-size", Aliases: []string{"b"}, Value: 4096, Usage: "block size: 512…65536, a power of two (kernels before 6.4 need the page size, and none mounts blocks larger than its pages)"},
-		&cli.StringFlag{Name: "uuid", Aliases: []string{"U"}, Usage: "superblock UUID (default: derived from the diffID as containerd does; given, the diffID is not computed)"},
+		&cli.StringFlag{Name: "uuid", Aliases: []string{"U"}, Usage: "superblock UUID (default: derived from the diffID as containerd does, or by mkfs without --diff-id from a fast hash of the tar; given, no hash is computed)"},
 		&cli.StringFlag{Name: "build-time", Aliases: []string{"T"}, EnvVars: []string{"SOURCE_DATE_EPOCH"}, Usage: "build time in Unix seconds: recorded in the superblock, and the mtime of implied directories"},
 		&cli.StringFlag{Name: "label", Aliases: []string{"L"}, Usage: "volume label (at most 15 bytes)"},
 		&cli.StringFlag{Name: "whiteouts", Value: "overlay", Usage: "overlay: turn OCI whiteouts into overlayfs ones; keep: store the tar as it is"},
