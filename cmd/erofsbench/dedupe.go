@@ -99,6 +99,9 @@ func (t *tool) dedupeArgs(m dedupeMode, in, out string) []string {
 		a := []string{"mkfs", "--quiet", bs, "--compress=" + cd.ocierofs,
 			"--pcluster-size=4K", "--max-extent=64K", "--tail-packing=false", "--fragments=false",
 			"--build-time=" + strconv.Itoa(fixedMtime)}
+		if t.ExtendedFlag {
+			a = append(a, "--extended-inodes")
+		}
 		if t.WorkersFlag {
 			a = append(a, "--workers=1")
 		}

@@ -41,7 +41,7 @@ func (b *bench) dedupeHeader(sb *strings.Builder) {
 	}
 	fmt.Fprintf(sb, "Host: %d CPUs (%s), Linux %s. Input: the dataset's tar. Median of %d runs; every build single-worker (--workers=1), %s.\n",
 		h.CPUs, h.Model, h.Kernel, b.opts.runs, pin)
-	sb.WriteString("Common settings: 4 KiB blocks, 4 KiB pclusters, 64 KiB max extent, no tail packing, no fragments (mkfs.erofs also: extended inodes, --zD=0).\n")
+	fmt.Fprintf(sb, "Common settings: 4 KiB blocks, 4 KiB pclusters, 64 KiB max extent, no tail packing, no fragments, %s (mkfs.erofs also: --zD=0).\n", inodesSetting(b.tools))
 	if !b.finished.IsZero() {
 		fmt.Fprintf(sb, "Measuring took %s.", b.finished.Sub(b.start).Round(time.Second))
 		if b.load[0] != "" {

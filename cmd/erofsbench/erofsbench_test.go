@@ -120,12 +120,22 @@ func TestVersionLess(t *testing.T) {
 }
 
 func TestArgs(t *testing.T) {
-	o := &tool{kind: kindOcierofs, WorkersFlag: true}
+	o := &tool{kind: kindOcierofs, WorkersFlag: true, ExtendedFlag: true}
 	got := strings.Join(o.args("zstd", 2, "in.tar", "out.img", true), " ")
-	for _, w := range []string{"--compress=zstd,level=1", "--pcluster-size=4K", "--max-extent=64K", "--tail-packing=false", "--fragments=false", "--no-file-dedupe", "--workers=2", "out.img in.tar"} {
+	for _, w := range []string{"--compress=zstd,level=1", "--pcluster-size=4K", "--max-extent=64K", "--tail-packing=false", "--fragments=false", "--no-file-dedupe", "--extended-inodes", "--workers=2", "out.img in.tar"} {
 		if !strings.Contains(got, w) {
 			t.Errorf("ocierofs args %q lack %q", got, w)
 		}
+	}
+	if got := strings.Join((&tool{kind: kindOcierofs}).args("none", 1, "in.tar", "out.img", true), " "); strings.Contains(got, "--extended-inodes") {
+		t.Errorf("ocierofs without the flag: args %q", got)
+	}
+	mk := &tool{Name: "mkfs.erofs", ExtendedFlag: true}
+	if got := inodesSetting([]*tool{{Name: "ocierofs", ExtendedFlag: true}, mk}); !strings.HasPrefix(got, "extended inodes (") {
+		t.Errorf("both with extended inodes: %q", got)
+	}
+	if got := inodesSetting([]*tool{{Name: "ocierofs"}, mk}); !strings.Contains(got, "except ocierofs") {
+		t.Errorf("ocierofs without the flag: %q", got)
 	}
 	m := &tool{kind: kindMkfsErofs, WorkersFlag: true, modern: true}
 	got = strings.Join(m.args("deflate", 1, "in.tar", "out.img", true), " ")

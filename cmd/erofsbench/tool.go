@@ -50,14 +50,18 @@ const (
 // tool is one image builder under test and what it can do, as its --help
 // and a probe build on a tiny input tell.
 type tool struct {
-	Name        string            `json:"name"`
-	Path        string            `json:"path"`
-	Version     string            `json:"version"`
-	WorkersFlag bool              `json:"workers_flag"`
-	TarInput    bool              `json:"tar_input"`
-	Unsupported map[string]string `json:"unsupported,omitempty"` // codec → first line of the error
-	kind        toolKind
-	modern      bool // mkfs.erofs ≥ 1.6: has -V, ^ztailpacking, ^fragments, ^dedupe, --zD
+	Name        string `json:"name"`
+	Path        string `json:"path"`
+	Version     string `json:"version"`
+	WorkersFlag bool   `json:"workers_flag"`
+	// ExtendedFlag: ocierofs mkfs has --extended-inodes, so both tools
+	// write 64-byte inodes (mkfs.erofs is given -Eforce-inode-extended).
+	// Without it ocierofs writes compact ones where they fit.
+	ExtendedFlag bool              `json:"extended_inodes_flag"`
+	TarInput     bool              `json:"tar_input"`
+	Unsupported  map[string]string `json:"unsupported,omitempty"` // codec → first line of the error
+	kind         toolKind
+	modern       bool // mkfs.erofs ≥ 1.6: has -V, ^ztailpacking, ^fragments, ^dedupe, --zD
 }
 
 func newOcierofs(path string) (*tool, error) {
@@ -88,6 +92,7 @@ func newOcierofs(path string) (*tool, error) {
 	}
 	help, _ := exec.Command(p, "mkfs", "--help").CombinedOutput()
 	t.WorkersFlag = bytes.Contains(help, []byte("--workers"))
+	t.ExtendedFlag = bytes.Contains(help, []byte("--extended-inodes"))
 	return t, nil
 }
 
@@ -97,7 +102,7 @@ var mkfsVersionRE = regexp.MustCompile(`mkfs\.erofs(?: \(erofs-utils\))? ([0-9][
 
 func newMkfsErofs(path string) (*tool, error) {
 	p, _ := filepath.Abs(path)
-	t := &tool{Name: "mkfs.erofs", Path: p, kind: kindMkfsErofs, Unsupported: map[string]string{}}
+	t := &tool{Name: "mkfs.erofs", Path: p, kind: kindMkfsErofs, ExtendedFlag: true, Unsupported: map[string]string{}}
 	if out, err := exec.Command(p, "-V").CombinedOutput(); err == nil {
 		if m := mkfsVersionRE.FindSubmatch(out); m != nil {
 			t.Version = string(m[1])
@@ -128,6 +133,9 @@ func (t *tool) args(c string, workers int, in, out string, tarInput bool) []stri
 			// tool hashes the content then.
 			"--uuid=" + benchUUID,
 			"--build-time=" + strconv.Itoa(fixedMtime)}
+		if t.ExtendedFlag {
+			a = append(a, "--extended-inodes")
+		}
 		if t.WorkersFlag {
 			a = append(a, "--workers="+strconv.Itoa(workers))
 		}

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -852,4 +853,29 @@ func gunzipFile(t *testing.T, name string) []byte {
 // formatUUID is a UUID as inspect prints it.
 func formatUUID(u [16]byte) string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
+}
+
+// TestMkfsExtendedInodes: --extended-inodes writes every inode in the
+// 64-byte form, as mkfs.erofs -Eforce-inode-extended; without it the demo
+// layer's inodes are compact where they fit.
+func TestMkfsExtendedInodes(t *testing.T) {
+	b := bin(t)
+	dir := t.TempDir()
+	layer := "../../testdata/demo-layer.tar.gz"
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, `inodes:\s+24 .*; [1-9][0-9]* compact,`},
+		{[]string{"--extended-inodes"}, `inodes:\s+24 .*; 0 compact, 24 extended`},
+	} {
+		img := filepath.Join(dir, fmt.Sprint(len(tc.args))+".erofs")
+		if _, e, code := run(t, b, slices.Concat([]string{"mkfs", "-q"}, tc.args, []string{img, layer})...); code != 0 {
+			t.Fatalf("mkfs %v: exit %d: %s", tc.args, code, e)
+		}
+		out, _, _ := run(t, b, "inspect", img)
+		if !regexp.MustCompile(tc.want).MatchString(out) {
+			t.Errorf("mkfs %v: inspect says\n%s\nwant %s", tc.args, out, tc.want)
+		}
+	}
 }

@@ -363,6 +363,7 @@ func ErofsFlags() []cli.Flag {
 		&cli.StringFlag{Name: "label", Aliases: []string{"L"}, Usage: "volume label (at most 15 bytes)"},
 		&cli.StringFlag{Name: "whiteouts", Value: "overlay", Usage: "overlay: turn OCI whiteouts into overlayfs ones; keep: store the tar as it is"},
 		&cli.BoolFlag{Name: "no-inline-data", Usage: "store no file tails inline next to their inodes (containerd's -Enoinline_data)"},
+		&cli.BoolFlag{Name: "extended-inodes", Usage: "write every inode in the 64-byte extended form (mkfs.erofs -Eforce-inode-extended); by default an inode whose metadata fits takes the 32-byte compact form"},
 		&cli.StringFlag{Name: "compress", Aliases: []string{"z"}, Value: "none", Usage: "none, lz4, lz4hc[,level=N] (N 1…12, default 9), or lzma, deflate, zstd [,level=N]"},
 		&cli.StringFlag{Name: "pcluster-size", Value: "64K", Usage: "largest compressed physical cluster: a multiple of the block size up to 1M (4K for kernels before 5.13)"},
 		&cli.StringFlag{Name: "max-extent", Value: "1M", Usage: "largest decompressed extent (up to 12M)"},
@@ -398,6 +399,7 @@ func Layer(c *cli.Context) (convert.Options, error) {
 	}
 	opt.Erofs.VolumeName = c.String("label")
 	opt.Erofs.NoInlineData = c.Bool("no-inline-data")
+	opt.Erofs.ExtendedInodes = c.Bool("extended-inodes")
 	opt.Erofs.NoDedupe = c.Bool("no-file-dedupe")
 	if s := c.String("chunk-size"); s != "" {
 		n, err := ParseSize(s)
