@@ -3,6 +3,7 @@ package main
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"io/fs"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/ocierofs/ocierofs/convert"
 	"github.com/ocierofs/ocierofs/convert/fstree"
+	"github.com/ocierofs/ocierofs/convert/spec"
 )
 
 // specVectorsDir holds the EROFS image spec's test vectors: a source
@@ -103,6 +105,19 @@ func checkVectorLayers(t *testing.T, dir string) {
 	img, err := idx.Image(im.Manifests[0].Digest)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The spec's rules on manifest, config and layers, as convert/spec
+	// reads them: no MUST broken; the SHOULDs broken are logged.
+	vs, err := spec.CheckImage(context.Background(), img, spec.Options{Contents: true, TempDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vs {
+		if v.Level == spec.Must {
+			t.Errorf("§%s %s: %s: %s", v.Section, v.Level, v.Where, v.Msg)
+		} else {
+			t.Logf("§%s %s: %s: %s", v.Section, v.Level, v.Where, v.Msg)
+		}
 	}
 	m, _ := img.Manifest()
 	own := sourceLayerTrees(t)
@@ -289,7 +304,7 @@ func writeSpecSource(t *testing.T, dir string) {
 	t.Helper()
 	img, err := mutate.ConfigFile(empty.Image, &v1.ConfigFile{
 		Architecture: "amd64", OS: "linux", Created: v1.Time{Time: specMtime},
-		Config: v1.Config{Cmd: []string{"/bin/tool"}},
+		Config: v1.Config{Cmd: []string{"/bin/tool"}}, RootFS: v1.RootFS{Type: "layers"},
 	})
 	if err != nil {
 		t.Fatal(err)
