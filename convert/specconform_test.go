@@ -83,10 +83,12 @@ func TestSpecConformance(t *testing.T) {
 		{"raw", convert.ImageOptions{SpecMediaTypes: true}},
 		{"zstd", convert.ImageOptions{SpecMediaTypes: true, LayerZstd: true}},
 		{"flatten", convert.ImageOptions{SpecMediaTypes: true, Flatten: true}},
-		{"standalone chunk index, dm-verity", convert.ImageOptions{SpecMediaTypes: true, LayerZstd: true,
+		{"standalone chunk index and dm-verity", convert.ImageOptions{SpecMediaTypes: true, LayerZstd: true,
 			Spec: convert.SpecOptions{ChunkIndex: convert.ChunkIndexStandalone, ChunkSize: 4096, DMVerity: true}}},
 		{"embedded chunk index", convert.ImageOptions{SpecMediaTypes: true,
 			Spec: convert.SpecOptions{ChunkIndex: convert.ChunkIndexEmbedded, ChunkSize: 4096}}},
+		{"embedded chunk index and dm-verity in zstd", convert.ImageOptions{SpecMediaTypes: true, LayerZstd: true,
+			Spec: convert.SpecOptions{ChunkIndex: convert.ChunkIndexEmbedded, ChunkSize: 8192, DMVerity: true}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			img, rep := convertImage(t, src, tc.opt)

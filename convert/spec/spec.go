@@ -12,8 +12,9 @@
 // rootfs.diff_ids), every EROFS layer opened as an image, and each
 // overlay layer walked for whiteouts and .wh. names (§3.6).
 //
-// What is not checked: the chunk index's bytes (§3.4) and the dm-verity
-// tree (§3.5) beyond their annotations' grammar and arithmetic, hard links
+// With Contents, a chunk index (§3.4) is read with oci/chunkindex and its
+// chunks checked, and a dm-verity tree (§3.5) verified where its
+// parameters are the ones ocierofs reads. What is not checked: hard links
 // across layers (§3.7: an image cannot show one, its producer decides),
 // and reproducibility (§8.3: a property of the producer).
 package spec
@@ -166,7 +167,11 @@ func (c *checker) image(img v1.Image) error {
 			if !IsErofs(d.MediaType) {
 				continue
 			}
-			lc, err := c.readLayer(img, d)
+			var next *v1.Descriptor
+			if i+1 < len(m.Layers) && m.Layers[i+1].MediaType == MediaTypeChunkIndex {
+				next = &m.Layers[i+1]
+			}
+			lc, err := c.readLayer(img, d, next)
 			if err != nil {
 				return fmt.Errorf("layer %d (%s): %w", i, d.Digest, err)
 			}
@@ -177,6 +182,7 @@ func (c *checker) image(img v1.Image) error {
 	c.section2_4(im)
 	c.section3_2(im)
 	c.section3_4(im)
+	c.section3_5(im)
 	c.section3_6(im)
 	c.section3_8(im)
 	c.section4(im)
@@ -399,9 +405,19 @@ func (c *checker) section3_2(im *image) {
 	}
 }
 
-// section3_4: standalone chunk-index layers and what they index (§3.4.3).
-// The chunk index's own bytes are not read.
+// section3_4: standalone chunk-index layers and what they index (§3.4.3);
+// with Contents, each chunk index read (oci/chunkindex: header, entries,
+// digest, the CompressionType of its layer) and every chunk checked
+// against its checksum and the image data.
 func (c *checker) section3_4(im *image) {
+	for i, lc := range im.contents {
+		if lc != nil && lc.chunk != "" {
+			c.add("3.4", Must, fmt.Sprintf("layer %d", i), "%s", lc.chunk)
+		}
+		if lc != nil && lc.chunkNoSums {
+			c.add("3.4.5", Should, fmt.Sprintf("layer %d", i), "a chunk index without per-chunk checksums")
+		}
+	}
 	ls := im.m.Layers
 	for i, d := range ls {
 		where := fmt.Sprintf("layer %d", i)
@@ -420,6 +436,18 @@ func (c *checker) section3_4(im *image) {
 		}
 		if _, emb := ls[i-1].Annotations[AnnotationChunkRange]; emb {
 			c.add("3.4.3", Should, where, "a standalone chunk index for layer %d, which has one embedded", i-1)
+		}
+	}
+}
+
+// section3_5: with Contents, the dm-verity tree at hash_offset: after the
+// whole EROFS image, inside the image data, and, where its superblock has
+// the parameters ocierofs reads (SHA-256, 4 KiB hash blocks, the zero
+// salt of containerd), every hash block and the root digest as annotated.
+func (c *checker) section3_5(im *image) {
+	for i, lc := range im.contents {
+		if lc != nil && lc.verity != "" {
+			c.add("3.5", Must, fmt.Sprintf("layer %d", i), "%s", lc.verity)
 		}
 	}
 }

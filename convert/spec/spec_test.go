@@ -3,11 +3,13 @@ package spec
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +22,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/ocierofs/ocierofs/convert/dmverity"
 	"github.com/ocierofs/ocierofs/erofs"
+	"github.com/ocierofs/ocierofs/oci/chunkindex"
 )
 
 // fsImage builds an EROFS image of the entries (regular files empty).
@@ -215,11 +219,55 @@ func TestConformantImages(t *testing.T) {
 		expect(t, check(t, makeImage(t, nil, rawLayer(fs, AnnotationRole, RoleOverlayLower), zstdLayer(t, up))))
 	})
 	t.Run("dm-verity and roles", func(t *testing.T) {
-		root := "sha256:" + strings.Repeat("ab", 32)
+		blob, off, root := withVerity(t, fs)
 		expect(t, check(t, makeImage(t, nil,
 			lay{mt: types.OCILayer, data: []byte("model"), ann: annots(AnnotationRole, RoleDevice)},
-			rawLayer(fs, AnnotationHashOffset, "8192", AnnotationRootDigest, root, AnnotationBlockSize, "4096"))))
+			rawLayer(blob, AnnotationHashOffset, off, AnnotationRootDigest, root, AnnotationBlockSize, "4096"))))
 	})
+	t.Run("embedded chunk index", func(t *testing.T) {
+		blob, ann := withChunkIndex(t, fs, nil)
+		expect(t, check(t, makeImage(t, nil, rawLayer(blob, ann...))))
+	})
+}
+
+// withVerity appends a dm-verity tree to the image fs: the blob, its
+// hash_offset and root digest annotations.
+func withVerity(t *testing.T, fs []byte) (blob []byte, off, root string) {
+	t.Helper()
+	f, err := os.Create(filepath.Join(t.TempDir(), "verity"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(fs); err != nil {
+		t.Fatal(err)
+	}
+	m, err := dmverity.Format(f, int64(len(fs)), 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if blob, err = os.ReadFile(f.Name()); err != nil {
+		t.Fatal(err)
+	}
+	return blob, fmt.Sprint(m.HashOffset), "sha256:" + m.RootHash
+}
+
+// withChunkIndex appends a chunk index of one chunk, with its SHA-256
+// checksum (edit, if set, changes the index before it is written), to
+// the raw image fs: the blob and its annotations.
+func withChunkIndex(t *testing.T, fs []byte, edit func(*chunkindex.Index)) ([]byte, []string) {
+	t.Helper()
+	sum := sha256.Sum256(fs)
+	x := &chunkindex.Index{Compression: chunkindex.None, UncompressedSize: uint64(len(fs)), HashAlgo: chunkindex.HashSHA2, HashSize: 32,
+		BlockOffsets: []uint64{0}, UncompressedOffsets: []uint64{0}, Checksums: sum[:]}
+	if edit != nil {
+		edit(x)
+	}
+	payload, err := x.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(slices.Clone(fs), payload...), []string{AnnotationChunkRange, fmt.Sprint(len(fs)), AnnotationChunkDigest, chunkindex.Digest(payload)}
 }
 
 func TestSection2_3(t *testing.T) {
@@ -230,7 +278,7 @@ func TestSection2_3(t *testing.T) {
 		ann  []string
 		want string
 	}{
-		{"range", []string{AnnotationChunkRange, "12:4", AnnotationChunkDigest, root}, "§2.3: layer 0: org.erofs.chunk-index.range \"12:4\" is not a range"},
+		{"range", []string{AnnotationChunkRange, "x:4", AnnotationChunkDigest, root}, "§2.3: layer 0: org.erofs.chunk-index.range \"x:4\" is not a range"},
 		{"digest", []string{AnnotationChunkDigest, "sha256:xyz"}, "§2.3: layer 0: org.erofs.chunk-index.digest \"sha256:xyz\" is not a digest"},
 		{"media type", []string{AnnotationChunkMediaType, "chunk index"}, "§2.3: layer 0: org.erofs.chunk-index.mediaType \"chunk index\" is not a media type"},
 		{"uint", []string{AnnotationHashOffset, "-4096", AnnotationRootDigest, root}, "§2.3: layer 0: org.erofs.dmverity.hash_offset \"-4096\" is not a uint"},
@@ -253,7 +301,8 @@ func TestSection2_3(t *testing.T) {
 		})
 	}
 	t.Run("chunk digest recommended", func(t *testing.T) {
-		expect(t, check(t, makeImage(t, nil, rawLayer(fs, AnnotationChunkRange, "4096"))),
+		blob, ann := withChunkIndex(t, fs, nil)
+		expect(t, check(t, makeImage(t, nil, rawLayer(blob, ann[:2]...))),
 			"§2.3: layer 0: an embedded chunk index without org.erofs.chunk-index.digest (SHOULD)")
 	})
 	t.Run("unknown org.erofs annotations", func(t *testing.T) {
@@ -287,17 +336,68 @@ func TestSection3_2(t *testing.T) {
 
 func TestSection3_4(t *testing.T) {
 	fs := fsImage(t, file("a"))
-	idx := lay{mt: MediaTypeChunkIndex, data: []byte("chunk index bytes")}
+	sum := sha256.Sum256(fs)
+	good := &chunkindex.Index{Compression: chunkindex.None, UncompressedSize: uint64(len(fs)), HashAlgo: chunkindex.HashSHA2, HashSize: 32,
+		BlockOffsets: []uint64{0}, UncompressedOffsets: []uint64{0}, Checksums: sum[:]}
+	payload, err := good.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := lay{mt: MediaTypeChunkIndex, data: payload}
+	t.Run("standalone", func(t *testing.T) {
+		idx := idx
+		idx.ann = annots(AnnotationChunkTarget, sha(fs).String())
+		expect(t, check(t, makeImage(t, nil, rawLayer(fs, AnnotationRole, RoleOverlayData), idx, rawLayer(fs))))
+	})
 	t.Run("target", func(t *testing.T) {
 		idx := idx
 		idx.ann = annots(AnnotationChunkTarget, sha([]byte("other")).String())
 		expect(t, check(t, makeImage(t, nil, rawLayer(fs, AnnotationRole, RoleOverlayData), idx, rawLayer(fs))),
+			"§3.4: layer 0: standalone chunk index "+sha(payload).String()+": chunk index",
 			"§3.4.3: layer 1: org.erofs.chunk-index.target "+sha([]byte("other")).String()+" is not the layer below it")
 	})
 	t.Run("no target", func(t *testing.T) {
 		expect(t, check(t, makeImage(t, nil, rawLayer(fs, AnnotationRole, RoleOverlayData), idx, rawLayer(fs))),
 			"§3.4.3: layer 1: a standalone chunk index without org.erofs.chunk-index.target (SHOULD)")
 	})
+	t.Run("checksum", func(t *testing.T) {
+		blob, ann := withChunkIndex(t, fs, func(x *chunkindex.Index) { x.Checksums = make([]byte, 32) })
+		expect(t, check(t, makeImage(t, nil, rawLayer(blob, ann...))), "§3.4: layer 0: chunk index")
+	})
+	t.Run("uncompressed size", func(t *testing.T) {
+		blob, ann := withChunkIndex(t, fs, func(x *chunkindex.Index) { x.UncompressedSize-- })
+		expect(t, check(t, makeImage(t, nil, rawLayer(blob, ann...))), "§3.4: layer 0: ")
+	})
+	t.Run("digest", func(t *testing.T) {
+		blob, ann := withChunkIndex(t, fs, nil)
+		ann[3] = sha([]byte("another index")).String()
+		expect(t, check(t, makeImage(t, nil, rawLayer(blob, ann...))), "§3.4: layer 0: embedded chunk index: ")
+	})
+	t.Run("no checksums", func(t *testing.T) {
+		blob, ann := withChunkIndex(t, fs, func(x *chunkindex.Index) { x.HashAlgo, x.HashSize, x.Checksums = chunkindex.HashNone, 0, nil })
+		expect(t, check(t, makeImage(t, nil, rawLayer(blob, ann...))), "§3.4.5: layer 0: a chunk index without per-chunk checksums (SHOULD)")
+	})
+}
+
+func TestSection3_5(t *testing.T) {
+	fs := fsImage(t, file("a"))
+	blob, off, root := withVerity(t, fs)
+	other := "sha256:" + strings.Repeat("ab", 32)
+	expect(t, check(t, makeImage(t, nil, rawLayer(blob, AnnotationHashOffset, off, AnnotationRootDigest, root))))
+	expect(t, check(t, makeImage(t, nil, rawLayer(blob, AnnotationHashOffset, off, AnnotationRootDigest, other))),
+		"§3.5: layer 0: dm-verity: the tree's root hash is")
+	expect(t, check(t, makeImage(t, nil, rawLayer(blob, AnnotationHashOffset, "0", AnnotationRootDigest, root))),
+		"§3.5: layer 0: hash_offset 0 is inside the EROFS image")
+	expect(t, check(t, makeImage(t, nil, rawLayer(fs, AnnotationHashOffset, off, AnnotationRootDigest, root))),
+		"§3.5: layer 0: hash_offset "+off+" is past the image data's")
+	// A tree of other parameters (a salt of its own) is not verified.
+	salted := slices.Clone(blob)
+	o, _ := strconv.Atoi(off)
+	salted[o+88] ^= 1
+	expect(t, check(t, makeImage(t, nil, rawLayer(salted, AnnotationHashOffset, off, AnnotationRootDigest, root))))
+	// The tree of a +zstd layer is in its image data.
+	expect(t, check(t, makeImage(t, nil, zstdLayer(t, blob, AnnotationHashOffset, off, AnnotationRootDigest, other))),
+		"§3.5: layer 0: dm-verity: the tree's root hash is")
 }
 
 func TestSection3_6(t *testing.T) {
@@ -327,7 +427,13 @@ func TestSection3_6(t *testing.T) {
 
 func TestSection3_8(t *testing.T) {
 	fs := fsImage(t, file("a"))
-	idx := lay{mt: MediaTypeChunkIndex, data: []byte("chunk index bytes")}
+	sum := sha256.Sum256(fs)
+	payload, err := (&chunkindex.Index{UncompressedSize: uint64(len(fs)), HashAlgo: chunkindex.HashSHA2, HashSize: 32,
+		BlockOffsets: []uint64{0}, UncompressedOffsets: []uint64{0}, Checksums: sum[:]}).MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := lay{mt: MediaTypeChunkIndex, data: payload}
 	t.Run("last", func(t *testing.T) {
 		idx := idx
 		idx.ann = annots(AnnotationChunkTarget, sha(fs).String())
