@@ -12,6 +12,8 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
@@ -201,6 +203,20 @@ func TestCheckReferrers(t *testing.T) {
 			// Both refer to the source now.
 			if out, e, code := run(t, b, "check", "-q", src.String()); code != 0 || out != "" {
 				t.Errorf("check -q %s: exit %d: %s%s", src, code, out, e)
+			}
+
+			// An index: its images' referrers.
+			idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
+				mutate.IndexAddendum{Add: srcImg, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}})
+			idxRef := mustRef(t, host+"/e2e/bbi:1.0")
+			if err := remote.WriteIndex(idxRef, idx); err != nil {
+				t.Fatal(err)
+			}
+			if _, e, code := run(t, b, "convert", "-q", "--referrer", idxRef.String()); code != 0 {
+				t.Fatalf("convert %s: exit %d: %s", idxRef, code, e)
+			}
+			if out, e, code := run(t, b, "check", idxRef.String()); code != 0 || !strings.Contains(out, "matches the EROFS images that refer to it: 1 image") {
+				t.Errorf("check %s: exit %d: %s%s", idxRef, code, out, e)
 			}
 		})
 	}
