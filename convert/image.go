@@ -385,7 +385,7 @@ func markLowerLayers(ls []v1.Descriptor) {
 // assemble makes the converted image: its config (the source's with the
 // new diff_ids and history) and manifest mf, with the layers of out.
 func (c *Converter) assemble(out *outImage, mf v1.Manifest, rawCfg []byte, diffIDs []string, history []v1.History, srcDesc v1.Descriptor) (v1.Image, error) {
-	newCfg, err := editConfig(rawCfg, diffIDs, history)
+	newCfg, err := editConfig(rawCfg, diffIDs, history, c.opt.SpecMediaTypes)
 	if err != nil {
 		return nil, fmt.Errorf("config of %s: %w", srcDesc.Digest, err)
 	}
@@ -485,7 +485,10 @@ const flattenedBy = "ocierofs convert --flatten"
 // every other field of the source config as it was (numbers included);
 // history, if not nil, replaces the history (a flattened image has one
 // layer).
-func editConfig(raw []byte, diffIDs []string, history []v1.History) ([]byte, error) {
+//
+// With spec, rootfs.type is set to "layers", whatever the source says: the
+// EROFS image spec wants it so where there is a rootfs (§5.1).
+func editConfig(raw []byte, diffIDs []string, history []v1.History, spec bool) ([]byte, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	var cfg map[string]any
@@ -495,6 +498,9 @@ func editConfig(raw []byte, diffIDs []string, history []v1.History) ([]byte, err
 	rootfs, _ := cfg["rootfs"].(map[string]any)
 	if rootfs == nil {
 		rootfs = map[string]any{"type": "layers"}
+	}
+	if spec {
+		rootfs["type"] = "layers"
 	}
 	rootfs["diff_ids"] = diffIDs
 	cfg["rootfs"] = rootfs
