@@ -46,7 +46,8 @@ const (
 	OverlayXattrPrefix = "trusted.overlay."
 )
 
-// Mode selects what a Layer does with OCI whiteouts.
+// Mode selects how a Layer reads whiteouts: OCI's, turned into their
+// overlayfs form (Overlay), none (Keep), or overlayfs's own (Lowerdir).
 type Mode int
 
 const (
