@@ -36,6 +36,7 @@ import (
 	"github.com/ocierofs/ocierofs/convert/fstree"
 	"github.com/ocierofs/ocierofs/convert/internal/convtest"
 	"github.com/ocierofs/ocierofs/convert/internal/roundtrip"
+	"github.com/ocierofs/ocierofs/convert/mkfs"
 	"github.com/ocierofs/ocierofs/erofs"
 	"github.com/ocierofs/ocierofs/whiteout"
 )
@@ -252,7 +253,7 @@ func TestRoundTrip(t *testing.T) {
 	for _, rc := range roundTripCases() {
 		t.Run(rc.name, func(t *testing.T) { runRoundTrip(t, c, refs, rc) })
 	}
-	// Directory input (convert.BuildDir): the source tree is the reference.
+	// Directory input (mkfs.BuildDir): the source tree is the reference.
 	for _, dc := range []struct {
 		name, dir string
 		opt       convert.Options
@@ -301,8 +302,8 @@ func runRoundTrip(t *testing.T, c *corpus, refs *refCache, rc rtCase) {
 			devices = []string{src}
 		}
 		var err error
-		if res, err = convert.Mkfs(img, src, o); err != nil {
-			t.Fatalf("convert.Mkfs(%s): %v", filepath.Base(src), err)
+		if res, err = mkfs.Build(img, src, o); err != nil {
+			t.Fatalf("mkfs.Build(%s): %v", filepath.Base(src), err)
 		}
 	} else {
 		img, res = buildImage(t, roundtrip.WorkDir(t), src, rc.opt)
@@ -381,9 +382,9 @@ func runDirRoundTrip(t *testing.T, src string, opt convert.Options) {
 	want := convtest.TreeFromDir(t, src)
 	want.MarkWhiteoutDirs() // overlayfs whiteouts in src, if any
 	img := filepath.Join(roundtrip.WorkDir(t), "image.erofs")
-	res, err := convert.Mkfs(img, src, opt)
+	res, err := mkfs.Build(img, src, opt)
 	if err != nil {
-		t.Fatalf("convert.Mkfs(%s): %v", src, err)
+		t.Fatalf("mkfs.Build(%s): %v", src, err)
 	}
 	for _, w := range res.Warnings {
 		t.Logf("converter warning: %s", w)
@@ -1116,7 +1117,7 @@ func TestBadInput(t *testing.T) {
 						merr = fmt.Errorf("panic: %v", r)
 					}
 				}()
-				_, merr = convert.Mkfs(filepath.Join(outDir, "layer.erofs"), in, convert.Options{})
+				_, merr = mkfs.Build(filepath.Join(outDir, "layer.erofs"), in, convert.Options{})
 			}()
 			if merr == nil || strings.HasPrefix(merr.Error(), "panic:") {
 				t.Errorf("Mkfs: %v, want an error", merr)

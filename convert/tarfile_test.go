@@ -13,6 +13,7 @@ import (
 
 	"github.com/ocierofs/ocierofs/convert"
 	"github.com/ocierofs/ocierofs/convert/internal/roundtrip"
+	"github.com/ocierofs/ocierofs/convert/mkfs"
 	"github.com/ocierofs/ocierofs/erofs"
 )
 
@@ -111,7 +112,7 @@ func TestTarFileData(t *testing.T) {
 			for _, workers := range []int{1, 3} {
 				opt.Erofs.Workers = workers
 				img := filepath.Join(roundtrip.WorkDir(t), "image.erofs")
-				if _, err := convert.Mkfs(img, path, opt); err != nil {
+				if _, err := mkfs.Build(img, path, opt); err != nil {
 					t.Fatalf("Mkfs, %d workers: %v", workers, err)
 				}
 				got, err := os.ReadFile(img)
@@ -169,7 +170,7 @@ func TestTarFileTruncated(t *testing.T) {
 		opt.Erofs.Workers = workers
 		opt.Erofs.NoDedupe = true
 		img := filepath.Join(dir, "cut.erofs")
-		_, err := convert.Mkfs(img, path, opt)
+		_, err := mkfs.Build(img, path, opt)
 		if err == nil || !strings.Contains(err.Error(), "segments/three") {
 			t.Errorf("%d workers: got %v, want an error naming segments/three", workers, err)
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ocierofs/ocierofs/cmd/internal/options"
 	"github.com/ocierofs/ocierofs/convert"
+	"github.com/ocierofs/ocierofs/convert/mkfs"
 	"github.com/ocierofs/ocierofs/erofs"
 	"github.com/ocierofs/ocierofs/oci"
 )
@@ -46,7 +47,7 @@ var mkfsCommand = &cli.Command{
 				c.Args().Get(0), kind)
 		}
 		start := time.Now()
-		res, err := convert.Mkfs(c.Args().Get(0), c.Args().Get(1), opt)
+		res, err := mkfs.Build(c.Args().Get(0), c.Args().Get(1), opt)
 		if err != nil {
 			return fmt.Errorf("mkfs %s: %w", c.Args().Get(1), err)
 		}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/ocierofs/ocierofs/cmd/internal/mkfserofs"
 	"github.com/ocierofs/ocierofs/cmd/internal/version"
-	"github.com/ocierofs/ocierofs/convert"
+	"github.com/ocierofs/ocierofs/convert/mkfs"
 )
 
 // mkfsErofsName is the name under which ocierofs stands in for mkfs.erofs
@@ -63,7 +63,7 @@ func mkfsErofs(prog string, args []string) int {
 		}
 	}
 	start := time.Now()
-	res, err := convert.Mkfs(c.Output, c.Input, c.Options)
+	res, err := mkfs.Build(c.Output, c.Input, c.Options)
 	if err != nil {
 		return fail("%s: %v", c.Output, err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ocierofs/ocierofs/convert"
 	"github.com/ocierofs/ocierofs/convert/dmverity"
+	"github.com/ocierofs/ocierofs/convert/mkfs"
 )
 
 // TestPlaceEntryRace: runs that place one entry at once, each with its own
@@ -29,7 +30,7 @@ func TestPlaceEntryRace(t *testing.T) {
 			t.Fatal(err)
 		}
 		srcs[i] = filepath.Join(dir, fmt.Sprintf("img%d", i))
-		if _, err := convert.Mkfs(srcs[i], in, convert.Options{}); err != nil {
+		if _, err := mkfs.Build(srcs[i], in, convert.Options{}); err != nil {
 			t.Fatal(err)
 		}
 		st, err := os.Stat(srcs[i])

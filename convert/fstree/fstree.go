@@ -113,7 +113,7 @@ func (t *Tree) Paths() []string {
 
 // MarkWhiteoutDirs gives every directory that holds an overlayfs whiteout
 // (a character device 0:0) and no trusted.overlay.origin an empty one, as
-// convert.BuildDir and mkfs.erofs do when they take such a directory (an
+// mkfs.BuildDir and mkfs.erofs do when they take such a directory (an
 // overlay's upper directory) into an image. It returns how many it marked.
 func (t *Tree) MarkWhiteoutDirs() int {
 	n := 0

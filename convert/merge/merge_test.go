@@ -16,6 +16,7 @@ import (
 	"github.com/ocierofs/ocierofs/convert/internal/convtest"
 	"github.com/ocierofs/ocierofs/convert/internal/roundtrip"
 	"github.com/ocierofs/ocierofs/convert/merge"
+	"github.com/ocierofs/ocierofs/convert/mkfs"
 	"github.com/ocierofs/ocierofs/erofs"
 	"github.com/ocierofs/ocierofs/whiteout"
 )
@@ -141,7 +142,7 @@ func TestMerge(t *testing.T) {
 				src := filepath.Join(dir, fmt.Sprintf("l%d.tar", i))
 				must(t, os.WriteFile(src, l, 0o644))
 				img := filepath.Join(dir, fmt.Sprintf("l%d.erofs", i))
-				if _, err := convert.Mkfs(img, src, mode.opt(dir, i)); err != nil {
+				if _, err := mkfs.Build(img, src, mode.opt(dir, i)); err != nil {
 					t.Fatal(err)
 				}
 				imgs = append(imgs, img)
@@ -230,10 +231,10 @@ func TestMergeErrors(t *testing.T) {
 	src := filepath.Join(dir, "l.tar")
 	must(t, os.WriteFile(src, convtest.TarOf(t, convtest.TarFile("f", "x", 0o644, time.Unix(1, 0))), 0o644))
 	a, b := filepath.Join(dir, "a.erofs"), filepath.Join(dir, "b.erofs")
-	if _, err := convert.Mkfs(a, src, convert.Options{}); err != nil {
+	if _, err := mkfs.Build(a, src, convert.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := convert.Mkfs(b, src, convert.Options{Erofs: erofs.Options{BlockSize: 1024}}); err != nil {
+	if _, err := mkfs.Build(b, src, convert.Options{Erofs: erofs.Options{BlockSize: 1024}}); err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "m.erofs")
@@ -301,7 +302,7 @@ func TestMergeOverlayForm(t *testing.T) {
 		src := filepath.Join(dir, fmt.Sprintf("l%d.tar", i))
 		must(t, os.WriteFile(src, l, 0o644))
 		img := filepath.Join(dir, fmt.Sprintf("l%d.erofs", i))
-		if _, err := convert.Mkfs(img, src, opts[i]); err != nil {
+		if _, err := mkfs.Build(img, src, opts[i]); err != nil {
 			t.Fatal(err)
 		}
 		imgs = append(imgs, img)

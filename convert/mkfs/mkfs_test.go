@@ -1,4 +1,4 @@
-package convert_test
+package mkfs_test
 
 import (
 	"bytes"
@@ -16,8 +16,11 @@ import (
 	"github.com/ocierofs/ocierofs/convert/fstree"
 	"github.com/ocierofs/ocierofs/convert/internal/convtest"
 	"github.com/ocierofs/ocierofs/convert/internal/roundtrip"
+	"github.com/ocierofs/ocierofs/convert/mkfs"
 	"github.com/ocierofs/ocierofs/erofs"
 )
+
+var must = roundtrip.Must
 
 // TestMkfsSameFile: a build that would write over a file it reads (or
 // write two outputs to one file) fails before writing anything, naming
@@ -26,7 +29,7 @@ import (
 // itself, the tar's data gone.
 func TestMkfsSameFile(t *testing.T) {
 	dir := t.TempDir()
-	tarData := convtest.TarOf(t, convtest.TarFile("f", string(convtest.Content("f", 20000)), 0o644, t0), convtest.TarFile("g", string(convtest.Content("g", 9000)), 0o644, t0))
+	tarData := convtest.TarOf(t, convtest.TarFile("f", string(convtest.Content("f", 20000)), 0o644, convtest.T0), convtest.TarFile("g", string(convtest.Content("g", 9000)), 0o644, convtest.T0))
 	p := func(name string) string { return filepath.Join(dir, name) }
 	must(t, os.WriteFile(p("t.tar"), tarData, 0o644))
 	must(t, os.Symlink("t.tar", p("link.tar")))
@@ -36,7 +39,7 @@ func TestMkfsSameFile(t *testing.T) {
 	must(t, os.WriteFile(p("tree/a"), []byte("a"), 0o644))
 	must(t, os.Symlink("tree/new.img", p("into-tree.img")))
 	// A chunk dictionary: an image whose data is in d1.blob.
-	if _, err := convert.Mkfs(p("d1.img"), p("t.tar"), convert.Options{Blob: p("d1.blob")}); err != nil {
+	if _, err := mkfs.Build(p("d1.img"), p("t.tar"), convert.Options{Blob: p("d1.blob")}); err != nil {
 		t.Fatal(err)
 	}
 	dict := convert.Options{Blob: p("d1.blob"), ChunkDicts: []string{p("d1.img")}}
@@ -71,7 +74,7 @@ func TestMkfsSameFile(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			before := snapshot()
-			_, err := convert.Mkfs(tc.out, tc.in, tc.opt)
+			_, err := mkfs.Build(tc.out, tc.in, tc.opt)
 			if err == nil {
 				t.Fatal("Mkfs succeeded")
 			}
@@ -95,10 +98,10 @@ func TestMkfsSameFile(t *testing.T) {
 		})
 	}
 	// Distinct files still build, a blob beside its image included.
-	if _, err := convert.Mkfs(p("sub/ok.img"), p("t.tar"), convert.Options{Blob: p("sub/ok.blob")}); err != nil {
+	if _, err := mkfs.Build(p("sub/ok.img"), p("t.tar"), convert.Options{Blob: p("sub/ok.blob")}); err != nil {
 		t.Errorf("distinct files: %v", err)
 	}
-	if _, err := convert.Mkfs(p("d2.img"), p("t.tar"), convert.Options{Blob: p("d2.blob"), ChunkDicts: []string{p("d1.img")}}); err != nil {
+	if _, err := mkfs.Build(p("d2.img"), p("t.tar"), convert.Options{Blob: p("d2.blob"), ChunkDicts: []string{p("d1.img")}}); err != nil {
 		t.Errorf("with a chunk dictionary: %v", err)
 	}
 }
@@ -122,7 +125,7 @@ func TestBuildDirWhiteouts(t *testing.T) {
 	must(t, unix.Mknod(filepath.Join(src, "b", "null"), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))))
 
 	img := filepath.Join(t.TempDir(), "dir.erofs")
-	if _, err := convert.Mkfs(img, src, convert.Options{}); err != nil {
+	if _, err := mkfs.Build(img, src, convert.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	want := convtest.TreeFromDir(t, src)
@@ -135,7 +138,7 @@ func TestBuildDirWhiteouts(t *testing.T) {
 	link := filepath.Join(t.TempDir(), "link")
 	must(t, os.Symlink(src, link))
 	img2 := filepath.Join(t.TempDir(), "link.erofs")
-	if _, err := convert.Mkfs(img2, link, convert.Options{}); err != nil {
+	if _, err := mkfs.Build(img2, link, convert.Options{}); err != nil {
 		t.Fatalf("a directory through a symbolic link: %v", err)
 	}
 	if a, b := convtest.ReadFile(t, img), convtest.ReadFile(t, img2); !bytes.Equal(a, b) {
@@ -159,9 +162,9 @@ func TestBuildDirWhiteouts(t *testing.T) {
 func TestMkfsOutputs(t *testing.T) {
 	dir := t.TempDir()
 	p := func(name string) string { return filepath.Join(dir, name) }
-	must(t, os.WriteFile(p("t.tar"), convtest.TarOf(t, convtest.TarFile("f", string(convtest.Content("f", 20000)), 0o644, t0)), 0o644))
+	must(t, os.WriteFile(p("t.tar"), convtest.TarOf(t, convtest.TarFile("f", string(convtest.Content("f", 20000)), 0o644, convtest.T0)), 0o644))
 	build := func(out string) error {
-		_, err := convert.Mkfs(out, p("t.tar"), convert.Options{Erofs: erofs.Options{BuildTime: t0}})
+		_, err := mkfs.Build(out, p("t.tar"), convert.Options{Erofs: erofs.Options{BuildTime: convtest.T0}})
 		return err
 	}
 	must(t, build(p("ref.img")))

@@ -1,4 +1,4 @@
-package convert
+package mkfs
 
 import (
 	"archive/tar"
@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ocierofs/ocierofs/convert"
 )
 
 // benchTars are generated once per test binary into a temp dir.
@@ -106,7 +108,7 @@ func benchMkfs(b *testing.B, input string) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, err := Mkfs(out, in, Options{}); err != nil {
+		if _, err := Build(out, in, convert.Options{}); err != nil {
 			b.Fatal(err)
 		}
 	}

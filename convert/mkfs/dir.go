@@ -1,4 +1,4 @@
-package convert
+package mkfs
 
 import (
 	"crypto/sha256"
@@ -13,6 +13,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/ocierofs/ocierofs/convert"
 	"github.com/ocierofs/ocierofs/erofs"
 	"github.com/ocierofs/ocierofs/whiteout"
 )
@@ -27,13 +28,13 @@ import (
 // entry's metadata and data, so the same tree gives the same image.
 // It needs Linux (lstat and xattrs as Linux has them): elsewhere it fails
 // on the first path.
-func BuildDir(w io.WriterAt, root string, opt Options) (*Result, error) {
-	b, err := newBuilder(w, opt)
+func BuildDir(w io.WriterAt, root string, opt convert.Options) (*convert.Result, error) {
+	b, err := convert.NewBuilder(w, opt)
 	if err != nil {
 		return nil, err
 	}
 	defer b.Close()
-	d := &dirWalk{root: root, b: b, h: sha256.New(), res: &Result{},
+	d := &dirWalk{root: root, b: b, h: sha256.New(), res: &convert.Result{},
 		links: map[devIno]string{}, whiteoutDirs: map[string]bool{}, origin: map[string]bool{}}
 	if err := filepath.WalkDir(root, d.add); err != nil {
 		return nil, err
@@ -44,7 +45,7 @@ func BuildDir(w io.WriterAt, root string, opt Options) (*Result, error) {
 	res := d.res
 	res.UUID = opt.Erofs.UUID
 	if res.UUID == ([16]byte{}) && !opt.KeepUUID {
-		res.UUID = LayerUUID("sha256:" + hex.EncodeToString(d.h.Sum(nil)))
+		res.UUID = convert.LayerUUID("sha256:" + hex.EncodeToString(d.h.Sum(nil)))
 	}
 	b.SetUUID(res.UUID)
 	return res, b.Finish()
@@ -60,7 +61,7 @@ type dirWalk struct {
 	root  string
 	b     *erofs.Builder
 	h     hash.Hash
-	res   *Result
+	res   *convert.Result
 	links map[devIno]string
 	// Directories holding whiteouts, and those with an origin already.
 	whiteoutDirs, origin map[string]bool
