@@ -5,7 +5,9 @@
 // A Converter converts whole images and indexes (Image, Index), each layer
 // over the layers below it, sharing the layers that images and platforms
 // share; packages built on it make files of layers (convert/mkfs) and
-// fill containerd's layer content cache (convert/cache).
+// fill containerd's layer content cache (convert/cache). Checking a
+// conversion (convert/check) and merging layer images (convert/merge)
+// have packages of their own.
 //
 //	res, err := convert.BuildTar(w, tarStream, convert.Options{})
 //
@@ -235,6 +237,10 @@ type TooLargeError struct{ Max int64 }
 func (e *TooLargeError) Error() string {
 	return fmt.Sprintf("the uncompressed tar is larger than the %d bytes a layer may have", e.Max)
 }
+
+// CapReader reads r, and fails with a *TooLargeError once more than max
+// bytes are read.
+func CapReader(r io.Reader, max int64) io.Reader { return &capReader{r: r, max: max} }
 
 // capReader fails once more than max bytes are read from r.
 type capReader struct {

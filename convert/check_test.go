@@ -12,13 +12,14 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/ocierofs/ocierofs/convert"
+	"github.com/ocierofs/ocierofs/convert/check"
 	"github.com/ocierofs/ocierofs/convert/internal/convtest"
 	"github.com/ocierofs/ocierofs/oci"
 )
 
-// checkRefs runs convert.Check of the converted image at conv against the
+// checkRefs runs check.Converted of the converted image at conv against the
 // source at src, and returns the differences it reported.
-func checkRefs(t *testing.T, conv, src string) ([]string, *convert.CheckResult) {
+func checkRefs(t *testing.T, conv, src string) ([]string, *check.Result) {
 	t.Helper()
 	diffs, res, err := runCheck(t, conv, src, 0)
 	if err != nil {
@@ -27,9 +28,9 @@ func checkRefs(t *testing.T, conv, src string) ([]string, *convert.CheckResult) 
 	return diffs, res
 }
 
-// runCheck runs convert.Check of conv against src (MaxLayerSize max),
+// runCheck runs check.Converted of conv against src (MaxLayerSize max),
 // with the differences it reported; that it counts as many is checked.
-func runCheck(t testing.TB, conv, src string, max int64) ([]string, *convert.CheckResult, error) {
+func runCheck(t testing.TB, conv, src string, max int64) ([]string, *check.Result, error) {
 	t.Helper()
 	get := func(s string) *oci.Artifact {
 		r, err := oci.ParseRef(s, false)
@@ -39,7 +40,7 @@ func runCheck(t testing.TB, conv, src string, max int64) ([]string, *convert.Che
 		return a
 	}
 	var diffs []string
-	res, err := convert.Check(context.Background(), get(conv), get(src), convert.CheckOptions{
+	res, err := check.Converted(context.Background(), get(conv), get(src), check.Options{
 		TempDir:      t.TempDir(),
 		Report:       func(s string) { diffs = append(diffs, s) },
 		MaxLayerSize: max,

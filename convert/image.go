@@ -262,7 +262,7 @@ func (c *Converter) Image(ctx context.Context, src v1.Image, srcDesc v1.Descript
 	}
 	var history []v1.History
 	if c.opt.Flatten {
-		history = []v1.History{{Created: cfg.Created, CreatedBy: flattenedBy,
+		history = []v1.History{{Created: cfg.Created, CreatedBy: FlattenedBy,
 			Comment: fmt.Sprintf("%d layers of %s merged", len(m.Layers), srcDesc.Digest)}}
 	}
 	img, err := c.assemble(out, mf, rawCfg, diffIDs, history, srcDesc)
@@ -478,8 +478,8 @@ func matches(b []byte, h v1.Hash) bool {
 	return err == nil && got == h
 }
 
-// flattenedBy is the created_by of a flattened image's one history entry.
-const flattenedBy = "ocierofs convert --flatten"
+// FlattenedBy is the created_by of a flattened image's one history entry.
+const FlattenedBy = "ocierofs convert --flatten"
 
 // editConfig sets rootfs.diff_ids and adds "erofs" to os.features, keeping
 // every other field of the source config as it was (numbers included);
@@ -605,7 +605,7 @@ func (c *Converter) convertLayer(ctx context.Context, j *layerJob, src layerSour
 	d := src.desc
 	j.report = LayerReport{Source: d.Digest.String(), SourceSize: d.Size, MediaType: string(d.MediaType)}
 	switch {
-	case passedThrough(d.MediaType):
+	case PassedThrough(d.MediaType):
 		j.layer = src.layer
 		j.report.Passthrough = true
 		j.report.Digest = d.Digest.String()
@@ -920,9 +920,9 @@ func isTarLayer(mt types.MediaType) bool {
 	return false
 }
 
-// passedThrough reports whether a layer of media type mt is published as it
+// PassedThrough reports whether a layer of media type mt is published as it
 // is: an EROFS layer already, or one that may not be copied.
-func passedThrough(mt types.MediaType) bool { return IsEROFS(mt) || isNondistributable(mt) }
+func PassedThrough(mt types.MediaType) bool { return IsEROFS(mt) || isNondistributable(mt) }
 
 func isNondistributable(mt types.MediaType) bool {
 	switch mt {

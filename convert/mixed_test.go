@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/ocierofs/ocierofs/convert"
+	"github.com/ocierofs/ocierofs/convert/check"
 	"github.com/ocierofs/ocierofs/convert/internal/convtest"
 	"github.com/ocierofs/ocierofs/oci"
 )
@@ -93,8 +94,8 @@ func TestMixedIndex(t *testing.T) {
 			if tc.opt.SpecMediaTypes {
 				specCheck(t, nil, mixed)
 			}
-			res, err := convert.Check(context.Background(), mixedArt, srcArt,
-				convert.CheckOptions{TempDir: t.TempDir(), Report: func(s string) { t.Errorf("check: %s", s) }})
+			res, err := check.Converted(context.Background(), mixedArt, srcArt,
+				check.Options{TempDir: t.TempDir(), Report: func(s string) { t.Errorf("check: %s", s) }})
 			must(t, err)
 			if res.Images != 2 {
 				t.Errorf("check compared %d images, want the 2 twins", res.Images)

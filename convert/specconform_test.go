@@ -20,6 +20,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/ocierofs/ocierofs/convert"
+	"github.com/ocierofs/ocierofs/convert/check"
 	"github.com/ocierofs/ocierofs/convert/internal/convtest"
 	"github.com/ocierofs/ocierofs/convert/spec"
 	"github.com/ocierofs/ocierofs/oci"
@@ -115,8 +116,8 @@ func TestSpecConformance(t *testing.T) {
 				t.Errorf("converted twice: %s, then %s", d1, d2)
 			}
 			// ocierofs check finds the source's trees in it.
-			res, err := convert.Check(context.Background(), &oci.Artifact{Image: img}, &oci.Artifact{Image: src, Descriptor: convtest.SourceDescriptor(t, src)},
-				convert.CheckOptions{TempDir: t.TempDir(), Report: func(s string) { t.Errorf("check: %s", s) }})
+			res, err := check.Converted(context.Background(), &oci.Artifact{Image: img}, &oci.Artifact{Image: src, Descriptor: convtest.SourceDescriptor(t, src)},
+				check.Options{TempDir: t.TempDir(), Report: func(s string) { t.Errorf("check: %s", s) }})
 			must(t, err)
 			if res.Layers != len(m.Layers)-countType(m.Layers, spec.MediaTypeChunkIndex) {
 				t.Errorf("check compared %d layers", res.Layers)

@@ -16,6 +16,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/ocierofs/ocierofs/convert"
+	"github.com/ocierofs/ocierofs/convert/check"
 	"github.com/ocierofs/ocierofs/oci"
 	"github.com/ocierofs/ocierofs/oci/chunkindex"
 )
@@ -61,7 +62,7 @@ func TestSpecLayers(t *testing.T) {
 				t.Fatal(err)
 			}
 			var diffs []string
-			res, err := convert.Check(ctx, art, srcArt, convert.CheckOptions{TempDir: t.TempDir(), Report: func(s string) { diffs = append(diffs, s) }})
+			res, err := check.Converted(ctx, art, srcArt, check.Options{TempDir: t.TempDir(), Report: func(s string) { diffs = append(diffs, s) }})
 			if err != nil || res.Differences > 0 || res.Layers != 3 {
 				t.Fatalf("check: %d layers, %v, differences:\n%s", res.Layers, err, strings.Join(diffs, "\n"))
 			}
@@ -222,7 +223,7 @@ func TestSpecCheckFaults(t *testing.T) {
 			}
 			art.Image = editedImage{art.Image, &mm}
 			var diffs []string
-			res, err := convert.Check(ctx, art, srcArt, convert.CheckOptions{TempDir: t.TempDir(), Report: func(s string) { diffs = append(diffs, s) }})
+			res, err := check.Converted(ctx, art, srcArt, check.Options{TempDir: t.TempDir(), Report: func(s string) { diffs = append(diffs, s) }})
 			if err != nil || res.Differences == 0 || !strings.Contains(strings.Join(diffs, "\n"), tc.want) {
 				t.Errorf("check: %v, differences:\n%s", err, strings.Join(diffs, "\n"))
 			}

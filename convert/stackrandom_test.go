@@ -10,7 +10,7 @@ package convert_test
 //
 //   - the stacked conversion, mounted and stacked with overlayfs, and the
 //     flattened conversion, mounted, with fstree.Stack and with each other;
-//   - convert.Check of either conversion against the source;
+//   - check.Converted of either conversion against the source;
 //   - fstree.Stack with containerd's own applier, the reference (ctrOracle:
 //     pkg/archive.Apply into one directory, as its native snapshotter
 //     unpacks, layer by layer), where every difference must be of a kind
@@ -794,7 +794,7 @@ func runStackCase(t *testing.T, reg *testRegistry, layers [][]convtest.Entry, de
 	return o
 }
 
-// checkAgainstSource is convert.Check of the converted image at conv
+// checkAgainstSource is check.Converted of the converted image at conv
 // against src, as `ocierofs check` runs it, with the differences it
 // reports; that it counts as many as it reports is checked too.
 func checkAgainstSource(t *testing.T, conv, src string) ([]string, error) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ocierofs/ocierofs/convert"
 	"github.com/ocierofs/ocierofs/convert/cache"
+	"github.com/ocierofs/ocierofs/convert/check"
 	"github.com/ocierofs/ocierofs/convert/internal/convtest"
 	"github.com/ocierofs/ocierofs/oci"
 )
@@ -117,7 +118,7 @@ func TestE2EStall(t *testing.T) {
 		conv, err := oci.Get(context.Background(), want.target, oci.Remote{})
 		must(t, err)
 		start := time.Now()
-		res, err := convert.Check(context.Background(), conv, getVia(t, p, rem), convert.CheckOptions{TempDir: t.TempDir()})
+		res, err := check.Converted(context.Background(), conv, getVia(t, p, rem), check.Options{TempDir: t.TempDir()})
 		took := time.Since(start)
 		t.Logf("check: %v after %.2fs", err, took.Seconds())
 		switch {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ocierofs/ocierofs/cmd/internal/options"
 	"github.com/ocierofs/ocierofs/convert"
+	"github.com/ocierofs/ocierofs/convert/check"
 	"github.com/ocierofs/ocierofs/convert/spec"
 	"github.com/ocierofs/ocierofs/oci"
 )
@@ -128,7 +129,7 @@ func runCheck(ctx context.Context, c *cli.Context, converted, source string) err
 	if err != nil {
 		return err
 	}
-	res, err := convert.Check(ctx, art, sart, convert.CheckOptions{
+	res, err := check.Converted(ctx, art, sart, check.Options{
 		TempDir:      c.String("tmpdir"),
 		Report:       func(s string) { fmt.Fprintln(c.App.Writer, s) },
 		MaxLayerSize: maxLayer,
@@ -251,7 +252,7 @@ func runReferrerCheck(ctx context.Context, c *cli.Context, src *oci.Artifact, re
 	}
 	diffs := 0
 	for _, p := range pairs {
-		res, err := convert.Check(ctx, p.conv, p.src, convert.CheckOptions{
+		res, err := check.Converted(ctx, p.conv, p.src, check.Options{
 			TempDir:      c.String("tmpdir"),
 			Report:       func(s string) { fmt.Fprintln(c.App.Writer, s) },
 			MaxLayerSize: maxLayer,

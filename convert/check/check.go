@@ -1,4 +1,11 @@
-package convert
+// Package check compares a converted image or index with its source
+// through their readers, with no mount and no root (ocierofs check): each
+// EROFS layer's tree against its source layer's, the config, the
+// annotations that link them, and the EROFS image spec's parts of a layer
+// (chunk indexes, dm-verity trees) against the data they describe.
+//
+//	res, err := check.Converted(ctx, converted, source, check.Options{Report: log})
+package check
 
 import (
 	"bytes"
@@ -18,6 +25,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"github.com/ocierofs/ocierofs/convert"
 	"github.com/ocierofs/ocierofs/convert/fstree"
 	"github.com/ocierofs/ocierofs/erofs"
 	"github.com/ocierofs/ocierofs/internal/atomicfile"
@@ -26,8 +34,8 @@ import (
 	"github.com/ocierofs/ocierofs/whiteout"
 )
 
-// CheckOptions tells Check where to work and where to report.
-type CheckOptions struct {
+// Options tells Converted where to work and where to report.
+type Options struct {
 	// TempDir holds one EROFS layer at a time while it is read (default
 	// $TMPDIR); the file is removed as soon as it is made.
 	TempDir string
@@ -43,18 +51,18 @@ type CheckOptions struct {
 	MaxLayerSize int64
 }
 
-// CheckResult counts what Check compared and what differed.
-type CheckResult struct {
+// Result counts what Converted compared and what differed.
+type Result struct {
 	Images, Layers, Paths int
 	Differences           int
 }
 
-// Check compares a converted image, or index, with the one it was converted
-// from, through their readers (no mount, no root), and reports every
+// Converted compares a converted image, or index, with the one it was
+// converted from, through their readers (no mount, no root), and reports every
 // difference:
 //
-//   - each converted manifest names its source (AnnotationSourceManifest),
-//     each EROFS layer its source layer (AnnotationSourceLayer), or, for
+//   - each converted manifest names its source (convert.AnnotationSourceManifest),
+//     each EROFS layer its source layer (convert.AnnotationSourceLayer), or, for
 //     a manifest without the annotation, its subject is the source (the
 //     layers' annotations are then not looked for); an index
 //     has an entry of each platform it converted, with the source's
@@ -69,12 +77,12 @@ type CheckResult struct {
 //   - the EROFS image spec's parts of a layer, where it has them: its
 //     chunk index (embedded, or a standalone layer after it) chunk by
 //     chunk against the checksums and the image data, its dm-verity tree
-//     block by block against its annotations (speccheck.go).
+//     block by block against its annotations (spec.go).
 //
 // The error is for what kept the check from going on: an unreadable blob,
 // a layer missing.
-func Check(ctx context.Context, conv, src *oci.Artifact, opt CheckOptions) (*CheckResult, error) {
-	c := &checker{ctx: ctx, opt: opt, res: &CheckResult{}}
+func Converted(ctx context.Context, conv, src *oci.Artifact, opt Options) (*Result, error) {
+	c := &checker{ctx: ctx, opt: opt, res: &Result{}}
 	if c.opt.Report == nil {
 		c.opt.Report = func(string) {}
 	}
@@ -94,8 +102,8 @@ func Check(ctx context.Context, conv, src *oci.Artifact, opt CheckOptions) (*Che
 
 type checker struct {
 	ctx context.Context
-	opt CheckOptions
-	res *CheckResult
+	opt Options
+	res *Result
 	// standalone are the standalone chunk indexes of the image being
 	// checked, by the digest of the layer each indexes.
 	standalone map[v1.Hash]*chunkindex.Index
@@ -120,7 +128,7 @@ func (c *checker) index(where string, conv, src v1.ImageIndex) error {
 	if err != nil {
 		return fmt.Errorf("%s: source: %w", where, err)
 	}
-	if s := SourceAnnotation(raw); s != srcDigest.String() {
+	if s := convert.SourceAnnotation(raw); s != srcDigest.String() {
 		c.diff(where, "names its source %q, not %s", s, srcDigest)
 	}
 	im, err := conv.IndexManifest()
@@ -158,7 +166,7 @@ func (c *checker) index(where string, conv, src v1.ImageIndex) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", at, err)
 		}
-		from := SourceAnnotation(raw)
+		from := convert.SourceAnnotation(raw)
 		if from == "" {
 			// Not converted: it must be the source's, as it is.
 			if !slices.ContainsFunc(sm.Manifests, func(s v1.Descriptor) bool { return s.Digest == d.Digest }) {
@@ -221,15 +229,15 @@ func (c *checker) image(where string, img, src v1.Image, srcDigest v1.Hash) erro
 	if err != nil {
 		return fmt.Errorf("%s: source: %w", where, err)
 	}
-	s, has := m.Annotations[AnnotationSourceManifest]
+	s, has := m.Annotations[convert.AnnotationSourceManifest]
 	c.bySubject = !has && m.Subject != nil && m.Subject.Digest == srcDigest
 	if s != srcDigest.String() && !c.bySubject {
 		c.diff(where, "names its source %q, not %s", s, srcDigest)
 	}
-	if err := CheckConfigSize(m.Config); err != nil {
+	if err := convert.CheckConfigSize(m.Config); err != nil {
 		return fmt.Errorf("%s: config: %w", where, err)
 	}
-	if err := CheckConfigSize(sm.Config); err != nil {
+	if err := convert.CheckConfigSize(sm.Config); err != nil {
 		return fmt.Errorf("%s: source config: %w", where, err)
 	}
 	rawCfg, err := img.RawConfigFile()
@@ -259,8 +267,8 @@ func (c *checker) image(where string, img, src v1.Image, srcDigest v1.Hash) erro
 	}
 	// Flattened: one layer named after all of the source's, and, of a
 	// source of one layer, the history that says so.
-	flat := len(m.Layers) == 1 && m.Layers[0].Annotations[AnnotationSourceLayer] == strings.Join(chain, ",") &&
-		(len(sm.Layers) > 1 || len(cfg.History) == 1 && cfg.History[0].CreatedBy == flattenedBy)
+	flat := len(m.Layers) == 1 && m.Layers[0].Annotations[convert.AnnotationSourceLayer] == strings.Join(chain, ",") &&
+		(len(sm.Layers) > 1 || len(cfg.History) == 1 && cfg.History[0].CreatedBy == convert.FlattenedBy)
 	c.config(where, rawCfg, rawSrcCfg, flat)
 	if len(cfg.RootFS.DiffIDs) != len(m.Layers) {
 		c.diff(where, "%d layers but %d diff_ids", len(m.Layers), len(cfg.RootFS.DiffIDs))
@@ -276,7 +284,7 @@ func (c *checker) image(where string, img, src v1.Image, srcDigest v1.Hash) erro
 	stack := fstree.NewStack(time.Time{})
 	for i, sd := range sm.Layers {
 		at := fmt.Sprintf("%s: layer %d", where, i+1)
-		if passedThrough(sd.MediaType) {
+		if convert.PassedThrough(sd.MediaType) {
 			// Not a tar: convert takes it as it is. It is not read,
 			// and the layers above see nothing of it.
 			if !flat {
@@ -320,7 +328,7 @@ func (c *checker) sourceLayer(src v1.Image, d v1.Descriptor, stack *fstree.Stack
 		return nil, nil, err
 	}
 	defer rc.Close()
-	tar, _, err := Decompress(oci.ContextReader(c.ctx, rc))
+	tar, _, err := convert.Decompress(oci.ContextReader(c.ctx, rc))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -333,7 +341,7 @@ func (c *checker) capped(r io.Reader) io.Reader {
 	if c.opt.MaxLayerSize <= 0 {
 		return r
 	}
-	return &capReader{r: r, max: c.opt.MaxLayerSize}
+	return convert.CapReader(r, c.opt.MaxLayerSize)
 }
 
 // layer checks one converted layer d against want, the tree of its source
@@ -342,12 +350,12 @@ func (c *checker) capped(r io.Reader) io.Reader {
 // opaque markers (stripMarkers): want's are not looked for.
 func (c *checker) layer(where string, img v1.Image, d v1.Descriptor, diffID v1.Hash, sd v1.Descriptor, want *fstree.Tree, bottom bool) error {
 	c.res.Layers++
-	if !IsEROFS(d.MediaType) {
+	if !convert.IsEROFS(d.MediaType) {
 		c.diff(where, "%s layer %s, not EROFS", d.MediaType, d.Digest)
 		return nil
 	}
-	if a, has := d.Annotations[AnnotationSourceLayer]; sd.Digest.Hex != "" && a != sd.Digest.String() && (has || !c.bySubject) {
-		c.diff(where, "names its source layer %q, not %s", d.Annotations[AnnotationSourceLayer], sd.Digest)
+	if a, has := d.Annotations[convert.AnnotationSourceLayer]; sd.Digest.Hex != "" && a != sd.Digest.String() && (has || !c.bySubject) {
+		c.diff(where, "names its source layer %q, not %s", d.Annotations[convert.AnnotationSourceLayer], sd.Digest)
 	}
 	l, err := img.LayerByDigest(d.Digest)
 	if err != nil {
@@ -364,8 +372,8 @@ func (c *checker) layer(where string, img v1.Image, d v1.Descriptor, diffID v1.H
 	if raw != diffID {
 		c.diff(where, "the raw image's digest is %s, the config's diff_id %s", raw, diffID)
 	}
-	if u := d.Annotations[AnnotationUncompressed]; u != "" && u != raw.String() {
-		c.diff(where, "the raw image's digest is %s, its %s %s", raw, AnnotationUncompressed, u)
+	if u := d.Annotations[convert.AnnotationUncompressed]; u != "" && u != raw.String() {
+		c.diff(where, "the raw image's digest is %s, its %s %s", raw, convert.AnnotationUncompressed, u)
 	}
 	ei, err := erofs.Open(f, size)
 	if err != nil {
@@ -385,7 +393,7 @@ func (c *checker) layer(where string, img v1.Image, d v1.Descriptor, diffID v1.H
 	}
 	c.res.Paths += got.Len()
 	opt := fstree.DiffOptions{IgnoreImpliedMtime: true, IgnoreWhiteoutPerm: true, Want: "source", Got: "converted"}
-	if bottom && (d.MediaType == MediaTypeSpec || d.MediaType == MediaTypeSpecZstd) {
+	if bottom && (d.MediaType == convert.MediaTypeSpec || d.MediaType == convert.MediaTypeSpecZstd) {
 		opt.Ignore = func(p, field string) bool {
 			n := want.Node(p)
 			switch {
@@ -406,13 +414,13 @@ func (c *checker) layer(where string, img v1.Image, d v1.Descriptor, diffID v1.H
 // spool copies a converted layer's raw EROFS image (decompressed, for a
 // zstd layer) into a file of TempDir that is removed at once, for the
 // reader's random access, and returns it with its size and digest.
-func (c *checker) spool(l v1.Layer) (*os.File, int64, v1.Hash, Compression, error) {
+func (c *checker) spool(l v1.Layer) (*os.File, int64, v1.Hash, convert.Compression, error) {
 	rc, err := l.Compressed()
 	if err != nil {
 		return nil, 0, v1.Hash{}, "", err
 	}
 	defer rc.Close()
-	dec, comp, err := Decompress(oci.ContextReader(c.ctx, rc))
+	dec, comp, err := convert.Decompress(oci.ContextReader(c.ctx, rc))
 	if err != nil {
 		return nil, 0, v1.Hash{}, "", err
 	}
@@ -423,13 +431,13 @@ func (c *checker) spool(l v1.Layer) (*os.File, int64, v1.Hash, Compression, erro
 	}
 	h := sha256.New()
 	var raw io.Reader = dec
-	if comp != Uncompressed {
+	if comp != convert.Uncompressed {
 		raw = c.capped(dec)
 	}
 	n, err := io.Copy(io.MultiWriter(f, h), raw)
 	if err != nil {
 		f.Close()
-		if errors.As(err, new(*TooLargeError)) {
+		if errors.As(err, new(*convert.TooLargeError)) {
 			err = fmt.Errorf("the raw EROFS image in the %s blob is larger than the %d bytes a layer may have", comp, c.opt.MaxLayerSize)
 		}
 		return nil, 0, v1.Hash{}, "", err
@@ -439,11 +447,11 @@ func (c *checker) spool(l v1.Layer) (*os.File, int64, v1.Hash, Compression, erro
 
 // layerCompression is the compression an EROFS layer's media type gives
 // its blob.
-func layerCompression(mt types.MediaType) Compression {
-	if mt == MediaTypeLayerZstd || mt == MediaTypeSpecZstd {
-		return Zstd
+func layerCompression(mt types.MediaType) convert.Compression {
+	if mt == convert.MediaTypeLayerZstd || mt == convert.MediaTypeSpecZstd {
+		return convert.Zstd
 	}
-	return Uncompressed
+	return convert.Uncompressed
 }
 
 // config compares the converted config with the source's but for what

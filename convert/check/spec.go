@@ -1,4 +1,4 @@
-package convert
+package check
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/ocierofs/ocierofs/convert"
 	"github.com/ocierofs/ocierofs/convert/dmverity"
 	"github.com/ocierofs/ocierofs/erofs"
 	"github.com/ocierofs/ocierofs/internal/atomicfile"
@@ -27,7 +28,7 @@ func (c *checker) splitChunkIndexes(where string, img v1.Image, layers []v1.Desc
 	var keepL []v1.Descriptor
 	var keepD []v1.Hash
 	for i, d := range layers {
-		if d.MediaType != MediaTypeChunkIndex {
+		if d.MediaType != convert.MediaTypeChunkIndex {
 			keepL, keepD = append(keepL, d), append(keepD, diffIDs[i])
 			continue
 		}
@@ -42,7 +43,7 @@ func (c *checker) splitChunkIndexes(where string, img v1.Image, layers []v1.Desc
 			}
 		}
 		prev := layers[i-1]
-		if !IsEROFS(prev.MediaType) {
+		if !convert.IsEROFS(prev.MediaType) {
 			c.diff(at, "§3.4.3: indexes layer %d, a %s layer, not an EROFS one", i, prev.MediaType)
 			continue
 		}
@@ -50,7 +51,7 @@ func (c *checker) splitChunkIndexes(where string, img v1.Image, layers []v1.Desc
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", at, err)
 		}
-		x, err := chunkindex.Standalone(payload, d.Annotations, prev.Digest.String(), prev.Size, layerCompression(prev.MediaType) == Zstd)
+		x, err := chunkindex.Standalone(payload, d.Annotations, prev.Digest.String(), prev.Size, layerCompression(prev.MediaType) == convert.Zstd)
 		if err != nil {
 			c.diff(at, "§3.4: %v", err)
 			continue
@@ -87,7 +88,7 @@ func readLayerBlob(img v1.Image, d v1.Descriptor, max int64) ([]byte, error) {
 // decompressed) and l the layer, whose blob is read again where the
 // index points into it.
 func (c *checker) specLayer(where string, l v1.Layer, d v1.Descriptor, data *os.File, size int64) error {
-	zstdLayer := layerCompression(d.MediaType) == Zstd
+	zstdLayer := layerCompression(d.MediaType) == convert.Zstd
 	x := c.standalone[d.Digest]
 	_, embedded := d.Annotations[chunkindex.AnnotationRange]
 	if x != nil || embedded {
@@ -158,24 +159,24 @@ func (c *checker) chunks(where string, blob io.ReaderAt, x *chunkindex.Index, da
 // at hash_offset of the image data, after the whole EROFS image, every
 // hash block and the root digest as annotated.
 func (c *checker) verity(where string, d v1.Descriptor, data io.ReaderAt, size int64, x *chunkindex.Index) {
-	ho, hasOff := d.Annotations[AnnotationVerityHashOffset]
-	root, hasRoot := d.Annotations[AnnotationVerityRootDigest]
+	ho, hasOff := d.Annotations[convert.AnnotationVerityHashOffset]
+	root, hasRoot := d.Annotations[convert.AnnotationVerityRootDigest]
 	if !hasOff && !hasRoot {
 		return
 	}
 	if !hasOff || !hasRoot {
-		c.diff(where, "§2.3: %s and %s go together", AnnotationVerityHashOffset, AnnotationVerityRootDigest)
+		c.diff(where, "§2.3: %s and %s go together", convert.AnnotationVerityHashOffset, convert.AnnotationVerityRootDigest)
 		return
 	}
 	off, err := strconv.ParseUint(ho, 10, 63)
 	if err != nil || strings.Trim(ho, "0123456789") != "" {
-		c.diff(where, "§2.3: %s %q is not a decimal number", AnnotationVerityHashOffset, ho)
+		c.diff(where, "§2.3: %s %q is not a decimal number", convert.AnnotationVerityHashOffset, ho)
 		return
 	}
 	bs := uint64(4096)
-	if s, ok := d.Annotations[AnnotationVerityBlockSize]; ok {
+	if s, ok := d.Annotations[convert.AnnotationVerityBlockSize]; ok {
 		if bs, err = strconv.ParseUint(s, 10, 32); err != nil || strings.Trim(s, "0123456789") != "" {
-			c.diff(where, "§2.3: %s %q is not a decimal number", AnnotationVerityBlockSize, s)
+			c.diff(where, "§2.3: %s %q is not a decimal number", convert.AnnotationVerityBlockSize, s)
 			return
 		}
 	}
@@ -189,7 +190,7 @@ func (c *checker) verity(where string, d v1.Descriptor, data io.ReaderAt, size i
 	}
 	alg, hexRoot, _ := strings.Cut(root, ":")
 	if b, err := hex.DecodeString(hexRoot); alg != "sha256" || err != nil || len(b) != 32 {
-		c.diff(where, "§2.3: %s %q is no sha256 digest", AnnotationVerityRootDigest, root)
+		c.diff(where, "§2.3: %s %q is no sha256 digest", convert.AnnotationVerityRootDigest, root)
 		return
 	}
 	if ei, err := erofs.Open(io.NewSectionReader(data, 0, size), size); err == nil {
@@ -226,7 +227,7 @@ func (c *checker) spoolBlob(l v1.Layer) (*os.File, int64, error) {
 	n, err := io.Copy(f, c.capped(oci.ContextReader(c.ctx, rc)))
 	if err != nil {
 		f.Close()
-		if errors.As(err, new(*TooLargeError)) {
+		if errors.As(err, new(*convert.TooLargeError)) {
 			err = fmt.Errorf("the blob is larger than the %d bytes a layer may have", c.opt.MaxLayerSize)
 		}
 		return nil, 0, err
