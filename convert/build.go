@@ -81,6 +81,10 @@ type Options struct {
 	// theirs, and a marker on the root whites out each name they have
 	// there (whiteout.Layer.Overlay).
 	lower func() (below *whiteout.Tree, ok bool)
+	// bottom says the layer is the bottom one of an image in the EROFS
+	// image spec's media types: its overlay form carries no whiteouts or
+	// markers (whiteout.Tree.StripMarkers).
+	bottom bool
 }
 
 // Result describes a converted layer.
@@ -176,7 +180,7 @@ func buildTar(w io.WriterAt, r io.Reader, opt Options, ops *dirOps) (*Result, er
 	}
 	defer b.Close()
 	l := newTarLayer(b, opt.Whiteouts)
-	l.ops, l.tarIndex, l.lower, l.maxTar = ops, opt.TarIndex, opt.lower, opt.MaxTarSize
+	l.ops, l.tarIndex, l.lower, l.bottom, l.maxTar = ops, opt.TarIndex, opt.lower, opt.bottom, opt.MaxTarSize
 	if err := l.addTar(src, h, comp != Uncompressed); err != nil {
 		return nil, err
 	}

@@ -793,6 +793,7 @@ func (c *Converter) buildLayer(ctx context.Context, j *layerJob, src layerSource
 	opt.Erofs.TempDir = c.tmp
 	if !src.alone {
 		opt.lower = func() (*whiteout.Tree, bool) { return stackBelow(ctx, lower) }
+		opt.bottom = c.opt.SpecMediaTypes && len(lower) == 0
 	}
 	res, err := buildTar(f, in, opt, j.ops)
 	if err == nil {
@@ -804,16 +805,6 @@ func (c *Converter) buildLayer(ctx context.Context, j *layerJob, src layerSource
 	if err != nil {
 		os.Remove(raw)
 		return nil, layerFailure(ctx, in, d, err)
-	}
-	if c.opt.SpecMediaTypes && !src.scan && !src.alone && len(lower) == 0 {
-		stripped, err := stripMarkers(raw, opt.Erofs)
-		if err != nil {
-			os.Remove(raw)
-			return nil, err
-		}
-		if stripped {
-			res.Warnings = append(res.Warnings, "the bottom layer's whiteouts and opaque markers are left out: nothing is below for them to hide (EROFS image spec §3.6)")
-		}
 	}
 	if src.scan {
 		return &fileLayer{}, nil

@@ -57,8 +57,9 @@ type tarLayer struct {
 	// indexes it from the image (mkfs --tar-index); pos is the tar offset.
 	tarIndex bool
 	pos      offsetReader
-	// lower is Options.lower.
-	lower func() (*whiteout.Tree, bool)
+	// lower and bottom are Options.lower and Options.bottom.
+	lower  func() (*whiteout.Tree, bool)
+	bottom bool
 	// maxTar is Options.MaxTarSize: a file whose header alone puts the
 	// tar past it fails there, before its data is read.
 	maxTar int64
@@ -212,6 +213,9 @@ func (l *tarLayer) finish() error {
 	ov, err := l.model.Overlay(below)
 	if err != nil {
 		return err
+	}
+	if l.bottom && ov.StripMarkers() {
+		l.warnings = append(l.warnings, "the bottom layer's whiteouts and opaque markers are left out: nothing is below for them to hide (EROFS image spec §3.6)")
 	}
 	return l.place(ov)
 }

@@ -246,3 +246,33 @@ func TestClean(t *testing.T) {
 		}
 	}
 }
+
+// TestStripMarkers: a bottom layer's overlay form without markers keeps
+// its entries and loses its whiteouts, opaque and origin markers.
+func TestStripMarkers(t *testing.T) {
+	l, err := layerOf(t, 0, "d:a f:a/f w:a/gone o:b f:b/g w:nowhere")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ov, err := l.Overlay(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ov.StripMarkers() {
+		t.Fatal("StripMarkers found no marker")
+	}
+	var got []string
+	ov.Walk(func(p string, n *Node) error {
+		if n.Whiteout || n.Opaque || n.Origin {
+			t.Errorf("%s: a marker is left: %+v", p, n)
+		}
+		got = append(got, p)
+		return nil
+	})
+	if want := ". a a/f b b/g"; strings.Join(got, " ") != want {
+		t.Errorf("paths %q, want %q", got, want)
+	}
+	if ov.StripMarkers() {
+		t.Error("StripMarkers found markers a second time")
+	}
+}

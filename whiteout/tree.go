@@ -107,3 +107,27 @@ func applyDir(s, d *Node, hidden bool, links map[*Node]*Node) {
 		}
 	}
 }
+
+// StripMarkers takes the overlayfs markers out of t, an overlay form of a
+// layer with nothing below it: its whiteouts are left out, and no
+// directory is opaque or has an origin. Such markers hide nothing there,
+// and the EROFS image spec forbids them in a bottom layer (§3.6). It
+// reports whether there were any.
+func (t *Tree) StripMarkers() bool {
+	return stripDir(t.root)
+}
+
+func stripDir(d *Node) bool {
+	found := d.Opaque || d.Origin
+	d.Opaque, d.Origin = false, false
+	for name, k := range d.kids {
+		switch {
+		case k.Whiteout:
+			delete(d.kids, name)
+			found = true
+		case k.dir:
+			found = stripDir(k) || found
+		}
+	}
+	return found
+}
