@@ -52,12 +52,7 @@ type rtCase struct {
 	fsckExtract bool
 }
 
-func (rc rtCase) whiteouts() string {
-	if rc.opt.Whiteouts == whiteout.Keep {
-		return fstree.WhiteoutsKeep
-	}
-	return fstree.WhiteoutsOverlay
-}
+func (rc rtCase) whiteouts() whiteout.Mode { return rc.opt.Whiteouts }
 
 func opts(bs int, noInline bool, buildTime time.Time) convert.Options {
 	return convert.Options{Erofs: erofs.Options{BlockSize: bs, NoInlineData: noInline, BuildTime: buildTime}}
@@ -219,7 +214,7 @@ type refCache struct {
 	extracted map[string]*fstree.Tree
 }
 
-func (rc *refCache) want(t *testing.T, ct *corpusTar, wh string, implied time.Time) *fstree.Tree {
+func (rc *refCache) want(t *testing.T, ct *corpusTar, wh whiteout.Mode, implied time.Time) *fstree.Tree {
 	k := fmt.Sprintf("%s|%s|%d", ct.name, wh, implied.UnixNano())
 	if tr := rc.fromTar[k]; tr != nil {
 		return tr
@@ -229,15 +224,15 @@ func (rc *refCache) want(t *testing.T, ct *corpusTar, wh string, implied time.Ti
 	return tr
 }
 
-func (rc *refCache) ref(t *testing.T, ct *corpusTar, wh string, want *fstree.Tree) *fstree.Tree {
-	k := ct.name + "|" + wh
+func (rc *refCache) ref(t *testing.T, ct *corpusTar, wh whiteout.Mode, want *fstree.Tree) *fstree.Tree {
+	k := ct.name + "|" + wh.String()
 	if tr := rc.extracted[k]; tr != nil {
 		return tr
 	}
-	dir := filepath.Join(rc.dir, "ref-"+ct.name+"-"+wh)
+	dir := filepath.Join(rc.dir, "ref-"+ct.name+"-"+wh.String())
 	must(t, os.MkdirAll(dir, 0o755))
 	roundtrip.ExtractGNU(t, ct.path, dir)
-	if wh == fstree.WhiteoutsOverlay {
+	if wh == whiteout.Overlay {
 		roundtrip.MapWhiteouts(t, dir, want)
 	}
 	tr := convtest.TreeFromDir(t, dir)
@@ -272,8 +267,8 @@ func TestRoundTrip(t *testing.T) {
 		o.Whiteouts = whiteout.Keep
 		img, _ := buildImage(t, roundtrip.WorkDir(t), ct.path, o)
 		got := convtest.TreeFromDir(t, roundtrip.Mount(t, img))
-		want := refs.want(t, ct, fstree.WhiteoutsOverlay, tBuild)
-		for name, tr := range map[string]*fstree.Tree{"FromTar": want, "GNU tar": refs.ref(t, ct, fstree.WhiteoutsOverlay, want)} {
+		want := refs.want(t, ct, whiteout.Overlay, tBuild)
+		for name, tr := range map[string]*fstree.Tree{"FromTar": want, "GNU tar": refs.ref(t, ct, whiteout.Overlay, want)} {
 			d := fstree.Diff(tr, got, fstree.DiffOptions{IgnoreRootMeta: true})
 			if !slices.Contains(d, "missing: "+pWhGone) || !slices.Contains(d, "extra: dir1/.wh.gone") {
 				t.Errorf("%s vs a whiteouts=keep mount: the differences %q miss the whiteout", name, d)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ocierofs/ocierofs/convert"
 	"github.com/ocierofs/ocierofs/convert/fstree"
+	"github.com/ocierofs/ocierofs/whiteout"
 )
 
 var verifyCommand = &cli.Command{
@@ -24,6 +25,10 @@ var verifyCommand = &cli.Command{
 	Action: func(c *cli.Context) error {
 		if c.NArg() != 2 {
 			return fmt.Errorf("verify: want IMAGE SOURCE")
+		}
+		mode, err := whiteout.ParseMode(c.String("whiteouts"))
+		if err != nil {
+			return err
 		}
 		oi, err := openImageArg(c, c.Args().First())
 		if err != nil {
@@ -58,7 +63,7 @@ var verifyCommand = &cli.Command{
 				return fmt.Errorf("%s: %w", src, err)
 			}
 			defer rc.Close()
-			want, err = fstree.FromTar(rc, fstree.TarOptions{Whiteouts: c.String("whiteouts")})
+			want, err = fstree.FromTar(rc, fstree.TarOptions{Whiteouts: mode})
 			if err != nil {
 				return fmt.Errorf("%s: %w", src, err)
 			}

@@ -12,18 +12,12 @@ import (
 	"github.com/ocierofs/ocierofs/whiteout"
 )
 
-// Whiteout modes of TarOptions.
-const (
-	WhiteoutsOverlay = "overlay"
-	WhiteoutsKeep    = "keep"
-)
-
 // TarOptions tells FromTar how to read a layer.
 type TarOptions struct {
-	// Whiteouts is "overlay" (the default when empty) to turn OCI
-	// whiteouts into their overlayfs form, or "keep" to take the tar
-	// literally.
-	Whiteouts string
+	// Whiteouts is how the layer reads them: whiteout.Overlay (the
+	// default) turns OCI whiteouts into their overlayfs form,
+	// whiteout.Keep takes the tar literally.
+	Whiteouts whiteout.Mode
 	// ImpliedDirMtime is the mtime of directories no entry declared.
 	ImpliedDirMtime time.Time
 }
@@ -47,12 +41,8 @@ type TarOptions struct {
 //     directory trusted.overlay.opaque=y, and a directory that holds a
 //     whiteout an empty trusted.overlay.origin.
 func FromTar(r io.Reader, opt TarOptions) (*Tree, error) {
-	mode, err := whiteout.ParseMode(opt.Whiteouts)
-	if err != nil {
-		return nil, fmt.Errorf("fstree: %w", err)
-	}
 	nodes := make(map[*tar.Header]*Node)
-	l, err := readLayer(r, make([]byte, 128<<10), mode, nodes)
+	l, err := readLayer(r, make([]byte, 128<<10), opt.Whiteouts, nodes)
 	if err != nil {
 		return nil, err
 	}
