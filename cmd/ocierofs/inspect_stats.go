@@ -147,7 +147,8 @@ func (w *statWalk) inode(_ string, ino *erofs.Inode) error {
 // isCopy reports whether a regular file's data is that of a file counted
 // before, and remembers it otherwise. With extent dedupe, files may share
 // their first pcluster and no more: a compressed file (of extents xs) is
-// another's copy only if every extent is the same.
+// another's copy only if every extent is the same (but where its inline
+// tail is).
 func (w *statWalk) isCopy(ino *erofs.Inode, xs []erofs.Extent) bool {
 	addr, frag, ok := w.img.DataAddress(ino)
 	if !ok {
@@ -157,6 +158,11 @@ func (w *statWalk) isCopy(ino *erofs.Inode, xs []erofs.Extent) bool {
 	if xs != nil {
 		h := sha256.New()
 		for _, x := range xs {
+			if x.Physical%w.bs != 0 || x.PhysLen%w.bs != 0 {
+				// An inline tail: each copy has its own, after its
+				// inode, as a flat file's tail.
+				x.Physical = 0
+			}
 			binary.Write(h, binary.LittleEndian, x)
 		}
 		h.Sum(k.extents[:0])
