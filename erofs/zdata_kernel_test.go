@@ -272,3 +272,59 @@ func TestPclusterBlockLimits(t *testing.T) {
 		})
 	}
 }
+
+// TestTailFillsBlocks: a file's last extent whose compressed form ends in
+// a partly filled block is stored as a pcluster of whole blocks, filled
+// exactly, and the rest of its input inline. Files of many sizes from 4 to
+// 64 KiB, of text that compresses to between one and several blocks,
+// with lz4 and lz4hc, 64 KiB pclusters and tail packing; the kernel reads
+// every byte. Some files must end that way: a compressed pcluster and
+// then an inline tail.
+func TestTailFillsBlocks(t *testing.T) {
+	if why := noMount(); why != "" {
+		t.Skip(why)
+	}
+	rnd := rand.New(rand.NewPCG(42, 7))
+	words := []string{"struct", "inode", "return", "erofs", "block", "if (", "err", "0x", "static", "int", "};\n", "\t", "unsigned", "->", "NULL"}
+	files := map[string][]byte{}
+	for i, size := 0, 4096; size <= 65536; i, size = i+1, size+1237+i*97%2000 {
+		var b bytes.Buffer
+		for b.Len() < size {
+			// Words and random hex numbers of up to three digits.
+			fmt.Fprintf(&b, "%s %x ", words[rnd.IntN(len(words))], rnd.IntN(1<<(4*rnd.IntN(4))))
+		}
+		files[fmt.Sprintf("f%03d-%d", i, size)] = b.Bytes()[:size]
+	}
+	for _, lv := range []int{0, 9} {
+		cfg := zConfig{name: fmt.Sprintf("lz4-%d", lv), bs: 4096, c: Compression{Algorithm: AlgLZ4, Level: lv, PclusterSize: 65536, TailPacking: true}}
+		t.Run(cfg.name, func(t *testing.T) {
+			raw := buildZ(t, cfg, files)
+			img := openBytes(t, raw)
+			filled := 0
+			for name, want := range files {
+				got, err := img.ReadFile(name)
+				if err != nil || !bytes.Equal(got, want) {
+					t.Fatalf("reader: %s: %d bytes (%v), first difference at %d", name, len(got), err, firstDiff(got, want))
+				}
+				ino, err := img.Lstat(name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var xs []Extent
+				if err := img.Extents(ino, func(x Extent) error { xs = append(xs, x); return nil }); err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				// An inline tail is not block-aligned; the pcluster
+				// before it is compressed.
+				if n := len(xs); n >= 2 && (xs[n-1].Physical%4096 != 0 || xs[n-1].PhysLen%4096 != 0) && xs[n-2].PhysLen%4096 == 0 && xs[n-2].Length > xs[n-2].PhysLen {
+					filled++
+				}
+			}
+			if filled < len(files)/4 {
+				t.Errorf("%d of %d files end in a filled pcluster and an inline tail", filled, len(files))
+			}
+			mountCompare(t, raw, files)
+			t.Logf("%d files, %d bytes of files in an image of %d bytes; %d end in a filled pcluster and an inline tail", len(files), sumLen(files), len(raw), filled)
+		})
+	}
+}

@@ -587,10 +587,13 @@ func (j *zjob) put(out int, kind uint8, length, blocks, padBefore int, src []byt
 
 // zworker compresses jobs with its own compressor.
 type zworker struct {
-	p     *zpipe
-	comp  compressor
-	dst   []byte // one pcluster
-	bytes int64  // input compressed, for tests
+	p    *zpipe
+	comp compressor
+	dst  []byte // one pcluster
+	// alt and small take the compression of a file's tail again
+	// (fillTail): one pcluster and one block.
+	alt, small []byte
+	bytes      int64 // input compressed, for tests
 
 	// The window of a job's input read from its src: win holds the
 	// segment's bytes from winOff.
@@ -752,6 +755,9 @@ func (w *zworker) tail(j *zjob, pos, out, wn, c int) {
 				j.put(out, zopInlineZ, len(rest), 0, 0, w.dst[:wn])
 				return
 			}
+			if whole && !inLast && tailPacking && wn > bs && wn%bs != 0 && w.fillTail(j, out, rest, wn/bs) {
+				return
+			}
 			nblk := (wn + bs - 1) / bs
 			if whole && nblk*bs < c && !inLast {
 				j.put(out, zCompressed, c, nblk, nblk*bs-wn, w.dst[:wn])
@@ -771,6 +777,39 @@ func (w *zworker) tail(j *zjob, pos, out, wn, c int) {
 		pos += n
 		wn = -1
 	}
+}
+
+// fillTail stores the last extent of a file, rest, whose compressed form
+// ends in a partly filled block, as a pcluster of exactly nblk blocks (as
+// much of rest as they hold) and the bytes left over as the inline tail,
+// compressed if that is smaller. It stores nothing and reports false when
+// the leftover does not go inline: rest is then stored as before, in
+// nblk+1 blocks or plain. mkfs.erofs fills the last pcluster the same way
+// (TestTailFillsBlocks).
+func (w *zworker) fillTail(j *zjob, out int, rest []byte, nblk int) bool {
+	bs := w.p.bs
+	if w.alt == nil {
+		w.alt = make([]byte, len(w.dst))
+		w.small = make([]byte, bs)
+	}
+	wn, c := w.comp.CompressDestSize(w.alt[:nblk*bs], rest)
+	if wn <= 0 || c >= len(rest) || nblk*bs >= c {
+		return false
+	}
+	left := rest[c:]
+	tn, tc := w.comp.CompressDestSize(w.small[:bs-1], left)
+	kind, tail := uint8(zopInlineZ), w.small[:tn]
+	if tn <= 0 || tc < len(left) || tn >= len(left) || tn > j.inlineZ {
+		if len(left) > bs || len(left) > j.inlineZ {
+			return false
+		}
+		kind, tail = zopInlinePlain, left
+	}
+	// The pcluster's bytes end before left starts (nblk*bs < c), so the
+	// copy into the job's buffer leaves left as it is.
+	out = j.put(out, zCompressed, c, nblk, nblk*bs-wn, w.alt[:wn])
+	j.put(out, kind, len(left), 0, 0, tail)
+	return true
 }
 
 // apply writes a finished job's result to the output and records its

@@ -308,7 +308,8 @@ func TestCLIDedupe(t *testing.T) {
 	b := bin(t)
 	dir := t.TempDir()
 	src := filepath.Join(dir, "src")
-	// Words in random order: compressible, but not into an inline tail.
+	// Words in random order: compressible, into pclusters and an inline
+	// tail (each copy has its own, and is a copy all the same).
 	rnd := rand.New(rand.NewPCG(1, 2))
 	words := strings.Fields("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau upsilon phi chi psi omega")
 	var sb strings.Builder
