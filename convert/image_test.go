@@ -41,6 +41,7 @@ import (
 	"github.com/ocierofs/ocierofs/convert"
 	"github.com/ocierofs/ocierofs/convert/fstree"
 	"github.com/ocierofs/ocierofs/convert/internal/convtest"
+	"github.com/ocierofs/ocierofs/erofs"
 	"github.com/ocierofs/ocierofs/oci"
 )
 
@@ -225,7 +226,7 @@ func TestE2ERegistry(t *testing.T) {
 			if n := tr.Node("usr/local/bin/suid"); n == nil || n.Perm() != 0o4755 {
 				t.Errorf("usr/local/bin/suid: not 04755: %+v", n)
 			}
-			if n := tr.Node("dev/null"); n == nil || n.Type() != fstree.S_IFCHR || n.Devmajor != 1 || n.Devminor != 3 {
+			if n := tr.Node("dev/null"); n == nil || n.Type() != erofs.S_IFCHR || n.Devmajor != 1 || n.Devminor != 3 {
 				t.Errorf("dev/null: not char 1:3: %+v", n)
 			}
 			if n := tr.Node("var/cache/app/new.dat"); n == nil {

@@ -464,7 +464,7 @@ func checkFsckExtract(t *testing.T, img string, bs int, got *fstree.Tree) {
 			case n == nil:
 				return false
 			case field == "mtime":
-				return n.Type() == fstree.S_IFLNK
+				return n.Type() == erofs.S_IFLNK
 			case field == "mode":
 				// 1.5 calls chmod before lchown, which clears them
 				// (fixed upstream after 1.5).

@@ -41,6 +41,7 @@ import (
 
 	"github.com/ocierofs/ocierofs/convert/fstree"
 	"github.com/ocierofs/ocierofs/convert/internal/convtest"
+	"github.com/ocierofs/ocierofs/erofs"
 )
 
 // The kinds of difference between containerd's applier and fstree.Stack
@@ -254,7 +255,7 @@ func writeTree(root string, tr *fstree.Tree, contents map[[32]byte][]byte) error
 		if err := os.Lchown(full, int(n.Uid), int(n.Gid)); err != nil {
 			return err
 		}
-		if n.Type() != fstree.S_IFLNK {
+		if n.Type() != erofs.S_IFLNK {
 			if err := unix.Chmod(full, n.Perm()); err != nil { // after chown, which clears setuid
 				return err
 			}
@@ -287,17 +288,17 @@ func writeTree(root string, tr *fstree.Tree, contents map[[32]byte][]byte) error
 		}
 		var err error
 		switch n.Type() {
-		case fstree.S_IFREG:
+		case erofs.S_IFREG:
 			data, ok := contents[n.Digest]
 			if !ok {
 				return fmt.Errorf("%s: no entry has its content", p)
 			}
 			err = os.WriteFile(full, data, 0o600)
-		case fstree.S_IFLNK:
+		case erofs.S_IFLNK:
 			err = os.Symlink(n.Target, full)
-		case fstree.S_IFIFO:
+		case erofs.S_IFIFO:
 			err = unix.Mkfifo(full, 0o600)
-		case fstree.S_IFCHR, fstree.S_IFBLK:
+		case erofs.S_IFCHR, erofs.S_IFBLK:
 			err = unix.Mknod(full, n.Type()|0o600, int(unix.Mkdev(n.Devmajor, n.Devminor)))
 		default:
 			err = fmt.Errorf("type %#o", n.Type())
@@ -454,7 +455,7 @@ func (s *ctrStep) ctrRefusal() string {
 		// where its path now holds nothing, or a symlink.
 		for _, op := range s.ops {
 			if op.hdr.Typeflag == tar.TypeDir && op.kind == 'f' {
-				if n := s.ctr.Node(op.at); n == nil || n.Type() == fstree.S_IFLNK {
+				if n := s.ctr.Node(op.at); n == nil || n.Type() == erofs.S_IFLNK {
 					return kindDirTimeEnd
 				}
 			}
@@ -528,11 +529,11 @@ func (s *ctrStep) followsSymlink(i int) bool {
 		return false
 	}
 	op, st := s.ops[i], s.state(i).tree
-	if _, n := blocked(st, op.name); n != nil && n.Type() == fstree.S_IFLNK {
+	if _, n := blocked(st, op.name); n != nil && n.Type() == erofs.S_IFLNK {
 		return true
 	}
 	_, n := blocked(st, op.link)
-	return op.link != "" && n != nil && n.Type() == fstree.S_IFLNK
+	return op.link != "" && n != nil && n.Type() == erofs.S_IFLNK
 }
 
 // symlinks reports whether the tree below or the layer has a symlink,
@@ -545,7 +546,7 @@ func (s *ctrStep) symlinks() bool {
 		}
 	}
 	for _, p := range s.lower.Paths() {
-		if s.lower.Node(p).Type() == fstree.S_IFLNK {
+		if s.lower.Node(p).Type() == erofs.S_IFLNK {
 			return true
 		}
 	}
@@ -703,7 +704,7 @@ func (s *ctrStep) treeKind(p, field string) string {
 // device 0:0 that an entry of the layer put there (as a device, or a hard
 // link to one).
 func (s *ctrStep) putDevice(p string, n *fstree.Node) bool {
-	if n.Type() != fstree.S_IFCHR || n.Devmajor != 0 || n.Devminor != 0 {
+	if n.Type() != erofs.S_IFCHR || n.Devmajor != 0 || n.Devminor != 0 {
 		return false
 	}
 	for _, op := range s.ops {
@@ -857,7 +858,7 @@ func (s *ctrStep) dirTimeAtEnd(p string) bool {
 		case q == nil:
 		case group[op.at] && !c.IsDir():
 			return true
-		case q.Type() == fstree.S_IFLNK:
+		case q.Type() == erofs.S_IFLNK:
 			t := q.Target
 			if !path.IsAbs(t) {
 				t = path.Join("/", path.Dir(op.at), t)
@@ -915,7 +916,7 @@ func (s *ctrStep) follows() []ctrFollow {
 		}
 		f := ctrFollow{i: i, at: []string{op.at}}
 		for _, p := range []string{op.name, op.link} {
-			if q, n := blocked(s.state(i).tree, p); n != nil && n.Type() == fstree.S_IFLNK {
+			if q, n := blocked(s.state(i).tree, p); n != nil && n.Type() == erofs.S_IFLNK {
 				f.at = append(f.at, q)
 			}
 		}

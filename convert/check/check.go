@@ -400,7 +400,7 @@ func (c *checker) layer(where string, img v1.Image, d v1.Descriptor, diffID v1.H
 			case n == nil:
 				return false
 			case field == "missing":
-				return n.Type() == fstree.S_IFCHR && n.Devmajor == 0 && n.Devminor == 0
+				return n.Type() == erofs.S_IFCHR && n.Devmajor == 0 && n.Devminor == 0
 			}
 			return n.IsDir() && (field == "xattr:"+whiteout.OpaqueXattr || field == "xattr:"+whiteout.OriginXattr)
 		}

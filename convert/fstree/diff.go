@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/ocierofs/ocierofs/erofs"
 )
 
 // DiffOptions relaxes Diff.
@@ -102,18 +104,18 @@ func Diff(want, got *Tree, opt DiffOptions) []string {
 		}
 		if sameType {
 			switch w.Type() {
-			case S_IFREG:
+			case erofs.S_IFREG:
 				if w.Size != g.Size {
 					add(p, "size", fmt.Sprint(w.Size), fmt.Sprint(g.Size))
 				}
 				if w.Digest != g.Digest {
 					add(p, "content", fmt.Sprintf("sha256:%x", w.Digest), fmt.Sprintf("sha256:%x", g.Digest))
 				}
-			case S_IFLNK:
+			case erofs.S_IFLNK:
 				if w.Target != g.Target {
 					add(p, "target", fmt.Sprintf("%q", w.Target), fmt.Sprintf("%q", g.Target))
 				}
-			case S_IFCHR, S_IFBLK:
+			case erofs.S_IFCHR, erofs.S_IFBLK:
 				if w.Devmajor != g.Devmajor || w.Devminor != g.Devminor {
 					add(p, "rdev", fmt.Sprintf("%d:%d", w.Devmajor, w.Devminor), fmt.Sprintf("%d:%d", g.Devmajor, g.Devminor))
 				}
@@ -161,20 +163,20 @@ func sameMtime(a, b time.Time, g time.Duration) bool {
 func fmtTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 var typeNames = map[uint32]string{
-	S_IFREG:  "reg",
-	S_IFDIR:  "dir",
-	S_IFLNK:  "symlink",
-	S_IFCHR:  "char",
-	S_IFBLK:  "block",
-	S_IFIFO:  "fifo",
-	S_IFSOCK: "socket",
+	erofs.S_IFREG:  "reg",
+	erofs.S_IFDIR:  "dir",
+	erofs.S_IFLNK:  "symlink",
+	erofs.S_IFCHR:  "char",
+	erofs.S_IFBLK:  "block",
+	erofs.S_IFIFO:  "fifo",
+	erofs.S_IFSOCK: "socket",
 }
 
 func typeName(mode uint32) string {
-	if name, ok := typeNames[mode&S_IFMT]; ok {
+	if name, ok := typeNames[mode&erofs.S_IFMT]; ok {
 		return name
 	}
-	return fmt.Sprintf("type%#o", mode&S_IFMT)
+	return fmt.Sprintf("type%#o", mode&erofs.S_IFMT)
 }
 
 func diffXattrs(p string, w, g map[string]string, ignore func(p, field string) bool, l labels) []string {
@@ -251,5 +253,5 @@ func partition(t *Tree, c []string) string {
 }
 
 func isWhiteoutDev(n *Node) bool {
-	return n.Type() == S_IFCHR && n.Devmajor == 0 && n.Devminor == 0
+	return n.Type() == erofs.S_IFCHR && n.Devmajor == 0 && n.Devminor == 0
 }

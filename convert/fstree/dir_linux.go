@@ -63,7 +63,7 @@ func (d dirFS) Lstat(name string) (Info, error) {
 		Dev:   st.Dev,
 		Ino:   st.Ino,
 	}
-	if t := st.Mode & S_IFMT; t == S_IFCHR || t == S_IFBLK {
+	if t := st.Mode & erofs.S_IFMT; t == erofs.S_IFCHR || t == erofs.S_IFBLK {
 		fi.Devmajor, fi.Devminor = unix.Major(st.Rdev), unix.Minor(st.Rdev)
 	}
 	return fi, nil

@@ -16,6 +16,7 @@
 package fstree
 
 import (
+	"maps"
 	"path"
 	"slices"
 	"sort"
@@ -26,20 +27,9 @@ import (
 	"github.com/ocierofs/ocierofs/whiteout"
 )
 
-// File type bits of Node.Mode (st_mode): erofs's, which are Linux's, under
-// the names a caller of fstree knows them by.
-const (
-	S_IFMT   = erofs.S_IFMT
-	S_IFSOCK = erofs.S_IFSOCK
-	S_IFLNK  = erofs.S_IFLNK
-	S_IFREG  = erofs.S_IFREG
-	S_IFBLK  = erofs.S_IFBLK
-	S_IFDIR  = erofs.S_IFDIR
-	S_IFCHR  = erofs.S_IFCHR
-	S_IFIFO  = erofs.S_IFIFO
-
-	permMask = 0o7777
-)
+// permMask is the permission bits of Node.Mode; its type bits are
+// erofs's S_IF* (Linux's).
+const permMask = 0o7777
 
 // Node is one path of a Tree.
 type Node struct {
@@ -69,10 +59,18 @@ type Node struct {
 }
 
 // IsDir reports whether n is a directory.
-func (n *Node) IsDir() bool { return n.Mode&S_IFMT == S_IFDIR }
+func (n *Node) IsDir() bool { return n.Mode&erofs.S_IFMT == erofs.S_IFDIR }
 
 // Type is the S_IFxxx bits of n.Mode.
-func (n *Node) Type() uint32 { return n.Mode & S_IFMT }
+func (n *Node) Type() uint32 { return n.Mode & erofs.S_IFMT }
+
+// setXattr sets an xattr of n.
+func (n *Node) setXattr(name, value string) {
+	if n.Xattrs == nil {
+		n.Xattrs = make(map[string]string)
+	}
+	n.Xattrs[name] = value
+}
 
 // Perm is the permission, setuid, setgid and sticky bits of n.Mode.
 func (n *Node) Perm() uint32 { return n.Mode & permMask }
@@ -103,10 +101,7 @@ func (t *Tree) Len() int { return len(t.nodes) }
 // compared bytewise with '/' sorting before every other byte, so that a
 // directory's contents follow it directly.
 func (t *Tree) Paths() []string {
-	ps := make([]string, 0, len(t.nodes))
-	for p := range t.nodes {
-		ps = append(ps, p)
-	}
+	ps := slices.Collect(maps.Keys(t.nodes))
 	sortPaths(ps)
 	return ps
 }
@@ -118,17 +113,14 @@ func (t *Tree) Paths() []string {
 func (t *Tree) MarkWhiteoutDirs() int {
 	n := 0
 	for p, c := range t.nodes {
-		if p == "." || c.Type() != S_IFCHR || c.Devmajor != 0 || c.Devminor != 0 {
+		if p == "." || c.Type() != erofs.S_IFCHR || c.Devmajor != 0 || c.Devminor != 0 {
 			continue
 		}
 		d := t.nodes[path.Dir(p)]
 		if _, ok := d.Xattrs[whiteout.OriginXattr]; ok {
 			continue
 		}
-		if d.Xattrs == nil {
-			d.Xattrs = map[string]string{}
-		}
-		d.Xattrs[whiteout.OriginXattr] = ""
+		d.setXattr(whiteout.OriginXattr, "")
 		n++
 	}
 	return n

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ocierofs/ocierofs/erofs"
 	"golang.org/x/sys/unix"
 )
 
@@ -104,7 +105,7 @@ func (b fsb) mtime(name string, tm time.Time) {
 // restore gives name the perm bits, owner and mtime of n.
 func (b fsb) restore(name string, n *Node) {
 	b.t.Helper()
-	if n.Type() != S_IFLNK {
+	if n.Type() != erofs.S_IFLNK {
 		check(b.t, unix.Chmod(b.p(name), n.Perm()))
 	}
 	b.own(name, int(n.Uid), int(n.Gid))
@@ -197,21 +198,21 @@ func TestFromDir(t *testing.T) {
 	}
 	big, _ := os.ReadFile(b.p("big"))
 	want := []Node{
-		{Path: "f", Mode: S_IFREG | 0o644, Uid: testUid, Gid: testGid, Size: 6, Digest: sum("hello\n"),
+		{Path: "f", Mode: erofs.S_IFREG | 0o644, Uid: testUid, Gid: testGid, Size: 6, Digest: sum("hello\n"),
 			Xattrs: map[string]string{"user.a": "1", "trusted.t": "\x00\x01bin"}},
-		{Path: "dir/f2", Mode: S_IFREG | 0o644, Uid: testUid, Gid: testGid, Size: 6, Digest: sum("hello\n"),
+		{Path: "dir/f2", Mode: erofs.S_IFREG | 0o644, Uid: testUid, Gid: testGid, Size: 6, Digest: sum("hello\n"),
 			Xattrs: map[string]string{"user.a": "1", "trusted.t": "\x00\x01bin"}},
-		{Path: "big", Mode: S_IFREG | 0o4755, Size: int64(len(big)), Digest: sha256.Sum256(big),
+		{Path: "big", Mode: erofs.S_IFREG | 0o4755, Size: int64(len(big)), Digest: sha256.Sum256(big),
 			Xattrs: map[string]string{"security.capability": capV2()}},
-		{Path: "dir", Mode: S_IFDIR | 0o750},
-		{Path: "dir/sub", Mode: S_IFDIR | 0o1777},
-		{Path: "dir/sub/g", Mode: S_IFREG | 0o600, Digest: sum("")},
-		{Path: "ln", Mode: S_IFLNK | 0o777, Uid: testUid, Gid: testGid, Target: "f",
+		{Path: "dir", Mode: erofs.S_IFDIR | 0o750},
+		{Path: "dir/sub", Mode: erofs.S_IFDIR | 0o1777},
+		{Path: "dir/sub/g", Mode: erofs.S_IFREG | 0o600, Digest: sum("")},
+		{Path: "ln", Mode: erofs.S_IFLNK | 0o777, Uid: testUid, Gid: testGid, Target: "f",
 			Xattrs: map[string]string{"trusted.s": "sym"}},
-		{Path: "fifo", Mode: S_IFIFO | 0o640},
-		{Path: "chr", Mode: S_IFCHR | 0o666, Devmajor: 1, Devminor: 3},
-		{Path: "blk", Mode: S_IFBLK | 0o660, Gid: 6, Devmajor: 8, Devminor: 17},
-		{Path: "empty", Mode: S_IFDIR | 0o2755, Xattrs: map[string]string{"user.d": ""}},
+		{Path: "fifo", Mode: erofs.S_IFIFO | 0o640},
+		{Path: "chr", Mode: erofs.S_IFCHR | 0o666, Devmajor: 1, Devminor: 3},
+		{Path: "blk", Mode: erofs.S_IFBLK | 0o660, Gid: 6, Devmajor: 8, Devminor: 17},
+		{Path: "empty", Mode: erofs.S_IFDIR | 0o2755, Xattrs: map[string]string{"user.d": ""}},
 	}
 	for _, w := range want {
 		g := tr.Node(w.Path)
@@ -263,7 +264,7 @@ func TestFromDirSocket(t *testing.T) {
 	defer l.Close()
 	tr, err := FromDir(dir)
 	check(t, err)
-	if n := tr.Node("sock"); n == nil || n.Type() != S_IFSOCK {
+	if n := tr.Node("sock"); n == nil || n.Type() != erofs.S_IFSOCK {
 		t.Fatalf("sock: %+v", n)
 	}
 }
@@ -441,9 +442,9 @@ func testTree(nodes ...*Node) *Tree {
 func TestDiffOptions(t *testing.T) {
 	mk := func(rootMode uint32, mtime time.Time, implied bool) *Tree {
 		return testTree(
-			&Node{Path: ".", Mode: S_IFDIR | rootMode, Mtime: mtime, Xattrs: map[string]string{"user.r": fmt.Sprint(rootMode)}},
-			&Node{Path: "d", Mode: S_IFDIR | 0o755, Mtime: mtime, Implied: implied},
-			&Node{Path: "d/f", Mode: S_IFREG | 0o644, Mtime: mtime},
+			&Node{Path: ".", Mode: erofs.S_IFDIR | rootMode, Mtime: mtime, Xattrs: map[string]string{"user.r": fmt.Sprint(rootMode)}},
+			&Node{Path: "d", Mode: erofs.S_IFDIR | 0o755, Mtime: mtime, Implied: implied},
+			&Node{Path: "d/f", Mode: erofs.S_IFREG | 0o644, Mtime: mtime},
 		)
 	}
 	a := mk(0o755, t0.Add(100*time.Millisecond), true)
@@ -464,14 +465,14 @@ func TestDiffOptions(t *testing.T) {
 		t.Errorf("Diff with MtimeGranularity = %q", got)
 	}
 	// The root's type is still compared under IgnoreRootMeta.
-	c := testTree(&Node{Path: ".", Mode: S_IFREG | 0o755})
+	c := testTree(&Node{Path: ".", Mode: erofs.S_IFREG | 0o755})
 	if got := Diff(a, c, DiffOptions{IgnoreRootMeta: true}); len(got) != 3 || got[0] != ".: type dir != reg" {
 		t.Errorf("root type = %q", got)
 	}
 	// Whiteouts' permission bits, and only theirs.
 	wh := func(perm uint32) *Tree {
-		return testTree(&Node{Path: ".", Mode: S_IFDIR | 0o755},
-			&Node{Path: "gone", Mode: S_IFCHR | perm}, &Node{Path: "null", Mode: S_IFCHR | perm, Devmajor: 1, Devminor: 3})
+		return testTree(&Node{Path: ".", Mode: erofs.S_IFDIR | 0o755},
+			&Node{Path: "gone", Mode: erofs.S_IFCHR | perm}, &Node{Path: "null", Mode: erofs.S_IFCHR | perm, Devmajor: 1, Devminor: 3})
 	}
 	if got := Diff(wh(0), wh(0o644), DiffOptions{IgnoreWhiteoutPerm: true}); len(got) != 1 || !strings.HasPrefix(got[0], "null: mode") {
 		t.Errorf("Diff with IgnoreWhiteoutPerm = %q, want null's mode alone", got)
@@ -482,9 +483,9 @@ func TestDiffOptions(t *testing.T) {
 }
 
 func TestDiffLinks(t *testing.T) {
-	reg := func(p string, link int) *Node { return &Node{Path: p, Mode: S_IFREG | 0o644, link: link} }
-	want := testTree(&Node{Path: ".", Mode: S_IFDIR}, reg("a", 1), reg("b", 1), reg("c", 1), reg("d", 2), reg("e", 2), reg("x", 3), reg("y", 3))
-	got := testTree(&Node{Path: ".", Mode: S_IFDIR}, reg("a", 7), reg("b", 7), reg("c", 0), reg("d", 7), reg("e", 7), reg("x", 4))
+	reg := func(p string, link int) *Node { return &Node{Path: p, Mode: erofs.S_IFREG | 0o644, link: link} }
+	want := testTree(&Node{Path: ".", Mode: erofs.S_IFDIR}, reg("a", 1), reg("b", 1), reg("c", 1), reg("d", 2), reg("e", 2), reg("x", 3), reg("y", 3))
+	got := testTree(&Node{Path: ".", Mode: erofs.S_IFDIR}, reg("a", 7), reg("b", 7), reg("c", 0), reg("d", 7), reg("e", 7), reg("x", 4))
 	d := Diff(want, got, DiffOptions{})
 	// y is missing: its link with x is not reported again.
 	wantD := []string{"missing: y", "hard links: [a b c] [d e] != [a b d e] [c]"}

@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"testing"
 	"time"
+
+	"github.com/ocierofs/ocierofs/erofs"
 )
 
 // layerTar is a tar of hdrs, each regular file with its name as content.
@@ -77,7 +79,7 @@ func TestStack(t *testing.T) {
 		t.Errorf("stack: link groups %q, want lt and t", g)
 	}
 	for _, tr := range []*Tree{got, own} {
-		if e := tr.Node("etc"); e == nil || e.Mode != S_IFDIR|0o750 || e.Uid != 7 || e.Implied {
+		if e := tr.Node("etc"); e == nil || e.Mode != erofs.S_IFDIR|0o750 || e.Uid != 7 || e.Implied {
 			t.Errorf("etc: %+v, want layer 1's directory", e)
 		}
 	}

@@ -37,7 +37,7 @@ type TarOptions struct {
 //   - With overlay whiteouts, a whiteout a character device 0:0: of no
 //     permission bits and the .wh. entry's uid, gid and mtime (no xattrs),
 //     as mkfs.erofs and containerd's and docker's appliers make it
-//     (mknod(S_IFCHR, 0)), or as the tar has the device 0:0; an opaque
+//     (mknod(erofs.S_IFCHR, 0)), or as the tar has the device 0:0; an opaque
 //     directory trusted.overlay.opaque=y, and a directory that holds a
 //     whiteout an empty trusted.overlay.origin.
 func FromTar(r io.Reader, opt TarOptions) (*Tree, error) {
@@ -88,29 +88,28 @@ func nodeOf(hdr *tar.Header, data io.Reader, buf []byte, mode whiteout.Mode) (*N
 	switch hdr.Typeflag {
 	case tar.TypeReg, tar.TypeGNUSparse, tar.TypeCont:
 		// The tar reader expands sparse files: the hash covers the holes.
-		n.Mode = S_IFREG | perm
+		n.Mode = erofs.S_IFREG | perm
 		h := sha256.New()
 		if n.Size, err = io.CopyBuffer(h, data, buf); err != nil {
 			return nil, fmt.Errorf("read data: %w", err)
 		}
 		h.Sum(n.Digest[:0])
 	case tar.TypeDir:
-		n.Mode = S_IFDIR | perm
+		n.Mode = erofs.S_IFDIR | perm
 	case tar.TypeSymlink:
-		n.Mode = S_IFLNK | perm
+		n.Mode = erofs.S_IFLNK | perm
 		n.Target = hdr.Linkname
 	case tar.TypeChar, tar.TypeBlock:
-		if hdr.Typeflag == tar.TypeChar {
-			n.Mode = S_IFCHR | perm
-		} else {
-			n.Mode = S_IFBLK | perm
+		n.Mode = erofs.S_IFCHR | perm
+		if hdr.Typeflag == tar.TypeBlock {
+			n.Mode = erofs.S_IFBLK | perm
 		}
 		if hdr.Devmajor < 0 || hdr.Devmajor > 1<<32-1 || hdr.Devminor < 0 || hdr.Devminor > 1<<32-1 {
 			return nil, fmt.Errorf("device %d:%d out of range", hdr.Devmajor, hdr.Devminor)
 		}
 		n.Devmajor, n.Devminor = uint32(hdr.Devmajor), uint32(hdr.Devminor)
 	case tar.TypeFifo:
-		n.Mode = S_IFIFO | perm
+		n.Mode = erofs.S_IFIFO | perm
 	case tar.TypeLink, tar.TypeXGlobalHeader, 'V':
 		// A link has its target's node; PAX global records and a GNU
 		// volume label are no file (whiteout.Layer.Add skips them).
@@ -131,26 +130,20 @@ func treeOf(wt *whiteout.Tree, nodes map[*tar.Header]*Node, implied time.Time) *
 		var n Node
 		switch h := w.Hdr; {
 		case h == nil:
-			n = Node{Mode: S_IFDIR | 0o755, Mtime: implied, Implied: true}
+			n = Node{Mode: erofs.S_IFDIR | 0o755, Mtime: implied, Implied: true}
 		case w.Named():
 			// A whiteout of a .wh. entry: a marker, its xattrs left out.
-			n = Node{Mode: S_IFCHR, Mtime: h.ModTime, Uid: uint32(h.Uid), Gid: uint32(h.Gid)}
+			n = Node{Mode: erofs.S_IFCHR, Mtime: h.ModTime, Uid: uint32(h.Uid), Gid: uint32(h.Gid)}
 		default:
 			n = *nodes[h]
 			n.Xattrs = maps.Clone(n.Xattrs)
 		}
 		n.Path = p
-		mark := func(name, value string) {
-			if n.Xattrs == nil {
-				n.Xattrs = make(map[string]string)
-			}
-			n.Xattrs[name] = value
-		}
 		if w.Opaque {
-			mark(whiteout.OpaqueXattr, "y")
+			n.setXattr(whiteout.OpaqueXattr, "y")
 		}
 		if w.Origin {
-			mark(whiteout.OriginXattr, "")
+			n.setXattr(whiteout.OriginXattr, "")
 		}
 		if !w.IsDir() && w.Hdr != nil {
 			t.inode(w.Hdr, &n)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ocierofs/ocierofs/erofs"
 	"github.com/ocierofs/ocierofs/whiteout"
 )
 
@@ -106,19 +107,19 @@ func TestFromTarWhiteouts(t *testing.T) {
 	wh := func(p string) { // a whiteout made from a plain .wh. entry: no permission bits
 		t.Helper()
 		n := tr.Node(p)
-		if n == nil || n.Mode != S_IFCHR || n.Devmajor != 0 || n.Devminor != 0 || len(n.Xattrs) != 0 {
+		if n == nil || n.Mode != erofs.S_IFCHR || n.Devmajor != 0 || n.Devminor != 0 || len(n.Xattrs) != 0 {
 			t.Errorf("%s: not a whiteout: %+v", p, n)
 		}
 	}
 	wh("b/foo")
 	wh("c/sub")
-	if n := tr.Node("a/foo"); n == nil || n.Mode != S_IFCHR || n.Uid != 5 || n.Gid != 6 || !n.Mtime.Equal(whTime) {
+	if n := tr.Node("a/foo"); n == nil || n.Mode != erofs.S_IFCHR || n.Uid != 5 || n.Gid != 6 || !n.Mtime.Equal(whTime) {
 		t.Errorf("a/foo: %+v", n)
 	}
 	impliedDir := func(p string, xattrs map[string]string) {
 		t.Helper()
 		n := tr.Node(p)
-		if n == nil || !n.Implied || n.Mode != S_IFDIR|0o755 || n.Uid != 0 || n.Gid != 0 || !n.Mtime.Equal(implied) ||
+		if n == nil || !n.Implied || n.Mode != erofs.S_IFDIR|0o755 || n.Uid != 0 || n.Gid != 0 || !n.Mtime.Equal(implied) ||
 			!reflect.DeepEqual(n.Xattrs, xattrs) {
 			t.Errorf("%s: not an implied dir %v: %+v", p, xattrs, n)
 		}
@@ -131,19 +132,19 @@ func TestFromTarWhiteouts(t *testing.T) {
 	impliedDir("dot", nil)
 	impliedDir("dot/x", nil)
 	impliedDir("lw", nil) // its whiteout was replaced: no origin
-	if n := tr.Node("."); n.Implied || n.Mode != S_IFDIR|0o700 || len(n.Xattrs) != 0 {
+	if n := tr.Node("."); n.Implied || n.Mode != erofs.S_IFDIR|0o700 || len(n.Xattrs) != 0 {
 		t.Errorf("root: %+v", n)
 	}
-	if n := tr.Node("o"); n.Implied || n.Mode != S_IFDIR|0o711 || !reflect.DeepEqual(n.Xattrs, map[string]string{whiteout.OpaqueXattr: "y"}) {
+	if n := tr.Node("o"); n.Implied || n.Mode != erofs.S_IFDIR|0o711 || !reflect.DeepEqual(n.Xattrs, map[string]string{whiteout.OpaqueXattr: "y"}) {
 		t.Errorf("o: %+v", n)
 	}
 	if n := tr.Node("imp"); n.Implied {
 		t.Errorf("imp still implied")
 	}
-	if n := tr.Node("dd"); n.Mode != S_IFDIR|0o751 || n.Xattrs["user.z"] != "z" {
+	if n := tr.Node("dd"); n.Mode != erofs.S_IFDIR|0o751 || n.Xattrs["user.z"] != "z" {
 		t.Errorf("dd: %+v", n)
 	}
-	if n := tr.Node("td"); n.Type() != S_IFLNK || n.Target != "dup" {
+	if n := tr.Node("td"); n.Type() != erofs.S_IFLNK || n.Target != "dup" {
 		t.Errorf("td: %+v", n)
 	}
 	if n := tr.Node("dup"); n.Size != 3 || n.Digest != sum("two") {
@@ -157,16 +158,16 @@ func TestFromTarWhiteouts(t *testing.T) {
 	}
 	x := tr.Node("x")
 	wantX := map[string]string{"user.a": "v", "security.capability": capV2(), "user.b": "bee", "user.sp ce": "s"}
-	if x.Mode != S_IFREG|0o4711 || x.Uid != 1<<20 || x.Gid != 3 || !x.Mtime.Equal(tm) || !reflect.DeepEqual(x.Xattrs, wantX) {
+	if x.Mode != erofs.S_IFREG|0o4711 || x.Uid != 1<<20 || x.Gid != 3 || !x.Mtime.Equal(tm) || !reflect.DeepEqual(x.Xattrs, wantX) {
 		t.Errorf("x: %+v", x)
 	}
-	if n := tr.Node("chr"); n.Mode != S_IFCHR|0o666 || n.Devmajor != 1 || n.Devminor != 3 {
+	if n := tr.Node("chr"); n.Mode != erofs.S_IFCHR|0o666 || n.Devmajor != 1 || n.Devminor != 3 {
 		t.Errorf("chr: %+v", n)
 	}
-	if n := tr.Node("blk"); n.Mode != S_IFBLK|0o644 || n.Devmajor != 8 || n.Devminor != 17 {
+	if n := tr.Node("blk"); n.Mode != erofs.S_IFBLK|0o644 || n.Devmajor != 8 || n.Devminor != 17 {
 		t.Errorf("blk: %+v", n)
 	}
-	if n := tr.Node("fifo"); n.Mode != S_IFIFO|0o644 {
+	if n := tr.Node("fifo"); n.Mode != erofs.S_IFIFO|0o644 {
 		t.Errorf("fifo: %+v", n)
 	}
 
@@ -263,7 +264,7 @@ func TestFromTarLinkToWhiteout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if y := tr.Node("d2/y"); y == nil || y.Mode != S_IFCHR || y.Devmajor != 0 {
+	if y := tr.Node("d2/y"); y == nil || y.Mode != erofs.S_IFCHR || y.Devmajor != 0 {
 		t.Errorf("d2/y: %+v, want a whiteout device", y)
 	}
 	if _, ok := tr.Node("d1").Xattrs[whiteout.OriginXattr]; !ok {

@@ -106,16 +106,16 @@ func (w *walker) node(p string) (*Node, error) {
 		Mtime: fi.Mtime,
 	}
 	switch n.Type() {
-	case S_IFREG:
+	case erofs.S_IFREG:
 		n.Size = fi.Size
 		if n.Digest, err = w.hash(p); err != nil {
 			return nil, err
 		}
-	case S_IFLNK:
+	case erofs.S_IFLNK:
 		if n.Target, err = w.fsys.Readlink(p); err != nil {
 			return nil, fmt.Errorf("fstree: %s: %w", p, err)
 		}
-	case S_IFCHR, S_IFBLK:
+	case erofs.S_IFCHR, erofs.S_IFBLK:
 		n.Devmajor, n.Devminor = fi.Devmajor, fi.Devminor
 	}
 	xs, err := w.fsys.Xattrs(p)
