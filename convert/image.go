@@ -21,6 +21,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/partial"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"github.com/ocierofs/ocierofs/convert/spec"
 	"github.com/ocierofs/ocierofs/oci"
 	"github.com/ocierofs/ocierofs/whiteout"
 )
@@ -46,6 +47,9 @@ type ImageOptions struct {
 	// Flatten merges all layers into one EROFS layer (whiteouts applied;
 	// files hidden by upper layers are not written).
 	Flatten bool
+	// Layout is how the layers compose (with SpecMediaTypes): an overlay
+	// stack (the default) or devices under one metadata layer.
+	Layout Layout
 	// Referrer sets each converted manifest's subject to its source.
 	Referrer bool
 	// Platforms selects the manifests of an index; nil means all.
@@ -167,6 +171,14 @@ func NewConverter(opt ImageOptions) (*Converter, error) {
 		// The spec wants "erofs" in the index entry of an EROFS image (§6).
 		return nil, errors.New("the EROFS image spec's media types need os.features in index entries: leave out no-index-os-features")
 	}
+	if err := opt.checkLayout(); err != nil {
+		return nil, err
+	}
+	if opt.Layout == LayoutDevice {
+		// The metadata layer refers to whole blocks of the devices: a
+		// tail packed beside its inode would be copied into it.
+		opt.Layer.Erofs.NoInlineData = true
+	}
 	if opt.SpecMediaTypes && opt.Layer.Whiteouts == whiteout.Keep {
 		// Kept, the tar's .wh. files would be in the images (§3.6).
 		return nil, errors.New("the EROFS image spec's media types need overlayfs whiteouts: leave out whiteouts keep")
@@ -247,7 +259,7 @@ func (c *Converter) Image(ctx context.Context, src v1.Image, srcDesc v1.Descript
 		mf.Layers = append(mf.Layers, c.layerDescriptor(fl, m.Layers[i], chain))
 		out.layers[fl.digest] = fl
 		diffIDs = append(diffIDs, fl.diffID.String())
-		if ci := fl.chunkIndex; ci != nil && i == len(jobs)-1 {
+		if ci := fl.chunkIndex; ci != nil && i == len(jobs)-1 && c.opt.Layout != LayoutDevice {
 			// §3.8: a chunk-index layer is never the last, and a
 			// standalone one indexes the layer before it.
 			c.logf("layer %s: the top layer has no standalone chunk index (the spec keeps an EROFS layer last)", short(fl.digest))
@@ -257,10 +269,15 @@ func (c *Converter) Image(ctx context.Context, src v1.Image, srcDesc v1.Descript
 			diffIDs = append(diffIDs, ci.diffID.String())
 		}
 	}
-	if c.opt.SpecMediaTypes {
+	var history []v1.History
+	switch {
+	case c.opt.Layout == LayoutDevice:
+		if history, err = c.addDeviceMeta(ctx, rep, out, &mf, &diffIDs, jobs, chain, cfg, srcDesc); err != nil {
+			return nil, nil, err
+		}
+	case c.opt.SpecMediaTypes:
 		markLowerLayers(mf.Layers)
 	}
-	var history []v1.History
 	if c.opt.Flatten {
 		history = []v1.History{{Created: cfg.Created, CreatedBy: FlattenedBy,
 			Comment: fmt.Sprintf("%d layers of %s merged", len(m.Layers), srcDesc.Digest)}}
@@ -350,13 +367,6 @@ func (c *Converter) layerDescriptor(fl *fileLayer, d v1.Descriptor, chain []stri
 	return v1.Descriptor{MediaType: fl.mediaType, Digest: fl.digest, Size: fl.size, Annotations: ann}
 }
 
-// AnnotationRole and RoleOverlayLower are the EROFS image spec's layer
-// role (§2.4).
-const (
-	AnnotationRole   = "org.erofs.role"
-	RoleOverlayLower = "overlay-lower"
-)
-
 // markLowerLayers gives each EROFS layer of a spec image but the top one
 // the overlay-lower role, as the spec's multi-layer example does (§11.1):
 // a layer may hold whiteouts only above an overlay-lower layer (§3.6), and
@@ -377,7 +387,7 @@ func markLowerLayers(ls []v1.Descriptor) {
 		if ann == nil {
 			ann = map[string]string{}
 		}
-		ann[AnnotationRole] = RoleOverlayLower
+		ann[spec.AnnotationRole] = spec.RoleOverlayLower
 		ls[i].Annotations = ann
 	}
 }

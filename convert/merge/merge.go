@@ -35,6 +35,11 @@ type Options struct {
 	// Blob, if set, is the path of a new blob that receives all file data,
 	// chunk-deduplicated; the layers are then not needed to mount.
 	Blob string
+	// Tags, if set, are the device slot tags of the layer images, one per
+	// layer, in place of the files' names (DeviceTag): an image published
+	// with its devices names each by its blob's digest (the EROFS image
+	// spec's §8.1.12).
+	Tags []string
 }
 
 // Result describes a merged image.
@@ -83,6 +88,9 @@ func Images(out string, layers []string, opt Options) (res *Result, err error) {
 			return nil, fmt.Errorf("merge: %s has %d-byte blocks, %s %d: layers must agree", p, lbs, layers[0], bs)
 		}
 		bs = lbs
+	}
+	if opt.Tags != nil && len(opt.Tags) != len(layers) {
+		return nil, fmt.Errorf("merge: %d device tags for %d layers", len(opt.Tags), len(layers))
 	}
 	if b := opt.Erofs.BlockSize; b != 0 && b != bs {
 		return nil, fmt.Errorf("merge: block size %d: the layers have %d-byte blocks", b, bs)
@@ -240,6 +248,9 @@ func (m *merger) planDevices(t *whiteout.Tree) error {
 				continue
 			}
 			slot := erofs.DeviceSlot{Tag: imagefile.DeviceTag(l.Path), Blocks: uint64(l.Image.Super().Blocks)}
+			if m.opt.Tags != nil {
+				slot.Tag = m.opt.Tags[i]
+			}
 			file := l.Path
 			if d > 0 {
 				slot = erofs.DeviceSlot{Tag: slots[d-1].Tag, Blocks: slots[d-1].Blocks}

@@ -36,6 +36,7 @@ func ConvertFlags() []cli.Flag {
 		&cli.StringFlag{Name: "layer-compression", Value: "none", Usage: "none, or zstd to wrap each EROFS layer in zstd (…layer.v1+zstd)"},
 		&cli.StringFlag{Name: "media-type", Value: "containerd", Usage: "containerd (application/vnd.erofs.layer.v1) or spec (the draft EROFS image spec's application/vnd.erofs)"},
 		&cli.BoolFlag{Name: "flatten", Usage: "one EROFS layer holding the merged filesystem of all layers"},
+		&cli.StringFlag{Name: "layout", Value: "overlay", Usage: "with --media-type spec: overlay (each layer an overlayfs lower layer) or device (each layer a device, org.erofs.role device, under one metadata layer that stacks them by EROFS multi-device addressing: mount it with device= each layer in order)"},
 		&cli.BoolFlag{Name: "no-index-os-features", Usage: "leave platform.os.features out of index entries"},
 		&cli.BoolFlag{Name: "referrer", Usage: "set each converted manifest's subject to its source manifest"},
 		&cli.StringFlag{Name: "chunk-index", Value: "none", Usage: "with --media-type spec: none, embedded (after each layer's image, a skippable frame in +zstd layers) or standalone (a layer after each but the top one, which the spec keeps last): the spec's chunk index, for reads by range"},
@@ -343,6 +344,19 @@ func Conversion(c *cli.Context) (opt convert.ImageOptions, rem oci.Remote, done 
 	}
 	if opt.Spec, err = specOptions(c, opt.SpecMediaTypes); err != nil {
 		return opt, rem, done, err
+	}
+	switch l := c.String("layout"); l {
+	case "overlay", "":
+	case "device":
+		if !opt.SpecMediaTypes {
+			return opt, rem, done, errors.New("--layout device: roles are the EROFS image spec's: it needs --media-type spec")
+		}
+		if opt.Flatten {
+			return opt, rem, done, errors.New("--layout device with --flatten: the device layout stacks the layers in a metadata layer of its own")
+		}
+		opt.Layout = convert.LayoutDevice
+	default:
+		return opt, rem, done, fmt.Errorf("--layout %q: want overlay or device", l)
 	}
 	if opt.SpecMediaTypes && opt.Layer.Whiteouts == whiteout.Keep {
 		return opt, rem, done, errors.New("--media-type spec with --whiteouts keep: the EROFS image spec wants no .wh. names in a layer (§3.6)")
