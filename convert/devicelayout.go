@@ -52,8 +52,9 @@ func (o ImageOptions) checkLayout() error {
 	return nil
 }
 
-// metaHistory is the created_by of the metadata layer's history entry.
-const metaHistory = "ocierofs convert --layout device"
+// DeviceMetaBy is the created_by of the metadata layer's history entry
+// in the device layout (check takes it for the converter's).
+const DeviceMetaBy = "ocierofs convert --layout device"
 
 // addDeviceMeta makes the converted layers of jobs the devices of one
 // metadata layer it adds on top of mf, with their roles, the layer's
@@ -100,7 +101,7 @@ func (c *Converter) addDeviceMeta(ctx context.Context, rep *ImageReport, out *ou
 	out.layers[fl.digest] = fl
 	*diffIDs = append(*diffIDs, fl.diffID.String())
 	rep.Layers = append(rep.Layers, mj.report)
-	return append(slices.Clone(cfg.History), v1.History{Created: cfg.Created, CreatedBy: metaHistory,
+	return append(slices.Clone(cfg.History), v1.History{Created: cfg.Created, CreatedBy: DeviceMetaBy,
 		Comment: fmt.Sprintf("metadata of the %d layers below, their devices", len(devs))}), nil
 }
 

@@ -1,6 +1,7 @@
 package convert_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -8,9 +9,11 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/ocierofs/ocierofs/convert"
+	"github.com/ocierofs/ocierofs/convert/check"
 	"github.com/ocierofs/ocierofs/convert/internal/convtest"
 	"github.com/ocierofs/ocierofs/convert/internal/roundtrip"
 	"github.com/ocierofs/ocierofs/convert/spec"
+	"github.com/ocierofs/ocierofs/oci"
 )
 
 // deviceSource is specSource with two layers more: one that makes a
@@ -101,6 +104,15 @@ func TestSpecDeviceLayout(t *testing.T) {
 			must(t, err)
 			if d1 != d2 {
 				t.Errorf("converted twice: %s, then %s", d1, d2)
+			}
+
+			// ocierofs check finds the source's layers in the devices, and
+			// the source's layers stacked in the metadata layer.
+			res, err := check.Converted(context.Background(), &oci.Artifact{Image: img}, &oci.Artifact{Image: src, Descriptor: convtest.SourceDescriptor(t, src)},
+				check.Options{TempDir: t.TempDir(), Report: func(s string) { t.Errorf("check: %s", s) }})
+			must(t, err)
+			if res.Layers != len(srcLayers)+1 {
+				t.Errorf("check compared %d layers", res.Layers)
 			}
 
 			// §8.1.12: device slot n is the n-th device layer, tagged with

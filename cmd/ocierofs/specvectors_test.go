@@ -43,6 +43,7 @@ var specVectors = []struct {
 	{"chunk-index-embedded-zstd", []string{"--media-type", "spec", "--layer-compression", "zstd", "--chunk-index", "embedded", "--chunk-index-size", "4K"}},
 	{"chunk-index-standalone", []string{"--media-type", "spec", "--layer-compression", "zstd", "--chunk-index", "standalone", "--chunk-index-size", "4K"}},
 	{"dmverity", []string{"--media-type", "spec", "--dmverity"}},
+	{"device", []string{"--media-type", "spec", "--layout", "device"}},
 }
 
 // TestSpecVectors makes the spec's test vectors again (make spec-vectors:
@@ -120,8 +121,9 @@ func checkVectorLayers(t *testing.T, dir string) {
 		}
 	}
 	m, _ := img.Manifest()
-	own := sourceLayerTrees(t)
+	own, stacked := sourceLayerTrees(t)
 	n := 0
+	var devices []string // the data of the device layers so far (§7)
 	for _, d := range m.Layers {
 		if !convert.IsEROFS(d.MediaType) {
 			continue
@@ -130,6 +132,20 @@ func checkVectorLayers(t *testing.T, dir string) {
 		data := blob
 		if strings.HasSuffix(string(d.MediaType), "+zstd") {
 			data = unzstdFile(t, blob)
+		}
+		if d.Annotations[spec.AnnotationRole] == spec.RoleDevice {
+			devices = append(devices, data)
+		} else if len(devices) > 0 {
+			// The metadata layer of the device layout: the source's
+			// layers stacked, read through its devices.
+			fsckErofs(t, data, devices...)
+			if got := mountTree(t, data, devices...); got != nil {
+				for _, s := range fstree.Diff(stacked, got, fstree.DiffOptions{IgnoreImpliedMtime: true, IgnoreRootMeta: true, Want: "source", Got: "mounted"}) {
+					t.Errorf("metadata layer: %s", s)
+				}
+			}
+			devices = nil
+			continue
 		}
 		fsckErofs(t, data)
 		if got := mountTree(t, data); got != nil {
@@ -146,14 +162,24 @@ func checkVectorLayers(t *testing.T, dir string) {
 
 // mountTree mounts an EROFS image and reads its tree; nil where this
 // machine cannot mount.
-func mountTree(t *testing.T, img string) *fstree.Tree {
+func mountTree(t *testing.T, img string, devices ...string) *fstree.Tree {
 	t.Helper()
 	if testing.Short() || os.Geteuid() != 0 {
 		t.Log("not mounted: -short, or not root")
 		return nil
 	}
 	mnt := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "erofs", "-o", "loop,ro", img, mnt).CombinedOutput(); err != nil {
+	o := "loop,ro"
+	for _, d := range devices {
+		out, err := exec.Command("losetup", "--find", "--show", "--read-only", d).Output()
+		if err != nil {
+			t.Fatalf("losetup %s: %v", d, err)
+		}
+		loop := string(bytes.TrimSpace(out))
+		defer exec.Command("losetup", "-d", loop).Run()
+		o += ",device=" + loop
+	}
+	if out, err := exec.Command("mount", "-t", "erofs", "-o", o, img, mnt).CombinedOutput(); err != nil {
 		t.Fatalf("mount %s: %v: %s", img, err, out)
 	}
 	defer exec.Command("umount", mnt).Run()
@@ -165,14 +191,18 @@ func mountTree(t *testing.T, img string) *fstree.Tree {
 }
 
 // fsckErofs runs erofs-utils' fsck.erofs on an image where installed.
-func fsckErofs(t *testing.T, img string) {
+func fsckErofs(t *testing.T, img string, devices ...string) {
 	t.Helper()
 	fsck, err := exec.LookPath("fsck.erofs")
 	if err != nil {
 		t.Log("no fsck.erofs")
 		return
 	}
-	if out, err := exec.Command(fsck, img).CombinedOutput(); err != nil {
+	var args []string
+	for _, d := range devices {
+		args = append(args, "--device="+d)
+	}
+	if out, err := exec.Command(fsck, append(args, img)...).CombinedOutput(); err != nil {
 		t.Errorf("fsck.erofs %s: %v: %s", img, err, out)
 	}
 }
@@ -329,8 +359,9 @@ func writeSpecSource(t *testing.T, dir string) {
 }
 
 // sourceLayerTrees is each source layer's own tree, whiteouts in
-// overlayfs's form, as a converted layer holds it.
-func sourceLayerTrees(t *testing.T) []*fstree.Tree {
+// overlayfs's form, as a converted layer holds it, and the layers
+// stacked.
+func sourceLayerTrees(t *testing.T) ([]*fstree.Tree, *fstree.Tree) {
 	t.Helper()
 	stack := fstree.NewStack(time.Time{})
 	var trees []*fstree.Tree
@@ -341,5 +372,5 @@ func sourceLayerTrees(t *testing.T) []*fstree.Tree {
 		}
 		trees = append(trees, own)
 	}
-	return trees
+	return trees, stack.Tree()
 }

@@ -71,7 +71,9 @@ type Result struct {
 //     image inside, for a zstd-compressed layer);
 //   - each layer's tree is its source layer's, whiteouts in overlayfs's
 //     form, the directories it only implies as the layers below leave
-//     them; a flattened image's one layer is the source's layers stacked;
+//     them; a flattened image's one layer is the source's layers stacked,
+//     and so is the metadata layer of the device layout
+//     (convert.LayoutDevice), read through the device layers (device.go);
 //   - the config is the source's but for rootfs.diff_ids, "erofs" in
 //     os.features and, flattened, the history;
 //   - the EROFS image spec's parts of a layer, where it has them: its
@@ -269,7 +271,18 @@ func (c *checker) image(where string, img, src v1.Image, srcDigest v1.Hash) erro
 	// source of one layer, the history that says so.
 	flat := len(m.Layers) == 1 && m.Layers[0].Annotations[convert.AnnotationSourceLayer] == strings.Join(chain, ",") &&
 		(len(sm.Layers) > 1 || len(cfg.History) == 1 && cfg.History[0].CreatedBy == convert.FlattenedBy)
-	c.config(where, rawCfg, rawSrcCfg, flat)
+	// The device layout: the source's layers as devices, and a metadata
+	// layer over them, compared as a flattened layer is.
+	var meta *v1.Descriptor
+	var metaDiffID v1.Hash
+	if !flat && len(cfg.RootFS.DiffIDs) == len(m.Layers) && deviceLayout(m.Layers, len(sm.Layers)) {
+		n := len(sm.Layers)
+		meta, metaDiffID = &m.Layers[n], cfg.RootFS.DiffIDs[n]
+		mm := *m
+		mm.Layers, cfg.RootFS.DiffIDs = m.Layers[:n], cfg.RootFS.DiffIDs[:n]
+		m = &mm
+	}
+	c.config(where, rawCfg, rawSrcCfg, flat, meta != nil)
 	if len(cfg.RootFS.DiffIDs) != len(m.Layers) {
 		c.diff(where, "%d layers but %d diff_ids", len(m.Layers), len(cfg.RootFS.DiffIDs))
 		return nil
@@ -313,6 +326,9 @@ func (c *checker) image(where string, img, src v1.Image, srcDigest v1.Hash) erro
 	if flat {
 		return c.layer(where+": flattened layer", img, m.Layers[0], cfg.RootFS.DiffIDs[0], v1.Descriptor{}, stack.Tree(), false)
 	}
+	if meta != nil {
+		return c.deviceMeta(where+": metadata layer", img, *meta, metaDiffID, m.Layers, stack.Tree())
+	}
 	return nil
 }
 
@@ -348,7 +364,7 @@ func (c *checker) capped(r io.Reader) io.Reader {
 // layer sd ("" digest: flattened) as the layers below it leave it. The
 // bottom layer of an image in the spec's media types has no whiteouts or
 // opaque markers (stripMarkers): want's are not looked for.
-func (c *checker) layer(where string, img v1.Image, d v1.Descriptor, diffID v1.Hash, sd v1.Descriptor, want *fstree.Tree, bottom bool) error {
+func (c *checker) layer(where string, img v1.Image, d v1.Descriptor, diffID v1.Hash, sd v1.Descriptor, want *fstree.Tree, bottom bool, devs ...erofs.OpenOption) error {
 	c.res.Layers++
 	if !convert.IsEROFS(d.MediaType) {
 		c.diff(where, "%s layer %s, not EROFS", d.MediaType, d.Digest)
@@ -375,7 +391,7 @@ func (c *checker) layer(where string, img v1.Image, d v1.Descriptor, diffID v1.H
 	if u := d.Annotations[convert.AnnotationUncompressed]; u != "" && u != raw.String() {
 		c.diff(where, "the raw image's digest is %s, its %s %s", raw, convert.AnnotationUncompressed, u)
 	}
-	ei, err := erofs.Open(f, size)
+	ei, err := erofs.Open(f, size, devs...)
 	if err != nil {
 		c.diff(where, "not an EROFS image: %v", err)
 		return nil
@@ -456,8 +472,9 @@ func layerCompression(mt types.MediaType) convert.Compression {
 
 // config compares the converted config with the source's but for what
 // conversion changes: rootfs.diff_ids, "erofs" added to os.features and,
-// flattened, the history.
-func (c *checker) config(where string, raw, src []byte, flat bool) {
+// flattened, the history, or, in the device layout, the metadata layer's
+// entry added to it.
+func (c *checker) config(where string, raw, src []byte, flat, device bool) {
 	var got, want map[string]any
 	if err := unmarshalNumbers(raw, &got); err != nil {
 		c.diff(where, "config: %v", err)
@@ -486,6 +503,14 @@ func (c *checker) config(where string, raw, src []byte, flat bool) {
 	if r, ok := got["rootfs"].(map[string]any); ok && r["type"] == "layers" {
 		if sr, ok := want["rootfs"].(map[string]any); ok {
 			sr["type"] = "layers"
+		}
+	}
+	if h, ok := got["history"].([]any); ok && device && len(h) > 0 {
+		if e, _ := h[len(h)-1].(map[string]any); e["created_by"] == convert.DeviceMetaBy {
+			got["history"] = h[:len(h)-1]
+			if _, has := want["history"]; !has && len(h) == 1 {
+				delete(got, "history")
+			}
 		}
 	}
 	for _, cfg := range []map[string]any{got, want} {
