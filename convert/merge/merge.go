@@ -70,6 +70,9 @@ func Images(out string, layers []string, opt Options) (res *Result, err error) {
 	if len(layers) == 0 {
 		return nil, errors.New("merge: no layer images")
 	}
+	if opt.Tags != nil && len(opt.Tags) != len(layers) {
+		return nil, fmt.Errorf("merge: %d device tags for %d layers", len(opt.Tags), len(layers))
+	}
 	ls := make([]*imagefile.File, len(layers))
 	defer func() {
 		for _, l := range ls {
@@ -88,9 +91,6 @@ func Images(out string, layers []string, opt Options) (res *Result, err error) {
 			return nil, fmt.Errorf("merge: %s has %d-byte blocks, %s %d: layers must agree", p, lbs, layers[0], bs)
 		}
 		bs = lbs
-	}
-	if opt.Tags != nil && len(opt.Tags) != len(layers) {
-		return nil, fmt.Errorf("merge: %d device tags for %d layers", len(opt.Tags), len(layers))
 	}
 	if b := opt.Erofs.BlockSize; b != 0 && b != bs {
 		return nil, fmt.Errorf("merge: block size %d: the layers have %d-byte blocks", b, bs)
