@@ -223,37 +223,11 @@ func samePlatform(p, s *v1.Platform) bool {
 // image checks one converted image against its source.
 func (c *checker) image(where string, img, src v1.Image, srcDigest v1.Hash) error {
 	c.res.Images++
-	m, err := img.Manifest()
+	p, err := c.readPair(where, img, src, srcDigest)
 	if err != nil {
-		return fmt.Errorf("%s: %w", where, err)
+		return err
 	}
-	sm, err := src.Manifest()
-	if err != nil {
-		return fmt.Errorf("%s: source: %w", where, err)
-	}
-	s, has := m.Annotations[convert.AnnotationSourceManifest]
-	c.bySubject = !has && m.Subject != nil && m.Subject.Digest == srcDigest
-	if s != srcDigest.String() && !c.bySubject {
-		c.diff(where, "names its source %q, not %s", s, srcDigest)
-	}
-	if err := convert.CheckConfigSize(m.Config); err != nil {
-		return fmt.Errorf("%s: config: %w", where, err)
-	}
-	if err := convert.CheckConfigSize(sm.Config); err != nil {
-		return fmt.Errorf("%s: source config: %w", where, err)
-	}
-	rawCfg, err := img.RawConfigFile()
-	if err != nil {
-		return fmt.Errorf("%s: config: %w", where, err)
-	}
-	rawSrcCfg, err := src.RawConfigFile()
-	if err != nil {
-		return fmt.Errorf("%s: source config: %w", where, err)
-	}
-	cfg, err := v1.ParseConfigFile(bytes.NewReader(rawCfg))
-	if err != nil {
-		return fmt.Errorf("%s: config: %w", where, err)
-	}
+	m, sm, rawCfg, rawSrcCfg, cfg := p.m, p.sm, p.rawCfg, p.rawSrcCfg, p.cfg
 	if len(cfg.RootFS.DiffIDs) == len(m.Layers) {
 		// The spec's standalone chunk-index layers index the layer
 		// before them; the rest is compared with the source.
@@ -330,6 +304,47 @@ func (c *checker) image(where string, img, src v1.Image, srcDigest v1.Hash) erro
 		return c.deviceMeta(where+": metadata layer", img, *meta, metaDiffID, m.Layers, stack.Tree())
 	}
 	return nil
+}
+
+// pair is a converted image's manifest and config, and its source's.
+type pair struct {
+	m, sm             *v1.Manifest
+	rawCfg, rawSrcCfg []byte
+	cfg               *v1.ConfigFile
+}
+
+// readPair reads the manifests and configs of a converted image and its
+// source, and checks that the image names that source.
+func (c *checker) readPair(where string, img, src v1.Image, srcDigest v1.Hash) (*pair, error) {
+	var p pair
+	var err error
+	if p.m, err = img.Manifest(); err != nil {
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	if p.sm, err = src.Manifest(); err != nil {
+		return nil, fmt.Errorf("%s: source: %w", where, err)
+	}
+	s, has := p.m.Annotations[convert.AnnotationSourceManifest]
+	c.bySubject = !has && p.m.Subject != nil && p.m.Subject.Digest == srcDigest
+	if s != srcDigest.String() && !c.bySubject {
+		c.diff(where, "names its source %q, not %s", s, srcDigest)
+	}
+	if err := convert.CheckConfigSize(p.m.Config); err != nil {
+		return nil, fmt.Errorf("%s: config: %w", where, err)
+	}
+	if err := convert.CheckConfigSize(p.sm.Config); err != nil {
+		return nil, fmt.Errorf("%s: source config: %w", where, err)
+	}
+	if p.rawCfg, err = img.RawConfigFile(); err != nil {
+		return nil, fmt.Errorf("%s: config: %w", where, err)
+	}
+	if p.rawSrcCfg, err = src.RawConfigFile(); err != nil {
+		return nil, fmt.Errorf("%s: source config: %w", where, err)
+	}
+	if p.cfg, err = v1.ParseConfigFile(bytes.NewReader(p.rawCfg)); err != nil {
+		return nil, fmt.Errorf("%s: config: %w", where, err)
+	}
+	return &p, nil
 }
 
 // sourceLayer reads a source layer onto stack and returns its own tree
