@@ -44,6 +44,7 @@ var specVectors = []struct {
 	{"chunk-index-standalone", []string{"--media-type", "spec", "--layer-compression", "zstd", "--chunk-index", "standalone", "--chunk-index-size", "4K"}},
 	{"dmverity", []string{"--media-type", "spec", "--dmverity"}},
 	{"device", []string{"--media-type", "spec", "--layout", "device"}},
+	{"mixed", []string{"--media-type", "spec", "--merge-platform"}},
 }
 
 // TestSpecVectors makes the spec's test vectors again (make spec-vectors:
@@ -86,9 +87,45 @@ func TestSpecVectors(t *testing.T) {
 			if o, e, code := run(t, b, "check", "-q", "oci:"+dir+":latest", "oci:"+filepath.Join(specVectorsDir, "source")+":latest"); code != 0 {
 				t.Errorf("check: exit %d: %s%s", code, o, e)
 			}
+			if v.name == "mixed" {
+				// Its images are checked against the source it names, and
+				// against no other image.
+				if _, _, code := run(t, b, "check", "-q", "oci:"+dir+":latest", "oci:"+filepath.Join(specVectorsDir, "plain")+":latest"); code != 1 {
+					t.Errorf("check against another image: exit %d, want 1", code)
+				}
+			}
 			checkVectorLayers(t, dir)
 		})
 	}
+}
+
+// vectorImage is the image of the layout entry d: the image itself, or,
+// of a mixed index (--merge-platform), its EROFS image, after the spec's
+// rules on the index (§6: the tar manifest first, "erofs" in the EROFS
+// entry's os.features) are checked.
+func vectorImage(t *testing.T, idx v1.ImageIndex, d v1.Descriptor) (v1.Image, error) {
+	if !d.MediaType.IsIndex() {
+		return idx.Image(d.Digest)
+	}
+	mixed, err := idx.ImageIndex(d.Digest)
+	if err != nil {
+		return nil, err
+	}
+	vs, err := spec.CheckIndex(context.Background(), mixed, spec.Options{TempDir: t.TempDir()})
+	if err != nil {
+		return nil, err
+	}
+	for _, v := range vs {
+		t.Errorf("§%s %s: %s: %s", v.Section, v.Level, v.Where, v.Msg)
+	}
+	mm, err := mixed.IndexManifest()
+	if err != nil {
+		return nil, err
+	}
+	if n := len(mm.Manifests); n != 2 || mm.Manifests[0].Platform != nil && slices.Contains(mm.Manifests[0].Platform.OSFeatures, "erofs") {
+		t.Fatalf("the mixed index: %d entries, the first %+v; want the tar image, then its EROFS twin", n, mm.Manifests[0].Platform)
+	}
+	return mixed.Image(mm.Manifests[1].Digest)
 }
 
 // checkVectorLayers mounts each EROFS layer of the layout at dir, compares
@@ -103,7 +140,7 @@ func checkVectorLayers(t *testing.T, dir string) {
 		t.Fatal(err)
 	}
 	im, _ := idx.IndexManifest()
-	img, err := idx.Image(im.Manifests[0].Digest)
+	img, err := vectorImage(t, idx, im.Manifests[0])
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -95,7 +95,7 @@ func Converted(ctx context.Context, conv, src *oci.Artifact, opt Options) (*Resu
 	case conv.Image != nil && src.Image != nil:
 		err = c.image(conv.Ref.String(), conv.Image, src.Image, src.Descriptor.Digest)
 	case conv.Index != nil:
-		c.diff(conv.Ref.String(), "an index, and the source %s an image", src.Ref)
+		err = c.mixed(conv.Ref.String(), conv.Index, src.Image, src.Descriptor.Digest)
 	default:
 		c.diff(conv.Ref.String(), "an image, and the source %s an index", src.Ref)
 	}
@@ -118,6 +118,46 @@ type checker struct {
 func (c *checker) diff(where, format string, args ...any) {
 	c.res.Differences++
 	c.opt.Report(where + ": " + fmt.Sprintf(format, args...))
+}
+
+// mixed checks the index convert --merge-platform makes of an image: the
+// source image itself and its conversions, each checked against it.
+func (c *checker) mixed(where string, conv v1.ImageIndex, src v1.Image, srcDigest v1.Hash) error {
+	raw, err := conv.RawManifest()
+	if err != nil {
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	if s := convert.SourceAnnotation(raw); s != srcDigest.String() {
+		c.diff(where, "an index, and the source an image, which it does not name as its source (%q)", s)
+		return nil
+	}
+	im, err := conv.IndexManifest()
+	if err != nil {
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	converted := 0
+	for _, d := range im.Manifests {
+		at := where + "@" + d.Digest.String()
+		switch {
+		case d.Digest == srcDigest:
+			continue // the source, as it is
+		case !d.MediaType.IsImage():
+			c.diff(at, "neither an image converted from the source nor the source")
+			continue
+		}
+		img, err := conv.Image(d.Digest)
+		if err != nil {
+			return fmt.Errorf("%s: %w", at, err)
+		}
+		converted++
+		if err := c.image(at, img, src, srcDigest); err != nil {
+			return err
+		}
+	}
+	if converted == 0 {
+		c.diff(where, "holds no conversion of the source")
+	}
+	return nil
 }
 
 // index checks each entry of conv against the source entry it names.
