@@ -72,6 +72,12 @@ type Options struct {
 	// gzip of zeros expands 1000:1), for a mirror converting what anyone
 	// may push.
 	MaxTarSize int64
+	// PrefetchList (BuildTar, convert) are paths, in the order a workload
+	// first opens them (ReadPrefetchList): the layer's files among them
+	// are written last, in that order, so that their data and the
+	// metadata after it are one region of the image
+	// (Result.PrefetchOffset). Paths the layer lacks are skipped.
+	PrefetchList []string
 
 	// Preload, if set, runs on the Builder before the first entry (a
 	// chunk dictionary gives it the chunks it knows).
@@ -101,6 +107,12 @@ type Result struct {
 	// it implies, whose metadata does (the cache records both).
 	rootOpaque bool
 	implied    []string
+	// PrefetchOffset is where the data of the files of
+	// Options.PrefetchList begins in the image, their region running to
+	// its end; 0 where the layer has none of them.
+	PrefetchOffset int64
+	// prefetchFound are the listed paths the layer has as files.
+	prefetchFound []string
 }
 
 // LayerUUID is the UUID containerd gives the EROFS image of a layer: a
@@ -181,7 +193,15 @@ func buildTar(w io.WriterAt, r io.Reader, opt Options, ops *dirOps) (*Result, er
 	defer b.Close()
 	l := newTarLayer(b, opt.Whiteouts)
 	l.ops, l.tarIndex, l.lower, l.bottom, l.maxTar = ops, opt.TarIndex, opt.lower, opt.bottom, opt.MaxTarSize
+	if len(opt.PrefetchList) > 0 && !opt.TarIndex {
+		l.prefetch, l.tmpDir = newPrefetchSpool(opt.PrefetchList), opt.Erofs.TempDir
+		defer l.prefetch.close()
+	}
 	if err := l.addTar(src, h, comp != Uncompressed); err != nil {
+		return nil, err
+	}
+	prefetchOff, err := l.writePrefetched()
+	if err != nil {
 		return nil, err
 	}
 	ops.finish(true)
@@ -201,6 +221,11 @@ func buildTar(w io.WriterAt, r io.Reader, opt Options, ops *dirOps) (*Result, er
 		Warnings:    l.warnings,
 		rootOpaque:  l.model.RootOpaque(),
 		implied:     l.implied,
+
+		PrefetchOffset: prefetchOff,
+	}
+	if l.prefetch != nil {
+		res.prefetchFound = l.prefetch.found
 	}
 	switch {
 	case fast != nil:

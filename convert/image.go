@@ -183,6 +183,9 @@ func NewConverter(opt ImageOptions) (*Converter, error) {
 		// Kept, the tar's .wh. files would be in the images (§3.6).
 		return nil, errors.New("the EROFS image spec's media types need overlayfs whiteouts: leave out whiteouts keep")
 	}
+	if len(opt.Layer.PrefetchList) > 0 && opt.Flatten {
+		return nil, errors.New("a prefetch list lays out each layer's files: it does not go with flatten yet")
+	}
 	tmp, lock, err := makeTemp(opt.TempDir)
 	if err != nil {
 		return nil, err
@@ -278,6 +281,7 @@ func (c *Converter) Image(ctx context.Context, src v1.Image, srcDesc v1.Descript
 	case c.opt.SpecMediaTypes:
 		markLowerLayers(mf.Layers)
 	}
+	c.reportUnlisted(jobs)
 	if c.opt.Flatten {
 		history = []v1.History{{Created: cfg.Created, CreatedBy: FlattenedBy,
 			Comment: fmt.Sprintf("%d layers of %s merged", len(m.Layers), srcDesc.Digest)}}
@@ -816,12 +820,28 @@ func (c *Converter) buildLayer(ctx context.Context, j *layerJob, src layerSource
 		os.Remove(raw)
 		return nil, layerFailure(ctx, in, d, err)
 	}
+	var rawEnd int64
+	if res.PrefetchOffset > 0 {
+		fi, err := os.Stat(raw)
+		if err != nil {
+			os.Remove(raw)
+			return nil, err
+		}
+		rawEnd = fi.Size()
+	}
 	if src.scan {
 		return &fileLayer{}, nil
 	}
 	fl, err := c.fileLayer(raw, d.Digest, res.Entries, res.Warnings)
 	if fl != nil {
 		fl.implied, fl.rootOpaque = res.implied, res.rootOpaque
+		fl.prefetchFound = res.prefetchFound
+		if res.PrefetchOffset > 0 {
+			if fl.annotations == nil {
+				fl.annotations = map[string]string{}
+			}
+			fl.annotations[AnnotationPrefetch] = prefetchRange(res.PrefetchOffset, rawEnd)
+		}
 	}
 	return fl, err
 }

@@ -64,6 +64,8 @@ type fileLayer struct {
 	// rootOpaque: it whites out what the layers below have at the root
 	// (an opaque marker on its root), which the cache records too.
 	rootOpaque bool
+	// prefetchFound are the paths of the prefetch list the layer has.
+	prefetchFound []string
 }
 
 func (l *fileLayer) Digest() (v1.Hash, error)             { return l.digest, nil }

@@ -67,6 +67,10 @@ type tarLayer struct {
 	// its entries, and the directories the layer implies.
 	entries int
 	implied []string
+	// prefetch, when set, holds the files a prefetch list names until
+	// the tar is read (writePrefetched); tmpDir holds its spool.
+	prefetch *prefetchSpool
+	tmpDir   string
 }
 
 func newTarLayer(b *erofs.Builder, m whiteout.Mode) *tarLayer {
@@ -165,8 +169,16 @@ func (l *tarLayer) addEntry(hdr *tar.Header, data io.Reader) error {
 		p = ""
 	}
 	e, err := l.entryOf(hdr, p)
-	if err != nil || e.Mode&erofs.S_IFMT != erofs.S_IFREG || e.Size == 0 {
+	if err != nil {
 		return err
+	}
+	if l.prefetch != nil && e.Mode&erofs.S_IFMT != erofs.S_IFREG {
+		if _, listed := l.prefetch.rank[p]; listed {
+			l.warnings = append(l.warnings, fmt.Sprintf("prefetch list: /%s is not a regular file here: skipped", p))
+		}
+	}
+	if e.Mode&erofs.S_IFMT != erofs.S_IFREG || e.Size == 0 {
+		return nil
 	}
 	if l.flat != nil {
 		return l.flat.data(hdr, e, data)
@@ -178,6 +190,12 @@ func (l *tarLayer) addEntry(hdr *tar.Header, data io.Reader) error {
 func (l *tarLayer) write(hdr *tar.Header, e erofs.Entry, data io.Reader) error {
 	var f *erofs.File
 	var err error
+	if l.prefetch != nil && !l.tarIndex {
+		spooled, err := l.prefetch.take(hdr, e, data, l.tmpDir)
+		if spooled || err != nil {
+			return err
+		}
+	}
 	if l.tarIndex && !e.Sparse {
 		f, err = l.index(e)
 	} else {

@@ -405,6 +405,23 @@ func (b *Builder) WriteFile(e Entry, data io.Reader) (*File, error) {
 	return &File{ino: ino}, nil
 }
 
+// DataOffset is the byte offset in the image at which the data of the
+// next file written goes, once the files written so far are laid out (it
+// waits for their compression). The data written after it runs to the
+// metadata, which follows the data: a converter that writes some files
+// last (a prefetch list's) learns where their region begins.
+func (b *Builder) DataOffset() (int64, error) {
+	if err := b.usable(); err != nil {
+		return 0, err
+	}
+	if b.zp != nil {
+		if err := b.zp.drain(b); err != nil {
+			return 0, b.fail(err)
+		}
+	}
+	return int64(b.outBlk) << b.blkbits, nil
+}
+
 // Link names f at p, as Add would add it there.
 func (b *Builder) Link(p string, f *File) error {
 	return b.putAt(p, f.ino)

@@ -42,9 +42,12 @@ var lazyMountCommand = &cli.Command{
 		"The command stays in the foreground and serves the mount until SIGINT, SIGTERM,\n" +
 		"or `ocierofs umount MOUNTPOINT`. A read the registry cannot serve within\n" +
 		"--read-timeout (after retries) fails with EIO; the mount stays.\n" +
-		"--prefetch all fetches every layer in the background when reads leave the\n" +
-		"network idle, and checks each against its digest: from then on every chunk is\n" +
-		"checked before use. Needs root (or access to /dev/fuse and mount rights).",
+		"--prefetch list (the default) fetches first, in the background, the region of\n" +
+		"each layer converted with a prefetch list (convert --prefetch-list): the listed\n" +
+		"files and the metadata, in few requests. --prefetch all does that, then fetches\n" +
+		"every layer when reads leave the network idle, and checks each against its\n" +
+		"digest: from then on every chunk is checked before use. Needs root (or access\n" +
+		"to /dev/fuse and mount rights).",
 	Flags: slices.Concat(
 		options.Only(options.SourceFlags(), "username", "password", "plain-http", "insecure", "stall-timeout"),
 		options.LoginFlags(),
@@ -52,7 +55,7 @@ var lazyMountCommand = &cli.Command{
 			&cli.StringFlag{Name: "platform", DefaultText: options.HostPlatform(), Usage: "the image of an index to mount"},
 			&cli.StringFlag{Name: "cache-dir", DefaultText: "/var/cache/ocierofs/chunks as root, else $XDG_CACHE_HOME/ocierofs/chunks", Usage: "where fetched chunks are kept"},
 			&cli.StringFlag{Name: "cache-size", Value: "10G", Usage: "bound of the chunk cache (K, M, G, T); the least recently used chunks go past it"},
-			&cli.StringFlag{Name: "prefetch", Value: "none", Usage: "none, or all: fetch and check every layer in the background"},
+			&cli.StringFlag{Name: "prefetch", Value: "list", Usage: "none; list: the region a prefetch list laid out (convert --prefetch-list), fetched first in the background; all: that, then every layer, fetched and checked"},
 			&cli.DurationFlag{Name: "read-timeout", Value: lazy.DefaultTimeout, Usage: "fail a read (EIO) whose bytes the registry has not given in this long, retries included"},
 			&cli.StringFlag{Name: "record", Usage: "write the path of each file opened, in the order of first opening, to `FILE` when the mount ends"},
 			&cli.BoolFlag{Name: "debug", Usage: "log every FUSE request on stderr"},
@@ -149,7 +152,7 @@ func runMount(ctx context.Context, c *cli.Context, ref, target string) error {
 		}
 		return cache, err
 	}
-	layers, blobs, closers, err := openLayers(ctx, img, blobSrc, openCache, lopt, logf)
+	layers, blobs, regions, closers, err := openLayers(ctx, img, blobSrc, openCache, lopt, logf)
 	defer func() {
 		for _, cl := range closers {
 			cl.Close()
@@ -176,8 +179,14 @@ func runMount(ctx context.Context, c *cli.Context, ref, target string) error {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "mounted %s at %s (%s)\n", ref, target, count(len(layers), "layer"))
-	if c.String("prefetch") == "all" && len(blobs) > 0 {
-		go prefetchAll(ctx, blobs, logf)
+	switch mode := c.String("prefetch"); {
+	case mode == "all" && len(blobs)+len(regions) > 0:
+		go func() {
+			prefetchRegions(ctx, regions, logf)
+			prefetchAll(ctx, blobs, logf)
+		}()
+	case mode == "list" && len(regions) > 0:
+		go prefetchRegions(ctx, regions, logf)
 	}
 	waitUnmounted(ctx, target)
 	err = m.Unmount()
@@ -207,8 +216,8 @@ func mountChecks(c *cli.Context, target string) (abs, state string, cacheSize in
 	if fi, err := os.Stat(abs); err != nil || !fi.IsDir() {
 		return "", "", 0, fmt.Errorf("mount point %s: not a directory", abs)
 	}
-	if p := c.String("prefetch"); p != "all" && p != "none" {
-		return "", "", 0, fmt.Errorf("--prefetch %q: want all or none", p)
+	if p := c.String("prefetch"); p != "all" && p != "list" && p != "none" {
+		return "", "", 0, fmt.Errorf("--prefetch %q: want none, list or all", p)
 	}
 	if cacheSize, err = parseByteSize(c.String("cache-size")); err != nil {
 		return "", "", 0, fmt.Errorf("--cache-size: %w", err)
@@ -263,37 +272,38 @@ func mountBlobs(ctx context.Context, src oci.Ref, rem oci.Remote, ref string) (l
 
 // openLayers opens every layer of img as an EROFS image: a layout's raw
 // layer in place, a registry's by ranges through the cache, a +zstd one
-// fetched whole into the cache. blobs are the ranged ones, to prefetch.
-func openLayers(ctx context.Context, img v1.Image, src lazy.Source, openCache func() (*lazy.Cache, error), lopt lazy.Options, logf func(string)) (layers []mount.Layer, blobs []*lazy.Blob, closers []io.Closer, err error) {
+// fetched whole into the cache. blobs are the ranged ones, to prefetch;
+// regions are the prefetch-list regions of the ranged ones that have one.
+func openLayers(ctx context.Context, img v1.Image, src lazy.Source, openCache func() (*lazy.Cache, error), lopt lazy.Options, logf func(string)) (layers []mount.Layer, blobs []*lazy.Blob, regions []prefetchRegion, closers []io.Closer, err error) {
 	ls, err := img.Layers()
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	m, err := img.Manifest()
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	if len(m.Layers) != len(ls) {
-		return nil, nil, nil, fmt.Errorf("manifest of %d layers, image of %d", len(m.Layers), len(ls))
+		return nil, nil, nil, nil, fmt.Errorf("manifest of %d layers, image of %d", len(m.Layers), len(ls))
 	}
 	for i, l := range ls {
 		dg, err := l.Digest()
 		if err != nil {
-			return nil, nil, closers, err
+			return nil, nil, nil, closers, err
 		}
 		mt, err := l.MediaType()
 		if err != nil {
-			return nil, nil, closers, err
+			return nil, nil, nil, closers, err
 		}
 		if mt == convert.MediaTypeChunkIndex {
 			continue // read with the layer before it
 		}
 		if !convert.IsEROFS(mt) {
-			return nil, nil, closers, fmt.Errorf("layer %d (%s) is %s, not EROFS: convert the image first (ocierofs convert)", i, dg, mt)
+			return nil, nil, nil, closers, fmt.Errorf("layer %d (%s) is %s, not EROFS: convert the image first (ocierofs convert)", i, dg, mt)
 		}
 		size, err := l.Size()
 		if err != nil {
-			return nil, nil, closers, err
+			return nil, nil, nil, closers, err
 		}
 		var r io.ReaderAt
 		var n int64
@@ -303,20 +313,20 @@ func openLayers(ctx context.Context, img v1.Image, src lazy.Source, openCache fu
 			// Read by ranges through the index, each chunk checked.
 			cache, err := openCache()
 			if err != nil {
-				return nil, nil, closers, err
+				return nil, nil, nil, closers, err
 			}
 			b, err := cache.Ranged(src, dg, size, lopt)
 			if err != nil {
-				return nil, nil, closers, err
+				return nil, nil, nil, closers, err
 			}
 			x, err := openChunkIndex(cache, src, b, m.Layers, i, lopt, logf)
 			if err != nil {
-				return nil, nil, closers, err
+				return nil, nil, nil, closers, err
 			}
 			if x != nil {
 				ix, err := lazy.NewIndexed(b, x)
 				if err != nil {
-					return nil, nil, closers, err
+					return nil, nil, nil, closers, err
 				}
 				logf(fmt.Sprintf("layer %d (%s): read by ranges through its chunk index (%s), each checked", i, dg, count(x.Len(), "chunk")))
 				blobs = append(blobs, b)
@@ -328,40 +338,72 @@ func openLayers(ctx context.Context, img v1.Image, src lazy.Source, openCache fu
 		case zstdLayer:
 			cache, err := openCache()
 			if err != nil {
-				return nil, nil, closers, err
+				return nil, nil, nil, closers, err
 			}
 			logf(fmt.Sprintf("layer %d (%s) is +zstd, which has no chunk index to read ranges by: fetching it whole (%d bytes)", i, dg, size))
 			b, err := cache.Whole(ctx, src, dg, func(r io.Reader) (io.ReadCloser, error) { return oci.Decompressor("zstd", r) }, lopt)
 			if err != nil {
-				return nil, nil, closers, fmt.Errorf("layer %d: %w", i, err)
+				return nil, nil, nil, closers, fmt.Errorf("layer %d: %w", i, err)
 			}
 			r, n = b, b.Size()
 		case inPlace:
 			f, err := os.Open(p)
 			if err != nil {
-				return nil, nil, closers, fmt.Errorf("layer %d: %w", i, err)
+				return nil, nil, nil, closers, fmt.Errorf("layer %d: %w", i, err)
 			}
 			closers = append(closers, f)
 			r, n = f, size
 		default:
 			cache, err := openCache()
 			if err != nil {
-				return nil, nil, closers, err
+				return nil, nil, nil, closers, err
 			}
 			b, err := cache.Ranged(src, dg, size, lopt)
 			if err != nil {
-				return nil, nil, closers, err
+				return nil, nil, nil, closers, err
 			}
 			blobs = append(blobs, b)
 			r, n = b, size
 		}
 		ei, err := erofs.Open(r, n)
 		if err != nil {
-			return nil, nil, closers, fmt.Errorf("layer %d (%s): %w", i, dg, err)
+			return nil, nil, nil, closers, fmt.Errorf("layer %d (%s): %w", i, dg, err)
 		}
 		layers = append(layers, mount.Layer{Image: ei, Name: "ocierofs:" + dg.String()})
+		if a, ok := m.Layers[i].Annotations[convert.AnnotationPrefetch]; ok && len(blobs) > 0 && (r == blobs[len(blobs)-1] || isIndexed(r)) {
+			off, end, err := convert.ParsePrefetchRange(a, n)
+			if err != nil {
+				logf(fmt.Sprintf("layer %d (%s): %v: no prefetch of its listed files", i, dg, err))
+			} else {
+				regions = append(regions, prefetchRegion{layer: i, r: r, off: off, end: end})
+			}
+		}
 	}
-	return layers, blobs, closers, nil
+	return layers, blobs, regions, closers, nil
+}
+
+// prefetchRegion is the region of a layer that its prefetch list laid out
+// (convert.AnnotationPrefetch): bytes [off, end) of the image read by r.
+type prefetchRegion struct {
+	layer    int
+	r        io.ReaderAt
+	off, end int64
+}
+
+func isIndexed(r io.ReaderAt) bool { _, ok := r.(*lazy.Indexed); return ok }
+
+// prefetchRegions fetches each layer's prefetch-list region, in few
+// requests, before anything else is prefetched.
+func prefetchRegions(ctx context.Context, regions []prefetchRegion, logf func(string)) {
+	for _, g := range regions {
+		if err := lazy.PrefetchRange(ctx, g.r, g.off, g.end); err != nil {
+			if ctx.Err() == nil {
+				logf(fmt.Sprintf("prefetch: layer %d: its listed files: %v", g.layer, err))
+			}
+			continue
+		}
+		logf(fmt.Sprintf("prefetch: layer %d: its listed files and metadata fetched (%d bytes)", g.layer, g.end-g.off))
+	}
 }
 
 // prefetchAll fetches and checks each blob in turn, in the background.

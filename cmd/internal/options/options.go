@@ -41,6 +41,7 @@ func ConvertFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "referrer", Usage: "set each converted manifest's subject to its source manifest"},
 		&cli.StringFlag{Name: "chunk-index", Value: "none", Usage: "with --media-type spec: none, embedded (after each layer's image, a skippable frame in +zstd layers) or standalone (a layer after each but the top one, which the spec keeps last): the spec's chunk index, for reads by range"},
 		&cli.StringFlag{Name: "chunk-index-size", Value: "512K", Usage: "the chunk index's chunk: a power of two from 4K to 64M"},
+		&cli.StringFlag{Name: "prefetch-list", Usage: "lay out the files `FILE` names (one path a line, as mount --record writes it) last in each layer's data, in its order, next to the metadata, so that a lazy mount fetches them first and in few requests; paths a layer lacks are skipped"},
 		&cli.BoolFlag{Name: "dmverity", Usage: "with --media-type spec: append a dm-verity tree to each layer's image, annotated (org.erofs.dmverity.*), as the spec lays it out (cache --dmverity writes containerd's sidecar instead)"},
 	)
 }
@@ -357,6 +358,14 @@ func Conversion(c *cli.Context) (opt convert.ImageOptions, rem oci.Remote, done 
 		opt.Layout = convert.LayoutDevice
 	default:
 		return opt, rem, done, fmt.Errorf("--layout %q: want overlay or device", l)
+	}
+	if name := c.String("prefetch-list"); name != "" {
+		if opt.Layer.PrefetchList, err = convert.ReadPrefetchList(name); err != nil {
+			return opt, rem, done, fmt.Errorf("--prefetch-list: %w", err)
+		}
+		if len(opt.Layer.PrefetchList) == 0 {
+			fmt.Fprintf(os.Stderr, "--prefetch-list %s: no paths in it: the layers are laid out as without it\n", name)
+		}
 	}
 	if opt.SpecMediaTypes && opt.Layer.Whiteouts == whiteout.Keep {
 		return opt, rem, done, errors.New("--media-type spec with --whiteouts keep: the EROFS image spec wants no .wh. names in a layer (§3.6)")
