@@ -130,11 +130,13 @@ func (b *Blob) fetchRun(ctx context.Context, run []int64) error {
 }
 
 // PrefetchRange brings the bytes [off, end) of r into the cache: r is a
-// *Blob or an *Indexed (then the blob bytes of the index chunks that hold
+// *Blob, an *Indexed or a *Verity over either (then the blob bytes of the index chunks that hold
 // them), read by as few requests as FetchRange makes. Other readers go
 // through as they are (a layout's file).
 func PrefetchRange(ctx context.Context, r io.ReaderAt, off, end int64) error {
 	switch r := r.(type) {
+	case *Verity:
+		return r.prefetchTarget(ctx, off, end)
 	case *Blob:
 		return r.FetchRange(ctx, off, end-off)
 	case *Indexed:

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -365,12 +366,20 @@ func openLayers(ctx context.Context, img v1.Image, src lazy.Source, openCache fu
 			blobs = append(blobs, b)
 			r, n = b, size
 		}
+		if _, ok := m.Layers[i].Annotations[convert.AnnotationVerityRootDigest]; ok && isLazy(r) {
+			v, err := verityOf(r, m.Layers[i].Annotations, n)
+			if err != nil {
+				return nil, nil, nil, closers, fmt.Errorf("layer %d (%s): %w", i, dg, err)
+			}
+			logf(fmt.Sprintf("layer %d (%s): each block read is checked against its dm-verity tree", i, dg))
+			r, n = v, v.Size()
+		}
 		ei, err := erofs.Open(r, n)
 		if err != nil {
 			return nil, nil, nil, closers, fmt.Errorf("layer %d (%s): %w", i, dg, err)
 		}
 		layers = append(layers, mount.Layer{Image: ei, Name: "ocierofs:" + dg.String()})
-		if a, ok := m.Layers[i].Annotations[convert.AnnotationPrefetch]; ok && len(blobs) > 0 && (r == blobs[len(blobs)-1] || isIndexed(r)) {
+		if a, ok := m.Layers[i].Annotations[convert.AnnotationPrefetch]; ok && isLazy(r) {
 			off, end, err := convert.ParsePrefetchRange(a, n)
 			if err != nil {
 				logf(fmt.Sprintf("layer %d (%s): %v: no prefetch of its listed files", i, dg, err))
@@ -390,7 +399,34 @@ type prefetchRegion struct {
 	off, end int64
 }
 
-func isIndexed(r io.ReaderAt) bool { _, ok := r.(*lazy.Indexed); return ok }
+// isLazy reports a reader that fetches through the cache (not a layout's
+// file, nor a layer fetched whole and checked against its digest).
+func isLazy(r io.ReaderAt) bool {
+	switch r.(type) {
+	case *lazy.Indexed, *lazy.Verity, *lazy.Blob:
+		return true
+	}
+	return false
+}
+
+// verityOf checks the image data r reads (n bytes) against the dm-verity
+// tree that the layer's annotations locate (convert --dmverity).
+func verityOf(r io.ReaderAt, ann map[string]string, n int64) (*lazy.Verity, error) {
+	off, err := strconv.ParseInt(ann[convert.AnnotationVerityHashOffset], 10, 64)
+	if err != nil || off <= 0 || off >= n {
+		return nil, fmt.Errorf("%s %q: want an offset within the image data's %d bytes", convert.AnnotationVerityHashOffset, ann[convert.AnnotationVerityHashOffset], n)
+	}
+	bs, err := strconv.Atoi(ann[convert.AnnotationVerityBlockSize])
+	if err != nil {
+		return nil, fmt.Errorf("%s %q: %w", convert.AnnotationVerityBlockSize, ann[convert.AnnotationVerityBlockSize], err)
+	}
+	hexRoot, ok := strings.CutPrefix(ann[convert.AnnotationVerityRootDigest], "sha256:")
+	root, err := hex.DecodeString(hexRoot)
+	if !ok || err != nil || len(root) != sha256.Size {
+		return nil, fmt.Errorf("%s %q: want sha256:HEX", convert.AnnotationVerityRootDigest, ann[convert.AnnotationVerityRootDigest])
+	}
+	return lazy.NewVerity(r, off, bs, [sha256.Size]byte(root))
+}
 
 // prefetchRegions fetches each layer's prefetch-list region, in few
 // requests, before anything else is prefetched.

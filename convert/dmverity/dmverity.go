@@ -394,3 +394,40 @@ func WriteSidecar(p string, m Metadata) error {
 	}
 	return atomicfile.WriteFile(SidecarPath(p), append(raw, '\n'))
 }
+
+// Tree locates the blocks of a tree as Format lays it out, for a reader
+// that checks data blocks one at a time against the root hash: the data
+// is the Blocks blocks of DataBlockSize bytes before HashOffset.
+type Tree struct {
+	HashOffset    int64
+	DataBlockSize int
+	Blocks        uint64
+	levels, start []uint64
+}
+
+// NewTree is the tree of the data before hashOffset, in data blocks of
+// dataBlockSize bytes.
+func NewTree(hashOffset int64, dataBlockSize int) (*Tree, error) {
+	if hashOffset <= 0 || hashOffset%BlockSize != 0 || !validDataBlockSize(dataBlockSize) {
+		return nil, fmt.Errorf("dm-verity: hash offset %d and data block size %d: want a multiple of %d and a power of two from %d to %d", hashOffset, dataBlockSize, BlockSize, MinDataBlockSize, BlockSize)
+	}
+	n := dataBlocks(hashOffset, dataBlockSize)
+	ls := levels(n)
+	return &Tree{HashOffset: hashOffset, DataBlockSize: dataBlockSize, Blocks: n, levels: ls, start: layout(ls)}, nil
+}
+
+// Levels is the number of hash levels; 0 where one data block is the
+// whole data (its digest is the root hash).
+func (t *Tree) Levels() int { return len(t.levels) }
+
+// HashBlock is the offset of the hash block of level i (0: the data
+// blocks' digests) that holds the digest of block k of the level below
+// (of the data, for level 0), and the digest's byte offset in it.
+func (t *Tree) HashBlock(i int, k uint64) (off int64, at int) {
+	blk := t.start[i] + k/hashesPerBlock
+	return t.HashOffset + BlockSize + int64(blk)*BlockSize, int(k%hashesPerBlock) * sha256.Size
+}
+
+// Digest is the digest of a block of the data or of the tree, as the tree
+// and the root hash hold it (the salt first).
+func Digest(block []byte) [sha256.Size]byte { return digest(block) }
