@@ -221,13 +221,20 @@ func (b *Blob) chunk(i int64, bg bool) (*os.File, error) {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
-	if err := b.fetch(i, bg); err != nil {
-		return nil, err
+	for try := 0; ; try++ {
+		if err := b.fetch(i, bg); err != nil {
+			return nil, err
+		}
+		if !bg && !b.whole && i > 0 && try == 0 {
+			b.readAhead(i)
+		}
+		f, err := b.openChunk(i)
+		// A concurrent reader may drop the chunk just fetched (its
+		// bytes failed a checksum): fetch it again.
+		if err == nil || !errors.Is(err, fs.ErrNotExist) || try >= 2 {
+			return f, err
+		}
 	}
-	if !bg && !b.whole && i > 0 {
-		b.readAhead(i)
-	}
-	return b.openChunk(i)
 }
 
 // readAhead starts fetching the chunks after i when the chunk before i is

@@ -69,3 +69,48 @@ func TestIndexedZstd(t *testing.T) {
 		t.Fatalf("read across two chunks: %v", err)
 	}
 }
+
+// TestIndexedParallel: a read that spans several chunks of the index
+// fetches them at once (EROFS image spec §3.4.4), a few at a time.
+func TestIndexedParallel(t *testing.T) {
+	img := randomBytes(4<<20, 3)
+	var blob bytes.Buffer
+	w, err := chunkindex.NewWriter(&blob, chunkindex.WriterOptions{Compression: chunkindex.Zstd, ChunkSize: 512 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Write(img)
+	_, rng, err := w.Finish(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFaultyRegistry(t)
+	dg := f.push(t, blob.Bytes(), "application/vnd.erofs+zstd")
+	cache, err := lazy.OpenCache(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := cache.Ranged(f.source(t, 5*time.Second), dg, int64(blob.Len()), lazy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := chunkindex.Embedded(b, b.Size(), true, map[string]string{chunkindex.AnnotationRange: rng.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix, err := lazy.NewIndexed(b, x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Index chunks 1 to 5, of 512 KiB each, in the blob's cache chunks.
+	f.delay.Store(int64(50 * time.Millisecond))
+	f.maxInflight.Store(0)
+	p := make([]byte, 2<<20)
+	off := int64(1<<20 - 4096)
+	if _, err := ix.ReadAt(p, off); err != nil || !bytes.Equal(p, img[off:off+int64(len(p))]) {
+		t.Fatalf("read of 5 chunks: %v", err)
+	}
+	if m := f.maxInflight.Load(); m < 2 {
+		t.Errorf("at most %d fetch at once for a read of 5 chunks, want several", m)
+	}
+}

@@ -32,12 +32,16 @@ import (
 // faultyRegistry is go-containerregistry's registry behind a handler that
 // counts blob GETs and can stall them or flip their bytes.
 type faultyRegistry struct {
-	host     string
-	repo     name.Repository
-	gets     atomic.Int64
-	stall    atomic.Bool
-	corrupt  atomic.Bool
-	released chan struct{} // closed when the test ends: stalled requests go
+	host    string
+	repo    name.Repository
+	gets    atomic.Int64
+	stall   atomic.Bool
+	corrupt atomic.Bool
+	// delay holds each blob GET this long; inflight and maxInflight
+	// count the GETs served at once.
+	delay                 atomic.Int64
+	inflight, maxInflight atomic.Int64
+	released              chan struct{} // closed when the test ends: stalled requests go
 }
 
 func newFaultyRegistry(t *testing.T) *faultyRegistry {
@@ -46,6 +50,11 @@ func newFaultyRegistry(t *testing.T) *faultyRegistry {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/sha256:") {
 			f.gets.Add(1)
+			n := f.inflight.Add(1)
+			defer f.inflight.Add(-1)
+			for m := f.maxInflight.Load(); n > m && !f.maxInflight.CompareAndSwap(m, n); m = f.maxInflight.Load() {
+			}
+			time.Sleep(time.Duration(f.delay.Load()))
 			if f.stall.Load() {
 				select {
 				case <-r.Context().Done():
