@@ -85,10 +85,19 @@ func newPrefetchSpool(list []string) *prefetchSpool {
 	return s
 }
 
+// rankOf is p's place in the list, if it names p; a nil spool names none.
+func (s *prefetchSpool) rankOf(p string) (int, bool) {
+	if s == nil {
+		return 0, false
+	}
+	r, ok := s.rank[p]
+	return r, ok
+}
+
 // take spools the data of the file e (header hdr) if the list names it,
 // and reports whether it did.
 func (s *prefetchSpool) take(hdr *tar.Header, e erofs.Entry, data io.Reader, tmpDir string) (bool, error) {
-	r, ok := s.rank[e.Path]
+	r, ok := s.rankOf(e.Path)
 	if !ok || e.Sparse {
 		return false, nil
 	}
@@ -142,6 +151,7 @@ func (l *tarLayer) writePrefetched() (int64, error) {
 	for _, f := range keep {
 		s.found = append(s.found, f.e.Path)
 	}
+	slices.Sort(s.found)
 	if len(keep) == 0 {
 		return 0, nil
 	}

@@ -9,6 +9,12 @@ package main
 //
 // OCIEROFS_LAZY_BENCH_LINK=25ms,100 puts a link of 25 ms per request and
 // 100 Mbit/s between the clients and the registry (default: loopback).
+// OCIEROFS_LAZY_BENCH_ONLY=variants measures only the lazy mounts of the
+// image converted in other forms: the spec's +zstd layers with an
+// embedded chunk index, and layers laid out for a prefetch list (recorded
+// over a first mount running the workload).
+// OCIEROFS_LAZY_BENCH_RUN is that workload, run in a chroot of the mount
+// and timed as the first run (default: /bin/sh -c true).
 
 import (
 	"fmt"
@@ -47,6 +53,7 @@ type linkProxy struct {
 	mu      sync.Mutex
 	next    time.Time
 	blobOut atomic.Int64
+	blobReq atomic.Int64
 }
 
 func newLinkProxy(t *testing.T, target string, delay time.Duration, mbit float64) *linkProxy {
@@ -56,6 +63,9 @@ func newLinkProxy(t *testing.T, target string, delay time.Duration, mbit float64
 	must(t, err)
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(p.delay)
+		if strings.Contains(r.URL.Path, "/blobs/sha256:") {
+			p.blobReq.Add(1)
+		}
 		rp.ServeHTTP(&linkWriter{ResponseWriter: w, p: p, blob: strings.Contains(r.URL.Path, "/blobs/sha256:")}, r)
 	})}
 	go srv.Serve(l)
@@ -194,6 +204,11 @@ func TestLazyMountFigures(t *testing.T) {
 	t.Logf("image: %d layers, tar %d MiB, gzip %d MiB, EROFS %d MiB; link: %s per request, %.0f Mbit/s (0: loopback)",
 		len(parts), rawSize>>20, gzSize>>20, erofsSize>>20, delay, mbit)
 
+	if os.Getenv("OCIEROFS_LAZY_BENCH_ONLY") == "variants" {
+		lazyVariants(t, b, host, src, dst, work, proxy)
+		return
+	}
+
 	// 2. Pull the EROFS layers whole, mount them, stack them.
 	{
 		proxy.blobOut.Store(0)
@@ -290,5 +305,79 @@ func TestLazyMountFigures(t *testing.T) {
 		warm := catAll(t, rootfs)
 		t.Logf("| pull + umoci unpack | %.1f s | %d MiB (%.0f%% of gzip) | %.1f s | %.1f s |", first.Seconds(), fetched>>20, 100*float64(fetched)/float64(gzSize), cold.Seconds(), warm.Seconds())
 		os.RemoveAll(bundle)
+	}
+}
+
+// lazyVariants measures lazy mounts, each with an empty chunk cache, of
+// the image converted in other forms: the spec's +zstd layers with an
+// embedded chunk index, and each form laid out for a prefetch list
+// recorded over a mount of dst running sh -c true.
+func lazyVariants(t *testing.T, b, host, src, dst, work string, proxy *linkProxy) {
+	workload := []string{"/bin/sh", "-c", "true"}
+	if w := os.Getenv("OCIEROFS_LAZY_BENCH_RUN"); w != "" {
+		workload = []string{"/bin/sh", "-c", w}
+	}
+	chrootRun := func(root string) { timeCmd(t, "chroot", append([]string{root}, workload...)...) }
+	t.Logf("workload: %q", workload)
+	list := filepath.Join(work, "prefetch.list")
+	{
+		target := t.TempDir()
+		m := startMount(t, b, "--plain-http", "--cache-dir", filepath.Join(work, "record-chunks"), "--prefetch", "none", "--record", list, dst, target)
+		chrootRun(target)
+		if _, stderr, code := run(t, b, "umount", target); code != 0 {
+			t.Fatalf("umount: %s", stderr)
+		}
+		must(t, m.wait(t))
+		raw, err := os.ReadFile(list)
+		must(t, err)
+		t.Logf("prefetch list: %d files", strings.Count(string(raw), "\n"))
+	}
+	zstdIndex := []string{"--media-type", "spec", "--layer-compression", "zstd", "--chunk-index", "embedded"}
+	variants := []struct {
+		name string
+		args []string
+	}{
+		{"raw layers (as before)", nil},
+		{"+zstd, embedded chunk index", zstdIndex},
+		{"raw layers, prefetch list", []string{"--prefetch-list", list}},
+		{"+zstd, embedded chunk index, prefetch list", append([]string{"--prefetch-list", list}, zstdIndex...)},
+	}
+	for i, v := range variants {
+		ref := dst
+		if v.args != nil {
+			ref = fmt.Sprintf("%s/bench/root:v%d", host, i)
+			start := time.Now()
+			args := append(append([]string{"convert", "--plain-http", "-q"}, v.args...), src, ref)
+			if _, stderr, code := run(t, b, args...); code != 0 {
+				t.Fatalf("convert %q: %s", v.args, stderr)
+			}
+			t.Logf("%s: converted in %.1f s", v.name, time.Since(start).Seconds())
+		}
+		r, err := name.ParseReference(ref, name.Insecure)
+		must(t, err)
+		vimg, err := remote.Image(r)
+		must(t, err)
+		ls, _ := vimg.Layers()
+		var size int64
+		for _, l := range ls {
+			n, _ := l.Size()
+			size += n
+		}
+		proxy.blobOut.Store(0)
+		proxy.blobReq.Store(0)
+		target := t.TempDir()
+		start := time.Now()
+		m := startMount(t, b, "--plain-http", "--cache-dir", filepath.Join(work, fmt.Sprintf("chunks-v%d", i)), "--cache-size", "20G", ref, target)
+		chrootRun(target)
+		first := time.Since(start)
+		fetched, reqs := proxy.blobOut.Load(), proxy.blobReq.Load()
+		cold := catAll(t, target)
+		warm := catAll(t, target)
+		t.Logf("| %s | %d MiB | %.1f s | %.1f MiB (%.1f%%) in %d requests | %.1f s | %.1f s |", v.name, size>>20, first.Seconds(),
+			float64(fetched)/(1<<20), 100*float64(fetched)/float64(size), reqs, cold.Seconds(), warm.Seconds())
+		if _, stderr, code := run(t, b, "umount", target); code != 0 {
+			t.Fatalf("umount: %s", stderr)
+		}
+		must(t, m.wait(t))
 	}
 }

@@ -42,6 +42,14 @@ func twinRecordPath(c *cli.Context, source, target string) string {
 		if !slices.Contains(notOutput, name) {
 			fmt.Fprintf(&key, "%s=%v\n", name, c.Value(name))
 		}
+		if name == "prefetch-list" && c.String(name) != "" {
+			// The list's content shapes the image, not its name.
+			raw, err := os.ReadFile(c.String(name))
+			if err != nil {
+				return ""
+			}
+			fmt.Fprintf(&key, "prefetch-list-sha256=%x\n", sha256.Sum256(raw))
+		}
 	}
 	sum := sha256.Sum256([]byte(key.String()))
 	return filepath.Join(dir, "ocierofs", "twins", hex.EncodeToString(sum[:]))
