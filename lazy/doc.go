@@ -22,6 +22,12 @@
 // image spec's chunk index is read through it (Indexed): each of its
 // chunks is checked against the index's checksum before use, the first
 // read too, and a +zstd layer is read by ranges, one zstd frame a chunk,
-// instead of whole. A registry layer without one, read by ranges before a
-// whole pass, is not checked.
+// instead of whole. A layer with the spec's dm-verity tree is read
+// through Verity, which checks every data block against the tree, whose
+// blocks it fetches on demand. A registry layer with neither, read by
+// ranges before a whole pass, is not checked.
+//
+// Blob.FetchRange and PrefetchRange fetch a region (the files a prefetch
+// list laid out together) with one range request per run of missing
+// chunks.
 package lazy

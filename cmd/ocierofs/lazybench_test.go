@@ -330,7 +330,8 @@ func lazyVariants(t *testing.T, b, host, src, dst, work string, proxy *linkProxy
 		must(t, m.wait(t))
 		raw, err := os.ReadFile(list)
 		must(t, err)
-		t.Logf("prefetch list: %d files", strings.Count(string(raw), "\n"))
+		paths := strings.Fields(string(raw))
+		t.Logf("prefetch list: %d files, the first: %s", len(paths), strings.Join(paths[:min(len(paths), 10)], " "))
 	}
 	zstdIndex := []string{"--media-type", "spec", "--layer-compression", "zstd", "--chunk-index", "embedded"}
 	variants := []struct {
