@@ -16,9 +16,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -27,12 +24,11 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
-	"github.com/ocierofs/ocierofs/convert/fstree"
+	"github.com/ocierofs/ocierofs/convert/internal/convtest"
 	"github.com/ocierofs/ocierofs/convert/internal/roundtrip"
 	"github.com/ocierofs/ocierofs/internal/testregistry"
 )
@@ -268,111 +264,11 @@ func image(t testing.TB, layers ...v1.Layer) v1.Image {
 // ---------------------------------------------------------------------------
 // Checking a twin: mount its layers, stack them, compare with umoci.
 
-func rawLayers(t testing.TB, img v1.Image, dir string) []string {
-	t.Helper()
-	m, err := img.Manifest()
-	must(t, err)
-	cf, err := img.ConfigFile()
-	must(t, err)
-	var files []string
-	for i, d := range m.Layers {
-		if !strings.HasPrefix(string(d.MediaType), "application/vnd.erofs") {
-			t.Fatalf("layer %d of the twin: media type %s", i, d.MediaType)
-		}
-		l, err := img.LayerByDigest(d.Digest)
-		must(t, err)
-		rc, err := l.Compressed()
-		must(t, err)
-		blob, err := io.ReadAll(rc)
-		rc.Close()
-		must(t, err)
-		if got := sha256Of(blob); got != d.Digest || got != cf.RootFS.DiffIDs[i] {
-			t.Fatalf("layer %d: blob %s, descriptor %s, diff_id %s", i, got, d.Digest, cf.RootFS.DiffIDs[i])
-		}
-		f := filepath.Join(dir, fmt.Sprintf("layer%d.erofs", i))
-		must(t, os.WriteFile(f, blob, 0o644))
-		files = append(files, f)
-	}
-	return files
-}
-
-func mountStack(t testing.TB, layers []string) string {
-	t.Helper()
-	roundtrip.RequireMount(t)
-	if len(layers) > 1 && !hasOverlay() {
-		exec.Command("modprobe", "overlay").Run()
-		if !hasOverlay() {
-			t.Skip("cannot stack layers: no overlay in /proc/filesystems, even after modprobe overlay")
-		}
-	}
-	var mnts []string
-	for _, l := range layers {
-		mnts = append(mnts, roundtrip.Mount(t, l))
-	}
-	if len(mnts) == 1 {
-		return mnts[0]
-	}
-	lower := make([]string, len(mnts))
-	for i, m := range mnts {
-		lower[len(mnts)-1-i] = m
-	}
-	merged := t.TempDir()
-	opts := "lowerdir=" + strings.Join(lower, ":")
-	if out, err := exec.Command("mount", "-t", "overlay", "overlay", "-o", opts, merged).CombinedOutput(); err != nil {
-		t.Fatalf("mount -t overlay -o %s: %v: %s", opts, err, out)
-	}
-	t.Cleanup(func() { roundtrip.Unmount(t, merged) })
-	return merged
-}
-
-func hasOverlay() bool {
-	b, err := os.ReadFile("/proc/filesystems")
-	return err == nil && strings.Contains(string(b), "\toverlay\n")
-}
-
-func umociRootfs(t testing.TB, img v1.Image) string {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("-short: no umoci; make test runs it")
-	}
-	bin, err := exec.LookPath("umoci")
-	if err != nil {
-		t.Skip("no umoci (Debian package umoci)")
-	}
-	d := t.TempDir()
-	p, err := layout.Write(filepath.Join(d, "layout"), empty.Index)
-	must(t, err)
-	must(t, p.AppendImage(img, layout.WithAnnotations(map[string]string{"org.opencontainers.image.ref.name": "src"})))
-	bundle := filepath.Join(d, "bundle")
-	if out, err := exec.Command(bin, "unpack", "--image", filepath.Join(d, "layout")+":src", bundle).CombinedOutput(); err != nil {
-		t.Fatalf("umoci unpack: %v: %s", err, out)
-	}
-	return filepath.Join(bundle, "rootfs")
-}
-
 // checkTwin mounts the twin's layers as containerd's EROFS snapshotter
 // stacks them and compares the tree with umoci's unpacking of the source.
 func checkTwin(t testing.TB, src, twin v1.Image) {
 	t.Helper()
-	merged := mountStack(t, rawLayers(t, twin, t.TempDir()))
-	want, err := fstree.FromDir(umociRootfs(t, src))
-	must(t, err)
-	got, err := fstree.FromDir(merged)
-	must(t, err)
-	diffs := fstree.Diff(want, got, fstree.DiffOptions{Ignore: func(p, field string) bool {
-		return strings.HasPrefix(field, "xattr:trusted.overlay.") || field == "xattr:user.rootlesscontainers"
-	}})
-	for i, d := range diffs {
-		if i == 30 {
-			t.Errorf("… and %d more", len(diffs)-30)
-			break
-		}
-		t.Errorf("twin vs umoci: %s", d)
-	}
-	if want.Len() < 5 {
-		t.Errorf("umoci unpacked %d paths: nothing compared", want.Len())
-	}
-	t.Logf("twin: %d paths, %d differences from umoci's unpacking of the source", got.Len(), len(diffs))
+	convtest.CompareWithUmoci(t, src, convtest.RawLayers(t, twin, t.TempDir()))
 }
 
 func withTimeout(t testing.TB, d time.Duration) context.Context {
