@@ -15,10 +15,9 @@ import (
 	"github.com/klauspost/compress/zstd"
 )
 
-// MaxPayload bounds the index a reader loads: far above any real one (a
-// 1 TiB layer in 512 KiB chunks with SHA-512 checksums is 160 MiB… of
-// which a real layer is a small part), so that a crafted range cannot
-// make a reader allocate without end.
+// MaxPayload bounds the index a reader loads: far above any real one (the
+// index of a 1 TiB layer in 512 KiB chunks with SHA-512 checksums fits in
+// it), so that a crafted range cannot make a reader allocate without end.
 const MaxPayload = 256 << 20
 
 // MaxChunk bounds the image data of one chunk a Reader reads: it holds a
