@@ -17,6 +17,7 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
 
@@ -287,6 +288,7 @@ func openLayers(ctx context.Context, img v1.Image, src lazy.Source, openCache fu
 	if len(m.Layers) != len(ls) {
 		return nil, nil, nil, nil, fmt.Errorf("manifest of %d layers, image of %d", len(m.Layers), len(ls))
 	}
+	o := &layerOpener{ctx: ctx, src: src, openCache: openCache, lopt: lopt, logf: logf, descs: m.Layers}
 	for i, l := range ls {
 		dg, err := l.Digest()
 		if err != nil {
@@ -306,73 +308,15 @@ func openLayers(ctx context.Context, img v1.Image, src lazy.Source, openCache fu
 		if err != nil {
 			return nil, nil, nil, closers, err
 		}
-		var r io.ReaderAt
-		var n int64
-		p, inPlace := lazy.FilePath(src, dg)
-		zstdLayer := strings.HasSuffix(string(mt), "+zstd")
-		if hasChunkIndex(m.Layers, i) && (zstdLayer || !inPlace) {
-			// Read by ranges through the index, each chunk checked.
-			cache, err := openCache()
-			if err != nil {
-				return nil, nil, nil, closers, err
-			}
-			b, err := cache.Ranged(src, dg, size, lopt)
-			if err != nil {
-				return nil, nil, nil, closers, err
-			}
-			x, err := openChunkIndex(cache, src, b, m.Layers, i, lopt, logf)
-			if err != nil {
-				return nil, nil, nil, closers, err
-			}
-			if x != nil {
-				ix, err := lazy.NewIndexed(b, x)
-				if err != nil {
-					return nil, nil, nil, closers, err
-				}
-				logf(fmt.Sprintf("layer %d (%s): read by ranges through its chunk index (%s), each checked", i, dg, count(x.Len(), "chunk")))
-				blobs = append(blobs, b)
-				r, n = ix, ix.Size()
-			}
+		r, n, b, c, err := o.reader(i, dg, mt, size)
+		if c != nil {
+			closers = append(closers, c)
 		}
-		switch {
-		case r != nil:
-		case zstdLayer:
-			cache, err := openCache()
-			if err != nil {
-				return nil, nil, nil, closers, err
-			}
-			logf(fmt.Sprintf("layer %d (%s) is +zstd, which has no chunk index to read ranges by: fetching it whole (%d bytes)", i, dg, size))
-			b, err := cache.Whole(ctx, src, dg, func(r io.Reader) (io.ReadCloser, error) { return oci.Decompressor("zstd", r) }, lopt)
-			if err != nil {
-				return nil, nil, nil, closers, fmt.Errorf("layer %d: %w", i, err)
-			}
-			r, n = b, b.Size()
-		case inPlace:
-			f, err := os.Open(p)
-			if err != nil {
-				return nil, nil, nil, closers, fmt.Errorf("layer %d: %w", i, err)
-			}
-			closers = append(closers, f)
-			r, n = f, size
-		default:
-			cache, err := openCache()
-			if err != nil {
-				return nil, nil, nil, closers, err
-			}
-			b, err := cache.Ranged(src, dg, size, lopt)
-			if err != nil {
-				return nil, nil, nil, closers, err
-			}
+		if err != nil {
+			return nil, nil, nil, closers, err
+		}
+		if b != nil {
 			blobs = append(blobs, b)
-			r, n = b, size
-		}
-		if _, ok := m.Layers[i].Annotations[convert.AnnotationVerityRootDigest]; ok && isLazy(r) {
-			v, err := verityOf(r, m.Layers[i].Annotations, n)
-			if err != nil {
-				return nil, nil, nil, closers, fmt.Errorf("layer %d (%s): %w", i, dg, err)
-			}
-			logf(fmt.Sprintf("layer %d (%s): each block read is checked against its dm-verity tree", i, dg))
-			r, n = v, v.Size()
 		}
 		ei, err := erofs.Open(r, n)
 		if err != nil {
@@ -389,6 +333,91 @@ func openLayers(ctx context.Context, img v1.Image, src lazy.Source, openCache fu
 		}
 	}
 	return layers, blobs, regions, closers, nil
+}
+
+// layerOpener opens the layers of one image for a mount.
+type layerOpener struct {
+	ctx       context.Context
+	src       lazy.Source
+	openCache func() (*lazy.Cache, error)
+	lopt      lazy.Options
+	logf      func(string)
+	descs     []v1.Descriptor // the manifest's layers
+}
+
+// reader opens layer i (digest dg, media type mt, size bytes of blob):
+// through its chunk index, whole (+zstd without one), in place (a file of
+// an OCI layout) or by ranges, each block checked against its dm-verity
+// tree where it has one. blob is the lazily read blob, if any; closer,
+// if set, is to be closed with the mount.
+func (o *layerOpener) reader(i int, dg v1.Hash, mt types.MediaType, size int64) (r io.ReaderAt, n int64, blob *lazy.Blob, closer io.Closer, err error) {
+	p, inPlace := lazy.FilePath(o.src, dg)
+	zstdLayer := strings.HasSuffix(string(mt), "+zstd")
+	if hasChunkIndex(o.descs, i) && (zstdLayer || !inPlace) {
+		// Read by ranges through the index, each chunk checked.
+		cache, err := o.openCache()
+		if err != nil {
+			return nil, 0, nil, closer, err
+		}
+		b, err := cache.Ranged(o.src, dg, size, o.lopt)
+		if err != nil {
+			return nil, 0, nil, closer, err
+		}
+		x, err := openChunkIndex(cache, o.src, b, o.descs, i, o.lopt, o.logf)
+		if err != nil {
+			return nil, 0, nil, closer, err
+		}
+		if x != nil {
+			ix, err := lazy.NewIndexed(b, x)
+			if err != nil {
+				return nil, 0, nil, closer, err
+			}
+			o.logf(fmt.Sprintf("layer %d (%s): read by ranges through its chunk index (%s), each checked", i, dg, count(x.Len(), "chunk")))
+			blob = b
+			r, n = ix, ix.Size()
+		}
+	}
+	switch {
+	case r != nil:
+	case zstdLayer:
+		cache, err := o.openCache()
+		if err != nil {
+			return nil, 0, nil, closer, err
+		}
+		o.logf(fmt.Sprintf("layer %d (%s) is +zstd, which has no chunk index to read ranges by: fetching it whole (%d bytes)", i, dg, size))
+		b, err := cache.Whole(o.ctx, o.src, dg, func(r io.Reader) (io.ReadCloser, error) { return oci.Decompressor("zstd", r) }, o.lopt)
+		if err != nil {
+			return nil, 0, nil, closer, fmt.Errorf("layer %d: %w", i, err)
+		}
+		r, n = b, b.Size()
+	case inPlace:
+		f, err := os.Open(p)
+		if err != nil {
+			return nil, 0, nil, closer, fmt.Errorf("layer %d: %w", i, err)
+		}
+		closer = f
+		r, n = f, size
+	default:
+		cache, err := o.openCache()
+		if err != nil {
+			return nil, 0, nil, closer, err
+		}
+		b, err := cache.Ranged(o.src, dg, size, o.lopt)
+		if err != nil {
+			return nil, 0, nil, closer, err
+		}
+		blob = b
+		r, n = b, size
+	}
+	if _, ok := o.descs[i].Annotations[convert.AnnotationVerityRootDigest]; ok && isLazy(r) {
+		v, err := verityOf(r, o.descs[i].Annotations, n)
+		if err != nil {
+			return nil, 0, nil, closer, fmt.Errorf("layer %d (%s): %w", i, dg, err)
+		}
+		o.logf(fmt.Sprintf("layer %d (%s): each block read is checked against its dm-verity tree", i, dg))
+		r, n = v, v.Size()
+	}
+	return r, n, blob, closer, nil
 }
 
 // prefetchRegion is the region of a layer that its prefetch list laid out
