@@ -94,6 +94,19 @@ func (s *prefetchSpool) rankOf(p string) (int, bool) {
 	return r, ok
 }
 
+// noData notes a listed entry at p that has no data to lay out: an empty
+// file (found), or no regular file, which it returns a warning for.
+func (s *prefetchSpool) noData(p string, e erofs.Entry) string {
+	if _, listed := s.rankOf(p); !listed {
+		return ""
+	}
+	if e.Mode&erofs.S_IFMT != erofs.S_IFREG {
+		return fmt.Sprintf("prefetch list: /%s is not a regular file here: skipped", p)
+	}
+	s.found = append(s.found, p)
+	return ""
+}
+
 // take spools the data of the file e (header hdr) if the list names it,
 // and reports whether it did.
 func (s *prefetchSpool) take(hdr *tar.Header, e erofs.Entry, data io.Reader, tmpDir string) (bool, error) {

@@ -172,14 +172,9 @@ func (l *tarLayer) addEntry(hdr *tar.Header, data io.Reader) error {
 	if err != nil {
 		return err
 	}
-	if e.Mode&erofs.S_IFMT != erofs.S_IFREG {
-		if _, listed := l.prefetch.rankOf(p); listed {
-			l.warnings = append(l.warnings, fmt.Sprintf("prefetch list: /%s is not a regular file here: skipped", p))
-		}
-	}
 	if e.Mode&erofs.S_IFMT != erofs.S_IFREG || e.Size == 0 {
-		if _, listed := l.prefetch.rankOf(p); listed && e.Mode&erofs.S_IFMT == erofs.S_IFREG {
-			l.prefetch.found = append(l.prefetch.found, p) // no data to lay out
+		if w := l.prefetch.noData(p, e); w != "" {
+			l.warnings = append(l.warnings, w)
 		}
 		return nil
 	}
