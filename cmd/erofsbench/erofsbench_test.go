@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -122,9 +123,16 @@ func TestVersionLess(t *testing.T) {
 func TestArgs(t *testing.T) {
 	o := &tool{kind: kindOcierofs, WorkersFlag: true, ExtendedFlag: true}
 	got := strings.Join(o.args("zstd", 2, "in.tar", "out.img", true), " ")
-	for _, w := range []string{"--compress=zstd,level=1", "--pcluster-size=4K", "--max-extent=64K", "--tail-packing=false", "--fragments=false", "--no-file-dedupe", "--extended-inodes", "--workers=2", "out.img in.tar"} {
+	for _, w := range []string{"--compress=zstd,level=1", "--pcluster-size=4K", "--max-extent=64K", "--tail-packing=false", "--fragments=false", "--extended-inodes", "--workers=2", "out.img in.tar"} {
 		if !strings.Contains(got, w) {
 			t.Errorf("ocierofs args %q lack %q", got, w)
+		}
+	}
+	// ocierofs runs at its defaults otherwise: whole-file dedupe on, the
+	// UUID its own.
+	for _, nw := range []string{"--no-file-dedupe", "--uuid"} {
+		if strings.Contains(got, nw) {
+			t.Errorf("ocierofs args %q have %q", got, nw)
 		}
 	}
 	if got := strings.Join((&tool{kind: kindOcierofs}).args("none", 1, "in.tar", "out.img", true), " "); strings.Contains(got, "--extended-inodes") {
@@ -161,6 +169,7 @@ func TestReport(t *testing.T) {
 	}
 	add := func(tool string, wall float64, rss int64, size int64) {
 		b.runs = append(b.runs, &runResult{Dataset: "src256", Tool: tool, Codec: "lz4", Workers: 1,
+			Args:  []string{tool, "-z" + strconv.Itoa(len(b.runs))},
 			WallS: wall, UserS: wall / 2, SysS: wall / 2, MaxRSSKiB: rss, ImageBytes: size})
 	}
 	add("ocierofs", 1.0, 10240, 99<<20)
@@ -178,7 +187,8 @@ func TestReport(t *testing.T) {
 	}
 	md := b.markdown()
 	for _, w := range []string{"| lz4 | 1.200 / 1.200 / 10.0 | 2.300 / 2.300 / 40.0 | 1.92×, 1.92×, 4.0× |", "99.00 / 100.00 (-1.00%)",
-		"5 of 6 builds found all of it in the page cache, the least 20.0% (src256, mkfs.erofs, lz4)"} {
+		"5 of 6 builds found all of it in the page cache, the least 20.0% (src256, mkfs.erofs, lz4)",
+		"```sh\nocierofs -z0\nmkfs.erofs -z3\n```"} {
 		if !strings.Contains(md, w) {
 			t.Errorf("report lacks %q:\n%s", w, md)
 		}

@@ -82,7 +82,7 @@ func (b *bench) writeJSON() error {
 			"input": b.opts.input, "runs": b.opts.runs, "workers": b.opts.workers,
 			"pin_cpu": b.opts.pinCPU, "codecs": b.opts.codecs,
 			"block": 4096, "pcluster": 4096, "max_extent": 65536,
-			"tail_packing": false, "fragments": false, "dedupe": false,
+			"tail_packing": false, "fragments": false, "mkfs_erofs_dedupe": false, "ocierofs_file_dedupe": true,
 		},
 		Tools: b.tools, Datasets: b.manif.Datasets, Runs: b.runs, Skipped: b.skipped,
 		CPUSpeeds: b.cpuSpeeds, SelfRSSKiB: b.selfRSS,
@@ -165,7 +165,33 @@ func (b *bench) markdown() string {
 		fmt.Fprintf(&sb, "\nPercentages: %s's image relative to the other builder's (negative: smaller).\n", b.tools[0].Name)
 	}
 	writeNotes(&sb, append(notes, b.runNotes()...))
+	b.commandLines(&sb)
 	return sb.String()
+}
+
+// commandLines writes each builder's command line for every codec, as the
+// first single-worker run of the codec had it: what was measured, to be
+// run again by hand.
+func (b *bench) commandLines(sb *strings.Builder) {
+	var lines []string
+	for _, t := range b.tools {
+		for _, c := range b.opts.codecs {
+			i := slices.IndexFunc(b.runs, func(r *runResult) bool {
+				return r.Suite == "" && r.Tool == t.Name && r.Codec == c && r.Workers == 1 && r.Copies == 0
+			})
+			if i >= 0 {
+				lines = append(lines, strings.Join(b.runs[i].Args, " "))
+			}
+		}
+	}
+	if len(lines) == 0 {
+		return
+	}
+	sb.WriteString("\nCommand lines (one worker; the all-worker runs differ in --workers only):\n\n```sh\n")
+	for _, l := range lines {
+		sb.WriteString(l + "\n")
+	}
+	sb.WriteString("```\n")
 }
 
 // markdownHeader writes how the suite was measured: host, settings, the
@@ -181,7 +207,7 @@ func (b *bench) markdownHeader(sb *strings.Builder) {
 	} else if b.selfRSS > 0 {
 		fmt.Fprintf(sb, "erofsbench's own peak RSS: %.1f MiB, a floor under every RSS figure (a build started with vfork inherits its parent's peak at exec).\n", float64(b.selfRSS)/1024)
 	}
-	fmt.Fprintf(sb, "Settings: 4 KiB blocks and pclusters, 64 KiB max extent, no tail packing, no fragments, no dedupe, %s, compact indexes; both tools are given the UUID (-U), as containerd does.\n", inodesSetting(b.tools))
+	fmt.Fprintf(sb, "Settings: 4 KiB blocks and pclusters, 64 KiB max extent, no tail packing, no fragments, %s, compact indexes. mkfs.erofs: no dedupe (^dedupe), the UUID given (-U); ocierofs: otherwise its defaults (whole-file dedupe, the UUID derived from the input).\n", inodesSetting(b.tools))
 	sb.WriteString(cachedLine(b.runs))
 	sb.WriteString("\n")
 	for _, t := range b.tools {

@@ -115,9 +115,9 @@ func newMkfsErofs(path string) (*tool, error) {
 	return t, nil
 }
 
-// benchUUID is the UUID both tools are given. Without one, ocierofs derives
-// it from the tar's sha256 (containerd's rule), a cost mkfs.erofs, which
-// picks a random UUID, does not have.
+// benchUUID is the UUID mkfs.erofs is given, so that its images are the
+// same from run to run. ocierofs derives its own from the input, as it
+// does at its defaults.
 const benchUUID = "6f636965-726f-4673-a062-656e63680001"
 
 // args is the command line of one build. workers is 1 for a single
@@ -128,10 +128,8 @@ func (t *tool) args(c string, workers int, in, out string, tarInput bool) []stri
 	case kindOcierofs:
 		a := []string{"mkfs", "--quiet", "--block-size=4096", "--compress=" + cd.ocierofs,
 			"--pcluster-size=4K", "--max-extent=64K", "--tail-packing=false", "--fragments=false",
-			"--no-file-dedupe", // seed 003's settings: no dedupe
-			// A given UUID, as containerd passes to mkfs.erofs: neither
-			// tool hashes the content then.
-			"--uuid=" + benchUUID,
+			// Otherwise ocierofs's defaults, as a user runs it: whole-file
+			// dedupe on and the UUID derived from the input.
 			"--build-time=" + strconv.Itoa(fixedMtime)}
 		if t.ExtendedFlag {
 			a = append(a, "--extended-inodes")
