@@ -98,6 +98,26 @@ func MountStack(t testing.TB, layers []string) string {
 	return merged
 }
 
+// MountOverlayData mounts the metadata layer meta and the data layer data
+// of the EROFS image spec's overlay-data form, each as EROFS, and
+// overlayfs over them with data as a data-only lower layer (Linux 6.5+),
+// as a runtime does. It returns the merged directory.
+func MountOverlayData(t testing.TB, meta, data string) string {
+	t.Helper()
+	roundtrip.RequireMount(t)
+	if !HasFilesystem("overlay") {
+		exec.Command("modprobe", "overlay").Run()
+	}
+	m, d := roundtrip.Mount(t, meta), roundtrip.Mount(t, data)
+	merged := t.TempDir()
+	opts := "ro,metacopy=on,redirect_dir=follow,lowerdir=" + m + "::" + d
+	if out, err := exec.Command("mount", "-t", "overlay", "overlay", "-o", opts, merged).CombinedOutput(); err != nil {
+		t.Fatalf("mount -t overlay overlay -o %s %s: %v: %s\nkernel log:\n%s", opts, merged, err, bytes.TrimSpace(out), roundtrip.KernelLog())
+	}
+	t.Cleanup(func() { roundtrip.Unmount(t, merged) })
+	return merged
+}
+
 // HasFilesystem reports whether the kernel lists fs in /proc/filesystems.
 func HasFilesystem(fs string) bool {
 	b, err := os.ReadFile("/proc/filesystems")
