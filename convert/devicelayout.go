@@ -31,6 +31,13 @@ const (
 	// multi-device addressing. Mounting the top layer with each device
 	// layer as a device=, in order (§7), shows the merged root.
 	LayoutDevice Layout = "device"
+	// LayoutOverlayData: the layers stacked into two (overlaydata.Split):
+	// a data layer of the files' contents, each once, with role
+	// overlay-data, and a role-less metadata layer on top whose regular
+	// files are overlayfs metacopy files redirected to their contents.
+	// Overlayfs over the top layer with the data layer as a data-only
+	// lower layer shows the merged root.
+	LayoutOverlayData Layout = "overlay-data"
 )
 
 // checkLayout refuses a layout the other options cannot go with.
@@ -38,16 +45,18 @@ func (o ImageOptions) checkLayout() error {
 	switch o.Layout {
 	case LayoutOverlay:
 		return nil
-	case LayoutDevice:
+	case LayoutDevice, LayoutOverlayData:
 	default:
-		return fmt.Errorf("layout %q: want overlay or device", o.Layout)
+		return fmt.Errorf("layout %q: want overlay, device or overlay-data", o.Layout)
 	}
 	switch {
 	case !o.SpecMediaTypes:
 		// Roles are the spec's: containerd's media types have none.
-		return errors.New("the device layout is made of the EROFS image spec's roles: it needs its media types")
+		return fmt.Errorf("the %s layout is made of the EROFS image spec's roles: it needs its media types", o.Layout)
 	case o.Flatten:
-		return errors.New("the device layout stacks the layers in a metadata layer of its own: it is no flattened image")
+		return fmt.Errorf("the %s layout stacks the layers in a metadata layer of its own: it is no flattened image", o.Layout)
+	case o.Layout == LayoutOverlayData && len(o.Layer.PrefetchList) > 0:
+		return errors.New("a prefetch list lays out each layer's files: it does not go with the overlay-data layout yet")
 	}
 	return nil
 }

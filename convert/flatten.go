@@ -166,17 +166,32 @@ func (c *Converter) flattenLayers(ctx context.Context, j *layerJob, srcs []layer
 	return c.publish(ctx, j, fl)
 }
 
-// buildFlat writes the merged image of srcs, reading the top layer first;
-// rep names them and their size, for progress.
-func (c *Converter) buildFlat(ctx context.Context, srcs []layerSource, rep LayerReport) (_ *fileLayer, err error) {
+// buildFlat writes the merged image of srcs, reading the top layer first,
+// and makes it a layer; rep names them and their size, for progress.
+func (c *Converter) buildFlat(ctx context.Context, srcs []layerSource, rep LayerReport) (*fileLayer, error) {
+	raw, entries, warnings, err := c.writeFlat(ctx, srcs, rep)
+	if err != nil {
+		return nil, err
+	}
+	fl, err := c.fileLayer(raw, srcs[len(srcs)-1].desc.Digest, entries, warnings)
+	if err != nil {
+		os.Remove(raw)
+	}
+	return fl, err
+}
+
+// writeFlat writes the merged image of srcs, reading the top layer first,
+// to a file of c.tmp; it returns its path, its entries and the layers'
+// warnings.
+func (c *Converter) writeFlat(ctx context.Context, srcs []layerSource, rep LayerReport) (raw string, entries int, warnings []string, err error) {
 	top := srcs[len(srcs)-1].desc.Digest
 	// Images with the same top layer over different lower ones flatten
 	// at once: each its own file.
 	f, err := os.CreateTemp(c.tmp, fmt.Sprintf("flat-%.12s-*.erofs", top.Hex))
 	if err != nil {
-		return nil, err
+		return "", 0, nil, err
 	}
-	raw := f.Name()
+	raw = f.Name()
 	defer func() {
 		if cerr := f.Close(); err == nil {
 			err = cerr
@@ -196,19 +211,18 @@ func (c *Converter) buildFlat(ctx context.Context, srcs []layerSource, rep Layer
 	}
 	b, err := erofs.NewBuilder(f, opt.Erofs)
 	if err != nil {
-		return nil, err
+		return "", 0, nil, err
 	}
 	defer b.Close()
 	fla, err := newFlattener(b, c.tmp)
 	if err != nil {
-		return nil, err
+		return "", 0, nil, err
 	}
 	defer fla.close()
-	var warnings []string
 	var read int64
 	for rank := 0; rank < len(srcs); rank++ {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return "", 0, nil, err
 		}
 		s := srcs[len(srcs)-1-rank]
 		tl := newTarLayer(b, whiteout.Overlay)
@@ -217,24 +231,24 @@ func (c *Converter) buildFlat(ctx context.Context, srcs []layerSource, rep Layer
 			c.progress(Progress{Source: rep.Source, Stage: StageConverting, Read: n, Total: rep.SourceSize})
 		}
 		if err := flatLayer(ctx, tl, s, read, opt.MaxTarSize); err != nil {
-			return nil, fmt.Errorf("layer %s: %w", s.desc.Digest, err)
+			return "", 0, nil, fmt.Errorf("layer %s: %w", s.desc.Digest, err)
 		}
 		read += s.desc.Size
 		warnings = append(warnings, tl.warnings...)
 	}
 	t, err := fla.stack(srcs)
 	if err != nil {
-		return nil, err
+		return "", 0, nil, err
 	}
 	out := newTarLayer(b, whiteout.Overlay)
 	out.files = fla.files
 	if err := out.place(t); err != nil {
-		return nil, err
+		return "", 0, nil, err
 	}
 	if err := b.Finish(); err != nil {
-		return nil, err
+		return "", 0, nil, err
 	}
-	return c.fileLayer(raw, top, out.entries, warnings)
+	return raw, out.entries, warnings, nil
 }
 
 // flatLayer reads one layer into a flattened image; maxTar, if positive,

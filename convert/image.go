@@ -153,6 +153,10 @@ type layerJob struct {
 	layer  v1.Layer // converted (a *fileLayer) or the source layer
 	report LayerReport
 	err    error
+	// metaRaw is the metadata layer an overlay-data layer's job wrote
+	// beside it, for the job that publishes it (overlayDataMeta).
+	metaRaw     string
+	metaEntries int
 	// freeSlot gives the job's slot back: once converted, a layer
 	// waits for an upload slot (Converter.up) instead, and the next
 	// layer converts meanwhile.
@@ -262,7 +266,7 @@ func (c *Converter) Image(ctx context.Context, src v1.Image, srcDesc v1.Descript
 		mf.Layers = append(mf.Layers, c.layerDescriptor(fl, m.Layers[i], chain))
 		out.layers[fl.digest] = fl
 		diffIDs = append(diffIDs, fl.diffID.String())
-		if ci := fl.chunkIndex; ci != nil && i == len(jobs)-1 && c.opt.Layout != LayoutDevice {
+		if ci := fl.chunkIndex; ci != nil && i == len(jobs)-1 && c.opt.Layout == LayoutOverlay {
 			// §3.8: a chunk-index layer is never the last, and a
 			// standalone one indexes the layer before it.
 			c.logf("layer %s: the top layer has no standalone chunk index (the spec keeps an EROFS layer last)", short(fl.digest))
@@ -276,6 +280,10 @@ func (c *Converter) Image(ctx context.Context, src v1.Image, srcDesc v1.Descript
 	switch {
 	case c.opt.Layout == LayoutDevice:
 		if history, err = c.addDeviceMeta(ctx, rep, out, &mf, &diffIDs, jobs, chain, cfg, srcDesc); err != nil {
+			return nil, nil, err
+		}
+	case c.opt.Layout == LayoutOverlayData:
+		if history, err = c.addOverlayDataMeta(ctx, rep, out, &mf, &diffIDs, jobs[0], chain, cfg, srcDesc); err != nil {
 			return nil, nil, err
 		}
 	case c.opt.SpecMediaTypes:
@@ -336,13 +344,17 @@ func (c *Converter) startImage(ctx context.Context, src v1.Image, srcDesc v1.Des
 		}
 		ls := layerSource{desc: d, layer: l, diffID: cfg.RootFS.DiffIDs[i], lower: append([]*dirOps(nil), lowerOps...)}
 		srcs = append(srcs, ls)
-		if c.opt.Flatten {
+		if c.opt.Flatten || c.opt.Layout == LayoutOverlayData {
 			continue
 		}
 		j := c.job(ctx, strings.Join(chain, ","), Progress{Source: d.Digest.String(), Total: d.Size}, ls.lower,
 			func(j *layerJob) error { return c.convertLayer(ctx, j, ls) })
 		jobs = append(jobs, j)
 		lowerOps = append(lowerOps, j.ops)
+	}
+	if c.opt.Layout == LayoutOverlayData {
+		j, err := c.startOverlayData(ctx, srcs, chain, srcDesc)
+		return []*layerJob{j}, chain, err
 	}
 	if c.opt.Flatten {
 		if len(srcs) == 0 {
@@ -358,7 +370,7 @@ func (c *Converter) startImage(ctx context.Context, src v1.Image, srcDesc v1.Des
 // of the source layer d (of the whole chain, flattened).
 func (c *Converter) layerDescriptor(fl *fileLayer, d v1.Descriptor, chain []string) v1.Descriptor {
 	ann := map[string]string{}
-	if c.opt.Flatten {
+	if c.opt.Flatten || c.opt.Layout == LayoutOverlayData {
 		ann[AnnotationSourceLayer] = strings.Join(chain, ",")
 	} else {
 		maps.Copy(ann, d.Annotations)
