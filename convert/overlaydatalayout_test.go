@@ -1,6 +1,7 @@
 package convert_test
 
 import (
+	"context"
 	"os"
 	"strings"
 	"testing"
@@ -8,11 +9,13 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/ocierofs/ocierofs/convert"
+	"github.com/ocierofs/ocierofs/convert/check"
 	"github.com/ocierofs/ocierofs/convert/internal/convtest"
 	"github.com/ocierofs/ocierofs/convert/internal/roundtrip"
 	"github.com/ocierofs/ocierofs/convert/overlaydata"
 	"github.com/ocierofs/ocierofs/convert/spec"
 	"github.com/ocierofs/ocierofs/erofs"
+	"github.com/ocierofs/ocierofs/oci"
 )
 
 // overlayDataSource is deviceSource with a layer more: an empty file and
@@ -70,6 +73,15 @@ func TestSpecOverlayDataLayout(t *testing.T) {
 			must(t, err)
 			if d1 != d2 {
 				t.Errorf("converted twice: %s, then %s", d1, d2)
+			}
+
+			// ocierofs check finds the source's layers stacked in the
+			// metadata layer read through the data layer.
+			res, err := check.Converted(context.Background(), &oci.Artifact{Image: img}, &oci.Artifact{Image: src, Descriptor: convtest.SourceDescriptor(t, src)},
+				check.Options{TempDir: t.TempDir(), Report: func(s string) { t.Errorf("check: %s", s) }})
+			must(t, err)
+			if res.Layers != 2 {
+				t.Errorf("check compared %d layers", res.Layers)
 			}
 
 			raws := convtest.RawLayers(t, img, t.TempDir())

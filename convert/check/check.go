@@ -73,7 +73,10 @@ type Result struct {
 //     form, the directories it only implies as the layers below leave
 //     them; a flattened image's one layer is the source's layers stacked,
 //     and so is the metadata layer of the device layout
-//     (convert.LayoutDevice), read through the device layers (device.go);
+//     (convert.LayoutDevice), read through the device layers (device.go),
+//     and the metadata layer of the overlay-data layout
+//     (convert.LayoutOverlayData), its files' contents those of the data
+//     layer's files they redirect to (overlaydata.go);
 //   - the config is the source's but for rootfs.diff_ids, "erofs" in
 //     os.features and, flattened, the history;
 //   - the EROFS image spec's parts of a layer, where it has them: its
@@ -113,6 +116,9 @@ type checker struct {
 	// alone, as another tool's conversion may; it need not carry
 	// ocierofs' source annotations.
 	bySubject bool
+	// redirects, while the overlay-data layout's metadata layer is
+	// checked, is its data layer's tree (resolveRedirects).
+	redirects *fstree.Tree
 }
 
 func (c *checker) diff(where, format string, args ...any) {
@@ -289,6 +295,13 @@ func (c *checker) image(where string, img, src v1.Image, srcDigest v1.Hash) erro
 	// layer over them, compared as a flattened layer is.
 	var meta *v1.Descriptor
 	var metaDiffID v1.Hash
+	// The overlay-data layout: a data layer and a metadata layer, the
+	// latter, read through the former, compared as a flattened layer is.
+	odata := !flat && len(cfg.RootFS.DiffIDs) == len(m.Layers) && overlayDataLayout(m.Layers, strings.Join(chain, ","))
+	if odata {
+		flat = true
+		meta, metaDiffID = &m.Layers[1], cfg.RootFS.DiffIDs[1]
+	}
 	if !flat && len(cfg.RootFS.DiffIDs) == len(m.Layers) && deviceLayout(m.Layers, len(sm.Layers)) {
 		n := len(sm.Layers)
 		meta, metaDiffID = &m.Layers[n], cfg.RootFS.DiffIDs[n]
@@ -296,7 +309,7 @@ func (c *checker) image(where string, img, src v1.Image, srcDigest v1.Hash) erro
 		mm.Layers, cfg.RootFS.DiffIDs = m.Layers[:n], cfg.RootFS.DiffIDs[:n]
 		m = &mm
 	}
-	c.config(where, rawCfg, rawSrcCfg, flat, meta != nil)
+	c.config(where, rawCfg, rawSrcCfg, flat, meta != nil && !odata)
 	if len(cfg.RootFS.DiffIDs) != len(m.Layers) {
 		c.diff(where, "%d layers but %d diff_ids", len(m.Layers), len(cfg.RootFS.DiffIDs))
 		return nil
@@ -336,6 +349,9 @@ func (c *checker) image(where string, img, src v1.Image, srcDigest v1.Hash) erro
 		if err := c.layer(at, img, m.Layers[i], cfg.RootFS.DiffIDs[i], sd, own, i == 0); err != nil {
 			return err
 		}
+	}
+	if odata {
+		return c.overlayDataMeta(where, img, m.Layers[0], *meta, cfg.RootFS.DiffIDs[0], metaDiffID, stack.Tree())
 	}
 	if flat {
 		return c.layer(where+": flattened layer", img, m.Layers[0], cfg.RootFS.DiffIDs[0], v1.Descriptor{}, stack.Tree(), false)
@@ -458,6 +474,9 @@ func (c *checker) layer(where string, img v1.Image, d v1.Descriptor, diffID v1.H
 	if err != nil {
 		c.diff(where, "reading the EROFS image: %v", err)
 		return nil
+	}
+	if c.redirects != nil {
+		c.resolveRedirects(where, got)
 	}
 	if err := c.specLayer(where, l, d, f, size); err != nil {
 		return err
