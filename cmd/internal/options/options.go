@@ -36,7 +36,7 @@ func ConvertFlags() []cli.Flag {
 		&cli.StringFlag{Name: "layer-compression", Value: "none", Usage: "none, or zstd to wrap each EROFS layer in zstd (…layer.v1+zstd)"},
 		&cli.StringFlag{Name: "media-type", Value: "containerd", Usage: "containerd (application/vnd.erofs.layer.v1) or spec (the draft EROFS image spec's application/vnd.erofs)"},
 		&cli.BoolFlag{Name: "flatten", Usage: "one EROFS layer holding the merged filesystem of all layers"},
-		&cli.StringFlag{Name: "layout", Value: "overlay", Usage: "with --media-type spec: overlay (each layer an overlayfs lower layer) or device (each layer a device, org.erofs.role device, under one metadata layer that stacks them by EROFS multi-device addressing: mount it with device= each layer in order)"},
+		&cli.StringFlag{Name: "layout", Value: "overlay", Usage: "with --media-type spec: overlay (each layer an overlayfs lower layer), device (each layer a device, org.erofs.role device, under one metadata layer that stacks them by EROFS multi-device addressing: mount it with device= each layer in order) or overlay-data (the layers stacked into an org.erofs.role overlay-data layer of the files' contents, each once, under one metadata layer of overlayfs metacopy files redirected to them: mount overlayfs with lowerdir=META::DATA, metacopy=on)"},
 		&cli.BoolFlag{Name: "no-index-os-features", Usage: "leave platform.os.features out of index entries"},
 		&cli.BoolFlag{Name: "referrer", Usage: "set each converted manifest's subject to its source manifest"},
 		&cli.StringFlag{Name: "chunk-index", Value: "none", Usage: "with --media-type spec: none, embedded (after each layer's image, a skippable frame in +zstd layers) or standalone (a layer after each but the top one, which the spec keeps last): the spec's chunk index, for reads by range"},
@@ -348,16 +348,16 @@ func Conversion(c *cli.Context) (opt convert.ImageOptions, rem oci.Remote, done 
 	}
 	switch l := c.String("layout"); l {
 	case "overlay", "":
-	case "device":
+	case "device", "overlay-data":
 		if !opt.SpecMediaTypes {
-			return opt, rem, done, errors.New("--layout device: roles are the EROFS image spec's: it needs --media-type spec")
+			return opt, rem, done, fmt.Errorf("--layout %s: roles are the EROFS image spec's: it needs --media-type spec", l)
 		}
 		if opt.Flatten {
-			return opt, rem, done, errors.New("--layout device with --flatten: the device layout stacks the layers in a metadata layer of its own")
+			return opt, rem, done, fmt.Errorf("--layout %s with --flatten: the %s layout stacks the layers in a metadata layer of its own", l, l)
 		}
-		opt.Layout = convert.LayoutDevice
+		opt.Layout = convert.Layout(l)
 	default:
-		return opt, rem, done, fmt.Errorf("--layout %q: want overlay or device", l)
+		return opt, rem, done, fmt.Errorf("--layout %q: want overlay, device or overlay-data", l)
 	}
 	if name := c.String("prefetch-list"); name != "" {
 		if opt.Layer.PrefetchList, err = convert.ReadPrefetchList(name); err != nil {
