@@ -44,6 +44,7 @@ var specVectors = []struct {
 	{"chunk-index-standalone", []string{"--media-type", "spec", "--layer-compression", "zstd", "--chunk-index", "standalone", "--chunk-index-size", "4K"}},
 	{"dmverity", []string{"--media-type", "spec", "--dmverity"}},
 	{"device", []string{"--media-type", "spec", "--layout", "device"}},
+	{"overlay-data", []string{"--media-type", "spec", "--layout", "overlay-data", "--layer-compression", "zstd", "--chunk-index", "standalone", "--chunk-index-size", "4K"}},
 	{"mixed", []string{"--media-type", "spec", "--merge-platform"}},
 }
 
@@ -161,6 +162,7 @@ func checkVectorLayers(t *testing.T, dir string) {
 	own, stacked := sourceLayerTrees(t)
 	n := 0
 	var devices []string // the data of the device layers so far (§7)
+	var dataLayers []string
 	for _, d := range m.Layers {
 		if !convert.IsEROFS(d.MediaType) {
 			continue
@@ -169,6 +171,23 @@ func checkVectorLayers(t *testing.T, dir string) {
 		data := blob
 		if strings.HasSuffix(string(d.MediaType), "+zstd") {
 			data = unzstdFile(t, blob)
+		}
+		switch {
+		case d.Annotations[spec.AnnotationRole] == spec.RoleOverlayData:
+			fsckErofs(t, data)
+			dataLayers = append(dataLayers, data)
+			continue
+		case len(dataLayers) > 0:
+			// The metadata layer of the overlay-data layout: the
+			// source's layers stacked, its files' data read through
+			// overlayfs from the data layer.
+			fsckErofs(t, data)
+			if got := mountOverlayDataTree(t, data, dataLayers); got != nil {
+				for _, s := range fstree.Diff(stacked, got, fstree.DiffOptions{IgnoreImpliedMtime: true, IgnoreRootMeta: true, Want: "source", Got: "mounted"}) {
+					t.Errorf("metadata layer: %s", s)
+				}
+			}
+			return
 		}
 		if d.Annotations[spec.AnnotationRole] == spec.RoleDevice {
 			devices = append(devices, data)
@@ -221,6 +240,41 @@ func mountTree(t *testing.T, img string, devices ...string) *fstree.Tree {
 	}
 	defer exec.Command("umount", mnt).Run()
 	tr, err := fstree.FromDir(mnt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
+// mountOverlayDataTree mounts the metadata layer meta and the data layers
+// as a runtime mounts the overlay-data layout (each layer as EROFS, then
+// overlayfs: lowerdir=META::DATA…, metacopy=on) and reads its tree; nil
+// where this machine cannot mount.
+func mountOverlayDataTree(t *testing.T, meta string, data []string) *fstree.Tree {
+	t.Helper()
+	if testing.Short() || os.Geteuid() != 0 {
+		t.Log("not mounted: -short, or not root")
+		return nil
+	}
+	lower := ""
+	for i, img := range append([]string{meta}, data...) {
+		mnt := t.TempDir()
+		if out, err := exec.Command("mount", "-t", "erofs", "-o", "loop,ro", img, mnt).CombinedOutput(); err != nil {
+			t.Fatalf("mount %s: %v: %s", img, err, out)
+		}
+		defer exec.Command("umount", mnt).Run()
+		if i > 0 {
+			lower += "::"
+		}
+		lower += mnt
+	}
+	merged := t.TempDir()
+	opts := "ro,metacopy=on,redirect_dir=follow,lowerdir=" + lower
+	if out, err := exec.Command("mount", "-t", "overlay", "overlay", "-o", opts, merged).CombinedOutput(); err != nil {
+		t.Fatalf("mount -t overlay overlay -o %s %s: %v: %s", opts, merged, err, out)
+	}
+	defer exec.Command("umount", merged).Run()
+	tr, err := fstree.FromDir(merged)
 	if err != nil {
 		t.Fatal(err)
 	}
