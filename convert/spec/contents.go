@@ -32,7 +32,25 @@ type layerContents struct {
 	// for nothing. chunkNoSums: an index without per-chunk checksums.
 	chunk, verity string
 	chunkNoSums   bool
+	// payloads are an overlay-data layer's regular files, their sizes by
+	// absolute path; redirects are another layer's overlayfs metacopy
+	// files (its whole redirect is the data's path, §2.4).
+	payloads  map[string]int64
+	redirects []redirect
 }
+
+// redirect is a metacopy file: its path, its size and the absolute path
+// of its data, as trusted.overlay.redirect gives it.
+type redirect struct {
+	path, target string
+	size         int64
+}
+
+// The overlayfs xattrs of a metadata-only file (overlay-data, §2.4).
+const (
+	metacopyXattr = "trusted.overlay.metacopy"
+	redirectXattr = "trusted.overlay.redirect"
+)
 
 // errTooLarge stops a read past Options.MaxLayerSize.
 var errTooLarge = errors.New("layer larger than the bound on its size")
@@ -76,7 +94,7 @@ func (c *checker) readLayer(img v1.Image, d v1.Descriptor, next *v1.Descriptor) 
 		checkChunks(x, blob, f, dataEnd, lc)
 	}
 	checkVerity(d, f, dataEnd, lc)
-	c.walk(f, n, lc)
+	c.walk(f, n, d.Annotations[AnnotationRole], lc)
 	if err := c.ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -231,11 +249,14 @@ func readSmallBlob(img v1.Image, d v1.Descriptor, max int64) ([]byte, error) {
 
 // walk opens the image data as an EROFS image and looks for whiteouts,
 // opaque directories and .wh. names.
-func (c *checker) walk(f io.ReaderAt, n int64, lc *layerContents) {
+func (c *checker) walk(f io.ReaderAt, n int64, role string, lc *layerContents) {
 	ei, err := erofs.Open(f, n)
 	if err != nil {
 		lc.openErr = err
 		return
+	}
+	if role == RoleOverlayData {
+		lc.payloads = map[string]int64{}
 	}
 	err = ei.Walk(".", func(p string, ino *erofs.Inode) error {
 		if err := c.ctx.Err(); err != nil {
@@ -247,6 +268,9 @@ func (c *checker) walk(f io.ReaderAt, n int64, lc *layerContents) {
 		}
 		if lc.whiteout == "" && ino.Mode&erofs.S_IFMT == erofs.S_IFCHR && ino.Devmajor == 0 && ino.Devminor == 0 {
 			lc.whiteout = "/" + p
+		}
+		if ino.IsRegular() {
+			return c.regular(ei, p, ino, role, lc)
 		}
 		if lc.opaque == "" && ino.IsDir() {
 			xs, err := ei.InodeXattrs(ino)
@@ -264,6 +288,36 @@ func (c *checker) walk(f io.ReaderAt, n int64, lc *layerContents) {
 	if err != nil && c.ctx.Err() == nil {
 		lc.openErr = err
 	}
+}
+
+// regular notes the regular file at p: an overlay-data layer's payload,
+// or, in a layer that may consume one, a metacopy file's redirect.
+func (c *checker) regular(ei *erofs.Image, p string, ino *erofs.Inode, role string, lc *layerContents) error {
+	switch role {
+	case RoleOverlayData:
+		lc.payloads["/"+p] = ino.Size
+		return nil
+	case RoleDevice:
+		return nil
+	}
+	xs, err := ei.InodeXattrs(ino)
+	if err != nil {
+		return fmt.Errorf("%s: %w", p, err)
+	}
+	r := redirect{path: "/" + p, size: ino.Size}
+	meta := false
+	for _, x := range xs {
+		switch x.Name {
+		case metacopyXattr:
+			meta = true
+		case redirectXattr:
+			r.target = string(x.Value)
+		}
+	}
+	if meta {
+		lc.redirects = append(lc.redirects, r)
+	}
+	return nil
 }
 
 type ctxReader struct {

@@ -27,6 +27,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -180,6 +181,7 @@ func (c *checker) image(img v1.Image) error {
 	}
 	c.section2_3(im)
 	c.section2_4(im)
+	c.section2_4Data(im)
 	c.section3_2(im)
 	c.section3_4(im)
 	c.section3_5(im)
@@ -391,6 +393,59 @@ func (c *checker) section2_4(im *image) {
 			}) {
 				c.add("2.4", Must, where, "an overlay-data layer that no EROFS metadata layer above it consumes")
 			}
+		}
+	}
+}
+
+// section2_4Data: with Contents, each overlay-data layer's consumer (the
+// first EROFS layer above it neither device nor overlay-data, §3.8 rule
+// 3) refers to its payloads: each metacopy file of the consumer redirects
+// to a file of the overlay-data layers it consumes (of the file's size:
+// SHOULD). Whether the consumer refers to them at all is not checked: an
+// image without file data has nothing to refer to.
+func (c *checker) section2_4Data(im *image) {
+	if im.contents == nil {
+		return
+	}
+	var data []int // the overlay-data layers waiting for their consumer
+	for i, d := range im.m.Layers {
+		switch r := d.Annotations[AnnotationRole]; {
+		case !IsErofs(d.MediaType) || r == RoleDevice:
+		case r == RoleOverlayData:
+			data = append(data, i)
+		case len(data) > 0:
+			c.consumer(im, i, data)
+			data = nil
+		}
+	}
+}
+
+// consumer checks the metacopy files of layer i against the payloads of
+// the overlay-data layers data.
+func (c *checker) consumer(im *image, i int, data []int) {
+	lc := im.contents[i]
+	if lc == nil || lc.openErr != nil {
+		return
+	}
+	where := fmt.Sprintf("layer %d", i)
+	find := func(target string) (int64, bool) {
+		for _, j := range data {
+			if dc := im.contents[j]; dc != nil && dc.payloads != nil {
+				if n, ok := dc.payloads[target]; ok {
+					return n, true
+				}
+			}
+		}
+		return 0, false
+	}
+	for _, r := range lc.redirects {
+		switch n, ok := find(r.target); {
+		case !strings.HasPrefix(r.target, "/"):
+			c.add("2.4", Must, where, "metacopy file %s: redirect %q is no absolute path into the overlay-data layers below it", r.path, r.target)
+		case !ok:
+			c.add("2.4", Must, where, "metacopy file %s: redirect %s is no file of the overlay-data layers below it", r.path, r.target)
+		case n != r.size:
+			c.add("2.4", Should, where, "metacopy file %s: %d bytes, its data %s %d", r.path, r.size, r.target, n)
 		}
 	}
 }

@@ -43,7 +43,7 @@ func fsImage(t *testing.T, entries ...erofs.Entry) []byte {
 	defer b.Close()
 	for _, e := range entries {
 		e.Mtime = time.Unix(0, 0)
-		if err := b.Add(e, bytes.NewReader(nil)); err != nil {
+		if err := b.Add(e, bytes.NewReader(make([]byte, e.Size))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -327,6 +327,52 @@ func TestSection2_4(t *testing.T) {
 			"§2.4: layer 0: an overlay-data layer that no EROFS metadata layer above it consumes",
 			"§3.8: layer 0: last layer has role overlay-data")
 	})
+	t.Run("overlay-data on a tar layer", func(t *testing.T) {
+		expect(t, check(t, makeImage(t, nil, lay{mt: types.OCILayer, data: []byte("data"), ann: annots(AnnotationRole, RoleOverlayData)}, rawLayer(fs))),
+			"§2.4: layer 0: role overlay-data on a application/vnd.oci.image.layer.v1.tar+gzip layer",
+			"§4: layer 0: media type application/vnd.oci.image.layer.v1.tar+gzip is none of",
+			"§4: EROFS and tar layers in one manifest (SHOULD)")
+	})
+}
+
+// metacopy is a metadata-only file of size bytes whose data is at the
+// data layer's path target.
+func metacopy(p string, size int64, target string) erofs.Entry {
+	e := file(p)
+	e.Size = size
+	e.Xattrs = []erofs.Xattr{{Name: "trusted.overlay.metacopy", Value: []byte{}}, {Name: "trusted.overlay.redirect", Value: []byte(target)}}
+	return e
+}
+
+// TestOverlayDataConsumer: the metadata layer over an overlay-data layer
+// redirects its metacopy files to files of that layer, absolute paths of
+// their size (§2.4, §3.8 rule 3); a data layer above its metadata layer
+// has no consumer.
+func TestOverlayDataConsumer(t *testing.T) {
+	payload := file("ab/abc")
+	payload.Size = 5
+	data := rawLayer(fsImage(t, dir("ab"), payload), AnnotationRole, RoleOverlayData)
+	meta := func(e erofs.Entry) lay { return rawLayer(fsImage(t, dir("etc"), e, file("etc/empty"))) }
+	for _, tc := range []struct {
+		name   string
+		layers []lay
+		want   []string
+	}{
+		{"consumed", []lay{data, meta(metacopy("etc/f", 5, "/ab/abc"))}, nil},
+		{"redirect to nothing", []lay{data, meta(metacopy("etc/f", 5, "/ab/abd"))},
+			[]string{"§2.4: layer 1: metacopy file /etc/f: redirect /ab/abd is no file of the overlay-data layers below it"}},
+		{"relative redirect", []lay{data, meta(metacopy("etc/f", 5, "ab/abc"))},
+			[]string{`§2.4: layer 1: metacopy file /etc/f: redirect "ab/abc" is no absolute path`}},
+		{"other size", []lay{data, meta(metacopy("etc/f", 6, "/ab/abc"))},
+			[]string{"§2.4: layer 1: metacopy file /etc/f: 6 bytes, its data /ab/abc 5 (SHOULD)"}},
+		{"data layer above its metadata layer", []lay{meta(metacopy("etc/f", 5, "/ab/abc")), data},
+			[]string{"§2.4: layer 1: an overlay-data layer that no EROFS metadata layer above it consumes",
+				"§3.8: layer 1: last layer has role overlay-data"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			expect(t, check(t, makeImage(t, nil, tc.layers...)), tc.want...)
+		})
+	}
 }
 
 func TestSection3_2(t *testing.T) {
