@@ -50,10 +50,10 @@ type Result struct {
 	PayloadBytes, DuplicateBytes int64
 }
 
-// payload is a distinct content: the path of a file that has it.
+// payload is a distinct content: a file that has it, by its inode.
 type payload struct {
-	src  string
-	size int64
+	path string
+	ino  *erofs.Inode
 }
 
 // Split reads the image at src and writes the metadata layer to meta and
@@ -77,6 +77,7 @@ func Split(src, meta, data string, opt erofs.Options) (res *Result, err error) {
 	}()
 	dataOpt := opt
 	dataOpt.UUID = dataUUID(opt.UUID)
+	dataOpt.NoDedupe = true // the payloads are distinct by their SHA-256
 	if err := s.write(&outs, data, dataOpt, s.writeData); err != nil {
 		return nil, fmt.Errorf("overlaydata: data layer: %w", err)
 	}
@@ -109,7 +110,7 @@ func (s *splitter) hashFiles() error {
 			return nil
 		}
 		h := sha256.New()
-		if err := s.copyData(h, p); err != nil {
+		if err := s.copyData(h, p, ino); err != nil {
 			return err
 		}
 		d := hex.EncodeToString(h.Sum(nil))
@@ -118,21 +119,24 @@ func (s *splitter) hashFiles() error {
 			s.res.DuplicateBytes += ino.Size
 			return nil
 		}
-		s.payloads[d] = payload{src: p, size: ino.Size}
+		s.payloads[d] = payload{path: p, ino: ino}
 		s.res.Payloads++
 		s.res.PayloadBytes += ino.Size
 		return nil
 	})
 }
 
-// copyData copies the data of the file at p to w.
-func (s *splitter) copyData(w io.Writer, p string) error {
-	f, err := s.img.Open(p)
-	if err != nil {
-		return err
+// copyBuf is copyData's buffer size: a read of the image per block
+// would be a system call per block.
+const copyBuf = 1 << 20
+
+// copyData copies the data of the file at p, whose inode is ino, to w.
+func (s *splitter) copyData(w io.Writer, p string, ino *erofs.Inode) error {
+	r, err := s.img.DataReader(ino)
+	if err == nil {
+		_, err = io.CopyBuffer(w, r, make([]byte, min(copyBuf, max(ino.Size, 1))))
 	}
-	defer f.Close()
-	if _, err := io.Copy(w, f); err != nil {
+	if err != nil {
 		return fmt.Errorf("%s: %w", p, err)
 	}
 	return nil
@@ -181,8 +185,8 @@ func (s *splitter) writeData(b *erofs.Builder) error {
 		}
 		pl := s.payloads[d]
 		pr, pw := io.Pipe()
-		go func() { pw.CloseWithError(s.copyData(pw, pl.src)) }()
-		err := b.Add(erofs.Entry{Path: p, Mode: erofs.S_IFREG | 0o644, Mtime: epoch, Size: pl.size}, pr)
+		go func() { pw.CloseWithError(s.copyData(pw, pl.path, pl.ino)) }()
+		err := b.Add(erofs.Entry{Path: p, Mode: erofs.S_IFREG | 0o644, Mtime: epoch, Size: pl.ino.Size}, pr)
 		pr.CloseWithError(io.ErrClosedPipe)
 		if err != nil {
 			return err
@@ -227,7 +231,7 @@ func (s *splitter) entry(p string, ino *erofs.Inode) (erofs.Entry, error) {
 		Path: p, Mode: ino.Mode, Uid: ino.Uid, Gid: ino.Gid, Mtime: ino.Mtime,
 		Devmajor: ino.Devmajor, Devminor: ino.Devminor,
 	}
-	xs, err := s.img.Xattrs(p)
+	xs, err := s.img.InodeXattrs(ino)
 	if err != nil {
 		return e, fmt.Errorf("%s: %w", p, err)
 	}
@@ -237,7 +241,7 @@ func (s *splitter) entry(p string, ino *erofs.Inode) (erofs.Entry, error) {
 		}
 	}
 	if ino.IsSymlink() {
-		if e.Linkname, err = s.img.Readlink(p); err != nil {
+		if e.Linkname, err = s.img.ReadlinkInode(ino); err != nil {
 			return e, fmt.Errorf("%s: %w", p, err)
 		}
 	}
