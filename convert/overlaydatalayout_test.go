@@ -2,6 +2,7 @@ package convert_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"os"
 	"strings"
 	"testing"
@@ -196,6 +197,26 @@ func TestSpecOverlayDataLayoutRefusals(t *testing.T) {
 		if c, err := convert.NewConverter(opt); err == nil {
 			c.Close()
 			t.Errorf("%+v: no error", opt)
+		}
+	}
+}
+
+// TestSpecOverlayDataCrossLayerLink: a hard link to a lower layer's file,
+// which the overlay layout refuses (§3.7), is made as --flatten makes it:
+// the metadata layer is one layer, and through overlayfs the link shows
+// its target's content.
+func TestSpecOverlayDataCrossLayerLink(t *testing.T) {
+	linked := convtest.Image(t, "amd64",
+		convtest.Layer(t, convtest.Dir(".", 0o755), convtest.File("f", 0o644, []byte("f\n"))),
+		convtest.Layer(t, convtest.Hardlink("l", "f")))
+	img, _ := convertImage(t, linked, convert.ImageOptions{SpecMediaTypes: true, Layout: convert.LayoutOverlayData})
+	specCheck(t, img, nil)
+	raws := convtest.RawLayers(t, img, t.TempDir())
+	got := convtest.TreeFromDir(t, convtest.MountOverlayData(t, raws[1], raws[0]))
+	want := sha256.Sum256([]byte("f\n"))
+	for _, p := range []string{"f", "l"} {
+		if n := got.Node(p); n == nil || n.Digest != want {
+			t.Errorf("%s through the overlay: %+v", p, n)
 		}
 	}
 }
