@@ -38,6 +38,11 @@ type Layer struct {
 	// Name is the FUSE file system's source in mountinfo (the layer's
 	// digest, say).
 	Name string
+	// DataOnly makes it a data-only lower layer of the overlay (the EROFS
+	// image spec's overlay-data role, Linux 6.5+): none of its tree shows,
+	// and the metacopy files of the layers that do read their data from
+	// the file their redirect names in it.
+	DataOnly bool
 }
 
 // Options shape Stack.
@@ -99,6 +104,7 @@ func Stack(target, base string, layers []Layer, opt Options) (m *Mount, err erro
 			m.stopLayers()
 		}
 	}()
+	var lowers, data []string
 	for i, l := range layers {
 		dir := filepath.Join(base, strconv.Itoa(i))
 		if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -110,8 +116,16 @@ func Stack(target, base string, layers []Layer, opt Options) (m *Mount, err erro
 		}
 		m.points = append(m.points, dir)
 		m.servers = append(m.servers, srv)
+		if l.DataOnly {
+			data = append(data, dir)
+		} else {
+			lowers = append(lowers, dir)
+		}
 	}
-	if err := mountOverlay(target, m.points); err != nil {
+	if len(lowers) == 0 {
+		return nil, errors.New("mount: only data-only layers: nothing to show")
+	}
+	if err := mountOverlay(target, lowers, data); err != nil {
 		return nil, fmt.Errorf("mount overlay at %s: %w", target, err)
 	}
 	return m, nil
@@ -155,13 +169,14 @@ func serveLayer(dir string, l Layer, opt Options) (*fuse.Server, error) {
 	return fs.Mount(dir, root, opts)
 }
 
-// mountOverlay mounts the read-only overlay of lowers (bottom first) at
-// target: with the mount API's lowerdir+ (Linux 6.8+), which takes any
-// number of layers, else with one lowerdir option, which must fit a page.
-// overlayfs wants two lowers without an upper: one layer is bound to
+// mountOverlay mounts the read-only overlay of lowers (bottom first) and
+// the data-only lower layers data at target: with the mount API's
+// lowerdir+ and datadir+ (Linux 6.8+), which take any number of layers,
+// else with one lowerdir option, which must fit a page. overlayfs wants
+// two lowers without an upper: one layer without data layers is bound to
 // target as it is, as containerd mounts a one-layer image.
-func mountOverlay(target string, lowers []string) error {
-	if len(lowers) == 1 {
+func mountOverlay(target string, lowers, data []string) error {
+	if len(lowers) == 1 && len(data) == 0 {
 		if err := unix.Mount(lowers[0], target, "", unix.MS_BIND, ""); err != nil {
 			return err
 		}
@@ -170,7 +185,7 @@ func mountOverlay(target string, lowers []string) error {
 	fd, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
 	if err == nil {
 		defer unix.Close(fd)
-		err = overlayConfig(fd, lowers)
+		err = overlayConfig(fd, lowers, data)
 		if err == nil {
 			mfd, err := unix.Fsmount(fd, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_RDONLY)
 			if err != nil {
@@ -187,15 +202,36 @@ func mountOverlay(target string, lowers []string) error {
 	for i := len(lowers) - 1; i >= 0; i-- {
 		top = append(top, lowers[i])
 	}
-	return unix.Mount("ocierofs", target, "overlay", unix.MS_RDONLY, "lowerdir="+strings.Join(top, ":"))
+	opts := "lowerdir=" + strings.Join(top, ":")
+	if len(data) > 0 {
+		opts = dataOptions + ",lowerdir=" + strings.Join(top, ":") + "::" + strings.Join(data, "::")
+	}
+	return unix.Mount("ocierofs", target, "overlay", unix.MS_RDONLY, opts)
 }
 
-func overlayConfig(fd int, lowers []string) error {
+// dataOptions are the overlay options that data-only lower layers need:
+// metacopy files, and their redirects followed.
+const dataOptions = "metacopy=on,redirect_dir=follow"
+
+func overlayConfig(fd int, lowers, data []string) error {
 	if err := unix.FsconfigSetString(fd, "source", "ocierofs"); err != nil {
 		return err
 	}
 	for i := len(lowers) - 1; i >= 0; i-- {
 		if err := unix.FsconfigSetString(fd, "lowerdir+", lowers[i]); err != nil {
+			return err
+		}
+	}
+	if len(data) > 0 {
+		for _, kv := range strings.Split(dataOptions, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			if err := unix.FsconfigSetString(fd, k, v); err != nil {
+				return err
+			}
+		}
+	}
+	for _, d := range data {
+		if err := unix.FsconfigSetString(fd, "datadir+", d); err != nil {
 			return err
 		}
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ocierofs/ocierofs/convert"
 	"github.com/ocierofs/ocierofs/convert/fstree"
+	"github.com/ocierofs/ocierofs/convert/overlaydata"
 	"github.com/ocierofs/ocierofs/erofs"
 	"github.com/ocierofs/ocierofs/mount"
 )
@@ -226,5 +227,47 @@ func TestStackOneLayer(t *testing.T) {
 	}
 	if err := os.WriteFile(filepath.Join(target, "new"), nil, 0o644); err == nil {
 		t.Fatal("wrote to a read-only mount")
+	}
+}
+
+// TestStackOverlayData: the two layers of the EROFS image spec's
+// overlay-data form (overlaydata.Split of a layer image), the data layer
+// data-only, show the tree of the image they were split from, each
+// file's content read from the data layer through its redirect; the data
+// layer's own tree does not show.
+func TestStackOverlayData(t *testing.T) {
+	requireFUSE(t)
+	src := testLayers(t)[0]
+	d := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "erofs", "-o", "loop,ro", src, d).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount EROFS: %v: %s", err, out)
+	}
+	t.Cleanup(func() { unix.Unmount(d, 0) })
+	want, err := fstree.FromDir(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	meta, data := filepath.Join(dir, "meta.erofs"), filepath.Join(dir, "data.erofs")
+	if _, err := overlaydata.Split(src, meta, data, erofs.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	layers := openImages(t, []string{meta, data})
+	layers[1].DataOnly = true
+	target := t.TempDir()
+	m, err := mount.Stack(target, t.TempDir(), layers, mount.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Unmount()
+	got, err := fstree.FromDir(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range fstree.Diff(want, got, fstree.DiffOptions{Want: "kernel EROFS", Got: "FUSE overlay-data"}) {
+		t.Error(d)
+	}
+	if b, err := os.ReadFile(filepath.Join(target, "etc/passwd")); err != nil || string(b) != "root:x:0:0::/root:/bin/sh\n" {
+		t.Errorf("etc/passwd: %q, %v", b, err)
 	}
 }

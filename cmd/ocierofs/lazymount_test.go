@@ -442,6 +442,30 @@ func TestMountLayoutZstd(t *testing.T) {
 	must(t, m.wait(t))
 }
 
+// TestMountOverlayDataVector: the spec vector of the overlay-data layout,
+// mounted, shows the source's layers stacked: the data layer is a
+// data-only lower layer, its files read through the metadata layer's
+// redirects, its own tree hidden.
+func TestMountOverlayDataVector(t *testing.T) {
+	if testing.Short() || os.Geteuid() != 0 {
+		t.Skip("mounts: not in -short, needs root")
+	}
+	if err := mount.Available(); err != nil {
+		t.Skip(err)
+	}
+	b := bin(t)
+	target := t.TempDir()
+	m := startMount(t, b, "--cache-dir", t.TempDir(), "oci:"+filepath.Join(specVectorsDir, "overlay-data")+":latest", target)
+	got, err := fstree.FromDir(target)
+	must(t, err)
+	_, want := sourceLayerTrees(t)
+	for _, d := range fstree.Diff(want, got, fstree.DiffOptions{IgnoreImpliedMtime: true, IgnoreRootMeta: true, Want: "source", Got: "mounted"}) {
+		t.Error(d)
+	}
+	m.cmd.Process.Signal(syscall.SIGINT)
+	must(t, m.wait(t))
+}
+
 // TestMountErrors: what mount refuses, in one line.
 func TestMountErrors(t *testing.T) {
 	b := bin(t)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/ocierofs/ocierofs/cmd/internal/options"
 	"github.com/ocierofs/ocierofs/convert"
+	"github.com/ocierofs/ocierofs/convert/spec"
 	"github.com/ocierofs/ocierofs/erofs"
 	"github.com/ocierofs/ocierofs/internal/mountinfo"
 	"github.com/ocierofs/ocierofs/lazy"
@@ -40,7 +41,9 @@ var lazyMountCommand = &cli.Command{
 		"on disk (--cache-dir, shared by every mount of layers it holds). A layer with the\n" +
 		"EROFS image spec's chunk index (convert --media-type spec --chunk-index) is read\n" +
 		"through it, by ranges, each chunk checked against the index; a +zstd layer without\n" +
-		"one is fetched whole first. A layout's raw files are read in place.\n" +
+		"one is fetched whole first. A layout's raw files are read in place. A layer\n" +
+		"with the spec's overlay-data role (convert --layout overlay-data) is a data-only\n" +
+		"lower layer of the overlay (Linux 6.5+).\n" +
 		"The command stays in the foreground and serves the mount until SIGINT, SIGTERM,\n" +
 		"or `ocierofs umount MOUNTPOINT`. A read the registry cannot serve within\n" +
 		"--read-timeout (after retries) fails with EIO; the mount stays.\n" +
@@ -322,7 +325,10 @@ func openLayers(ctx context.Context, img v1.Image, src lazy.Source, openCache fu
 		if err != nil {
 			return nil, nil, nil, closers, fmt.Errorf("layer %d (%s): %w", i, dg, err)
 		}
-		layers = append(layers, mount.Layer{Image: ei, Name: "ocierofs:" + dg.String()})
+		// The EROFS image spec's overlay-data layer is a data-only
+		// lower layer of the overlay: the layer above reads its files.
+		dataOnly := m.Layers[i].Annotations[spec.AnnotationRole] == spec.RoleOverlayData
+		layers = append(layers, mount.Layer{Image: ei, Name: "ocierofs:" + dg.String(), DataOnly: dataOnly})
 		if a, ok := m.Layers[i].Annotations[convert.AnnotationPrefetch]; ok && isLazy(r) {
 			off, end, err := convert.ParsePrefetchRange(a, n)
 			if err != nil {
