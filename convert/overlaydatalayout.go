@@ -75,6 +75,7 @@ func (c *Converter) splitFlat(j *layerJob, flat string, srcs []layerSource, warn
 	meta, data := filepath.Join(dir, "meta.erofs"), filepath.Join(dir, "data.erofs")
 	opt := c.opt.Layer.Erofs
 	opt.TempDir = dir
+	opt.Devices, opt.Blob = nil, nil // each layer holds its own data
 	if opt.UUID == ([16]byte{}) && !c.opt.Layer.KeepUUID {
 		var ids []v1.Hash
 		for _, s := range srcs {
