@@ -48,7 +48,8 @@ type ImageOptions struct {
 	// files hidden by upper layers are not written).
 	Flatten bool
 	// Layout is how the layers compose (with SpecMediaTypes): an overlay
-	// stack (the default) or devices under one metadata layer.
+	// stack (the default), devices under one metadata layer, or a data
+	// layer under one metadata layer (overlay-data).
 	Layout Layout
 	// Referrer sets each converted manifest's subject to its source.
 	Referrer bool
