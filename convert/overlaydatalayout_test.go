@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -97,9 +99,10 @@ func TestSpecOverlayDataLayout(t *testing.T) {
 					lowers = append(lowers, p)
 				}
 			}
-			want := convtest.TreeFromDir(t, convtest.MountStack(t, lowers))
-			got := convtest.TreeFromDir(t, convtest.MountOverlayData(t, meta, data))
+			wantDir, gotDir := convtest.MountStack(t, lowers), convtest.MountOverlayData(t, meta, data)
+			want, got := convtest.TreeFromDir(t, wantDir), convtest.TreeFromDir(t, gotDir)
 			convtest.ReportDiff(t, "overlay-data layout vs overlay layout", diffTrees(want, got))
+			checkLinkCounts(t, wantDir, gotDir, got.Paths())
 			for _, p := range []string{"etc/a/in", "big1", "lib/big2", "lib/big2.link", "var/new2", "etc/c", "empty", "lib/same-as-big1"} {
 				if got.Node(p) == nil {
 					t.Errorf("mounted: no %s", p)
@@ -115,6 +118,28 @@ func TestSpecOverlayDataLayout(t *testing.T) {
 			}
 			roundtrip.Fsck(t, data, 0)
 		})
+	}
+}
+
+// checkLinkCounts: each non-directory of paths has the same link count
+// under both mounts (overlayfs reports a merged directory's differently).
+func checkLinkCounts(t *testing.T, wantDir, gotDir string, paths []string) {
+	t.Helper()
+	nlink := func(p string) (uint64, bool) {
+		fi, err := os.Lstat(p)
+		if err != nil || fi.IsDir() {
+			return 0, false
+		}
+		return uint64(fi.Sys().(*syscall.Stat_t).Nlink), true
+	}
+	for _, p := range paths {
+		w, ok := nlink(filepath.Join(wantDir, p))
+		if !ok {
+			continue
+		}
+		if g, _ := nlink(filepath.Join(gotDir, p)); g != w {
+			t.Errorf("%s: %d links, the overlay layout %d", p, g, w)
+		}
 	}
 }
 
