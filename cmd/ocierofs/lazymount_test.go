@@ -442,11 +442,13 @@ func TestMountLayoutZstd(t *testing.T) {
 	must(t, m.wait(t))
 }
 
-// TestMountOverlayDataVector: the spec vector of the overlay-data layout,
-// mounted, shows the source's layers stacked: the data layer is a
-// data-only lower layer, its files read through the metadata layer's
-// redirects, its own tree hidden.
-func TestMountOverlayDataVector(t *testing.T) {
+// TestMountSpecLayoutVectors: the spec vectors of the device and the
+// overlay-data layouts, mounted, show the source's layers stacked: the
+// device layers are the extra devices of the metadata layer above them,
+// not layers of the overlay; the data layer is a data-only lower layer,
+// its files read through the metadata layer's redirects, its own tree
+// hidden.
+func TestMountSpecLayoutVectors(t *testing.T) {
 	if testing.Short() || os.Geteuid() != 0 {
 		t.Skip("mounts: not in -short, needs root")
 	}
@@ -454,16 +456,23 @@ func TestMountOverlayDataVector(t *testing.T) {
 		t.Skip(err)
 	}
 	b := bin(t)
-	target := t.TempDir()
-	m := startMount(t, b, "--cache-dir", t.TempDir(), "oci:"+filepath.Join(specVectorsDir, "overlay-data")+":latest", target)
-	got, err := fstree.FromDir(target)
-	must(t, err)
 	_, want := sourceLayerTrees(t)
-	for _, d := range fstree.Diff(want, got, fstree.DiffOptions{IgnoreImpliedMtime: true, IgnoreRootMeta: true, Want: "source", Got: "mounted"}) {
-		t.Error(d)
+	for _, v := range []string{"device", "overlay-data"} {
+		t.Run(v, func(t *testing.T) {
+			target := t.TempDir()
+			m := startMount(t, b, "--cache-dir", t.TempDir(), "oci:"+filepath.Join(specVectorsDir, v)+":latest", target)
+			got, err := fstree.FromDir(target)
+			must(t, err)
+			for _, d := range fstree.Diff(want, got, fstree.DiffOptions{IgnoreImpliedMtime: true, IgnoreRootMeta: true, Want: "source", Got: "mounted"}) {
+				t.Error(d)
+			}
+			m.cmd.Process.Signal(syscall.SIGINT)
+			must(t, m.wait(t))
+			if strings.Contains(m.stderr.String(), "read:") {
+				t.Errorf("reads failed: %s", m.stderr.String())
+			}
+		})
 	}
-	m.cmd.Process.Signal(syscall.SIGINT)
-	must(t, m.wait(t))
 }
 
 // TestMountErrors: what mount refuses, in one line.

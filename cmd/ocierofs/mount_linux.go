@@ -41,9 +41,10 @@ var lazyMountCommand = &cli.Command{
 		"on disk (--cache-dir, shared by every mount of layers it holds). A layer with the\n" +
 		"EROFS image spec's chunk index (convert --media-type spec --chunk-index) is read\n" +
 		"through it, by ranges, each chunk checked against the index; a +zstd layer without\n" +
-		"one is fetched whole first. A layout's raw files are read in place. A layer\n" +
-		"with the spec's overlay-data role (convert --layout overlay-data) is a data-only\n" +
-		"lower layer of the overlay (Linux 6.5+).\n" +
+		"one is fetched whole first. A layout's raw files are read in place. Layers\n" +
+		"with the spec's device role (convert --layout device) are the extra devices of\n" +
+		"the next EROFS layer; one with its overlay-data role (convert --layout\n" +
+		"overlay-data) is a data-only lower layer of the overlay (Linux 6.5+).\n" +
 		"The command stays in the foreground and serves the mount until SIGINT, SIGTERM,\n" +
 		"or `ocierofs umount MOUNTPOINT`. A read the registry cannot serve within\n" +
 		"--read-timeout (after retries) fails with EIO; the mount stays.\n" +
@@ -292,6 +293,10 @@ func openLayers(ctx context.Context, img v1.Image, src lazy.Source, openCache fu
 		return nil, nil, nil, nil, fmt.Errorf("manifest of %d layers, image of %d", len(m.Layers), len(ls))
 	}
 	o := &layerOpener{ctx: ctx, src: src, openCache: openCache, lopt: lopt, logf: logf, descs: m.Layers}
+	// The EROFS image spec's device layers so far: the extra devices of
+	// the next EROFS layer that is no device (§3.8 rule 2), not layers of
+	// the overlay themselves.
+	var devices []erofs.OpenOption
 	for i, l := range ls {
 		dg, err := l.Digest()
 		if err != nil {
@@ -321,24 +326,43 @@ func openLayers(ctx context.Context, img v1.Image, src lazy.Source, openCache fu
 		if b != nil {
 			blobs = append(blobs, b)
 		}
-		ei, err := erofs.Open(r, n)
+		if pr, ok := prefetchRegionOf(i, m.Layers[i], r, n, logf); ok {
+			regions = append(regions, pr)
+		}
+		role := m.Layers[i].Annotations[spec.AnnotationRole]
+		if role == spec.RoleDevice {
+			devices = append(devices, erofs.WithDevice(r, n))
+			continue
+		}
+		ei, err := erofs.Open(r, n, devices...)
 		if err != nil {
 			return nil, nil, nil, closers, fmt.Errorf("layer %d (%s): %w", i, dg, err)
 		}
+		devices = nil
 		// The EROFS image spec's overlay-data layer is a data-only
 		// lower layer of the overlay: the layer above reads its files.
-		dataOnly := m.Layers[i].Annotations[spec.AnnotationRole] == spec.RoleOverlayData
+		dataOnly := role == spec.RoleOverlayData
 		layers = append(layers, mount.Layer{Image: ei, Name: "ocierofs:" + dg.String(), DataOnly: dataOnly})
-		if a, ok := m.Layers[i].Annotations[convert.AnnotationPrefetch]; ok && isLazy(r) {
-			off, end, err := convert.ParsePrefetchRange(a, n)
-			if err != nil {
-				logf(fmt.Sprintf("layer %d (%s): %v: no prefetch of its listed files", i, dg, err))
-			} else {
-				regions = append(regions, prefetchRegion{layer: i, r: r, off: off, end: end})
-			}
-		}
+	}
+	if len(devices) > 0 {
+		return nil, nil, nil, closers, errors.New("device layers with no EROFS layer above them to use them (§3.8)")
 	}
 	return layers, blobs, regions, closers, nil
+}
+
+// prefetchRegionOf is the prefetch-list region of layer i (descriptor d,
+// read lazily by r, n bytes of image data), if it has one.
+func prefetchRegionOf(i int, d v1.Descriptor, r io.ReaderAt, n int64, logf func(string)) (prefetchRegion, bool) {
+	a, ok := d.Annotations[convert.AnnotationPrefetch]
+	if !ok || !isLazy(r) {
+		return prefetchRegion{}, false
+	}
+	off, end, err := convert.ParsePrefetchRange(a, n)
+	if err != nil {
+		logf(fmt.Sprintf("layer %d (%s): %v: no prefetch of its listed files", i, d.Digest, err))
+		return prefetchRegion{}, false
+	}
+	return prefetchRegion{layer: i, r: r, off: off, end: end}, true
 }
 
 // layerOpener opens the layers of one image for a mount.
