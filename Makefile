@@ -5,7 +5,7 @@ MIRROR  := bin/ocierofs-mirror
 PKGS    := ./...
 FUZZTIME ?= 15s
 
-.PHONY: build install test test-deps docs spec-vectors bench bench-mkfs fuzz fuzz-short demo demo-registry lint clean
+.PHONY: build install test test-deps docs spec-vectors bench bench-mkfs bench-convert fuzz fuzz-short demo demo-registry lint clean
 
 # Two programs: ocierofs, and the registry mirror (serve, sync) that
 # `ocierofs serve|sync` runs from the same directory or PATH.
@@ -113,6 +113,23 @@ bench-mkfs: build
 bench-dedupe: build
 	$(GO) build -o bin/erofsbench ./cmd/erofsbench
 	bin/erofsbench -suite dedupe -data $(BENCHDATA) -ocierofs $(BIN) -mkfs-erofs "$(MKFS_EROFS)" -img-dir /dev/shm/erofsbench-img -verify -out $(BENCHDATA)/results-dedupe.md $(BENCHFLAGS)
+
+# The registry-to-registry comparison (convert/convertbench_test.go):
+# ocierofs convert SRC DST against ctr images convert --oci --erofs raw
+# (running MKFS_EROFS, 1.7 or later) plus ctr images push, on a registry
+# and a containerd 2.4 of its own (make test-deps builds containerd), as
+# root. Three images: the end-to-end tests' four small layers, four gzip
+# layers of this Debian host's files, and the Linux tree of BENCHDATA
+# (tar/linux.tar, as make bench-mkfs or bin/erofsbench -gen-only makes it)
+# as one layer. Medians of 3, the tools taking turns; wall and CPU time of
+# each tool and of the registries; the report on stdout and in
+# BENCHDATA/results-convert.md. CONVERT_BENCHFLAGS are environment settings
+# of the test, e.g. OCIEROFS_BENCH_IMAGES=linux OCIEROFS_BENCH_RUNS=5.
+CONVERT_BENCHFLAGS ?=
+bench-convert: build
+	env OCIEROFS_CONVERT_BENCH=1 OCIEROFS_BENCH_BIN=$(BIN) OCIEROFS_BENCH_MKFS="$(MKFS_EROFS)" \
+		OCIEROFS_BENCH_DATA=$(BENCHDATA) OCIEROFS_BENCH_OUT=$(BENCHDATA)/results-convert.md $(CONVERT_BENCHFLAGS) \
+		$(GO) test -count=1 -timeout 90m -run '^TestConvertFigures$$' -v ./convert/
 
 # Every fuzz target, as package:Target, found in the sources, so that a
 # new one runs without being listed anywhere.

@@ -200,6 +200,10 @@ func (r *Registry) Stop() {
 	<-r.done
 }
 
+// PID is the registry's process id, for whoever measures the CPU time the
+// registry spends (the convert benchmark, TestConvertFigures).
+func (r *Registry) PID() int { return r.cmd.Process.Pid }
+
 // Logs is what the registry wrote (its first MiB), for error messages.
 func (r *Registry) Logs() string { return r.logs.String() }
 
