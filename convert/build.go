@@ -91,6 +91,12 @@ type Options struct {
 	// image spec's media types: its overlay form carries no whiteouts or
 	// markers (whiteout.Tree.StripMarkers).
 	bottom bool
+	// knownDiffID, if set, is the sha256 of the stream as it is read,
+	// checked by the reader itself at its end (a registry's blob read
+	// through go-containerregistry, uncompressed, named by this digest):
+	// a stream that is indeed not compressed is not hashed again, and
+	// Result.DiffID is this. A compressed one is hashed as ever.
+	knownDiffID string
 }
 
 // Result describes a converted layer.
@@ -151,7 +157,10 @@ func buildTar(w io.WriterAt, r io.Reader, opt Options, ops *dirOps) (*Result, er
 	}
 	var h hash.Hash
 	var fast *xxhash.Digest
+	known := opt.knownDiffID != "" && !opt.NoDiffID
 	switch {
+	case known:
+		// Hashed below only if the stream turns out compressed.
 	case !opt.NoDiffID:
 		h = sha256.New()
 	case deriveUUID:
@@ -162,7 +171,7 @@ func buildTar(w io.WriterAt, r io.Reader, opt Options, ops *dirOps) (*Result, er
 	// the workers read the data of its big files (tarfile.go).
 	var src io.Reader
 	comp := Uncompressed
-	if tf, ok := openTarFile(r, h == nil); ok && tf.plain() {
+	if tf, ok := openTarFile(r, h == nil && !known); ok && tf.plain() {
 		if opt.MaxTarSize > 0 && tf.size > opt.MaxTarSize {
 			return nil, &TooLargeError{Max: opt.MaxTarSize}
 		}
@@ -174,6 +183,11 @@ func buildTar(w io.WriterAt, r io.Reader, opt Options, ops *dirOps) (*Result, er
 		}
 		defer rc.Close()
 		src, comp = rc, c
+		if known && comp != Uncompressed {
+			// The digest the reader checks is of the compressed
+			// bytes: the tar's is still to be computed.
+			known, h = false, sha256.New()
+		}
 		if opt.MaxTarSize > 0 {
 			src = &capReader{r: rc, max: opt.MaxTarSize}
 		}
@@ -230,8 +244,12 @@ func buildTar(w io.WriterAt, r io.Reader, opt Options, ops *dirOps) (*Result, er
 	switch {
 	case fast != nil:
 		res.UUID = ContentUUID(fast.Sum64())
-	case h != nil:
-		res.DiffID = "sha256:" + hex.EncodeToString(h.Sum(nil))
+	case known || h != nil:
+		if known {
+			res.DiffID = opt.knownDiffID
+		} else {
+			res.DiffID = "sha256:" + hex.EncodeToString(h.Sum(nil))
+		}
 		if deriveUUID {
 			res.UUID = LayerUUID(res.DiffID)
 		}

@@ -55,6 +55,13 @@ type ImageOptions struct {
 	Referrer bool
 	// Platforms selects the manifests of an index; nil means all.
 	Platforms []v1.Platform
+	// VerifiedSource says that the source's blobs are checked against
+	// their digests as they are read, as go-containerregistry checks a
+	// registry's: an uncompressed layer whose blob digest is its diff_id
+	// is then not hashed a second time for its diff_id (the check at the
+	// end of the blob is that hash). Not for sources read unchecked (an
+	// OCI layout, a docker-archive).
+	VerifiedSource bool
 	// Publish, if set, uploads a layer as soon as it is converted, so that
 	// uploads overlap the conversion of other layers.
 	Publish func(ctx context.Context, l v1.Layer) error
@@ -818,6 +825,11 @@ func (c *Converter) buildLayer(ctx context.Context, j *layerJob, src layerSource
 	}
 	opt := c.opt.Layer
 	opt.Erofs.TempDir = c.tmp
+	if c.opt.VerifiedSource && d.Digest == src.diffID {
+		// checkSource reads the blob to its end, where its digest is
+		// checked (TestVerifiedSourceDiffID).
+		opt.knownDiffID = src.diffID.String()
+	}
 	if !src.alone {
 		opt.lower = func() (*whiteout.Tree, bool) { return stackBelow(ctx, lower) }
 		opt.bottom = c.opt.SpecMediaTypes && len(lower) == 0

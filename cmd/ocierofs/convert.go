@@ -84,6 +84,9 @@ func runConvert(ctx context.Context, c *cli.Context, source, target string) erro
 	if dst.Kind == oci.Registry {
 		opt.Publish = pushLayer(ctx, dst, dstRem)
 	}
+	// A registry's blobs are checked against their digests as they
+	// download: an uncompressed layer needs no second hash for its diff_id.
+	opt.VerifiedSource = src.Kind == oci.Registry
 	art, err := oci.Get(ctx, src, srcRem)
 	if err != nil {
 		return err

@@ -125,6 +125,8 @@ func (t *Twins) Convert(ctx context.Context, task Task, owner string) (*Outcome,
 	opt := t.Options
 	opt.Progress = nil
 	opt.Log = t.Log
+	// The source is the registry's, its blobs checked as they download.
+	opt.VerifiedSource = src.Kind == oci.Registry
 	repo := dst.Name.Context()
 	pubOpts := slices.Clip(ropts) // appended to by concurrent uploads
 	opt.Publish = func(ctx context.Context, l v1.Layer) error {
