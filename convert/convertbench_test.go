@@ -33,6 +33,7 @@ import (
 	"github.com/ocierofs/ocierofs/convert"
 	"github.com/ocierofs/ocierofs/convert/internal/convtest"
 	"github.com/ocierofs/ocierofs/internal/testregistry"
+	"github.com/ocierofs/ocierofs/oci"
 )
 
 // The settings of TestConvertFigures, from the environment (the Makefile's
@@ -46,7 +47,8 @@ import (
 //	OCIEROFS_BENCH_RUNS         runs of each measurement (default 3)
 //	OCIEROFS_BENCH_IMAGES       e2e, debian4, linux (default all three, comma-separated)
 //	OCIEROFS_BENCH_OUT          also write the report there
-//	OCIEROFS_BENCH_TOOLS        ctr, ocierofs (default both, comma-separated)
+//	OCIEROFS_BENCH_TOOLS        ctr, ocierofs, upload (default all; comma-separated): upload
+//	                            times the push of ocierofs's converted image alone, in this process
 //	OCIEROFS_BENCH_PROFILE      a directory: each pushing run of ocierofs writes a CPU profile and a trace there
 const convertBenchEnv = "OCIEROFS_CONVERT_BENCH"
 
@@ -167,6 +169,13 @@ func TestConvertFigures(t *testing.T) {
 	ctrdCPU := func() time.Duration { return procCPU(t, c.cmd.Process.Pid) }
 	ocEnv := []string{"PATH=/usr/bin:/bin", "HOME=" + home, "TMPDIR=" + work}
 
+	tools := map[string]bool{"ctr": true, "ocierofs": true, "upload": true}
+	if s := os.Getenv("OCIEROFS_BENCH_TOOLS"); s != "" {
+		tools = map[string]bool{}
+		for _, n := range strings.Split(s, ",") {
+			tools[n] = true
+		}
+	}
 	// key: image, tool, phase ("convert" or "push": convert+push).
 	results := map[string][]benchRun{}
 	add := func(im, tool, phase string, r benchRun) {
@@ -200,6 +209,9 @@ func TestConvertFigures(t *testing.T) {
 		conv := timed(t, ocEnv, bin, "convert", "--plain-http", "-q", im.ref, "oci:"+layout+":erofs")
 		conv.regCPU = regCPU(src) - r0
 		add(im.name, "ocierofs", "convert", conv)
+		if tools["upload"] {
+			add(im.name, "ocierofs", "upload", uploadLayout(t, layout, fresh))
+		}
 		os.RemoveAll(layout)
 
 		dst, stop := fresh()
@@ -225,13 +237,6 @@ func TestConvertFigures(t *testing.T) {
 			}
 		}
 		add(im.name, "ocierofs", "push", push)
-	}
-	tools := map[string]bool{"ctr": true, "ocierofs": true}
-	if s := os.Getenv("OCIEROFS_BENCH_TOOLS"); s != "" {
-		tools = map[string]bool{}
-		for _, n := range strings.Split(s, ",") {
-			tools[n] = true
-		}
 	}
 	for _, im := range images {
 		// Not timed: containerd's converter reads the image from its
@@ -266,16 +271,29 @@ func TestConvertFigures(t *testing.T) {
 	fmt.Fprintf(&rep, "%s, %d CPUs, %s; load average at the end: %s\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.NumCPU(), host, strings.Join(strings.Fields(string(load))[:3], " "))
 	fmt.Fprintf(&rep, "ocierofs %s; containerd %s, ctr images convert --oci --erofs raw with %s; docker-registry; median of %d, taking turns\n\n",
 		bin, containerdVersion, strings.TrimSpace(string(mkfsVersion)), runs)
-	rep.WriteString("| Image | Step | ctr: wall / CPU | ocierofs: wall / CPU | Speedup (wall) | Registry CPU, ctr / ocierofs |\n|---|---|---|---|---|---|\n")
+	rep.WriteString("| Image | Step | ctr: wall / CPU | ocierofs: wall / CPU | Speedup, wall / CPU | Registry CPU, ctr / ocierofs |\n|---|---|---|---|---|---|\n")
+	ratio := func(a, b time.Duration) string {
+		if a == 0 || b == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.1f×", a.Seconds()/b.Seconds())
+	}
 	for _, im := range images {
 		for _, phase := range []string{"convert", "push"} {
 			a, b := median(results[im.name+"/ctr/"+phase]), median(results[im.name+"/ocierofs/"+phase])
 			step := map[string]string{"convert": "convert", "push": "convert + push"}[phase]
-			fmt.Fprintf(&rep, "| %s | %s | %.2f / %.2f s | %.2f / %.2f s | %.1f× | %.2f / %.2f s |\n", im.name, step,
-				a.wall.Seconds(), a.cpu.Seconds(), b.wall.Seconds(), b.cpu.Seconds(), a.wall.Seconds()/b.wall.Seconds(), a.regCPU.Seconds(), b.regCPU.Seconds())
+			fmt.Fprintf(&rep, "| %s | %s | %.2f / %.2f s | %.2f / %.2f s | %s / %s | %.2f / %.2f s |\n", im.name, step,
+				a.wall.Seconds(), a.cpu.Seconds(), b.wall.Seconds(), b.cpu.Seconds(), ratio(a.wall, b.wall), ratio(a.cpu, b.cpu), a.regCPU.Seconds(), b.regCPU.Seconds())
 		}
 	}
 	rep.WriteString("\n")
+	for _, im := range images {
+		if u := results[im.name+"/ocierofs/upload"]; len(u) > 0 {
+			m := median(u)
+			fmt.Fprintf(&rep, "* %s: pushing ocierofs's converted image alone (its digests known): %.2f s wall, %.2f s CPU, registry %.2f s CPU\n",
+				im.name, m.wall.Seconds(), m.cpu.Seconds(), m.regCPU.Seconds())
+		}
+	}
 	for _, im := range images {
 		b := median(results[im.name+"/ocierofs/push"])
 		fmt.Fprintf(&rep, "* %s: %s; ocierofs's own account of its push run (median): converting %.2f s, uploading %.2f s\n", im.name, im.what, b.convertS, b.uploadS)
@@ -284,6 +302,33 @@ func TestConvertFigures(t *testing.T) {
 	if out := os.Getenv("OCIEROFS_BENCH_OUT"); out != "" {
 		must(t, os.WriteFile(out, []byte(rep.String()), 0o644))
 	}
+}
+
+// uploadLayout pushes the image of an OCI layout (tag erofs) to a fresh
+// registry, in this process, as ocierofs would push it once converted:
+// the floor of its upload.
+func uploadLayout(t testing.TB, layout string, fresh func() (*testregistry.Registry, func())) benchRun {
+	t.Helper()
+	src, err := oci.ParseRef("oci:"+layout+":erofs", false)
+	must(t, err)
+	art, err := oci.Get(context.Background(), src, oci.Remote{})
+	must(t, err)
+	dst, stop := fresh()
+	defer stop()
+	to, err := oci.ParseRef(dst.Host+"/bench/upload:erofs", true)
+	must(t, err)
+	syncDisks()
+	r0, c0 := procCPU(t, dst.PID()), selfCPU()
+	start := time.Now()
+	must(t, oci.Write(context.Background(), to, art.Image, art.Index, oci.Remote{}))
+	return benchRun{wall: time.Since(start), cpu: selfCPU() - c0, regCPU: procCPU(t, dst.PID()) - r0}
+}
+
+// selfCPU is this process's user+sys time so far.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // median is the run of median wall time (its CPU and registry CPU the
