@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -79,5 +80,49 @@ func TestVerifiedSourceDiffID(t *testing.T) {
 		convert.ImageOptions{VerifiedSource: true}, oci.Remote{})
 	if err == nil || !strings.Contains(err.Error(), "but the config gives diff_id") {
 		t.Errorf("a gzip blob typed uncompressed, its diff_id the blob's digest: %v, want the diff_id refused", err)
+	}
+}
+
+// A layer blob the target repository already holds is not uploaded again:
+// go-containerregistry's WriteLayer, which Publish runs, asks the registry
+// (HEAD) before it uploads. The second conversion of an image to another
+// tag of the same repository sends no blob at all, only its manifest.
+func TestPushSkipsBlobsTheTargetHas(t *testing.T) {
+	reg := sharedRegistry(t)
+	srcRepo := uniq("skip/src")
+	pushImage(t, ref(t, reg.host, srcRepo+":v1"), convtest.Image(t, "amd64", convtest.TestImageLayers(t)...))
+
+	var mu sync.Mutex
+	var uploads, heads int // blob upload requests (POST, PATCH, PUT) and blob HEADs
+	p := testregistry.Proxy(t, reg.host)
+	host := testregistry.Serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		switch {
+		case strings.Contains(r.URL.Path, "/blobs/uploads/"):
+			uploads++
+		case r.Method == http.MethodHead && strings.Contains(r.URL.Path, "/blobs/"):
+			heads++
+		}
+		mu.Unlock()
+		p.ServeHTTP(w, r)
+	}))
+	dstRepo := uniq("skip/dst")
+	first := mustConvert(t, reg.host+"/"+srcRepo+":v1", host+"/"+dstRepo+":a", convert.ImageOptions{}, oci.Remote{})
+	mu.Lock()
+	firstUploads := uploads
+	uploads, heads = 0, 0
+	mu.Unlock()
+	if firstUploads == 0 {
+		t.Fatalf("the first conversion uploaded nothing through the proxy: the count is broken")
+	}
+	second := mustConvert(t, reg.host+"/"+srcRepo+":v1", host+"/"+dstRepo+":b", convert.ImageOptions{}, oci.Remote{})
+	if first.digest != second.digest {
+		t.Fatalf("the same source converted to %s, then %s", first.digest, second.digest)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("first conversion: %d blob upload requests; second: %d, and %d blob HEADs", firstUploads, uploads, heads)
+	if uploads != 0 || heads == 0 {
+		t.Errorf("second conversion into a repository holding every blob: %d upload requests, %d blob HEADs; want none and some (the first made %d)", uploads, heads, firstUploads)
 	}
 }
