@@ -49,6 +49,7 @@ import (
 //	OCIEROFS_BENCH_OUT          also write the report there
 //	OCIEROFS_BENCH_TOOLS        ctr, ocierofs, upload (default all; comma-separated): upload
 //	                            times the push of ocierofs's converted image alone, in this process
+//	OCIEROFS_BENCH_BEFORE       another ocierofs (absolute path), its convert and push runs taking turns with the first's
 //	OCIEROFS_BENCH_PROFILE      a directory: each pushing run of ocierofs writes a CPU profile and a trace there
 const convertBenchEnv = "OCIEROFS_CONVERT_BENCH"
 
@@ -88,6 +89,8 @@ func TestConvertFigures(t *testing.T) {
 	}
 	bin, err := filepath.Abs(bin)
 	must(t, err)
+	// before, if set, is another ocierofs measured alike, taking turns.
+	before := os.Getenv("OCIEROFS_BENCH_BEFORE")
 	mkfs := os.Getenv("OCIEROFS_BENCH_MKFS")
 	if mkfs == "" {
 		mkfs = "mkfs.erofs"
@@ -202,14 +205,14 @@ func TestConvertFigures(t *testing.T) {
 		add(im.name, "ctr", "push", benchRun{wall: conv.wall + push.wall, cpu: conv.cpu + push.cpu, regCPU: conv.regCPU + push.regCPU})
 		c.ctr(t, "bench", "image", "rm", "--sync", local)
 	}
-	runOcierofs := func(im benchImage, round int) {
+	runOcierofs := func(im benchImage, round int, tool, bin string) {
 		layout := filepath.Join(work, "layout")
 		syncDisks()
 		r0 := regCPU(src)
 		conv := timed(t, ocEnv, bin, "convert", "--plain-http", "-q", im.ref, "oci:"+layout+":erofs")
 		conv.regCPU = regCPU(src) - r0
-		add(im.name, "ocierofs", "convert", conv)
-		if tools["upload"] {
+		add(im.name, tool, "convert", conv)
+		if tools["upload"] && tool == "ocierofs" {
 			add(im.name, "ocierofs", "upload", uploadLayout(t, layout, fresh))
 		}
 		os.RemoveAll(layout)
@@ -221,7 +224,7 @@ func TestConvertFigures(t *testing.T) {
 		var out bytes.Buffer
 		argv := []string{bin}
 		if dir := os.Getenv("OCIEROFS_BENCH_PROFILE"); dir != "" {
-			p := filepath.Join(dir, fmt.Sprintf("%s-%d", im.name, round))
+			p := filepath.Join(dir, fmt.Sprintf("%s-%s-%d", tool, im.name, round))
 			argv = append(argv, "--cpuprofile", p+".pprof", "--trace", p+".trace")
 		}
 		push := timedOut(t, ocEnv, &out, append(argv, "convert", "--plain-http", "-o", "json", "--force", im.ref, dst.Host+"/bench/"+im.name+":erofs")...)
@@ -236,7 +239,7 @@ func TestConvertFigures(t *testing.T) {
 				push.uploadS += l.UploadSeconds
 			}
 		}
-		add(im.name, "ocierofs", "push", push)
+		add(im.name, tool, "push", push)
 	}
 	for _, im := range images {
 		// Not timed: containerd's converter reads the image from its
@@ -249,17 +252,21 @@ func TestConvertFigures(t *testing.T) {
 		for _, im := range images {
 			// The tools take turns going first, so that a load that
 			// comes and goes falls on both.
-			order := []string{"ctr", "ocierofs"}
+			order := []string{"ctr", "ocierofs", "before"}
 			if round%2 == 1 {
 				slices.Reverse(order)
 			}
 			for _, tool := range order {
 				switch {
+				case tool == "before":
+					if before != "" {
+						runOcierofs(im, round, tool, before)
+					}
 				case !tools[tool]:
 				case tool == "ctr":
 					runCtr(im, round)
 				default:
-					runOcierofs(im, round)
+					runOcierofs(im, round, tool, bin)
 				}
 			}
 		}
@@ -292,6 +299,15 @@ func TestConvertFigures(t *testing.T) {
 			m := median(u)
 			fmt.Fprintf(&rep, "* %s: pushing ocierofs's converted image alone (its digests known): %.2f s wall, %.2f s CPU, registry %.2f s CPU\n",
 				im.name, m.wall.Seconds(), m.cpu.Seconds(), m.regCPU.Seconds())
+		}
+	}
+	for _, im := range images {
+		for _, phase := range []string{"convert", "push"} {
+			if rs := results[im.name+"/before/"+phase]; len(rs) > 0 {
+				a, b := median(rs), median(results[im.name+"/ocierofs/"+phase])
+				fmt.Fprintf(&rep, "* %s, %s: %s %.2f s wall, %.2f s CPU (registries %.2f s); this ocierofs %.2f s wall, %.2f s CPU (registries %.2f s)\n",
+					im.name, phase, before, a.wall.Seconds(), a.cpu.Seconds(), a.regCPU.Seconds(), b.wall.Seconds(), b.cpu.Seconds(), b.regCPU.Seconds())
+			}
 		}
 	}
 	for _, im := range images {
