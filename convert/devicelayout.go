@@ -92,13 +92,25 @@ func (c *Converter) addDeviceMeta(ctx context.Context, rep *ImageReport, out *ou
 	}
 	mj := c.job(ctx, "device-meta:"+strings.Join(chain, ","), Progress{Source: "meta:" + short(devs[len(devs)-1].digest)}, nil,
 		func(j *layerJob) error { return c.deviceMetaLayer(ctx, j, devs) })
+	if err := c.appendMetaLayer(ctx, mj, chain, rep, out, mf, diffIDs); err != nil {
+		return nil, err
+	}
+	return append(slices.Clone(cfg.History), v1.History{Created: cfg.Created, CreatedBy: DeviceMetaBy,
+		Comment: fmt.Sprintf("metadata of the %d layers below, their devices", len(devs))}), nil
+}
+
+// appendMetaLayer waits for mj, the job that writes a layout's metadata
+// layer over the layers of chain, and adds its layer last to mf, with
+// its diff_id and report.
+func (c *Converter) appendMetaLayer(ctx context.Context, mj *layerJob, chain []string, rep *ImageReport, out *outImage,
+	mf *v1.Manifest, diffIDs *[]string) error {
 	select {
 	case <-mj.done:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return ctx.Err()
 	}
 	if mj.err != nil {
-		return nil, mj.err
+		return mj.err
 	}
 	fl := mj.layer.(*fileLayer)
 	ann := map[string]string{
@@ -110,8 +122,7 @@ func (c *Converter) addDeviceMeta(ctx context.Context, rep *ImageReport, out *ou
 	out.layers[fl.digest] = fl
 	*diffIDs = append(*diffIDs, fl.diffID.String())
 	rep.Layers = append(rep.Layers, mj.report)
-	return append(slices.Clone(cfg.History), v1.History{Created: cfg.Created, CreatedBy: DeviceMetaBy,
-		Comment: fmt.Sprintf("metadata of the %d layers below, their devices", len(devs))}), nil
+	return nil
 }
 
 // deviceMetaLayer is the job that writes the metadata layer over devs

@@ -143,26 +143,37 @@ func flatUUID(diffIDs []v1.Hash) [16]byte {
 	return LayerUUID("sha256:" + hex.EncodeToString(h.Sum(nil)))
 }
 
-// flattenLayers is the job that converts all of srcs (bottom first) into
-// one EROFS layer.
-func (c *Converter) flattenLayers(ctx context.Context, j *layerJob, srcs []layerSource) error {
+// stackedReport is the report of a layer made of all of srcs (bottom
+// first), which must be tar layers that may be redistributed; what names
+// the job in the error otherwise.
+func stackedReport(srcs []layerSource, what string) (LayerReport, error) {
 	var digests []string
 	var size int64
 	for _, s := range srcs {
 		if !isTarLayer(s.desc.MediaType) || isNondistributable(s.desc.MediaType) {
-			return fmt.Errorf("layer %s: cannot flatten a layer of media type %s", s.desc.Digest, s.desc.MediaType)
+			return LayerReport{}, fmt.Errorf("layer %s: %s of media type %s", s.desc.Digest, what, s.desc.MediaType)
 		}
 		digests = append(digests, s.desc.Digest.String())
 		size += s.desc.Size
 	}
-	j.report = LayerReport{Source: strings.Join(digests, ","), SourceSize: size, MediaType: string(srcs[len(srcs)-1].desc.MediaType)}
+	return LayerReport{Source: strings.Join(digests, ","), SourceSize: size, MediaType: string(srcs[len(srcs)-1].desc.MediaType)}, nil
+}
+
+// flattenLayers is the job that converts all of srcs (bottom first) into
+// one EROFS layer.
+func (c *Converter) flattenLayers(ctx context.Context, j *layerJob, srcs []layerSource) error {
+	rep, err := stackedReport(srcs, "cannot flatten a layer")
+	if err != nil {
+		return err
+	}
+	j.report = rep
 	start := time.Now()
 	fl, err := c.retryDownloads(ctx, "flatten", func() (*fileLayer, error) { return c.buildFlat(ctx, srcs, j.report) })
 	if err != nil {
 		return err
 	}
 	fl.convertSeconds = time.Since(start).Seconds()
-	c.logf("flattened %d layers in %.2fs (%d → %d bytes, %d entries)", len(srcs), fl.convertSeconds, size, fl.size, fl.entries)
+	c.logf("flattened %d layers in %.2fs (%d → %d bytes, %d entries)", len(srcs), fl.convertSeconds, rep.SourceSize, fl.size, fl.entries)
 	return c.publish(ctx, j, fl)
 }
 

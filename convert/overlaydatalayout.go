@@ -34,21 +34,16 @@ func (c *Converter) startOverlayData(ctx context.Context, srcs []layerSource, ch
 // --flatten does, splits it into the data and metadata layers
 // (overlaydata.Split), and publishes the data layer.
 func (c *Converter) overlayDataLayer(ctx context.Context, j *layerJob, srcs []layerSource) error {
-	var digests []string
-	var size int64
-	for _, s := range srcs {
-		if !isTarLayer(s.desc.MediaType) || isNondistributable(s.desc.MediaType) {
-			return fmt.Errorf("layer %s: the overlay-data layout stacks tar layers, not one of media type %s", s.desc.Digest, s.desc.MediaType)
-		}
-		digests = append(digests, s.desc.Digest.String())
-		size += s.desc.Size
+	rep, err := stackedReport(srcs, "the overlay-data layout stacks tar layers, not one")
+	if err != nil {
+		return err
 	}
-	j.report = LayerReport{Source: strings.Join(digests, ","), SourceSize: size, MediaType: string(srcs[len(srcs)-1].desc.MediaType)}
+	j.report = rep
 	start := time.Now()
 	var flat string
 	var entries int
 	var warnings []string
-	_, err := c.retryDownloads(ctx, "overlay-data", func() (_ *fileLayer, err error) {
+	_, err = c.retryDownloads(ctx, "overlay-data", func() (_ *fileLayer, err error) {
 		flat, entries, warnings, err = c.writeFlat(ctx, srcs, j.report)
 		return nil, err
 	})
@@ -102,24 +97,9 @@ func (c *Converter) addOverlayDataMeta(ctx context.Context, rep *ImageReport, ou
 	mf.Layers[0].Annotations[spec.AnnotationRole] = spec.RoleOverlayData
 	mj := c.job(ctx, "overlay-meta:"+strings.Join(chain, ","), Progress{Source: "meta:" + short(data.digest)}, nil,
 		func(j *layerJob) error { return c.overlayMetaLayer(ctx, j, dj, data) })
-	select {
-	case <-mj.done:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	if err := c.appendMetaLayer(ctx, mj, chain, rep, out, mf, diffIDs); err != nil {
+		return nil, err
 	}
-	if mj.err != nil {
-		return nil, mj.err
-	}
-	fl := mj.layer.(*fileLayer)
-	ann := map[string]string{
-		AnnotationSourceLayer:  strings.Join(chain, ","),
-		AnnotationUncompressed: fl.diffID.String(),
-	}
-	maps.Copy(ann, fl.annotations)
-	mf.Layers = append(mf.Layers, v1.Descriptor{MediaType: fl.mediaType, Digest: fl.digest, Size: fl.size, Annotations: ann})
-	out.layers[fl.digest] = fl
-	*diffIDs = append(*diffIDs, fl.diffID.String())
-	rep.Layers = append(rep.Layers, mj.report)
 	return []v1.History{
 		{Created: cfg.Created, CreatedBy: OverlayDataBy, Comment: fmt.Sprintf("file contents of the %d layers of %s", len(chain), srcDesc.Digest)},
 		{Created: cfg.Created, CreatedBy: OverlayDataBy, Comment: "metadata, its files redirected to the contents below"},
