@@ -9,8 +9,6 @@ package convert_test
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -525,18 +523,14 @@ type tarFileLayer struct {
 	mediaType      types.MediaType
 }
 
+// sha256File is the digest and size of the file at path.
 func sha256File(path string) (v1.Hash, int64, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return v1.Hash{}, 0, err
 	}
 	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return v1.Hash{}, 0, err
-	}
-	return v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(h.Sum(nil))}, n, nil
+	return v1.SHA256(f)
 }
 
 // fileLayerOf is the layer of blob path; tarPath is its tar if it is gzip

@@ -32,6 +32,20 @@ func deviceSource(t testing.TB) v1.Image {
 	return convtest.Image(t, "amd64", ls...)
 }
 
+// layoutCases are the spec options each layout's test converts with:
+// raw layers, +zstd with a standalone chunk index and dm-verity, and an
+// embedded chunk index.
+var layoutCases = []struct {
+	name string
+	opt  convert.ImageOptions
+}{
+	{"raw", convert.ImageOptions{SpecMediaTypes: true}},
+	{"zstd with standalone chunk index and dm-verity", convert.ImageOptions{SpecMediaTypes: true, LayerZstd: true,
+		Spec: convert.SpecOptions{ChunkIndex: convert.ChunkIndexStandalone, ChunkSize: 4096, DMVerity: true}}},
+	{"embedded chunk index", convert.ImageOptions{SpecMediaTypes: true,
+		Spec: convert.SpecOptions{ChunkIndex: convert.ChunkIndexEmbedded, ChunkSize: 8192}}},
+}
+
 // TestSpecDeviceLayout: with LayoutDevice, each converted layer is a
 // device (§2.4), a standalone chunk index after its device (§3.8 rule 2),
 // and one role-less metadata layer last, whose device slots are tagged
@@ -41,16 +55,7 @@ func deviceSource(t testing.TB) v1.Image {
 // conversion stacked with overlayfs; the same source gives the same bytes.
 func TestSpecDeviceLayout(t *testing.T) {
 	src := deviceSource(t)
-	for _, tc := range []struct {
-		name string
-		opt  convert.ImageOptions
-	}{
-		{"raw", convert.ImageOptions{SpecMediaTypes: true}},
-		{"zstd with standalone chunk index and dm-verity", convert.ImageOptions{SpecMediaTypes: true, LayerZstd: true,
-			Spec: convert.SpecOptions{ChunkIndex: convert.ChunkIndexStandalone, ChunkSize: 4096, DMVerity: true}}},
-		{"embedded chunk index", convert.ImageOptions{SpecMediaTypes: true,
-			Spec: convert.SpecOptions{ChunkIndex: convert.ChunkIndexEmbedded, ChunkSize: 8192}}},
-	} {
+	for _, tc := range layoutCases {
 		t.Run(tc.name, func(t *testing.T) {
 			opt := tc.opt
 			opt.Layout = convert.LayoutDevice

@@ -41,16 +41,7 @@ func overlayDataSource(t testing.TB) v1.Image {
 // the same bytes.
 func TestSpecOverlayDataLayout(t *testing.T) {
 	src := overlayDataSource(t)
-	for _, tc := range []struct {
-		name string
-		opt  convert.ImageOptions
-	}{
-		{"raw", convert.ImageOptions{SpecMediaTypes: true}},
-		{"zstd with standalone chunk index and dm-verity", convert.ImageOptions{SpecMediaTypes: true, LayerZstd: true,
-			Spec: convert.SpecOptions{ChunkIndex: convert.ChunkIndexStandalone, ChunkSize: 4096, DMVerity: true}}},
-		{"embedded chunk index", convert.ImageOptions{SpecMediaTypes: true,
-			Spec: convert.SpecOptions{ChunkIndex: convert.ChunkIndexEmbedded, ChunkSize: 8192}}},
-	} {
+	for _, tc := range layoutCases {
 		t.Run(tc.name, func(t *testing.T) {
 			opt := tc.opt
 			opt.Layout = convert.LayoutOverlayData

@@ -104,17 +104,24 @@ func testLayers(t *testing.T) []string {
 	return files
 }
 
+// kernelMount mounts the EROFS image file with the kernel, read-only,
+// until the test ends, and returns where; the test is skipped where the
+// machine cannot mount EROFS.
+func kernelMount(t *testing.T, file string) string {
+	d := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "erofs", "-o", "loop,ro", file, d).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount EROFS: %v: %s", err, out)
+	}
+	t.Cleanup(func() { unix.Unmount(d, 0) })
+	return d
+}
+
 // kernelStack mounts the layer images as EROFS and stacks them with
 // overlayfs, as containerd's snapshotter does: the reference tree.
 func kernelStack(t *testing.T, files []string) string {
 	var lowers []string
 	for _, f := range files {
-		d := t.TempDir()
-		if out, err := exec.Command("mount", "-t", "erofs", "-o", "loop,ro", f, d).CombinedOutput(); err != nil {
-			t.Skipf("cannot mount EROFS: %v: %s", err, out)
-		}
-		t.Cleanup(func() { unix.Unmount(d, 0) })
-		lowers = append([]string{d}, lowers...)
+		lowers = append([]string{kernelMount(t, f)}, lowers...)
 	}
 	merged := t.TempDir()
 	if out, err := exec.Command("mount", "-t", "overlay", "overlay", "-o", "lowerdir="+strings.Join(lowers, ":"), merged).CombinedOutput(); err != nil {
@@ -199,12 +206,7 @@ func TestStackMatchesKernel(t *testing.T) {
 func TestStackOneLayer(t *testing.T) {
 	requireFUSE(t)
 	files := testLayers(t)[:1]
-	d := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "erofs", "-o", "loop,ro", files[0], d).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount EROFS: %v: %s", err, out)
-	}
-	t.Cleanup(func() { unix.Unmount(d, 0) })
-	want, err := fstree.FromDir(d)
+	want, err := fstree.FromDir(kernelMount(t, files[0]))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,12 +240,7 @@ func TestStackOneLayer(t *testing.T) {
 func TestStackOverlayData(t *testing.T) {
 	requireFUSE(t)
 	src := testLayers(t)[0]
-	d := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "erofs", "-o", "loop,ro", src, d).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount EROFS: %v: %s", err, out)
-	}
-	t.Cleanup(func() { unix.Unmount(d, 0) })
-	want, err := fstree.FromDir(d)
+	want, err := fstree.FromDir(kernelMount(t, src))
 	if err != nil {
 		t.Fatal(err)
 	}
