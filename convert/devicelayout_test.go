@@ -1,7 +1,6 @@
 package convert_test
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -9,11 +8,9 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/ocierofs/ocierofs/convert"
-	"github.com/ocierofs/ocierofs/convert/check"
 	"github.com/ocierofs/ocierofs/convert/internal/convtest"
 	"github.com/ocierofs/ocierofs/convert/internal/roundtrip"
 	"github.com/ocierofs/ocierofs/convert/spec"
-	"github.com/ocierofs/ocierofs/oci"
 )
 
 // deviceSource is specSource with two layers more: one that makes a
@@ -102,22 +99,12 @@ func TestSpecDeviceLayout(t *testing.T) {
 			}
 
 			// §8.3: the same source, the same bytes.
-			again, _ := convertImage(t, src, opt)
-			d1, err := img.Digest()
-			must(t, err)
-			d2, err := again.Digest()
-			must(t, err)
-			if d1 != d2 {
-				t.Errorf("converted twice: %s, then %s", d1, d2)
-			}
+			convertsTheSame(t, src, opt, img)
 
 			// ocierofs check finds the source's layers in the devices, and
 			// the source's layers stacked in the metadata layer.
-			res, err := check.Converted(context.Background(), &oci.Artifact{Image: img}, &oci.Artifact{Image: src, Descriptor: convtest.SourceDescriptor(t, src)},
-				check.Options{TempDir: t.TempDir(), Report: func(s string) { t.Errorf("check: %s", s) }})
-			must(t, err)
-			if res.Layers != len(srcLayers)+1 {
-				t.Errorf("check compared %d layers", res.Layers)
+			if layers := checkSource(t, img, src); layers != len(srcLayers)+1 {
+				t.Errorf("check compared %d layers", layers)
 			}
 
 			// §8.1.12: device slot n is the n-th device layer, tagged with

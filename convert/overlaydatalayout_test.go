@@ -1,7 +1,6 @@
 package convert_test
 
 import (
-	"context"
 	"crypto/sha256"
 	"os"
 	"path/filepath"
@@ -12,13 +11,11 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/ocierofs/ocierofs/convert"
-	"github.com/ocierofs/ocierofs/convert/check"
 	"github.com/ocierofs/ocierofs/convert/internal/convtest"
 	"github.com/ocierofs/ocierofs/convert/internal/roundtrip"
 	"github.com/ocierofs/ocierofs/convert/overlaydata"
 	"github.com/ocierofs/ocierofs/convert/spec"
 	"github.com/ocierofs/ocierofs/erofs"
-	"github.com/ocierofs/ocierofs/oci"
 )
 
 // overlayDataSource is deviceSource with a layer more: an empty file and
@@ -60,22 +57,12 @@ func TestSpecOverlayDataLayout(t *testing.T) {
 			}
 
 			// §8.3: the same source, the same bytes.
-			again, _ := convertImage(t, src, opt)
-			d1, err := img.Digest()
-			must(t, err)
-			d2, err := again.Digest()
-			must(t, err)
-			if d1 != d2 {
-				t.Errorf("converted twice: %s, then %s", d1, d2)
-			}
+			convertsTheSame(t, src, opt, img)
 
 			// ocierofs check finds the source's layers stacked in the
 			// metadata layer read through the data layer.
-			res, err := check.Converted(context.Background(), &oci.Artifact{Image: img}, &oci.Artifact{Image: src, Descriptor: convtest.SourceDescriptor(t, src)},
-				check.Options{TempDir: t.TempDir(), Report: func(s string) { t.Errorf("check: %s", s) }})
-			must(t, err)
-			if res.Layers != 2 {
-				t.Errorf("check compared %d layers", res.Layers)
+			if layers := checkSource(t, img, src); layers != 2 {
+				t.Errorf("check compared %d layers", layers)
 			}
 
 			raws := convtest.RawLayers(t, img, t.TempDir())

@@ -107,20 +107,10 @@ func TestSpecConformance(t *testing.T) {
 				}
 			}
 			// §8.3: the same source, the same bytes.
-			again, _ := convertImage(t, src, tc.opt)
-			d1, err := img.Digest()
-			must(t, err)
-			d2, err := again.Digest()
-			must(t, err)
-			if d1 != d2 {
-				t.Errorf("converted twice: %s, then %s", d1, d2)
-			}
+			convertsTheSame(t, src, tc.opt, img)
 			// ocierofs check finds the source's trees in it.
-			res, err := check.Converted(context.Background(), &oci.Artifact{Image: img}, &oci.Artifact{Image: src, Descriptor: convtest.SourceDescriptor(t, src)},
-				check.Options{TempDir: t.TempDir(), Report: func(s string) { t.Errorf("check: %s", s) }})
-			must(t, err)
-			if res.Layers != len(m.Layers)-countType(m.Layers, spec.MediaTypeChunkIndex) {
-				t.Errorf("check compared %d layers", res.Layers)
+			if layers := checkSource(t, img, src); layers != len(m.Layers)-countType(m.Layers, spec.MediaTypeChunkIndex) {
+				t.Errorf("check compared %d layers", layers)
 			}
 			if tc.opt.Flatten || tc.opt.Spec.ChunkIndex == convert.ChunkIndexStandalone {
 				return // one layer; layers that are no images (TestSpecLayers mounts them)
@@ -215,4 +205,28 @@ func countType(ls []v1.Descriptor, mt types.MediaType) int {
 		}
 	}
 	return n
+}
+
+// convertsTheSame: the spec's reproducibility (§8.3): src converted again
+// with opt is img, to the digest.
+func convertsTheSame(t *testing.T, src v1.Image, opt convert.ImageOptions, img v1.Image) {
+	t.Helper()
+	again, _ := convertImage(t, src, opt)
+	d1, err := img.Digest()
+	must(t, err)
+	d2, err := again.Digest()
+	must(t, err)
+	if d1 != d2 {
+		t.Errorf("converted twice: %s, then %s", d1, d2)
+	}
+}
+
+// checkSource runs ocierofs check of img against its source src, each
+// difference a test error, and returns how many layers it compared.
+func checkSource(t *testing.T, img, src v1.Image) int {
+	t.Helper()
+	res, err := check.Converted(context.Background(), &oci.Artifact{Image: img}, &oci.Artifact{Image: src, Descriptor: convtest.SourceDescriptor(t, src)},
+		check.Options{TempDir: t.TempDir(), Report: func(s string) { t.Errorf("check: %s", s) }})
+	must(t, err)
+	return res.Layers
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ocierofs/ocierofs/convert"
 	"github.com/ocierofs/ocierofs/convert/dmverity"
+	"github.com/ocierofs/ocierofs/convert/spec"
 	"github.com/ocierofs/ocierofs/erofs"
 	"github.com/ocierofs/ocierofs/internal/atomicfile"
 	"github.com/ocierofs/ocierofs/oci"
@@ -47,7 +48,7 @@ func (c *checker) splitChunkIndexes(where string, img v1.Image, layers []v1.Desc
 			c.diff(at, "§3.4.3: indexes layer %d, a %s layer, not an EROFS one", i, prev.MediaType)
 			continue
 		}
-		payload, err := readLayerBlob(img, d, chunkindex.MaxPayload)
+		payload, err := spec.ReadChunkIndexBlob(img, d)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", at, err)
 		}
@@ -62,23 +63,6 @@ func (c *checker) splitChunkIndexes(where string, img v1.Image, layers []v1.Desc
 		c.standalone[prev.Digest] = x
 	}
 	return keepL, keepD, nil
-}
-
-// readLayerBlob reads a small blob whole, at most max bytes.
-func readLayerBlob(img v1.Image, d v1.Descriptor, max int64) ([]byte, error) {
-	if d.Size > max {
-		return nil, fmt.Errorf("%s: %d bytes, more than the %d a chunk index may have", d.Digest, d.Size, max)
-	}
-	l, err := img.LayerByDigest(d.Digest)
-	if err != nil {
-		return nil, err
-	}
-	rc, err := l.Compressed()
-	if err != nil {
-		return nil, err
-	}
-	defer rc.Close()
-	return io.ReadAll(io.LimitReader(rc, max+1))
 }
 
 // specLayer checks the parts of the EROFS image spec a layer d carries:

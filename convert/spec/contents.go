@@ -147,7 +147,7 @@ func (c *checker) chunkIndex(img v1.Image, d v1.Descriptor, next *v1.Descriptor,
 		return nil
 	}
 	if x == nil && next != nil {
-		payload, err := readSmallBlob(img, *next, chunkindex.MaxPayload)
+		payload, err := ReadChunkIndexBlob(img, *next)
 		if err != nil {
 			lc.chunk = "standalone chunk index " + next.Digest.String() + ": " + err.Error()
 			return nil
@@ -230,8 +230,10 @@ func checkVerity(d v1.Descriptor, data io.ReaderAt, size int64, lc *layerContent
 	}
 }
 
-// readSmallBlob reads a layer's blob whole, at most max bytes.
-func readSmallBlob(img v1.Image, d v1.Descriptor, max int64) ([]byte, error) {
+// ReadChunkIndexBlob reads the blob of d, a standalone chunk index,
+// whole; one larger than a chunk index may be is refused unread.
+func ReadChunkIndexBlob(img v1.Image, d v1.Descriptor) ([]byte, error) {
+	const max = chunkindex.MaxPayload
 	if d.Size > max {
 		return nil, fmt.Errorf("%d bytes, more than the %d a chunk index may have", d.Size, max)
 	}
