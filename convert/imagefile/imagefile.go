@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/ocierofs/ocierofs/convert/internal/outfile"
 	"github.com/ocierofs/ocierofs/erofs"
 )
 
@@ -109,6 +110,19 @@ func Open(p string) (_ *File, err error) {
 		return nil, fmt.Errorf("%s: %w", p, err)
 	}
 	return l, nil
+}
+
+// CreateBlob creates the file path among outs and makes it o's blob: the
+// image's file data goes there, and the image refers to it as its one
+// extra device, tagged so that Open finds it beside the image.
+func CreateBlob(outs *outfile.Set, path string, o *erofs.Options) error {
+	blob, err := outs.Create(path)
+	if err != nil {
+		return err
+	}
+	o.Blob = blob
+	o.Devices = []erofs.DeviceSlot{{Tag: DeviceTag(path)}}
+	return nil
 }
 
 // DeviceTag names the file at path as an extra device in an image's

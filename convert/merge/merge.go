@@ -120,12 +120,9 @@ func Images(out string, layers []string, opt Options) (res *Result, err error) {
 		}
 	}()
 	if opt.Blob != "" {
-		blob, err := outs.Create(opt.Blob)
-		if err != nil {
+		if err := imagefile.CreateBlob(&outs, opt.Blob, &m.opt.Erofs); err != nil {
 			return nil, err
 		}
-		m.opt.Erofs.Blob = blob
-		m.opt.Erofs.Devices = []erofs.DeviceSlot{{Tag: imagefile.DeviceTag(opt.Blob)}}
 		m.res.Devices = []string{opt.Blob}
 	}
 	tmp, err := outs.Create(out)

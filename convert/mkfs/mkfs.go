@@ -159,12 +159,9 @@ func mkfsBuild(output, input string, in mkfsInput, opt convert.Options, dict *ch
 		}
 	}()
 	if opt.Blob != "" {
-		blob, err := outs.Create(opt.Blob)
-		if err != nil {
+		if err := imagefile.CreateBlob(&outs, opt.Blob, &opt.Erofs); err != nil {
 			return nil, err
 		}
-		opt.Erofs.Blob = blob
-		opt.Erofs.Devices = []erofs.DeviceSlot{{Tag: imagefile.DeviceTag(opt.Blob)}}
 	}
 	if dict != nil {
 		opt.Erofs.Devices = append(opt.Erofs.Devices, dict.slots...)
