@@ -202,6 +202,27 @@ func TestStackMatchesKernel(t *testing.T) {
 	}
 }
 
+// stackLike stacks layers with mount.Stack until the test ends, and
+// reports each difference of its tree from want (the kernel's); it
+// returns the mount point. got names the stack in the differences.
+func stackLike(t *testing.T, want *fstree.Tree, layers []mount.Layer, got string) string {
+	t.Helper()
+	target := t.TempDir()
+	m, err := mount.Stack(target, t.TempDir(), layers, mount.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Unmount() })
+	tree, err := fstree.FromDir(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range fstree.Diff(want, tree, fstree.DiffOptions{Want: "kernel EROFS", Got: got}) {
+		t.Error(d)
+	}
+	return target
+}
+
 // TestStackOneLayer: one layer is bound to the target.
 func TestStackOneLayer(t *testing.T) {
 	requireFUSE(t)
@@ -210,19 +231,7 @@ func TestStackOneLayer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	target := t.TempDir()
-	m, err := mount.Stack(target, t.TempDir(), openImages(t, files), mount.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Unmount()
-	got, err := fstree.FromDir(target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range fstree.Diff(want, got, fstree.DiffOptions{Want: "kernel EROFS", Got: "FUSE"}) {
-		t.Error(d)
-	}
+	target := stackLike(t, want, openImages(t, files), "FUSE")
 	b, err := os.ReadFile(filepath.Join(target, "etc/passwd"))
 	if err != nil || string(b) != "root:x:0:0::/root:/bin/sh\n" {
 		t.Fatalf("etc/passwd: %q, %v", b, err)
@@ -251,19 +260,7 @@ func TestStackOverlayData(t *testing.T) {
 	}
 	layers := openImages(t, []string{meta, data})
 	layers[1].DataOnly = true
-	target := t.TempDir()
-	m, err := mount.Stack(target, t.TempDir(), layers, mount.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Unmount()
-	got, err := fstree.FromDir(target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range fstree.Diff(want, got, fstree.DiffOptions{Want: "kernel EROFS", Got: "FUSE overlay-data"}) {
-		t.Error(d)
-	}
+	target := stackLike(t, want, layers, "FUSE overlay-data")
 	if b, err := os.ReadFile(filepath.Join(target, "etc/passwd")); err != nil || string(b) != "root:x:0:0::/root:/bin/sh\n" {
 		t.Errorf("etc/passwd: %q, %v", b, err)
 	}
