@@ -21,45 +21,19 @@ func TestIndexedZstd(t *testing.T) {
 			img[i] = byte(i / 4096) // compressible halves
 		}
 	}
-	var blob bytes.Buffer
-	w, err := chunkindex.NewWriter(&blob, chunkindex.WriterOptions{Compression: chunkindex.Zstd, ChunkSize: 256 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Write(img)
-	_, rng, err := w.Finish(true)
-	if err != nil {
-		t.Fatal(err)
-	}
 	f := newFaultyRegistry(t)
-	dg := f.push(t, blob.Bytes(), "application/vnd.erofs+zstd")
-	cache, err := lazy.OpenCache(t.TempDir(), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := cache.Ranged(f.source(t, 5*time.Second), dg, int64(blob.Len()), lazy.Options{Retries: 1, Backoff: time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	x, err := chunkindex.Embedded(b, b.Size(), true, map[string]string{chunkindex.AnnotationRange: rng.String()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ix, err := lazy.NewIndexed(b, x)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ix, cache, blobLen := indexedBlob(t, f, img, 256<<10, lazy.Options{Retries: 1, Backoff: time.Millisecond})
 	if ix.Size() != int64(len(img)) {
 		t.Fatalf("size %d, want %d", ix.Size(), len(img))
 	}
-	if st := cache.Stats(); st.Bytes >= int64(blob.Len())/2 {
-		t.Errorf("reading the index fetched %d bytes of the blob's %d", st.Bytes, blob.Len())
+	if st := cache.Stats(); st.Bytes >= blobLen/2 {
+		t.Errorf("reading the index fetched %d bytes of the blob's %d", st.Bytes, blobLen)
 	}
 	// The registry's bytes go wrong: the read fails at the checksum,
 	// and reads again once the registry sends the right ones.
 	f.corrupt.Store(true)
 	p := make([]byte, 10000)
-	_, err = ix.ReadAt(p, 1<<20-5000)
+	_, err := ix.ReadAt(p, 1<<20-5000)
 	var ce *chunkindex.CorruptError
 	if !errors.As(err, &ce) {
 		t.Errorf("chunks the registry changed: %v, want a checksum mismatch", err)
@@ -74,34 +48,8 @@ func TestIndexedZstd(t *testing.T) {
 // fetches them at once (EROFS image spec §3.4.4), a few at a time.
 func TestIndexedParallel(t *testing.T) {
 	img := randomBytes(4<<20, 3)
-	var blob bytes.Buffer
-	w, err := chunkindex.NewWriter(&blob, chunkindex.WriterOptions{Compression: chunkindex.Zstd, ChunkSize: 512 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Write(img)
-	_, rng, err := w.Finish(true)
-	if err != nil {
-		t.Fatal(err)
-	}
 	f := newFaultyRegistry(t)
-	dg := f.push(t, blob.Bytes(), "application/vnd.erofs+zstd")
-	cache, err := lazy.OpenCache(t.TempDir(), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := cache.Ranged(f.source(t, 5*time.Second), dg, int64(blob.Len()), lazy.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	x, err := chunkindex.Embedded(b, b.Size(), true, map[string]string{chunkindex.AnnotationRange: rng.String()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ix, err := lazy.NewIndexed(b, x)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ix, _, _ := indexedBlob(t, f, img, 512<<10, lazy.Options{})
 	// Index chunks 1 to 5, of 512 KiB each, in the blob's cache chunks.
 	f.delay.Store(int64(50 * time.Millisecond))
 	f.maxInflight.Store(0)
@@ -113,4 +61,39 @@ func TestIndexedParallel(t *testing.T) {
 	if m := f.maxInflight.Load(); m < 2 {
 		t.Errorf("at most %d fetch at once for a read of 5 chunks, want several", m)
 	}
+}
+
+// indexedBlob writes img as a +zstd layer blob with an embedded chunk
+// index of chunk-byte chunks, pushes it to f, and opens it through its
+// index with a fresh cache: the reader, the cache and the blob's size.
+func indexedBlob(t *testing.T, f *faultyRegistry, img []byte, chunk int, opt lazy.Options) (*lazy.Indexed, *lazy.Cache, int64) {
+	t.Helper()
+	var blob bytes.Buffer
+	w, err := chunkindex.NewWriter(&blob, chunkindex.WriterOptions{Compression: chunkindex.Zstd, ChunkSize: chunk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Write(img)
+	_, rng, err := w.Finish(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dg := f.push(t, blob.Bytes(), "application/vnd.erofs+zstd")
+	cache, err := lazy.OpenCache(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := cache.Ranged(f.source(t, 5*time.Second), dg, int64(blob.Len()), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := chunkindex.Embedded(b, b.Size(), true, map[string]string{chunkindex.AnnotationRange: rng.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix, err := lazy.NewIndexed(b, x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ix, cache, int64(blob.Len())
 }
